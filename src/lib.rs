@@ -1,0 +1,5 @@
+//! streamward: a lease-fenced MongoDB change-stream listener engine and the
+//! operations console for it. See `docs/architecture.md`.
+
+pub mod model;
+pub mod store;

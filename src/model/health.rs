@@ -1,0 +1,273 @@
+//! Lag, headroom and status of a lease against the oplog window (DESIGN §4).
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{ClusterTime, Lease, LockKind, OplogWindow};
+
+/// Where the status rules draw their lines; all configurable.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HealthThresholds {
+    /// Lag above this is BEHIND.
+    pub behind_after: Duration,
+    /// Headroom below this share of the window length is AT RISK.
+    pub at_risk_share: f64,
+    /// A caught-up lease whose stream has had no entry for this long is IDLE.
+    pub quiet_after: Duration,
+}
+
+impl Default for HealthThresholds {
+    fn default() -> Self {
+        Self {
+            behind_after: Duration::from_secs(60),
+            at_risk_share: 0.20,
+            quiet_after: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Worst first: sorting by status puts the leases that need a human on top.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum LeaseStatus {
+    Lost,
+    StuckBulk,
+    AtRisk,
+    Behind,
+    Expired,
+    Idle,
+    Ok,
+}
+
+impl LeaseStatus {
+    pub fn label(self) -> &'static str {
+        match self {
+            LeaseStatus::Lost => "LOST",
+            LeaseStatus::StuckBulk => "STUCK BULK",
+            LeaseStatus::AtRisk => "AT RISK",
+            LeaseStatus::Behind => "BEHIND",
+            LeaseStatus::Expired => "EXPIRED",
+            LeaseStatus::Idle => "IDLE",
+            LeaseStatus::Ok => "OK",
+        }
+    }
+}
+
+impl fmt::Display for LeaseStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+/// Everything the console shows about one lease's position in history.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LeaseHealth {
+    pub token_time: Option<ClusterTime>,
+    /// last − token time; `None` without a token time or a window.
+    pub lag: Option<Duration>,
+    /// token time − first; zero once history is lost.
+    pub headroom: Option<Duration>,
+    /// headroom as a share of the window length, 0.0..=1.0.
+    pub headroom_share: Option<f64>,
+    pub status: LeaseStatus,
+}
+
+impl LeaseHealth {
+    /// Applies the rules of DESIGN §4. `now` is the server's (or sandbox's) wall clock.
+    pub fn assess(
+        lease: &Lease,
+        window: Option<&OplogWindow>,
+        now: DateTime<Utc>,
+        thresholds: &HealthThresholds,
+    ) -> Self {
+        let token_time = lease.resume_point().time();
+        let lag = token_time
+            .zip(window)
+            .map(|(t, w)| w.last.saturating_since(t));
+        let headroom = token_time
+            .zip(window)
+            .map(|(t, w)| t.saturating_since(w.first));
+        let headroom_share = headroom.zip(window).map(|(h, w)| {
+            let length = w.length().as_secs_f64();
+            if length <= 0.0 {
+                1.0
+            } else {
+                (h.as_secs_f64() / length).clamp(0.0, 1.0)
+            }
+        });
+        let lost = token_time.zip(window).is_some_and(|(t, w)| t < w.first);
+        let expired = lease.live_holder(now).is_none();
+        let caught_up = token_time.zip(window).is_some_and(|(t, w)| t >= w.last);
+        let quiet = window.is_some_and(|w| {
+            w.last.to_datetime().is_some_and(|last| {
+                (now - last).to_std().unwrap_or_default() >= thresholds.quiet_after
+            })
+        });
+
+        let status = if lost {
+            LeaseStatus::Lost
+        } else if lease.kind == LockKind::Bulk && expired {
+            LeaseStatus::StuckBulk
+        } else if headroom_share.is_some_and(|s| s < thresholds.at_risk_share) && !caught_up {
+            LeaseStatus::AtRisk
+        } else if lag.is_some_and(|l| l > thresholds.behind_after) {
+            LeaseStatus::Behind
+        } else if expired {
+            LeaseStatus::Expired
+        } else if caught_up && quiet {
+            LeaseStatus::Idle
+        } else {
+            LeaseStatus::Ok
+        };
+        Self {
+            token_time,
+            lag,
+            headroom,
+            headroom_share,
+            status,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeDelta;
+    use proptest::prelude::*;
+
+    const BASE: u32 = 1_700_000_000;
+
+    fn at(secs: u32) -> ClusterTime {
+        ClusterTime::new(BASE + secs, 1)
+    }
+
+    fn held_lease(token_secs: Option<u32>, now: DateTime<Utc>) -> Lease {
+        let mut lease = Lease::vacant("r");
+        lease.holder = Some("me".into());
+        lease.expires_at = Some(now + TimeDelta::seconds(10));
+        lease.resume_at = token_secs.map(at);
+        lease
+    }
+
+    fn now_at(secs: u32) -> DateTime<Utc> {
+        at(secs).to_datetime().unwrap()
+    }
+
+    fn status(lease: &Lease, window: &OplogWindow, now: DateTime<Utc>) -> LeaseStatus {
+        LeaseHealth::assess(lease, Some(window), now, &HealthThresholds::default()).status
+    }
+
+    #[test]
+    fn lost_when_token_is_before_the_first_entry() {
+        let window = OplogWindow::new(at(1000), at(2000));
+        let now = now_at(2000);
+        assert_eq!(
+            status(&held_lease(Some(999), now), &window, now),
+            LeaseStatus::Lost
+        );
+        // Exactly at the first entry: still startable, but no headroom at all.
+        assert_eq!(
+            status(&held_lease(Some(1000), now), &window, now),
+            LeaseStatus::AtRisk
+        );
+    }
+
+    #[test]
+    fn at_risk_edge_is_twenty_percent_of_the_window() {
+        let window = OplogWindow::new(at(1000), at(2000));
+        let now = now_at(2000);
+        assert_eq!(
+            status(&held_lease(Some(1199), now), &window, now),
+            LeaseStatus::AtRisk
+        );
+        // 200 s of 1000 s is exactly 20 %: not below, so not at risk (but 800 s behind).
+        assert_eq!(
+            status(&held_lease(Some(1200), now), &window, now),
+            LeaseStatus::Behind
+        );
+    }
+
+    #[test]
+    fn behind_edge_is_the_lag_threshold() {
+        let window = OplogWindow::new(at(0), at(2000));
+        let now = now_at(2000);
+        assert_eq!(
+            status(&held_lease(Some(1940), now), &window, now),
+            LeaseStatus::Ok
+        );
+        assert_eq!(
+            status(&held_lease(Some(1939), now), &window, now),
+            LeaseStatus::Behind
+        );
+    }
+
+    #[test]
+    fn stuck_bulk_beats_expired_and_lost_beats_everything() {
+        let window = OplogWindow::new(at(1000), at(2000));
+        let now = now_at(2000);
+        let mut lease = held_lease(Some(1990), now);
+        lease.kind = LockKind::Bulk;
+        assert_eq!(
+            status(&lease, &window, now),
+            LeaseStatus::Ok,
+            "a live bulk holder is fine"
+        );
+        lease.expires_at = Some(now);
+        assert_eq!(status(&lease, &window, now), LeaseStatus::StuckBulk);
+        lease.resume_at = Some(at(10));
+        assert_eq!(status(&lease, &window, now), LeaseStatus::Lost);
+    }
+
+    #[test]
+    fn expired_then_idle_then_ok() {
+        let window = OplogWindow::new(at(0), at(2000));
+        let mut lease = held_lease(Some(2000), now_at(2030));
+        assert_eq!(
+            status(&lease, &window, now_at(2010)),
+            LeaseStatus::Ok,
+            "quiet for 10 s only"
+        );
+        assert_eq!(
+            status(&lease, &window, now_at(2000 + 30)),
+            LeaseStatus::Idle
+        );
+        lease.holder = None;
+        assert_eq!(status(&lease, &window, now_at(2030)), LeaseStatus::Expired);
+    }
+
+    #[test]
+    fn no_window_means_no_lag_and_no_history_status() {
+        let now = now_at(0);
+        let health = LeaseHealth::assess(
+            &held_lease(Some(5), now),
+            None,
+            now,
+            &HealthThresholds::default(),
+        );
+        assert_eq!(health.lag, None);
+        assert_eq!(health.headroom_share, None);
+        assert_eq!(health.status, LeaseStatus::Ok);
+    }
+
+    proptest! {
+        #[test]
+        fn lag_plus_headroom_is_the_window(first in 0u32..10_000, len in 0u32..10_000, pos in 0u32..10_000) {
+            let window = OplogWindow::new(at(first), at(first + len));
+            let token = first + pos.min(len);
+            let now = now_at(first + len);
+            let h = LeaseHealth::assess(&held_lease(Some(token), now), Some(&window), now, &HealthThresholds::default());
+            prop_assert_eq!(h.lag.unwrap() + h.headroom.unwrap(), window.length());
+            let share = h.headroom_share.unwrap();
+            prop_assert!((0.0..=1.0).contains(&share));
+        }
+
+        #[test]
+        fn status_is_lost_exactly_when_token_precedes_window(first in 1u32..10_000, token in 0u32..20_000) {
+            let window = OplogWindow::new(at(first), at(first + 10_000));
+            let now = now_at(first + 10_000);
+            let s = status(&held_lease(Some(token), now), &window, now);
+            prop_assert_eq!(s == LeaseStatus::Lost, token < first);
+        }
+    }
+}

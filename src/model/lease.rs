@@ -1,0 +1,194 @@
+//! The lease document and the values derived from it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{ClusterTime, ResumeToken};
+
+/// Lock kind: incremental listeners take `update`; a batch rebuild takes `bulk`,
+/// which no incremental listener may take over, however old it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LockKind {
+    #[default]
+    Update,
+    Bulk,
+}
+
+impl LockKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockKind::Update => "update",
+            LockKind::Bulk => "bulk",
+        }
+    }
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for LockKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "update" => Ok(LockKind::Update),
+            "bulk" => Ok(LockKind::Bulk),
+            other => Err(format!(
+                "unknown lock kind {other:?}: expected \"update\" or \"bulk\""
+            )),
+        }
+    }
+}
+
+/// Where a listener resumes: the committed token wins, else the operator's start time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ResumePoint {
+    Token(ResumeToken),
+    At(ClusterTime),
+    /// Neither is set: bootstrap from the oldest oplog entry.
+    Oldest,
+}
+
+impl ResumePoint {
+    /// The time of the point, when it has one (undecodable tokens have none).
+    pub fn time(&self) -> Option<ClusterTime> {
+        match self {
+            ResumePoint::Token(token) => token.time(),
+            ResumePoint::At(time) => Some(*time),
+            ResumePoint::Oldest => None,
+        }
+    }
+}
+
+/// What one listener resource watches; shown by the console.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct WatchTarget {
+    pub db: String,
+    pub coll: String,
+    pub pipeline: String,
+}
+
+/// One lease document, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lease {
+    pub resource: String,
+    pub holder: Option<String>,
+    pub expires_at: Option<DateTime<Utc>>,
+    pub version: i64,
+    pub resume_token: Option<ResumeToken>,
+    pub kind: LockKind,
+    pub resume_at: Option<ClusterTime>,
+    pub acquired_at: Option<DateTime<Utc>>,
+    pub renewed_at: Option<DateTime<Utc>>,
+    pub committed_at: Option<DateTime<Utc>>,
+    pub watch: Option<WatchTarget>,
+    pub note: Option<String>,
+}
+
+impl Lease {
+    /// A lease as it is first inserted for `resource`.
+    pub fn vacant(resource: impl Into<String>) -> Self {
+        Self {
+            resource: resource.into(),
+            holder: None,
+            expires_at: None,
+            version: 0,
+            resume_token: None,
+            kind: LockKind::Update,
+            resume_at: None,
+            acquired_at: None,
+            renewed_at: None,
+            committed_at: None,
+            watch: None,
+            note: None,
+        }
+    }
+
+    pub fn resume_point(&self) -> ResumePoint {
+        match (&self.resume_token, self.resume_at) {
+            (Some(token), _) => ResumePoint::Token(token.clone()),
+            (None, Some(at)) => ResumePoint::At(at),
+            (None, None) => ResumePoint::Oldest,
+        }
+    }
+
+    /// A holder is live while its lease has not expired at `now` (server time).
+    pub fn live_holder(&self, now: DateTime<Utc>) -> Option<&str> {
+        match (&self.holder, self.expires_at) {
+            (Some(holder), Some(expires)) if expires > now => Some(holder),
+            _ => None,
+        }
+    }
+
+    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at.is_none_or(|at| at <= now)
+    }
+
+    /// The fence a holder of this lease hands to its handler.
+    pub fn fence(&self) -> Fence {
+        Fence {
+            resource: self.resource.clone(),
+            version: self.version,
+        }
+    }
+}
+
+/// Handed to the handler with every batch: writes to shared state carry it so a
+/// paused ex-holder's late writes are rejected.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Fence {
+    pub resource: String,
+    pub version: i64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+    use chrono::TimeDelta;
+
+    #[test]
+    fn resume_point_prefers_token_then_resume_at() {
+        let mut lease = Lease::vacant("r");
+        assert_eq!(lease.resume_point(), ResumePoint::Oldest);
+        lease.resume_at = Some(ClusterTime::new(5, 1));
+        assert_eq!(
+            lease.resume_point(),
+            ResumePoint::At(ClusterTime::new(5, 1))
+        );
+        let token = ResumeToken::from_document(doc! {"_data": "82"});
+        lease.resume_token = Some(token.clone());
+        assert_eq!(lease.resume_point(), ResumePoint::Token(token));
+        assert_eq!(
+            lease.resume_point().time(),
+            None,
+            "undecodable token has no time"
+        );
+    }
+
+    #[test]
+    fn holder_is_live_only_before_expiry() {
+        let now = Utc::now();
+        let mut lease = Lease::vacant("r");
+        lease.holder = Some("a".into());
+        assert_eq!(lease.live_holder(now), None);
+        lease.expires_at = Some(now);
+        assert_eq!(lease.live_holder(now), None, "expiry is inclusive");
+        assert!(lease.is_expired(now));
+        lease.expires_at = Some(now + TimeDelta::seconds(1));
+        assert_eq!(lease.live_holder(now), Some("a"));
+        assert!(!lease.is_expired(now));
+    }
+
+    #[test]
+    fn lock_kind_parses_its_names_only() {
+        assert_eq!("bulk".parse::<LockKind>(), Ok(LockKind::Bulk));
+        assert!("BULK".parse::<LockKind>().is_err());
+    }
+}

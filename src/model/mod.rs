@@ -1,0 +1,15 @@
+//! Pure types and arithmetic: no I/O, no async.
+
+mod audit;
+mod cluster_time;
+mod health;
+mod lease;
+mod oplog_window;
+mod resume_token;
+
+pub use audit::AuditRecord;
+pub use cluster_time::ClusterTime;
+pub use health::{HealthThresholds, LeaseHealth, LeaseStatus};
+pub use lease::{Fence, Lease, LockKind, ResumePoint, WatchTarget};
+pub use oplog_window::OplogWindow;
+pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};

@@ -1,0 +1,77 @@
+//! Document writes used by handlers (fenced) and by applications (plain).
+
+use std::future::Future;
+
+use bson::{Bson, Document};
+
+use super::{Namespace, StoreResult};
+use crate::model::Fence;
+
+/// The field a lease-fenced document stores its writer's lease version in.
+pub const LEASE_FENCE_FIELD: &str = "_fence";
+/// The field a source-versioned document stores the source version in.
+pub const SOURCE_VERSION_FIELD: &str = "_v";
+
+/// The two fencing patterns of DESIGN §3.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteFence {
+    /// Applied where the stored `_fence` ≤ the lease version (or the document is new).
+    Lease(Fence),
+    /// Applied where the stored `_v` < the source document's version (or it is new).
+    SourceVersion(i64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Applied,
+    /// The fence refused the write (matched nothing, or 11000 on the upsert). For a
+    /// lease fence a newer holder has written: the caller has lost the lock. For a
+    /// source version the change was already applied: a replay, safe to skip.
+    Stale,
+}
+
+pub trait DocumentStore: Send + Sync {
+    /// Upserts `fields` (`$set`) into document `id` if the fence admits it, and stores the fence.
+    fn fenced_upsert(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+        fence: &WriteFence,
+        fields: Document,
+    ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
+
+    /// Sets `members.<member> = {v: version, value}` in document `id` if the stored
+    /// member's `v` is below `version` (source-version fence per member), and
+    /// recomputes `counts` (value → number of members holding it) in the same write.
+    fn fenced_member_upsert(
+        &self,
+        ns: &Namespace,
+        id: &str,
+        member: &str,
+        version: i64,
+        value: Option<&str>,
+    ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
+
+    fn find_one(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+    ) -> impl Future<Output = StoreResult<Option<Document>>> + Send;
+
+    /// Every document of the collection, sorted by `_id`.
+    fn find_all(&self, ns: &Namespace) -> impl Future<Output = StoreResult<Vec<Document>>> + Send;
+
+    /// Unfenced insert-or-replace by `_id`: the application's own writes.
+    fn put(
+        &self,
+        ns: &Namespace,
+        document: Document,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Replaces the whole collection with `documents` (a rebuild's output).
+    fn replace_all(
+        &self,
+        ns: &Namespace,
+        documents: Vec<Document>,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+}

@@ -1,0 +1,49 @@
+use thiserror::Error;
+
+/// Every way a store call can fail, classified by what the caller should do about it.
+#[derive(Debug, Clone, Error)]
+pub enum StoreError {
+    /// No server could be reached in time; nothing was written.
+    #[error("cannot reach the database: {0}")]
+    Unreachable(String),
+    /// A network error after the request may have been sent: the write may or may not
+    /// have been applied. Conditional writes make a retry safe.
+    #[error("network error talking to the database: {0}")]
+    Network(String),
+    /// The user lacks a privilege; `hint` names the role that grants it.
+    #[error("not permitted to {action}: {detail} (grant {hint})")]
+    NotPermitted {
+        action: String,
+        detail: String,
+        hint: String,
+    },
+    #[error("authentication failed: {0}")]
+    Authentication(String),
+    /// The resume point is older than the oldest history the server keeps (286, 280).
+    #[error("change stream history lost (code {code}): {message}")]
+    HistoryLost { code: i32, message: String },
+    #[error("write concern not satisfied: {0}")]
+    WriteConcern(String),
+    #[error("server error {code}: {message}")]
+    Command { code: i32, message: String },
+    /// A document or reply had a shape this program cannot read.
+    #[error("malformed {what}: {detail}")]
+    Malformed { what: String, detail: String },
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The store was shut down (sandbox) or the watch ended.
+    #[error("the store connection was closed")]
+    Closed,
+}
+
+impl StoreError {
+    /// Errors after which the same conditional call may be tried once more.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Network(_) | StoreError::Unreachable(_) | StoreError::WriteConcern(_)
+        )
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;

@@ -1,0 +1,25 @@
+//! The ports the engine, operator actions and console need from a database, and
+//! their implementations: `sandbox` (in-process) and `mongo` (the official driver).
+
+mod documents;
+mod error;
+mod feed;
+mod leases;
+mod namespace;
+
+pub use documents::{
+    DocumentStore, WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+};
+pub use error::{StoreError, StoreResult};
+pub use feed::{
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, OperationType, StartPoint,
+};
+pub use leases::{
+    AcquireOutcome, AcquireRequest, AuditContext, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
+    OperatorChange, OperatorOutcome, ResumeChange, Tenure, TenureWrite,
+};
+pub use namespace::Namespace;
+
+/// Everything a listener needs from one database.
+pub trait Store: LeaseStore + ChangeFeed + DocumentStore + Clone + 'static {}
+impl<T: LeaseStore + ChangeFeed + DocumentStore + Clone + 'static> Store for T {}
