@@ -6,6 +6,7 @@ mod error;
 mod feed;
 mod leases;
 mod namespace;
+pub mod sandbox;
 
 pub use documents::{
     DocumentStore, WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,

@@ -1,0 +1,5 @@
+//! The sample application of DESIGN §8 and a workload that exercises it.
+
+pub mod orders;
+pub mod pets;
+pub mod workload;

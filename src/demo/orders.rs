@@ -1,0 +1,76 @@
+//! The second resource: `shop.orders` changes published in order, at least once,
+//! to an outbox. Each message is fenced by the lease version and keyed by the
+//! change, so a re-delivery never makes a second message and a fenced-out
+//! holder's late message is refused.
+
+use bson::{doc, Bson};
+
+use crate::engine::fenced::write_with_lease_fence;
+use crate::engine::{Handler, HandlerError};
+use crate::model::Fence;
+use crate::store::{ChangeEvent, DocumentStore, Namespace, OperationType};
+
+pub const ORDERS_RESOURCE: &str = "shop.orders";
+
+pub fn orders_ns() -> Namespace {
+    Namespace::new("shop", "orders")
+}
+
+pub fn outbox_ns() -> Namespace {
+    Namespace::new("shop", "outbox")
+}
+
+/// The message id of a change: the order and the change's place in history.
+pub fn message_id(event: &ChangeEvent) -> String {
+    let order = event
+        .document_key
+        .get("_id")
+        .map(|id| match id {
+            Bson::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .unwrap_or_default();
+    format!(
+        "{order}@{}.{}",
+        event.cluster_time.secs, event.cluster_time.inc
+    )
+}
+
+#[derive(Clone)]
+pub struct OrderOutbox<S> {
+    store: S,
+}
+
+impl<S: DocumentStore + Clone + 'static> OrderOutbox<S> {
+    pub fn new(store: S) -> Self {
+        Self { store }
+    }
+}
+
+impl<S: DocumentStore + Clone + 'static> Handler for OrderOutbox<S> {
+    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
+        for event in events {
+            let operation = match &event.operation {
+                OperationType::Insert => "created",
+                OperationType::Update | OperationType::Replace => "changed",
+                OperationType::Delete => "deleted",
+                OperationType::Other(_) => continue,
+            };
+            let fields = doc! {
+                "order": event.document_key.get("_id").cloned().unwrap_or(Bson::Null),
+                "event": operation,
+                "status": event.full_document.as_ref().and_then(|d| d.get_str("status").ok()),
+                "clusterTime": bson::Timestamp::from(event.cluster_time),
+            };
+            write_with_lease_fence(
+                &self.store,
+                &outbox_ns(),
+                &Bson::String(message_id(event)),
+                fence,
+                fields,
+            )
+            .await?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! The pet application of DESIGN §8: animals, and per tag the count of animals at
+//! each location, maintained incrementally and rebuildable from scratch.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bson::{doc, Bson, Document};
+
+use crate::engine::{Handler, HandlerError};
+use crate::model::Fence;
+use crate::store::{ChangeEvent, DocumentStore, Namespace, StoreResult, WriteOutcome};
+
+pub const LOCATIONS: [&str; 3] = ["house", "backyard", "frontyard"];
+pub const TAGS: [&str; 6] = ["fluffy", "loud", "sleepy", "hungry", "striped", "tiny"];
+/// The lease resource of the incremental aggregate listener.
+pub const PET_RESOURCE: &str = "pet-aggregates";
+
+pub fn animals_ns() -> Namespace {
+    Namespace::new("demo", "animals")
+}
+
+pub fn aggregates_ns() -> Namespace {
+    Namespace::new("demo", "tag_locations")
+}
+
+/// Per tag, per location, how many animals: the aggregate's meaning.
+pub type TagCounts = BTreeMap<String, BTreeMap<String, i64>>;
+
+/// One animal as the handler reads it from a change's full document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Animal {
+    pub id: String,
+    pub location: String,
+    pub tags: Vec<String>,
+    pub version: i64,
+}
+
+impl Animal {
+    pub fn from_document(document: &Document) -> Result<Self, String> {
+        let id = document
+            .get_str("_id")
+            .map_err(|_| "animal without a string _id".to_string())?;
+        let field = |name: &str| format!("animal {id} has no valid {name:?}");
+        Ok(Self {
+            id: id.to_string(),
+            location: document
+                .get_str("location")
+                .map_err(|_| field("location"))?
+                .to_string(),
+            tags: document
+                .get_array("tags")
+                .map_err(|_| field("tags"))?
+                .iter()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect(),
+            version: document.get_i64("v").map_err(|_| field("v"))?,
+        })
+    }
+
+    pub fn to_document(&self, name: &str) -> Document {
+        doc! {
+            "_id": &self.id,
+            "name": name,
+            "location": &self.location,
+            "tags": &self.tags,
+            "v": self.version,
+        }
+    }
+}
+
+/// Every tag whose membership a change may touch: the known ones plus the animal's own.
+fn tags_to_write(animal_tags: &[String]) -> BTreeSet<String> {
+    TAGS.iter()
+        .map(|t| t.to_string())
+        .chain(animal_tags.iter().cloned())
+        .collect()
+}
+
+/// The incremental handler: each animal's membership in each tag document is
+/// fenced by the animal's version, so replays never double count.
+#[derive(Clone)]
+pub struct PetAggregates<S> {
+    store: S,
+}
+
+impl<S: DocumentStore + Clone + 'static> PetAggregates<S> {
+    pub fn new(store: S) -> Self {
+        Self { store }
+    }
+
+    /// Applies one change; returns how many tag documents it changed (0 for a replay).
+    pub async fn apply(&self, event: &ChangeEvent) -> Result<usize, HandlerError> {
+        let key = event.document_key.get_str("_id").map_err(|_| {
+            HandlerError::Failed(format!(
+                "change at {} has no string _id",
+                event.cluster_time
+            ))
+        })?;
+        // Ids are never reused, so a delete is the animal's last version.
+        let (version, location, tags) = match &event.full_document {
+            Some(document) => {
+                let animal = Animal::from_document(document).map_err(HandlerError::Failed)?;
+                (animal.version, Some(animal.location), animal.tags)
+            }
+            None => (i64::MAX, None, Vec::new()),
+        };
+        let mut changed = 0;
+        for tag in tags_to_write(&tags) {
+            let value = location.as_deref().filter(|_| tags.contains(&tag));
+            let outcome = self
+                .store
+                .fenced_member_upsert(&aggregates_ns(), &tag, key, version, value)
+                .await?;
+            if outcome == WriteOutcome::Applied {
+                changed += 1;
+            }
+        }
+        Ok(changed)
+    }
+}
+
+impl<S: DocumentStore + Clone + 'static> Handler for PetAggregates<S> {
+    async fn handle(&mut self, events: &[ChangeEvent], _fence: &Fence) -> Result<(), HandlerError> {
+        for event in events {
+            self.apply(event).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The from-scratch rebuild: every tag document recomputed from the animals.
+/// Returns the number of animals read.
+pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
+    let animals = read_animals(store).await?;
+    let mut tags: BTreeSet<String> = TAGS.iter().map(|t| t.to_string()).collect();
+    for animal in &animals {
+        tags.extend(animal.tags.iter().cloned());
+    }
+    let documents = tags
+        .iter()
+        .map(|tag| {
+            let mut members = Document::new();
+            let mut counts = Document::new();
+            for animal in &animals {
+                let value = animal
+                    .tags
+                    .contains(tag)
+                    .then_some(animal.location.as_str());
+                members.insert(
+                    animal.id.as_str(),
+                    doc! {"v": animal.version, "value": value},
+                );
+                if let Some(location) = value {
+                    let current = counts.get_i64(location).unwrap_or(0);
+                    counts.insert(location, current + 1);
+                }
+            }
+            doc! {"_id": tag.as_str(), "members": members, "counts": counts}
+        })
+        .collect();
+    store.replace_all(&aggregates_ns(), documents).await?;
+    Ok(animals.len())
+}
+
+pub async fn read_animals(store: &impl DocumentStore) -> StoreResult<Vec<Animal>> {
+    Ok(store
+        .find_all(&animals_ns())
+        .await?
+        .iter()
+        .filter_map(|d| Animal::from_document(d).ok())
+        .collect())
+}
+
+/// What the aggregate should say, computed directly from the animals.
+pub fn expected_counts(animals: &[Animal]) -> TagCounts {
+    let mut counts = TagCounts::new();
+    for animal in animals {
+        for tag in &animal.tags {
+            *counts
+                .entry(tag.clone())
+                .or_default()
+                .entry(animal.location.clone())
+                .or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// What the aggregate documents say (zero counts left out).
+pub async fn stored_counts(store: &impl DocumentStore) -> StoreResult<TagCounts> {
+    let mut counts = TagCounts::new();
+    for document in store.find_all(&aggregates_ns()).await? {
+        let Ok(tag) = document.get_str("_id") else {
+            continue;
+        };
+        let Ok(by_location) = document.get_document("counts") else {
+            continue;
+        };
+        for (location, count) in by_location {
+            let n = match count {
+                Bson::Int64(n) => *n,
+                Bson::Int32(n) => i64::from(*n),
+                _ => 0,
+            };
+            if n != 0 {
+                counts
+                    .entry(tag.to_string())
+                    .or_default()
+                    .insert(location.clone(), n);
+            }
+        }
+    }
+    Ok(counts)
+}

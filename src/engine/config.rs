@@ -1,0 +1,84 @@
+//! How one listener behaves.
+
+use std::time::Duration;
+
+use crate::model::{LockKind, WatchTarget};
+use crate::store::Namespace;
+
+/// Where a listener without any resume point starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Bootstrap {
+    /// From the oldest oplog entry, so nothing written before the first listener is missed.
+    /// Refuses to start where the oplog cannot be read.
+    #[default]
+    Oldest,
+    /// From now: changes made before the first commit are skipped. Only when configured.
+    Now,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListenerConfig {
+    /// The lease `_id`: the resource this listener owns exclusively.
+    pub resource: String,
+    /// This process's identity as a holder; unique per listener instance.
+    pub listener_id: String,
+    /// The namespace whose changes are handled.
+    pub watch: Namespace,
+    pub kind: LockKind,
+    /// How long a lease lasts without a refresh or commit.
+    pub lease: Duration,
+    /// The holder refreshes after this share of the lease has passed.
+    pub refresh_fraction: f64,
+    pub batch_size: u32,
+    /// How long one read waits for changes before the loop looks at its timers.
+    pub max_batch_wait: Duration,
+    /// An idle holder commits the post-batch token this often.
+    pub heartbeat: Duration,
+    /// Rotation: after holding this long, finish the batch, commit and release.
+    pub max_tenure: Option<Duration>,
+    pub bootstrap: Bootstrap,
+    /// Pause after a store error or failed batch before trying again.
+    pub retry_backoff: Duration,
+}
+
+impl ListenerConfig {
+    pub fn new(
+        resource: impl Into<String>,
+        listener_id: impl Into<String>,
+        watch: Namespace,
+    ) -> Self {
+        Self {
+            resource: resource.into(),
+            listener_id: listener_id.into(),
+            watch,
+            kind: LockKind::Update,
+            lease: Duration::from_secs(10),
+            refresh_fraction: 1.0 / 3.0,
+            batch_size: 1,
+            max_batch_wait: Duration::from_millis(500),
+            heartbeat: Duration::from_secs(5),
+            max_tenure: None,
+            bootstrap: Bootstrap::Oldest,
+            retry_backoff: Duration::from_secs(1),
+        }
+    }
+
+    pub fn refresh_interval(&self) -> Duration {
+        self.lease.mul_f64(self.refresh_fraction.clamp(0.05, 0.9))
+    }
+
+    /// Reads never wait past the next refresh, so a quiet stream cannot starve it.
+    pub fn read_wait(&self) -> Duration {
+        self.max_batch_wait
+            .min(self.refresh_interval())
+            .min(self.heartbeat)
+    }
+
+    pub fn watch_target(&self) -> WatchTarget {
+        WatchTarget {
+            db: self.watch.db.clone(),
+            coll: self.watch.coll.clone(),
+            pipeline: String::new(),
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! The listener runtime of DESIGN §3: acquire → resume/bootstrap → stream → handle
+//! → commit → refresh, with standby, rotation, lost-lock and history-lost handling.
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use super::standby::{wait_for_vacancy, Vacancy};
+use super::status::{ListenerSnapshot, ListenerState, RateMeter};
+use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
+use crate::model::{Lease, ResumePoint, ResumeToken};
+use crate::store::{
+    AcquireOutcome, AcquireRequest, ChangeStream, FeedOptions, StartPoint, Store, StoreError,
+    Tenure, TenureWrite,
+};
+
+/// Why a listener's `run` returned.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListenerExit {
+    /// Shut down on request, lease released.
+    Stopped,
+    /// The resume point is gone from the oplog; an operator must rewind or reset.
+    HistoryLost(String),
+    /// Refused to start; the reason says what to configure or grant.
+    Refused(String),
+}
+
+/// How one tenure (holding one version of the lease) ended.
+enum TenureEnd {
+    Shutdown,
+    LostLock(String),
+    Rotated,
+    HistoryLost(String),
+    Refused(String),
+    /// A store or handler error: back off and start over from the last commit.
+    Failed(String),
+}
+
+pub struct Listener<S: Store, H: Handler> {
+    store: S,
+    config: ListenerConfig,
+    handler: H,
+    status: watch::Sender<ListenerSnapshot>,
+    shutdown: CancellationToken,
+    rate: RateMeter,
+}
+
+impl<S: Store, H: Handler> Listener<S, H> {
+    pub fn new(store: S, config: ListenerConfig, handler: H, shutdown: CancellationToken) -> Self {
+        let (status, _) =
+            watch::channel(ListenerSnapshot::new(&config.resource, &config.listener_id));
+        Self {
+            store,
+            config,
+            handler,
+            status,
+            shutdown,
+            rate: RateMeter::new(),
+        }
+    }
+
+    /// A live view of this listener's state and counters.
+    pub fn subscribe(&self) -> watch::Receiver<ListenerSnapshot> {
+        self.status.subscribe()
+    }
+
+    pub async fn run(mut self) -> ListenerExit {
+        let exit = self.run_until_exit().await;
+        self.status.send_modify(|s| {
+            s.version = None;
+            s.state = match &exit {
+                ListenerExit::Stopped => ListenerState::Stopped,
+                ListenerExit::HistoryLost(e) => {
+                    s.last_error = Some(e.clone());
+                    ListenerState::HistoryLost
+                }
+                ListenerExit::Refused(e) => {
+                    s.last_error = Some(e.clone());
+                    ListenerState::Refused
+                }
+            };
+        });
+        exit
+    }
+
+    async fn run_until_exit(&mut self) -> ListenerExit {
+        let mut cooldown: Option<Duration> = None;
+        loop {
+            if self.shutdown.is_cancelled() {
+                return ListenerExit::Stopped;
+            }
+            if let Some(pause) = cooldown.take() {
+                if self.pause(pause).await.is_err() {
+                    return ListenerExit::Stopped;
+                }
+            }
+            self.set_state(ListenerState::Acquiring);
+            match self.store.acquire(&self.acquire_request()).await {
+                Ok(AcquireOutcome::Acquired(lease)) => match self.hold(lease).await {
+                    TenureEnd::Shutdown => return ListenerExit::Stopped,
+                    TenureEnd::HistoryLost(e) => return ListenerExit::HistoryLost(e),
+                    TenureEnd::Refused(e) => return ListenerExit::Refused(e),
+                    TenureEnd::LostLock(reason) => {
+                        tracing::warn!(resource = %self.config.resource, %reason, "lost the lease");
+                        self.status.send_modify(|s| {
+                            s.state = ListenerState::LostLock;
+                            s.version = None;
+                            s.last_error = Some(reason);
+                        });
+                    }
+                    TenureEnd::Rotated => cooldown = Some(self.config.refresh_interval()),
+                    TenureEnd::Failed(error) => {
+                        self.record_error(error);
+                        cooldown = Some(self.config.retry_backoff);
+                    }
+                },
+                Ok(AcquireOutcome::HeldByOther) => {
+                    self.set_state(ListenerState::Standby);
+                    match wait_for_vacancy(&self.store, &self.config, &self.shutdown).await {
+                        Ok(Vacancy::Maybe) => {}
+                        Ok(Vacancy::Shutdown) => return ListenerExit::Stopped,
+                        Err(e) => {
+                            self.record_error(e.to_string());
+                            cooldown = Some(self.config.retry_backoff);
+                        }
+                    }
+                }
+                Err(e) => {
+                    self.record_error(e.to_string());
+                    cooldown = Some(self.config.retry_backoff);
+                }
+            }
+        }
+    }
+
+    fn acquire_request(&self) -> AcquireRequest {
+        AcquireRequest {
+            resource: self.config.resource.clone(),
+            listener: self.config.listener_id.clone(),
+            kind: self.config.kind,
+            lease: self.config.lease,
+            watch: Some(self.config.watch_target()),
+        }
+    }
+
+    /// Holds one version of the lease until it is lost, released or the listener stops.
+    async fn hold(&mut self, lease: Lease) -> TenureEnd {
+        let Some(tenure) = Tenure::of(&lease) else {
+            return TenureEnd::Failed("acquired a lease without a holder".into());
+        };
+        let fence = lease.fence();
+        self.status.send_modify(|s| {
+            s.version = Some(tenure.version);
+            s.last_committed = lease.resume_point().time();
+        });
+        let start = match self.start_point(&lease).await {
+            Ok(start) => start,
+            Err(end) => return self.give_back(&tenure, end).await,
+        };
+        let options = FeedOptions {
+            batch_size: self.config.batch_size,
+            max_await: self.config.read_wait(),
+        };
+        let mut stream = match self.store.open(&self.config.watch, start, options).await {
+            Ok(stream) => stream,
+            Err(e) => return self.give_back(&tenure, classify(e)).await,
+        };
+        self.set_state(ListenerState::Streaming);
+
+        let refresh_every = self.config.refresh_interval();
+        let started = Instant::now();
+        let mut next_refresh = started + refresh_every;
+        let mut last_commit = started;
+        let mut committed: Option<ResumeToken> = lease.resume_token.clone();
+        loop {
+            let batch = tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => {
+                    let _ = self.store.release(&tenure).await;
+                    return TenureEnd::Shutdown;
+                }
+                batch = stream.next_batch() => batch,
+            };
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(e) => return self.give_back(&tenure, classify(e)).await,
+            };
+            let count = batch.events.len();
+            let to_commit = if count > 0 {
+                match self.handler.handle(&batch.events, &fence).await {
+                    Ok(()) => {}
+                    Err(HandlerError::Fenced(reason)) => {
+                        return TenureEnd::LostLock(format!("stale fenced write: {reason}"))
+                    }
+                    Err(e) => {
+                        return self
+                            .give_back(&tenure, TenureEnd::Failed(e.to_string()))
+                            .await
+                    }
+                }
+                self.set_state(ListenerState::Committing);
+                batch.resume_token
+            } else {
+                let heartbeat_due =
+                    committed.is_none() || last_commit.elapsed() >= self.config.heartbeat;
+                batch
+                    .resume_token
+                    .filter(|t| heartbeat_due && committed.as_ref() != Some(t))
+            };
+            if let Some(token) = to_commit {
+                match self.store.commit(&tenure, &token, self.config.lease).await {
+                    Ok(TenureWrite::Done) => {
+                        let now = Instant::now();
+                        last_commit = now;
+                        next_refresh = now + refresh_every;
+                        let time = token.time();
+                        committed = Some(token);
+                        // Events count once their commit landed: a fenced-out batch is not progress.
+                        let rate = self.rate.record(count as u64);
+                        self.status.send_modify(|s| {
+                            if count > 0 {
+                                s.events += count as u64;
+                                s.batches += 1;
+                                s.last_batch_size = count;
+                            }
+                            s.events_per_sec = rate;
+                            s.commits += 1;
+                            s.last_committed = time;
+                            s.state = ListenerState::Streaming;
+                        });
+                    }
+                    Ok(TenureWrite::LostLock) => {
+                        return TenureEnd::LostLock(format!(
+                            "commit of version {} matched nothing",
+                            tenure.version
+                        ))
+                    }
+                    Err(e) => {
+                        return self
+                            .give_back(&tenure, TenureEnd::Failed(e.to_string()))
+                            .await
+                    }
+                }
+            }
+            if Instant::now() >= next_refresh {
+                match self.store.acquire(&self.acquire_request()).await {
+                    Ok(AcquireOutcome::Acquired(l)) if l.version == tenure.version => {
+                        next_refresh = Instant::now() + refresh_every;
+                    }
+                    Ok(_) => {
+                        return TenureEnd::LostLock(format!(
+                            "refresh of version {} failed",
+                            tenure.version
+                        ))
+                    }
+                    Err(e) => return TenureEnd::Failed(e.to_string()),
+                }
+            }
+            if self
+                .config
+                .max_tenure
+                .is_some_and(|max| started.elapsed() >= max)
+            {
+                let _ = self.store.release(&tenure).await;
+                return TenureEnd::Rotated;
+            }
+        }
+    }
+
+    /// Bootstrap order: committed token, operator's `resumeAt`, oldest oplog entry.
+    async fn start_point(&mut self, lease: &Lease) -> Result<StartPoint, TenureEnd> {
+        match lease.resume_point() {
+            ResumePoint::Token(token) => Ok(StartPoint::After(token)),
+            ResumePoint::At(time) => Ok(StartPoint::At(time)),
+            ResumePoint::Oldest => match self.config.bootstrap {
+                Bootstrap::Now => Ok(StartPoint::Now),
+                Bootstrap::Oldest => match self.store.oplog_window().await {
+                    Ok(window) => Ok(StartPoint::At(window.first)),
+                    Err(e @ StoreError::NotPermitted { .. }) => Err(TenureEnd::Refused(format!(
+                        "{} has no resume point and the oplog cannot be read to start from its oldest entry: {e}. \
+                         Grant the role, or set bootstrap = \"now\" to skip changes made before the first commit",
+                        self.config.resource
+                    ))),
+                    Err(e) => Err(TenureEnd::Failed(e.to_string())),
+                },
+            },
+        }
+    }
+
+    /// Ends a tenure that did not lose its lease: release it so a standby need not wait for expiry.
+    async fn give_back(&mut self, tenure: &Tenure, end: TenureEnd) -> TenureEnd {
+        if let Err(e) = self.store.release(tenure).await {
+            tracing::warn!(resource = %tenure.resource, error = %e, "could not release the lease");
+        }
+        end
+    }
+
+    /// Sleeps, or returns `Err` when shut down meanwhile.
+    async fn pause(&mut self, pause: Duration) -> Result<(), ()> {
+        tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => Err(()),
+            () = sleep_until(Instant::now() + pause) => Ok(()),
+        }
+    }
+
+    fn set_state(&self, state: ListenerState) {
+        self.status.send_if_modified(|s| {
+            let changed = s.state != state;
+            s.state = state;
+            if state == ListenerState::Standby {
+                s.version = None;
+            }
+            changed
+        });
+    }
+
+    fn record_error(&self, error: String) {
+        tracing::warn!(resource = %self.config.resource, %error, "listener error");
+        self.status.send_modify(|s| s.last_error = Some(error));
+    }
+}
+
+fn classify(error: StoreError) -> TenureEnd {
+    match error {
+        StoreError::HistoryLost { .. } => TenureEnd::HistoryLost(format!(
+            "{error}. The listener stopped; rewind or reset the lease to recover"
+        )),
+        StoreError::InvalidArgument(_) => TenureEnd::Refused(error.to_string()),
+        other => TenureEnd::Failed(other.to_string()),
+    }
+}

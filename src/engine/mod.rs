@@ -1,0 +1,15 @@
+//! The listener runtime: one `Listener` per process and resource, many processes per resource.
+
+mod config;
+pub mod fenced;
+mod handler;
+mod listener;
+mod standby;
+mod status;
+mod supervisor;
+
+pub use config::{Bootstrap, ListenerConfig};
+pub use handler::{Handler, HandlerError, NoopHandler};
+pub use listener::{Listener, ListenerExit};
+pub use status::{ListenerSnapshot, ListenerState, RateMeter};
+pub use supervisor::ListenerHandle;

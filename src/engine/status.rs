@@ -1,0 +1,126 @@
+//! What a running listener shows to the console: its state and counters.
+
+use std::fmt;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::model::ClusterTime;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListenerState {
+    Starting,
+    Standby,
+    Acquiring,
+    Streaming,
+    Committing,
+    /// The lease was taken away; the listener stopped processing and goes back to standby.
+    LostLock,
+    /// The resume point fell off the oplog: stopped until an operator recovers it.
+    HistoryLost,
+    /// Would not start (e.g. no oplog access and no explicit `bootstrap = "now"`).
+    Refused,
+    Stopped,
+}
+
+impl ListenerState {
+    pub fn label(self) -> &'static str {
+        match self {
+            ListenerState::Starting => "starting",
+            ListenerState::Standby => "standby",
+            ListenerState::Acquiring => "acquiring",
+            ListenerState::Streaming => "streaming",
+            ListenerState::Committing => "committing",
+            ListenerState::LostLock => "lost",
+            ListenerState::HistoryLost => "history-lost",
+            ListenerState::Refused => "refused",
+            ListenerState::Stopped => "stopped",
+        }
+    }
+
+    /// Whether the listener has ended and will do nothing more.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            ListenerState::HistoryLost | ListenerState::Refused | ListenerState::Stopped
+        )
+    }
+}
+
+impl fmt::Display for ListenerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListenerSnapshot {
+    pub resource: String,
+    pub listener_id: String,
+    pub state: ListenerState,
+    /// The fencing version while holding.
+    pub version: Option<i64>,
+    pub events: u64,
+    pub batches: u64,
+    pub last_batch_size: usize,
+    pub events_per_sec: f64,
+    pub commits: u64,
+    pub last_committed: Option<ClusterTime>,
+    pub last_error: Option<String>,
+}
+
+impl ListenerSnapshot {
+    pub fn new(resource: &str, listener_id: &str) -> Self {
+        Self {
+            resource: resource.to_string(),
+            listener_id: listener_id.to_string(),
+            state: ListenerState::Starting,
+            version: None,
+            events: 0,
+            batches: 0,
+            last_batch_size: 0,
+            events_per_sec: 0.0,
+            commits: 0,
+            last_committed: None,
+            last_error: None,
+        }
+    }
+}
+
+/// Events per second over windows of at least one second.
+#[derive(Debug)]
+pub struct RateMeter {
+    window_start: Instant,
+    events_in_window: u64,
+    rate: f64,
+}
+
+impl RateMeter {
+    const WINDOW: Duration = Duration::from_secs(1);
+
+    pub fn new() -> Self {
+        Self {
+            window_start: Instant::now(),
+            events_in_window: 0,
+            rate: 0.0,
+        }
+    }
+
+    /// Counts `events` and returns the latest full-window rate.
+    pub fn record(&mut self, events: u64) -> f64 {
+        self.events_in_window += events;
+        let elapsed = self.window_start.elapsed();
+        if elapsed >= Self::WINDOW {
+            self.rate = self.events_in_window as f64 / elapsed.as_secs_f64();
+            self.window_start = Instant::now();
+            self.events_in_window = 0;
+        }
+        self.rate
+    }
+}
+
+impl Default for RateMeter {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,48 @@
+//! Running listeners as tasks and stopping them.
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Handler, Listener, ListenerConfig, ListenerExit, ListenerSnapshot};
+use crate::store::Store;
+
+/// A listener running on its own task.
+pub struct ListenerHandle {
+    pub status: watch::Receiver<ListenerSnapshot>,
+    shutdown: CancellationToken,
+    task: JoinHandle<ListenerExit>,
+}
+
+impl ListenerHandle {
+    pub fn spawn<S: Store, H: Handler>(store: S, config: ListenerConfig, handler: H) -> Self {
+        let shutdown = CancellationToken::new();
+        let listener = Listener::new(store, config, handler, shutdown.clone());
+        let status = listener.subscribe();
+        let task = tokio::spawn(listener.run());
+        Self {
+            status,
+            shutdown,
+            task,
+        }
+    }
+
+    pub fn snapshot(&self) -> ListenerSnapshot {
+        self.status.borrow().clone()
+    }
+
+    /// Graceful: finish the current batch, commit, release the lease.
+    pub async fn stop(self) -> Option<ListenerExit> {
+        self.shutdown.cancel();
+        self.task.await.ok()
+    }
+
+    /// A crash: the task dies where it is, without committing or releasing.
+    pub fn crash(self) {
+        self.task.abort();
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.task.is_finished()
+    }
+}

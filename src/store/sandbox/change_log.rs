@@ -1,0 +1,214 @@
+//! A capacity-bounded change log with strictly increasing cluster times: the
+//! sandbox's oplog. When it is full the oldest entries fall off, the window moves,
+//! and a reader whose position has fallen off loses its history for real.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::model::{ClusterTime, OplogWindow};
+use crate::store::ChangeEvent;
+
+/// An entry and its position in the log.
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    pub seq: u64,
+    pub event: Arc<ChangeEvent>,
+}
+
+#[derive(Debug)]
+pub struct ChangeLog {
+    entries: VecDeque<LogEntry>,
+    capacity: usize,
+    next_seq: u64,
+    /// The time of the newest entry that fell off, if any did.
+    dropped_through: Option<ClusterTime>,
+    last_time: ClusterTime,
+}
+
+/// Why a position cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HistoryLost;
+
+impl ChangeLog {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            entries: VecDeque::new(),
+            capacity: capacity.max(1),
+            next_seq: 1,
+            dropped_through: None,
+            last_time: ClusterTime::default(),
+        }
+    }
+
+    /// The next cluster time: the wall-clock second if it moved on, else the next increment.
+    pub fn next_time(&self, wall_secs: u32) -> ClusterTime {
+        if wall_secs > self.last_time.secs {
+            ClusterTime::new(wall_secs, 1)
+        } else {
+            ClusterTime::new(self.last_time.secs, self.last_time.inc + 1)
+        }
+    }
+
+    pub fn last_time(&self) -> ClusterTime {
+        self.last_time
+    }
+
+    /// Appends an event whose `cluster_time` came from `next_time`.
+    pub fn append(&mut self, event: ChangeEvent) -> u64 {
+        debug_assert!(event.cluster_time > self.last_time);
+        self.last_time = event.cluster_time;
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.entries.push_back(LogEntry {
+            seq,
+            event: Arc::new(event),
+        });
+        while self.entries.len() > self.capacity {
+            if let Some(dropped) = self.entries.pop_front() {
+                self.dropped_through = Some(dropped.event.cluster_time);
+            }
+        }
+        seq
+    }
+
+    /// First and last entry; an empty log spans only its last time.
+    pub fn window(&self) -> OplogWindow {
+        match (self.entries.front(), self.entries.back()) {
+            (Some(first), Some(last)) => {
+                OplogWindow::new(first.event.cluster_time, last.event.cluster_time)
+            }
+            _ => OplogWindow::new(self.last_time, self.last_time),
+        }
+    }
+
+    /// The sequence number a reader resuming after `time` reads next.
+    pub fn position_after(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
+        if self.dropped_through.is_some_and(|dropped| dropped > time) {
+            return Err(HistoryLost);
+        }
+        Ok(self.first_seq()
+            + self
+                .entries
+                .partition_point(|e| e.event.cluster_time <= time) as u64)
+    }
+
+    /// The sequence number a reader starting at `time` (inclusive) reads next.
+    pub fn position_at(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
+        if self.dropped_through.is_some_and(|dropped| dropped >= time) {
+            return Err(HistoryLost);
+        }
+        Ok(self.first_seq()
+            + self
+                .entries
+                .partition_point(|e| e.event.cluster_time < time) as u64)
+    }
+
+    /// The position after everything written so far.
+    pub fn end(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Entries from `seq` on, at most `limit` of them passing `keep`, and the
+    /// position after the last entry scanned.
+    pub fn read_from(
+        &self,
+        seq: u64,
+        limit: usize,
+        mut keep: impl FnMut(&ChangeEvent) -> bool,
+        out: &mut Vec<Arc<ChangeEvent>>,
+    ) -> Result<u64, HistoryLost> {
+        let first = self.first_seq();
+        if seq < first {
+            return Err(HistoryLost);
+        }
+        let mut next = seq;
+        let start = (seq - first) as usize;
+        for entry in self.entries.range(start.min(self.entries.len())..) {
+            if out.len() >= limit {
+                break;
+            }
+            next = entry.seq + 1;
+            if keep(&entry.event) {
+                out.push(Arc::clone(&entry.event));
+            }
+        }
+        Ok(next)
+    }
+
+    fn first_seq(&self) -> u64 {
+        self.entries.front().map_or(self.next_seq, |e| e.seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ResumeToken, TokenKind};
+    use crate::store::{Namespace, OperationType};
+    use bson::doc;
+
+    fn event(time: ClusterTime) -> ChangeEvent {
+        ChangeEvent {
+            token: ResumeToken::encode(time, TokenKind::Event, 0),
+            cluster_time: time,
+            operation: OperationType::Insert,
+            ns: Namespace::new("db", "c"),
+            document_key: doc! {"_id": 1},
+            full_document: None,
+        }
+    }
+
+    fn filled(capacity: usize, count: u32) -> ChangeLog {
+        let mut log = ChangeLog::new(capacity);
+        for _ in 0..count {
+            let time = log.next_time(100);
+            log.append(event(time));
+        }
+        log
+    }
+
+    #[test]
+    fn times_strictly_increase_even_when_the_wall_clock_does_not() {
+        let mut log = ChangeLog::new(10);
+        let a = log.next_time(100);
+        log.append(event(a));
+        let b = log.next_time(99);
+        assert!(b > a);
+        log.append(event(b));
+        assert_eq!(log.next_time(101), ClusterTime::new(101, 1));
+    }
+
+    #[test]
+    fn capacity_moves_the_window_and_loses_history() {
+        let log = filled(3, 5);
+        let window = log.window();
+        assert_eq!(window.first, ClusterTime::new(100, 3));
+        assert_eq!(window.last, ClusterTime::new(100, 5));
+        assert_eq!(
+            log.position_after(ClusterTime::new(100, 1)),
+            Err(HistoryLost)
+        );
+        assert!(
+            log.position_after(ClusterTime::new(100, 2)).is_ok(),
+            "entry 2 was the last read"
+        );
+        assert_eq!(log.position_at(ClusterTime::new(100, 2)), Err(HistoryLost));
+        assert_eq!(log.position_at(window.first), Ok(3));
+        let mut out = Vec::new();
+        assert_eq!(log.read_from(2, 10, |_| true, &mut out), Err(HistoryLost));
+        assert_eq!(log.read_from(3, 10, |_| true, &mut out), Ok(6));
+        assert_eq!(out.len(), 3);
+    }
+
+    #[test]
+    fn reads_respect_limit_and_filter() {
+        let log = filled(100, 10);
+        let mut out = Vec::new();
+        let next = log
+            .read_from(1, 2, |e| e.cluster_time.inc % 2 == 0, &mut out)
+            .unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(next, 5, "scanned through entry 4, the second even one");
+        assert_eq!(log.position_after(ClusterTime::new(100, 4)), Ok(5));
+    }
+}

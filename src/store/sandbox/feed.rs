@@ -1,0 +1,155 @@
+//! Change streams over the sandbox's change log.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::change_log::HistoryLost;
+use super::{count, SandboxStore};
+use crate::model::{ClusterTime, OplogWindow, ResumeToken, TokenKind};
+use crate::store::{
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
+    StoreError, StoreResult,
+};
+
+fn history_lost(detail: &str) -> StoreError {
+    StoreError::HistoryLost {
+        code: 286,
+        message: format!("resume point is no longer in the sandbox change log ({detail})"),
+    }
+}
+
+impl From<HistoryLost> for StoreError {
+    fn from(_: HistoryLost) -> Self {
+        history_lost("the change log dropped entries this stream had not read")
+    }
+}
+
+impl ChangeFeed for SandboxStore {
+    type Stream = SandboxStream;
+
+    async fn open(
+        &self,
+        ns: &Namespace,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<SandboxStream> {
+        count(&self.inner.calls.open);
+        let state = self.lock();
+        let position = match &start {
+            StartPoint::After(token) => {
+                let time = token.time().ok_or_else(|| {
+                    StoreError::InvalidArgument(format!(
+                        "resume token {token} cannot be decoded: reset or rewind the lease"
+                    ))
+                })?;
+                state.log.position_after(time)?
+            }
+            StartPoint::At(time) => state.log.position_at(*time)?,
+            StartPoint::Now => state.log.end(),
+        };
+        // A stream that has seen nothing yet resumes where it started.
+        let resume_time = match &start {
+            StartPoint::After(token) => token.time(),
+            StartPoint::At(time) => Some(ClusterTime::from_u64(time.as_u64().saturating_sub(1))),
+            StartPoint::Now => Some(state.log.last_time()),
+        };
+        drop(state);
+        Ok(SandboxStream {
+            store: self.clone(),
+            ns: ns.clone(),
+            position,
+            resume_time,
+            options,
+            log_end: self.inner.log_end.subscribe(),
+            scratch: Vec::new(),
+        })
+    }
+
+    async fn oplog_window(&self) -> StoreResult<OplogWindow> {
+        count(&self.inner.calls.oplog_window);
+        self.require_oplog()?;
+        Ok(self.lock().log.window())
+    }
+
+    async fn cluster_time(&self) -> StoreResult<ClusterTime> {
+        count(&self.inner.calls.cluster_time);
+        let wall_secs = u32::try_from(self.inner.clock.now().timestamp()).unwrap_or(u32::MAX);
+        Ok(self
+            .lock()
+            .log
+            .last_time()
+            .max(ClusterTime::new(wall_secs, 0)))
+    }
+}
+
+/// One open change stream on a namespace.
+pub struct SandboxStream {
+    store: SandboxStore,
+    ns: Namespace,
+    /// Sequence number of the next log entry to scan.
+    position: u64,
+    /// Time of everything this stream has passed over, for the post-batch token.
+    resume_time: Option<ClusterTime>,
+    options: FeedOptions,
+    log_end: watch::Receiver<u64>,
+    scratch: Vec<Arc<ChangeEvent>>,
+}
+
+impl SandboxStream {
+    fn read(&mut self) -> StoreResult<ChangeBatch> {
+        let limit = self.options.batch_size.max(1) as usize;
+        self.scratch.clear();
+        let ns = &self.ns;
+        let state = self.store.lock();
+        self.position =
+            state
+                .log
+                .read_from(self.position, limit, |e| e.ns == *ns, &mut self.scratch)?;
+        let scanned_to = state.log.last_time();
+        drop(state);
+        let events: Vec<ChangeEvent> = self.scratch.iter().map(|e| ChangeEvent::clone(e)).collect();
+        let resume_token = match events.last() {
+            Some(last) => {
+                self.resume_time = Some(last.cluster_time);
+                Some(last.token.clone())
+            }
+            None => {
+                // Everything up to the end of the log has been scanned: a high-water mark.
+                if self.position >= *self.log_end.borrow() {
+                    self.resume_time = Some(scanned_to.max(self.resume_time.unwrap_or_default()));
+                }
+                self.resume_time
+                    .map(|time| ResumeToken::encode(time, TokenKind::HighWaterMark, 0))
+            }
+        };
+        Ok(ChangeBatch {
+            events,
+            resume_token,
+        })
+    }
+}
+
+impl ChangeStream for SandboxStream {
+    async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        count(&self.store.inner.calls.next_batch);
+        let batch = self.read()?;
+        if !batch.events.is_empty() {
+            return Ok(batch);
+        }
+        // Wait for the log to grow past what was scanned, up to max_await.
+        let position = self.position;
+        let deadline = tokio::time::sleep(self.options.max_await);
+        tokio::pin!(deadline);
+        let grew = tokio::select! {
+            biased;
+            changed = self.log_end.wait_for(|end| *end > position) => Some(changed.is_ok()),
+            () = &mut deadline => None,
+        };
+        match grew {
+            Some(true) => self.read(),
+            Some(false) => Err(StoreError::Closed),
+            None => Ok(batch),
+        }
+    }
+}

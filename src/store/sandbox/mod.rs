@@ -1,0 +1,175 @@
+//! The embedded store (DESIGN §9): MongoDB's semantics where the engine depends
+//! on them, in process, fast, and deterministic under a virtual clock.
+
+mod change_log;
+mod clock;
+mod documents;
+mod feed;
+mod history;
+mod leases;
+mod state;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::{broadcast, watch};
+
+pub use clock::Clock;
+pub use feed::SandboxStream;
+pub use history::HistoryEntry;
+pub use leases::SandboxLeaseWatch;
+
+use crate::model::ClusterTime;
+use crate::store::{LeaseChange, StoreError, StoreResult};
+use state::State;
+
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+    /// How many changes the log keeps before the oldest fall off.
+    pub log_capacity: usize,
+    /// `false` behaves like a user without `read` on `local`: no oplog window.
+    pub oplog_readable: bool,
+    /// Keep a step-by-step history for invariant checkers.
+    pub record_history: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        Self {
+            log_capacity: 100_000,
+            oplog_readable: true,
+            record_history: false,
+        }
+    }
+}
+
+/// Calls made through the ports, per method, so tests can bound them.
+#[derive(Debug, Default)]
+pub struct CallCounts {
+    pub acquire: AtomicU64,
+    pub commit: AtomicU64,
+    pub release: AtomicU64,
+    pub get: AtomicU64,
+    pub list: AtomicU64,
+    pub watch: AtomicU64,
+    pub server_now: AtomicU64,
+    pub operator_update: AtomicU64,
+    pub open: AtomicU64,
+    pub next_batch: AtomicU64,
+    pub oplog_window: AtomicU64,
+    pub cluster_time: AtomicU64,
+    pub documents: AtomicU64,
+}
+
+impl CallCounts {
+    pub fn lease_calls(&self) -> u64 {
+        [
+            &self.acquire,
+            &self.commit,
+            &self.release,
+            &self.get,
+            &self.list,
+            &self.watch,
+            &self.server_now,
+            &self.operator_update,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
+    }
+}
+
+pub(crate) fn count(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+struct Inner {
+    state: Mutex<State>,
+    clock: Clock,
+    config: SandboxConfig,
+    /// The sequence number after the newest log entry, for streams waiting on new changes.
+    log_end: watch::Sender<u64>,
+    lease_changes: broadcast::Sender<LeaseChange>,
+    calls: CallCounts,
+}
+
+/// A handle to one embedded store; clones share it.
+#[derive(Clone)]
+pub struct SandboxStore {
+    inner: Arc<Inner>,
+}
+
+impl SandboxStore {
+    pub fn new(config: SandboxConfig, clock: Clock) -> Self {
+        let state = State::new(config.log_capacity, config.record_history);
+        let (log_end, _) = watch::channel(state.log.end());
+        let (lease_changes, _) = broadcast::channel(1024);
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(state),
+                clock,
+                config,
+                log_end,
+                lease_changes,
+                calls: CallCounts::default(),
+            }),
+        }
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    pub fn calls(&self) -> &CallCounts {
+        &self.inner.calls
+    }
+
+    /// The recorded history so far (empty unless `record_history`).
+    pub fn history(&self) -> Vec<HistoryEntry> {
+        self.lock().history.clone().unwrap_or_default()
+    }
+
+    /// Drains the recorded history.
+    pub fn take_history(&self) -> Vec<HistoryEntry> {
+        self.lock()
+            .history
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// The newest cluster time written, without counting a call.
+    pub fn last_time(&self) -> ClusterTime {
+        self.lock().log.last_time()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave State half-written in a way
+        // that matters more than stopping the whole sandbox would.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn publish_log_end(&self, end: u64) {
+        self.inner.log_end.send_replace(end);
+    }
+
+    fn publish_lease(&self, change: LeaseChange) {
+        // No receivers is fine: nobody is watching.
+        let _ = self.inner.lease_changes.send(change);
+    }
+
+    fn require_oplog(&self) -> StoreResult<()> {
+        if self.inner.config.oplog_readable {
+            Ok(())
+        } else {
+            Err(StoreError::NotPermitted {
+                action: "read local.oplog.rs".into(),
+                detail: "the sandbox was started without oplog access".into(),
+                hint: "the clusterMonitor role, or read on the local database".into(),
+            })
+        }
+    }
+}
