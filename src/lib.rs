@@ -1,6 +1,7 @@
 //! streamward: a lease-fenced MongoDB change-stream listener engine and the
 //! operations console for it. See `docs/architecture.md`.
 
+pub mod cli;
 pub mod demo;
 pub mod engine;
 pub mod model;

@@ -2,4 +2,5 @@
 
 pub mod orders;
 pub mod pets;
+pub mod runtime;
 pub mod workload;

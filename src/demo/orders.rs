@@ -20,7 +20,8 @@ pub fn outbox_ns() -> Namespace {
     Namespace::new("shop", "outbox")
 }
 
-/// The message id of a change: the order and the change's place in history.
+/// The message id of a change: the order and the change's resume token, which is
+/// unique per change even when a transaction gives several changes one cluster time.
 pub fn message_id(event: &ChangeEvent) -> String {
     let order = event
         .document_key

@@ -1,7 +1,7 @@
 //! The pet application of DESIGN §8: animals, and per tag the count of animals at
 //! each location, maintained incrementally and rebuildable from scratch.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use bson::{doc, Bson, Document};
 
@@ -10,6 +10,9 @@ use crate::model::Fence;
 use crate::store::{ChangeEvent, DocumentStore, Namespace, StoreResult, WriteOutcome};
 
 pub const LOCATIONS: [&str; 3] = ["house", "backyard", "frontyard"];
+/// The tag vocabulary the aggregate counts. Other tags on an animal are not aggregated:
+/// with a fixed vocabulary every change can rewrite every tag's membership, so a tag
+/// the animal lost is cleared without reading the animal's previous state.
 pub const TAGS: [&str; 6] = ["fluffy", "loud", "sleepy", "hungry", "striped", "tiny"];
 /// The lease resource of the incremental aggregate listener.
 pub const PET_RESOURCE: &str = "pet-aggregates";
@@ -67,14 +70,6 @@ impl Animal {
     }
 }
 
-/// Every tag whose membership a change may touch: the known ones plus the animal's own.
-fn tags_to_write(animal_tags: &[String]) -> BTreeSet<String> {
-    TAGS.iter()
-        .map(|t| t.to_string())
-        .chain(animal_tags.iter().cloned())
-        .collect()
-}
-
 /// The incremental handler: each animal's membership in each tag document is
 /// fenced by the animal's version, so replays never double count.
 #[derive(Clone)]
@@ -104,11 +99,13 @@ impl<S: DocumentStore + Clone + 'static> PetAggregates<S> {
             None => (i64::MAX, None, Vec::new()),
         };
         let mut changed = 0;
-        for tag in tags_to_write(&tags) {
-            let value = location.as_deref().filter(|_| tags.contains(&tag));
+        for tag in TAGS {
+            let value = location
+                .as_deref()
+                .filter(|_| tags.iter().any(|t| t == tag));
             let outcome = self
                 .store
-                .fenced_member_upsert(&aggregates_ns(), &tag, key, version, value)
+                .fenced_member_upsert(&aggregates_ns(), tag, key, version, value)
                 .await?;
             if outcome == WriteOutcome::Applied {
                 changed += 1;
@@ -131,11 +128,7 @@ impl<S: DocumentStore + Clone + 'static> Handler for PetAggregates<S> {
 /// Returns the number of animals read.
 pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
     let animals = read_animals(store).await?;
-    let mut tags: BTreeSet<String> = TAGS.iter().map(|t| t.to_string()).collect();
-    for animal in &animals {
-        tags.extend(animal.tags.iter().cloned());
-    }
-    let documents = tags
+    let documents = TAGS
         .iter()
         .map(|tag| {
             let mut members = Document::new();
@@ -143,7 +136,8 @@ pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
             for animal in &animals {
                 let value = animal
                     .tags
-                    .contains(tag)
+                    .iter()
+                    .any(|t| t == tag)
                     .then_some(animal.location.as_str());
                 members.insert(
                     animal.id.as_str(),
@@ -154,7 +148,7 @@ pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
                     counts.insert(location, current + 1);
                 }
             }
-            doc! {"_id": tag.as_str(), "members": members, "counts": counts}
+            doc! {"_id": *tag, "members": members, "counts": counts}
         })
         .collect();
     store.replace_all(&aggregates_ns(), documents).await?;
@@ -174,7 +168,7 @@ pub async fn read_animals(store: &impl DocumentStore) -> StoreResult<Vec<Animal>
 pub fn expected_counts(animals: &[Animal]) -> TagCounts {
     let mut counts = TagCounts::new();
     for animal in animals {
-        for tag in &animal.tags {
+        for tag in animal.tags.iter().filter(|t| TAGS.contains(&t.as_str())) {
             *counts
                 .entry(tag.clone())
                 .or_default()

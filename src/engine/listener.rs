@@ -45,6 +45,27 @@ pub struct Listener<S: Store, H: Handler> {
     status: watch::Sender<ListenerSnapshot>,
     shutdown: CancellationToken,
     rate: RateMeter,
+    backoff: Backoff,
+}
+
+/// Doubles the pause after each consecutive failure, up to a minute; a commit resets it.
+#[derive(Debug, Default)]
+struct Backoff {
+    failures: u32,
+}
+
+impl Backoff {
+    const LIMIT: Duration = Duration::from_secs(60);
+
+    fn next(&mut self, base: Duration) -> Duration {
+        let pause = base.saturating_mul(1 << self.failures.min(6));
+        self.failures += 1;
+        pause.min(Self::LIMIT.max(base))
+    }
+
+    fn reset(&mut self) {
+        self.failures = 0;
+    }
 }
 
 impl<S: Store, H: Handler> Listener<S, H> {
@@ -58,6 +79,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             status,
             shutdown,
             rate: RateMeter::new(),
+            backoff: Backoff::default(),
         }
     }
 
@@ -107,13 +129,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         self.status.send_modify(|s| {
                             s.state = ListenerState::LostLock;
                             s.version = None;
+                            s.events_per_sec = 0.0;
                             s.last_error = Some(reason);
                         });
                     }
-                    TenureEnd::Rotated => cooldown = Some(self.config.refresh_interval()),
+                    TenureEnd::Rotated => {
+                        self.set_state(ListenerState::Standby);
+                        cooldown = Some(self.config.refresh_interval());
+                    }
                     TenureEnd::Failed(error) => {
                         self.record_error(error);
-                        cooldown = Some(self.config.retry_backoff);
+                        self.set_state(ListenerState::Standby);
+                        cooldown = Some(self.backoff.next(self.config.retry_backoff));
                     }
                 },
                 Ok(AcquireOutcome::HeldByOther) => {
@@ -123,13 +150,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         Ok(Vacancy::Shutdown) => return ListenerExit::Stopped,
                         Err(e) => {
                             self.record_error(e.to_string());
-                            cooldown = Some(self.config.retry_backoff);
+                            cooldown = Some(self.backoff.next(self.config.retry_backoff));
                         }
                     }
                 }
                 Err(e) => {
                     self.record_error(e.to_string());
-                    cooldown = Some(self.config.retry_backoff);
+                    cooldown = Some(self.backoff.next(self.config.retry_backoff));
                 }
             }
         }
@@ -163,7 +190,17 @@ impl<S: Store, H: Handler> Listener<S, H> {
             batch_size: self.config.batch_size,
             max_await: self.config.read_wait(),
         };
-        let mut stream = match self.store.open(&self.config.watch, start, options).await {
+        let mut opened = self.store.open(&self.config.watch, start, options).await;
+        if matches!(opened, Err(StoreError::HistoryLost { .. }))
+            && lease.resume_point() == ResumePoint::Oldest
+        {
+            // The oldest entry fell off between reading the window and opening: read it again, once.
+            opened = match self.start_point(&lease).await {
+                Ok(start) => self.store.open(&self.config.watch, start, options).await,
+                Err(end) => return self.give_back(&tenure, end).await,
+            };
+        }
+        let mut stream = match opened {
             Ok(stream) => stream,
             Err(e) => return self.give_back(&tenure, classify(e)).await,
         };
@@ -213,6 +250,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 match self.store.commit(&tenure, &token, self.config.lease).await {
                     Ok(TenureWrite::Done) => {
                         let now = Instant::now();
+                        self.backoff.reset();
                         last_commit = now;
                         next_refresh = now + refresh_every;
                         let time = token.time();
@@ -255,7 +293,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
                             tenure.version
                         ))
                     }
-                    Err(e) => return TenureEnd::Failed(e.to_string()),
+                    Err(e) => {
+                        return self
+                            .give_back(&tenure, TenureEnd::Failed(e.to_string()))
+                            .await
+                    }
                 }
             }
             if self
@@ -310,8 +352,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
         self.status.send_if_modified(|s| {
             let changed = s.state != state;
             s.state = state;
-            if state == ListenerState::Standby {
+            if matches!(state, ListenerState::Standby | ListenerState::Acquiring) {
                 s.version = None;
+                s.events_per_sec = 0.0;
             }
             changed
         });
@@ -330,5 +373,21 @@ fn classify(error: StoreError) -> TenureEnd {
         )),
         StoreError::InvalidArgument(_) => TenureEnd::Refused(error.to_string()),
         other => TenureEnd::Failed(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_doubles_up_to_a_minute_and_resets() {
+        let mut backoff = Backoff::default();
+        let base = Duration::from_secs(1);
+        let pauses: Vec<u64> = (0..9).map(|_| backoff.next(base).as_secs()).collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        backoff.reset();
+        assert_eq!(backoff.next(base), base);
     }
 }

@@ -48,6 +48,10 @@ fn retry_at(
     if lease.kind == LockKind::Bulk && config.kind == LockKind::Update {
         return None;
     }
+    // An operator handed it to us by name (`takeover --to`): claim it now.
+    if lease.holder.as_deref() == Some(config.listener_id.as_str()) {
+        return Some(floor);
+    }
     let expiry = match (&lease.holder, lease.expires_at) {
         (Some(_), Some(expires_at)) => clock.local_instant(expires_at),
         _ => Instant::now(),

@@ -31,7 +31,7 @@ impl ListenerState {
             ListenerState::Acquiring => "acquiring",
             ListenerState::Streaming => "streaming",
             ListenerState::Committing => "committing",
-            ListenerState::LostLock => "lost",
+            ListenerState::LostLock => "lost-lock",
             ListenerState::HistoryLost => "history-lost",
             ListenerState::Refused => "refused",
             ListenerState::Stopped => "stopped",

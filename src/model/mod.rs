@@ -6,6 +6,7 @@ mod health;
 mod lease;
 mod oplog_window;
 mod resume_token;
+pub mod text;
 
 pub use audit::AuditRecord;
 pub use cluster_time::ClusterTime;

@@ -53,6 +53,11 @@ impl ChangeLog {
         self.last_time
     }
 
+    /// Whether any entry has fallen off the log yet.
+    pub fn has_dropped(&self) -> bool {
+        self.dropped_through.is_some()
+    }
+
     /// Appends an event whose `cluster_time` came from `next_time`.
     pub fn append(&mut self, event: ChangeEvent) -> u64 {
         debug_assert!(event.cluster_time > self.last_time);

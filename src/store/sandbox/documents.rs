@@ -30,6 +30,27 @@ fn stored_i64(document: Option<&Document>, field: &str) -> Option<i64> {
     })
 }
 
+/// The fence values a document carries, keyed as `FencedWrite` entries key them.
+fn fences_of(document: &Document) -> Vec<(String, i64)> {
+    let Some(id) = document.get("_id") else {
+        return Vec::new();
+    };
+    let id = id_key(id);
+    let mut fences: Vec<(String, i64)> = [LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD]
+        .iter()
+        .filter_map(|field| stored_i64(Some(document), field))
+        .map(|v| (id.clone(), v))
+        .collect();
+    if let Ok(members) = document.get_document("members") {
+        for (member, entry) in members {
+            if let Some(v) = entry.as_document().and_then(|e| stored_i64(Some(e), "v")) {
+                fences.push((format!("{id}/{member}"), v));
+            }
+        }
+    }
+    fences
+}
+
 impl SandboxStore {
     fn write_one(&self, ns: &Namespace, id: &Bson, document: Option<Document>) {
         let now = self.inner.clock.now();
@@ -177,6 +198,13 @@ impl DocumentStore for SandboxStore {
         }
         let now = self.inner.clock.now();
         let mut state = self.lock();
+        if state.history.is_some() {
+            let fences = documents.iter().flat_map(fences_of).collect();
+            state.record(|| HistoryEntry::Replaced {
+                ns: ns.clone(),
+                fences,
+            });
+        }
         let mut stale: Vec<Bson> = state
             .collections
             .get(ns)

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::broadcast;
 
-use super::history::HistoryEntry;
+use super::history::{HistoryEntry, StartMark};
 use super::{count, SandboxStore};
 use crate::model::{AuditRecord, Lease, LockKind, ResumeToken};
 use crate::store::{
@@ -107,6 +107,7 @@ impl LeaseStore for SandboxStore {
                 resource: lease.resource.clone(),
                 listener: request.listener.clone(),
                 version: lease.version,
+                start: StartMark::of(&lease),
             });
         }
         drop(state);
@@ -230,6 +231,7 @@ impl LeaseStore for SandboxStore {
             resource: change.resource.clone(),
             version: after_lease.version,
             holder: after_lease.holder.clone(),
+            start: StartMark::of(&after_lease),
         });
         drop(state);
         self.publish_lease(LeaseChange {

@@ -16,7 +16,7 @@ use tokio::sync::{broadcast, watch};
 
 pub use clock::Clock;
 pub use feed::SandboxStream;
-pub use history::HistoryEntry;
+pub use history::{HistoryEntry, StartMark};
 pub use leases::SandboxLeaseWatch;
 
 use crate::model::ClusterTime;
@@ -129,6 +129,12 @@ impl SandboxStore {
         self.lock().history.clone().unwrap_or_default()
     }
 
+    /// Adds an entry from outside, e.g. a test handler noting what it handled, so
+    /// that it is ordered with the store's own entries.
+    pub fn record(&self, entry: HistoryEntry) {
+        self.lock().record(|| entry);
+    }
+
     /// Drains the recorded history.
     pub fn take_history(&self) -> Vec<HistoryEntry> {
         self.lock()
@@ -136,6 +142,11 @@ impl SandboxStore {
             .as_mut()
             .map(std::mem::take)
             .unwrap_or_default()
+    }
+
+    /// Whether the change log has dropped any entry (history can have been lost).
+    pub fn has_dropped_history(&self) -> bool {
+        self.lock().log.has_dropped()
     }
 
     /// The newest cluster time written, without counting a call.

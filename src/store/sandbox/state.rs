@@ -60,6 +60,10 @@ impl State {
         let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
         let time = self.log.next_time(wall_secs);
         let seq = self.log.end();
+        self.record(|| HistoryEntry::Changed {
+            ns: ns.clone(),
+            time,
+        });
         self.log.append(ChangeEvent {
             token: ResumeToken::encode(time, TokenKind::Event, seq),
             cluster_time: time,

@@ -1,0 +1,115 @@
+//! `streamward demo`: the sandbox, listeners and workload in this process.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::lease_table::{render_leases, render_listeners, LeaseRow};
+use crate::demo::runtime::{DemoConfig, DemoRuntime};
+use crate::demo::workload::WorkloadConfig;
+use crate::model::text::short_duration;
+use crate::model::HealthThresholds;
+use crate::store::{ChangeFeed, LeaseStore};
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Headless mode: print a refreshed plain-text table (what this build always shows).
+    #[arg(long)]
+    pub plain: bool,
+    /// Application writes per second.
+    #[arg(long, default_value_t = 20.0)]
+    pub rate: f64,
+    /// Listeners per resource; all but one stand by.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub listeners: u16,
+    /// How often the table is refreshed.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub refresh: Duration,
+    /// Stop by itself after this long (default: run until Ctrl-C).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Holders release after this long so leases move between listeners ("0s" disables).
+    #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
+    pub rotate_after: Duration,
+    /// Changes the sandbox's log keeps before the oldest fall off.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(10..))]
+    pub log_capacity: u64,
+}
+
+impl DemoArgs {
+    fn config(&self) -> anyhow::Result<DemoConfig> {
+        anyhow::ensure!(
+            self.rate.is_finite() && self.rate > 0.0 && self.rate <= 100_000.0,
+            "--rate must be between 0 and 100000 writes per second, got {}",
+            self.rate
+        );
+        Ok(DemoConfig {
+            listeners_per_resource: usize::from(self.listeners),
+            workload: WorkloadConfig {
+                rate_per_sec: self.rate,
+                ..WorkloadConfig::default()
+            },
+            log_capacity: usize::try_from(self.log_capacity)
+                .context("--log-capacity is too large")?,
+            rotate_after: (!self.rotate_after.is_zero()).then_some(self.rotate_after),
+            ..DemoConfig::default()
+        })
+    }
+}
+
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+    let config = args.config()?;
+    let demo = DemoRuntime::start(&config);
+    let clear = std::io::stdout().is_terminal();
+    let started = tokio::time::Instant::now();
+    let mut ticker = tokio::time::interval(args.refresh.max(Duration::from_millis(100)));
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut ctrl_c => break,
+            _ = ticker.tick() => {
+                let frame = render_frame(&demo, started.elapsed()).await?;
+                let mut out = std::io::stdout().lock();
+                if clear {
+                    write!(out, "\x1b[H\x1b[2J")?;
+                }
+                writeln!(out, "{frame}")?;
+                out.flush()?;
+                if args.duration.is_some_and(|d| started.elapsed() >= d) {
+                    break;
+                }
+            }
+        }
+    }
+    demo.stop().await;
+    Ok(())
+}
+
+async fn render_frame(demo: &DemoRuntime, elapsed: Duration) -> anyhow::Result<String> {
+    let store = &demo.store;
+    let leases = store.list().await.context("listing the sandbox's leases")?;
+    let window = store
+        .oplog_window()
+        .await
+        .context("reading the sandbox's change log window")?;
+    let now = store.clock().now();
+    let thresholds = HealthThresholds::default();
+    let rows: Vec<LeaseRow> = leases
+        .iter()
+        .map(|l| LeaseRow::new(l, Some(&window), now, &thresholds))
+        .collect();
+    let snapshots: Vec<_> = demo.listeners.iter().map(|l| l.snapshot()).collect();
+    Ok(format!(
+        "streamward demo (embedded sandbox) — up {} — window {} from {} to {}\n\n{}\n{}",
+        short_duration(elapsed),
+        short_duration(window.length()),
+        window.first,
+        window.last,
+        render_leases(&rows),
+        render_listeners(&snapshots)
+    ))
+}

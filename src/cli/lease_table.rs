@@ -1,0 +1,209 @@
+//! Leases as a plain-text table: `demo --plain` and `leases --output table`.
+
+use chrono::{DateTime, Utc};
+
+use crate::engine::ListenerSnapshot;
+use crate::model::text::{escape_control, short_duration};
+use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow};
+
+/// One lease, as its table row shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRow {
+    pub resource: String,
+    pub kind: String,
+    pub holder: String,
+    pub version: String,
+    pub expires: String,
+    pub token_time: String,
+    pub lag: String,
+    pub headroom: String,
+    pub status: String,
+}
+
+impl LeaseRow {
+    pub fn new(
+        lease: &Lease,
+        window: Option<&OplogWindow>,
+        now: DateTime<Utc>,
+        thresholds: &HealthThresholds,
+    ) -> Self {
+        let health = LeaseHealth::assess(lease, window, now, thresholds);
+        let dash = || "-".to_string();
+        Self {
+            resource: escape_control(&lease.resource),
+            kind: lease.kind.to_string(),
+            holder: lease.live_holder(now).map_or_else(
+                || match &lease.holder {
+                    Some(h) => format!("({}, expired)", escape_control(h)),
+                    None => dash(),
+                },
+                escape_control,
+            ),
+            version: lease.version.to_string(),
+            expires: match lease.expires_at {
+                Some(at) if at > now => format!(
+                    "in {}",
+                    short_duration((at - now).to_std().unwrap_or_default())
+                ),
+                Some(at) => format!(
+                    "{} ago",
+                    short_duration((now - at).to_std().unwrap_or_default())
+                ),
+                None => dash(),
+            },
+            token_time: match (&lease.resume_token, health.token_time) {
+                (_, Some(time)) => time
+                    .to_datetime()
+                    .map_or_else(|| time.to_string(), |t| t.format("%H:%M:%S").to_string()),
+                (Some(_), None) => "undecodable".into(),
+                (None, None) => "oldest".into(),
+            },
+            lag: health.lag.map_or_else(dash, short_duration),
+            headroom: match (health.headroom, health.headroom_share) {
+                (Some(h), Some(share)) => format!("{} ({:.0}%)", short_duration(h), share * 100.0),
+                _ => dash(),
+            },
+            status: health.status.to_string(),
+        }
+    }
+
+    fn cells(&self) -> [&str; 9] {
+        [
+            &self.resource,
+            &self.kind,
+            &self.holder,
+            &self.version,
+            &self.expires,
+            &self.token_time,
+            &self.lag,
+            &self.headroom,
+            &self.status,
+        ]
+    }
+}
+
+const LEASE_HEADERS: [&str; 9] = [
+    "RESOURCE",
+    "KIND",
+    "HOLDER",
+    "VERSION",
+    "EXPIRES",
+    "TOKEN TIME",
+    "LAG",
+    "HEADROOM",
+    "STATUS",
+];
+
+/// Columns padded to their widest cell, two spaces apart.
+pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) -> String {
+    let mut widths = headers.map(|h| h.chars().count());
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut text = String::new();
+        for (i, (cell, width)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  "));
+            }
+        }
+        text.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+pub fn render_leases(rows: &[LeaseRow]) -> String {
+    let cells: Vec<[String; 9]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
+    render_columns(LEASE_HEADERS, &cells)
+}
+
+/// In-process listeners: state, version, counters, last error.
+pub fn render_listeners(listeners: &[ListenerSnapshot]) -> String {
+    let rows: Vec<[String; 7]> = listeners
+        .iter()
+        .map(|l| {
+            [
+                escape_control(&l.listener_id),
+                escape_control(&l.resource),
+                l.state.to_string(),
+                l.version.map_or_else(|| "-".into(), |v| v.to_string()),
+                l.events.to_string(),
+                format!("{:.1}", l.events_per_sec),
+                l.last_error
+                    .as_deref()
+                    .map_or_else(|| "-".into(), escape_control),
+            ]
+        })
+        .collect();
+    render_columns(
+        [
+            "LISTENER",
+            "RESOURCE",
+            "STATE",
+            "VERSION",
+            "EVENTS",
+            "EV/S",
+            "LAST ERROR",
+        ],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterTime, LockKind, ResumeToken, TokenKind};
+    use chrono::TimeDelta;
+
+    #[test]
+    fn a_row_shows_holder_lag_headroom_and_status() {
+        let now = DateTime::from_timestamp(1_700_001_000, 0).unwrap();
+        let mut lease = Lease::vacant("shop.orders");
+        lease.holder = Some("host\x1b[31m-1".into());
+        lease.version = 7;
+        lease.expires_at = Some(now + TimeDelta::seconds(8));
+        lease.resume_token = Some(ResumeToken::encode(
+            ClusterTime::new(1_700_000_900, 1),
+            TokenKind::Event,
+            1,
+        ));
+        let window = OplogWindow::new(
+            ClusterTime::new(1_700_000_000, 1),
+            ClusterTime::new(1_700_001_000, 1),
+        );
+        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default());
+        assert_eq!(
+            row.holder, "host\\u{1b}[31m-1",
+            "control characters never reach the terminal"
+        );
+        assert_eq!(row.expires, "in 8s");
+        assert_eq!(row.lag, "1m40s");
+        assert_eq!(row.headroom, "15m00s (90%)");
+        assert_eq!(row.status, "BEHIND");
+        let table = render_leases(&[row]);
+        assert!(table.starts_with("RESOURCE     KIND    HOLDER"), "{table}");
+        assert!(table.contains("shop.orders  update"), "{table}");
+    }
+
+    #[test]
+    fn an_expired_bulk_lease_without_token_reads_clearly() {
+        let now = Utc::now();
+        let mut lease = Lease::vacant("pets");
+        lease.kind = LockKind::Bulk;
+        lease.holder = Some("op".into());
+        lease.expires_at = Some(now - TimeDelta::seconds(90));
+        let row = LeaseRow::new(&lease, None, now, &HealthThresholds::default());
+        assert_eq!(row.holder, "(op, expired)");
+        assert_eq!(row.expires, "1m30s ago");
+        assert_eq!(row.token_time, "oldest");
+        assert_eq!(row.status, "STUCK BULK");
+    }
+}

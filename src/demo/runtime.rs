@@ -1,0 +1,118 @@
+//! The whole demo in one process: a sandbox, several listeners per resource (so
+//! standbys exist), and the workload.
+
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::orders::{orders_ns, OrderOutbox, ORDERS_RESOURCE};
+use super::pets::{animals_ns, PetAggregates, PET_RESOURCE};
+use super::workload::{Workload, WorkloadConfig};
+use crate::engine::{ListenerConfig, ListenerHandle};
+use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+use crate::store::StoreResult;
+
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    pub listeners_per_resource: usize,
+    pub workload: WorkloadConfig,
+    /// Changes the sandbox log keeps: small enough that the window visibly moves.
+    pub log_capacity: usize,
+    pub lease: Duration,
+    /// Holders hand over after this long, so leases move between listeners.
+    pub rotate_after: Option<Duration>,
+    pub batch_size: u32,
+}
+
+impl Default for DemoConfig {
+    fn default() -> Self {
+        Self {
+            listeners_per_resource: 3,
+            workload: WorkloadConfig::default(),
+            log_capacity: 50_000,
+            lease: Duration::from_secs(10),
+            rotate_after: Some(Duration::from_secs(20)),
+            batch_size: 1,
+        }
+    }
+}
+
+pub struct DemoRuntime {
+    pub store: SandboxStore,
+    pub listeners: Vec<ListenerHandle>,
+    shutdown: CancellationToken,
+    workload: JoinHandle<StoreResult<u64>>,
+}
+
+impl DemoRuntime {
+    /// Starts everything on the wall clock. Must run inside a tokio runtime.
+    pub fn start(config: &DemoConfig) -> Self {
+        let store = SandboxStore::new(
+            SandboxConfig {
+                log_capacity: config.log_capacity,
+                ..SandboxConfig::default()
+            },
+            Clock::System,
+        );
+        let host = hostname();
+        let mut listeners = Vec::new();
+        for n in 1..=config.listeners_per_resource {
+            let id = format!("{host}/{}-{n}", std::process::id());
+            listeners.push(ListenerHandle::spawn(
+                store.clone(),
+                listener_config(config, PET_RESOURCE, &format!("{id}-pets"), animals_ns()),
+                PetAggregates::new(store.clone()),
+            ));
+            listeners.push(ListenerHandle::spawn(
+                store.clone(),
+                listener_config(
+                    config,
+                    ORDERS_RESOURCE,
+                    &format!("{id}-orders"),
+                    orders_ns(),
+                ),
+                OrderOutbox::new(store.clone()),
+            ));
+        }
+        let shutdown = CancellationToken::new();
+        let workload = tokio::spawn(
+            Workload::new(store.clone(), config.workload.clone()).run(shutdown.clone()),
+        );
+        Self {
+            store,
+            listeners,
+            shutdown,
+            workload,
+        }
+    }
+
+    /// Stops the workload, then every listener gracefully (each releases its lease).
+    pub async fn stop(self) {
+        self.shutdown.cancel();
+        let _ = self.workload.await;
+        for listener in self.listeners {
+            listener.stop().await;
+        }
+    }
+}
+
+fn listener_config(
+    config: &DemoConfig,
+    resource: &str,
+    id: &str,
+    watch: crate::store::Namespace,
+) -> ListenerConfig {
+    let mut c = ListenerConfig::new(resource, id, watch);
+    c.lease = config.lease;
+    c.max_tenure = config.rotate_after;
+    c.batch_size = config.batch_size;
+    c
+}
+
+fn hostname() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_string())
+}
