@@ -10,7 +10,7 @@ use bson::{doc, Bson, Document, Timestamp};
 use streamward::model::{ClusterTime, LockKind, ResumeToken, WatchTarget};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::*;
-use support::wire::{strip_meta, Action, WireServer};
+use support::wire::{Action, WireServer};
 
 fn settings(server: &WireServer) -> MongoSettings {
     let mut settings = MongoSettings::new(server.uri());

@@ -103,7 +103,7 @@ pub async fn open_client(settings: &MongoSettings) -> Result<Client, StoreError>
         Err(e) => Err(scrub_error(
             e.into_store_with_hint(
                 "connect",
-                "any role on the cluster (ping needs no privilege)",
+                "a user with at least the streamwardReader role of docs/permissions.md",
             ),
             secret.as_deref(),
         )),
@@ -191,10 +191,10 @@ fn password_span(uri: &str) -> Option<(usize, usize)> {
     // host list. Choosing the last such '@' can only hide too much, never too little.
     let at = rest
         .char_indices()
+        .rev()
         .filter(|(_, c)| *c == '@')
         .map(|(i, _)| i)
-        .filter(|i| looks_like_hosts(&rest[i + 1..]))
-        .last()
+        .find(|i| looks_like_hosts(&rest[i + 1..]))
         .or_else(|| rest.rfind('@'))?;
     let colon = rest[..at].find(':')?;
     Some((start + colon + 1, start + at))

@@ -16,7 +16,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
-
 /// What the server does with one command.
 #[derive(Debug, Clone)]
 pub enum Action {
