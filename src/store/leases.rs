@@ -21,6 +21,7 @@ pub struct AcquireRequest {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum AcquireOutcome {
     /// The caller holds the lease; the document as it is after the write.
     Acquired(Lease),
@@ -87,6 +88,7 @@ pub struct AuditContext {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
 pub enum OperatorOutcome {
     Applied {
         before: Lease,

@@ -5,6 +5,7 @@ mod documents;
 mod error;
 mod feed;
 mod leases;
+pub mod mongo;
 mod namespace;
 pub mod sandbox;
 

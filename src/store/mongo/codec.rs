@@ -1,0 +1,347 @@
+//! Lease, audit record and change event <-> BSON. Reading never panics: a field of
+//! the wrong type is `StoreError::Malformed` naming the field.
+
+use bson::{doc, Bson, DateTime as BsonDateTime, Document};
+use chrono::{DateTime, Utc};
+
+use crate::model::{AuditRecord, ClusterTime, Lease, LockKind, ResumeToken, WatchTarget};
+use crate::store::{ChangeEvent, Namespace, OperationType, StoreError};
+
+fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
+    StoreError::Malformed {
+        what: what.to_string(),
+        detail: format!("field {field}: {detail}"),
+    }
+}
+
+fn type_name(value: &Bson) -> String {
+    format!("{:?}", value.element_type())
+}
+
+/// A field that may be missing or null.
+fn optional<'a>(document: &'a Document, field: &str) -> Option<&'a Bson> {
+    match document.get(field) {
+        None | Some(Bson::Null) => None,
+        Some(value) => Some(value),
+    }
+}
+
+fn opt_string(what: &str, document: &Document, field: &str) -> Result<Option<String>, StoreError> {
+    match optional(document, field) {
+        None => Ok(None),
+        Some(Bson::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(malformed(
+            what,
+            field,
+            format!("expected a string, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn opt_date(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<Option<DateTime<Utc>>, StoreError> {
+    match optional(document, field) {
+        None => Ok(None),
+        Some(Bson::DateTime(d)) => Ok(Some(d.to_chrono())),
+        Some(other) => Err(malformed(
+            what,
+            field,
+            format!("expected a date, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn opt_document<'a>(
+    what: &str,
+    document: &'a Document,
+    field: &str,
+) -> Result<Option<&'a Document>, StoreError> {
+    match optional(document, field) {
+        None => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d)),
+        Some(other) => Err(malformed(
+            what,
+            field,
+            format!("expected a document, found {}", type_name(other)),
+        )),
+    }
+}
+
+fn opt_timestamp(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<Option<ClusterTime>, StoreError> {
+    match optional(document, field) {
+        None => Ok(None),
+        Some(Bson::Timestamp(ts)) => Ok(Some(ClusterTime::from(*ts))),
+        Some(other) => Err(malformed(
+            what,
+            field,
+            format!("expected a timestamp, found {}", type_name(other)),
+        )),
+    }
+}
+
+/// An integer field stored as int32, int64 or an integral double.
+pub fn integer(what: &str, value: &Bson, field: &str) -> Result<i64, StoreError> {
+    match value {
+        Bson::Int64(v) => Ok(*v),
+        Bson::Int32(v) => Ok(i64::from(*v)),
+        Bson::Double(v) if v.fract() == 0.0 && v.abs() < 9.0e15 => Ok(*v as i64),
+        other => Err(malformed(
+            what,
+            field,
+            format!("expected an integer, found {}", type_name(other)),
+        )),
+    }
+}
+
+pub fn date(at: DateTime<Utc>) -> Bson {
+    Bson::DateTime(BsonDateTime::from_chrono(at))
+}
+
+fn opt<T>(value: Option<T>, f: impl FnOnce(T) -> Bson) -> Bson {
+    value.map(f).unwrap_or(Bson::Null)
+}
+
+/// The lease as the collection stores it.
+pub fn lease_to_document(lease: &Lease) -> Document {
+    let mut document = doc! {
+        "_id": &lease.resource,
+        "listenerId": opt(lease.holder.clone(), Bson::String),
+        "expiresAt": opt(lease.expires_at, date),
+        "version": lease.version,
+        "resumeToken": opt(lease.resume_token.clone(), |t| Bson::Document(t.into_document())),
+        "kind": lease.kind.as_str(),
+        "resumeAt": opt(lease.resume_at, |t| Bson::Timestamp(t.into())),
+        "acquiredAt": opt(lease.acquired_at, date),
+        "renewedAt": opt(lease.renewed_at, date),
+        "committedAt": opt(lease.committed_at, date),
+    };
+    if let Some(watch) = &lease.watch {
+        document.insert("watch", watch_to_document(watch));
+    }
+    if let Some(note) = &lease.note {
+        document.insert("note", note);
+    }
+    document
+}
+
+pub fn watch_to_document(watch: &WatchTarget) -> Document {
+    doc! { "db": &watch.db, "coll": &watch.coll, "pipeline": &watch.pipeline }
+}
+
+/// Reads a lease document. Missing optional fields are `None`; a missing `version`
+/// is 0 and a missing `kind` is `update` (documents written by the original algorithm).
+pub fn lease_from_document(document: &Document) -> Result<Lease, StoreError> {
+    const WHAT: &str = "lease document";
+    let resource = match document.get("_id") {
+        Some(Bson::String(s)) => s.clone(),
+        Some(other) => {
+            return Err(malformed(
+                WHAT,
+                "_id",
+                format!("expected a string, found {}", type_name(other)),
+            ))
+        }
+        None => return Err(malformed(WHAT, "_id", "missing")),
+    };
+    let what = format!("lease document {resource:?}");
+    let what = what.as_str();
+    let version = match optional(document, "version") {
+        None => 0,
+        Some(v) => integer(what, v, "version")?,
+    };
+    let kind = match opt_string(what, document, "kind")? {
+        None => LockKind::Update,
+        Some(k) => k
+            .parse::<LockKind>()
+            .map_err(|e| malformed(what, "kind", e))?,
+    };
+    let watch = match opt_document(what, document, "watch")? {
+        None => None,
+        Some(w) => Some(WatchTarget {
+            db: opt_string(what, w, "db")?.unwrap_or_default(),
+            coll: opt_string(what, w, "coll")?.unwrap_or_default(),
+            pipeline: match optional(w, "pipeline") {
+                None => String::new(),
+                Some(Bson::String(s)) => s.clone(),
+                // A pipeline stored as an array is summarised as its JSON text.
+                Some(other) => other.clone().into_relaxed_extjson().to_string(),
+            },
+        }),
+    };
+    Ok(Lease {
+        holder: opt_string(what, document, "listenerId")?,
+        expires_at: opt_date(what, document, "expiresAt")?,
+        version,
+        resume_token: opt_document(what, document, "resumeToken")?
+            .map(|t| ResumeToken::from_document(t.clone())),
+        kind,
+        resume_at: opt_timestamp(what, document, "resumeAt")?,
+        acquired_at: opt_date(what, document, "acquiredAt")?,
+        renewed_at: opt_date(what, document, "renewedAt")?,
+        committed_at: opt_date(what, document, "committedAt")?,
+        watch,
+        note: opt_string(what, document, "note")?,
+        resource,
+    })
+}
+
+pub fn audit_to_document(record: &AuditRecord, id: Bson) -> Document {
+    doc! {
+        "_id": id,
+        "operator": &record.operator,
+        "at": date(record.at),
+        "action": &record.action,
+        "resource": &record.resource,
+        "before": opt(record.before.as_ref(), |l| Bson::Document(lease_to_document(l))),
+        "after": opt(record.after.as_ref(), |l| Bson::Document(lease_to_document(l))),
+        "reason": opt(record.reason.clone(), Bson::String),
+        "outcome": &record.outcome,
+    }
+}
+
+pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreError> {
+    const WHAT: &str = "audit record";
+    let id = match document.get("_id") {
+        Some(Bson::ObjectId(oid)) => oid.to_hex(),
+        Some(Bson::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => return Err(malformed(WHAT, "_id", "missing")),
+    };
+    let lease = |field: &str| -> Result<Option<Lease>, StoreError> {
+        opt_document(WHAT, document, field)?
+            .map(lease_from_document)
+            .transpose()
+    };
+    let required = |field: &str| -> Result<String, StoreError> {
+        opt_string(WHAT, document, field)?.ok_or_else(|| malformed(WHAT, field, "missing"))
+    };
+    Ok(AuditRecord {
+        operator: required("operator")?,
+        at: opt_date(WHAT, document, "at")?.ok_or_else(|| malformed(WHAT, "at", "missing"))?,
+        action: required("action")?,
+        resource: required("resource")?,
+        before: lease("before")?,
+        after: lease("after")?,
+        reason: opt_string(WHAT, document, "reason")?,
+        outcome: required("outcome")?,
+        id,
+    })
+}
+
+/// One change stream event document, as the server sends it.
+pub fn change_event_from_document(document: &Document) -> Result<ChangeEvent, StoreError> {
+    const WHAT: &str = "change event";
+    let token = opt_document(WHAT, document, "_id")?
+        .ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
+    let cluster_time = opt_timestamp(WHAT, document, "clusterTime")?
+        .ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
+    let operation = opt_string(WHAT, document, "operationType")?
+        .ok_or_else(|| malformed(WHAT, "operationType", "missing"))?;
+    let ns = match opt_document(WHAT, document, "ns")? {
+        Some(ns) => Namespace::new(
+            opt_string(WHAT, ns, "db")?.unwrap_or_default(),
+            opt_string(WHAT, ns, "coll")?.unwrap_or_default(),
+        ),
+        None => Namespace::new("", ""),
+    };
+    Ok(ChangeEvent {
+        token: ResumeToken::from_document(token.clone()),
+        cluster_time,
+        operation: OperationType::parse(&operation),
+        ns,
+        document_key: opt_document(WHAT, document, "documentKey")?
+            .cloned()
+            .unwrap_or_default(),
+        full_document: opt_document(WHAT, document, "fullDocument")?.cloned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn full_lease() -> Lease {
+        let at = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap();
+        Lease {
+            resource: "shop.orders".into(),
+            holder: Some("worker-1".into()),
+            expires_at: Some(at),
+            version: 7,
+            resume_token: Some(ResumeToken::from_document(doc! {"_data": "8263E5"})),
+            kind: LockKind::Bulk,
+            resume_at: Some(ClusterTime::new(100, 2)),
+            acquired_at: Some(at),
+            renewed_at: Some(at),
+            committed_at: None,
+            watch: Some(WatchTarget {
+                db: "shop".into(),
+                coll: "orders".into(),
+                pipeline: "[]".into(),
+            }),
+            note: Some("takeover by ops".into()),
+        }
+    }
+
+    #[test]
+    fn lease_round_trips() {
+        let lease = full_lease();
+        let document = lease_to_document(&lease);
+        assert_eq!(document.get_i64("version").unwrap(), 7);
+        assert_eq!(lease_from_document(&document).unwrap(), lease);
+    }
+
+    #[test]
+    fn legacy_documents_read_with_defaults() {
+        let lease =
+            lease_from_document(&doc! {"_id": "r", "listenerId": null, "version": 3}).unwrap();
+        assert_eq!(lease.version, 3);
+        assert_eq!(lease.kind, LockKind::Update);
+        assert_eq!(lease.holder, None);
+    }
+
+    #[test]
+    fn wrong_shapes_name_the_field() {
+        for (document, field) in [
+            (doc! {"_id": 5}, "_id"),
+            (doc! {"_id": "r", "version": "x"}, "version"),
+            (doc! {"_id": "r", "expiresAt": "tomorrow"}, "expiresAt"),
+            (doc! {"_id": "r", "kind": "BULK"}, "kind"),
+            (doc! {"_id": "r", "resumeAt": 5}, "resumeAt"),
+            (doc! {"_id": "r", "resumeToken": "abc"}, "resumeToken"),
+            (doc! {"_id": "r", "watch": {"db": 1}}, "db"),
+        ] {
+            match lease_from_document(&document) {
+                Err(StoreError::Malformed { detail, .. }) => {
+                    assert!(detail.contains(field), "{detail} should name {field}")
+                }
+                other => panic!("{document}: expected Malformed, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn audit_round_trips() {
+        let record = AuditRecord {
+            id: "665f1c2b9d1e8a0012345678".into(),
+            operator: "ann@host".into(),
+            at: Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap(),
+            action: "takeover".into(),
+            resource: "shop.orders".into(),
+            before: Some(full_lease()),
+            after: None,
+            reason: Some("stuck".into()),
+            outcome: "applied".into(),
+        };
+        let oid = bson::oid::ObjectId::parse_str(&record.id).unwrap();
+        let document = audit_to_document(&record, Bson::ObjectId(oid));
+        assert_eq!(audit_from_document(&document).unwrap(), record);
+    }
+}

@@ -1,0 +1,230 @@
+//! `DocumentStore` on MongoDB: the two fenced-write patterns of DESIGN §3 and the
+//! application's plain writes.
+
+use std::future::IntoFuture;
+
+use bson::{doc, Bson, Document};
+use futures_util::TryStreamExt;
+
+use super::errors::{classify_with_hint, is_duplicate_key, with_one_retry, CallError};
+use super::MongoStore;
+use crate::store::{
+    DocumentStore, Namespace, StoreError, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
+    SOURCE_VERSION_FIELD,
+};
+
+/// Filter and `$set` of a fenced upsert: the fence in the filter, the fence value
+/// stored with the fields.
+pub fn fenced_upsert_command(
+    id: &Bson,
+    fence: &WriteFence,
+    fields: Document,
+) -> (Document, Document) {
+    let (field, value, admits) = match fence {
+        // Stored `_fence` ≤ the lease version: the same holder may write again.
+        WriteFence::Lease(fence) => (LEASE_FENCE_FIELD, fence.version, "$lte"),
+        // Stored `_v` < the source version: a replay of the same change is refused.
+        WriteFence::SourceVersion(version) => (SOURCE_VERSION_FIELD, *version, "$lt"),
+    };
+    let filter = doc! {
+        "_id": id.clone(),
+        "$or": [
+            { field: { admits: value } },
+            { field: { "$exists": false } },
+        ],
+    };
+    let mut set = fields;
+    set.insert(field, value);
+    (filter, doc! { "$set": set })
+}
+
+/// Filter and pipeline of a member upsert: the per-member source-version fence in a
+/// `$expr` filter, then `members.<member>` set and `counts` recomputed in one write.
+/// `$getField`/`$setField` with `$literal` keep member names containing `.` or `$` safe.
+pub fn member_upsert_command(
+    id: &str,
+    member: &str,
+    version: i64,
+    value: Option<&str>,
+) -> (Document, Vec<Document>) {
+    let stored_member =
+        doc! { "$getField": { "field": { "$literal": member }, "input": "$members" } };
+    let filter = doc! {
+        "_id": id,
+        // A missing member (or document) reads as null, which sorts below any number.
+        "$expr": { "$lt": [ { "$getField": { "field": "v", "input": stored_member } }, version ] },
+    };
+    let value = value
+        .map(|v| Bson::String(v.to_string()))
+        .unwrap_or(Bson::Null);
+    let set_member = doc! { "$set": { "members": { "$setField": {
+        "field": { "$literal": member },
+        "input": { "$ifNull": ["$members", {}] },
+        "value": { "$literal": { "v": version, "value": value } },
+    } } } };
+    let held_values = doc! { "$filter": {
+        "input": { "$map": {
+            "input": { "$objectToArray": "$members" },
+            "as": "m",
+            "in": "$$m.v.value",
+        } },
+        "as": "value",
+        "cond": { "$eq": [{ "$type": "$$value" }, "string"] },
+    } };
+    let recount = doc! { "$set": { "counts": { "$arrayToObject": { "$map": {
+        "input": { "$setUnion": [held_values.clone()] },
+        "as": "key",
+        "in": {
+            "k": "$$key",
+            "v": { "$size": { "$filter": {
+                "input": held_values,
+                "as": "held",
+                "cond": { "$eq": ["$$held", "$$key"] },
+            } } },
+        },
+    } } } } };
+    (filter, vec![set_member, recount])
+}
+
+impl MongoStore {
+    fn document_error(&self, error: CallError, action: &str, ns: &Namespace) -> StoreError {
+        match error {
+            CallError::Driver(e) => {
+                classify_with_hint(&e, action, &format!("readWrite on the {} database", ns.db))
+            }
+            other => other.into_store(action),
+        }
+    }
+
+    /// An upsert whose filter carries a fence: 11000 or nothing matched/upserted is stale.
+    async fn fenced(
+        &self,
+        ns: &Namespace,
+        filter: Document,
+        update: mongodb::options::UpdateModifications,
+        action: &str,
+    ) -> StoreResult<WriteOutcome> {
+        let collection = self.collection(ns);
+        let result = with_one_retry(self.timeout(), action, || {
+            collection
+                .update_one(filter.clone(), update.clone())
+                .upsert(true)
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await;
+        match result {
+            Ok(r) if r.matched_count == 0 && r.upserted_id.is_none() => Ok(WriteOutcome::Stale),
+            Ok(_) => Ok(WriteOutcome::Applied),
+            Err(CallError::Driver(e)) if is_duplicate_key(&e) => Ok(WriteOutcome::Stale),
+            Err(e) => Err(self.document_error(e, action, ns)),
+        }
+    }
+}
+
+impl DocumentStore for MongoStore {
+    async fn fenced_upsert(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+        fence: &WriteFence,
+        fields: Document,
+    ) -> StoreResult<WriteOutcome> {
+        if fields.contains_key("_id") {
+            return Err(StoreError::InvalidArgument(
+                "fenced_upsert: fields must not contain _id (it is the id argument)".into(),
+            ));
+        }
+        let (filter, update) = fenced_upsert_command(id, fence, fields);
+        let action = format!("fenced write to {ns}");
+        self.fenced(ns, filter, update.into(), &action).await
+    }
+
+    async fn fenced_member_upsert(
+        &self,
+        ns: &Namespace,
+        id: &str,
+        member: &str,
+        version: i64,
+        value: Option<&str>,
+    ) -> StoreResult<WriteOutcome> {
+        let (filter, pipeline) = member_upsert_command(id, member, version, value);
+        let action = format!("fenced member write to {ns}");
+        self.fenced(ns, filter, pipeline.into(), &action).await
+    }
+
+    async fn find_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<Option<Document>> {
+        let action = format!("read from {ns}");
+        let collection = self.collection(ns);
+        with_one_retry(self.timeout(), &action, || {
+            collection
+                .find_one(doc! { "_id": id.clone() })
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))
+    }
+
+    async fn find_all(&self, ns: &Namespace) -> StoreResult<Vec<Document>> {
+        let action = format!("read all of {ns}");
+        let collection = self.collection(ns);
+        with_one_retry(self.timeout(), &action, || async {
+            collection
+                .find(doc! {})
+                .sort(doc! { "_id": 1 })
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))
+    }
+
+    async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
+        let id = document.get("_id").cloned().ok_or_else(|| {
+            StoreError::InvalidArgument(format!("put into {ns}: the document has no _id"))
+        })?;
+        let action = format!("write to {ns}");
+        let collection = self.collection(ns);
+        // Replacing by `_id` with the same document is idempotent, so one retry is safe.
+        with_one_retry(self.timeout(), &action, || {
+            collection
+                .replace_one(doc! { "_id": id.clone() }, document.clone())
+                .upsert(true)
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))?;
+        Ok(())
+    }
+
+    /// Not atomic: `deleteMany({})` then `insertMany`. A rebuild runs under the bulk
+    /// lease, so no fenced writer interleaves; a failure leaves a partial collection
+    /// and the lease stays bulk (STUCK BULK) until the rebuild is rerun.
+    async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        let action = format!("replace all of {ns}");
+        let collection = self.collection(ns);
+        with_one_retry(self.timeout(), &action, || {
+            collection
+                .delete_many(doc! {})
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))?;
+        if documents.is_empty() {
+            return Ok(());
+        }
+        // Not retried: a lost reply would make a second insert collide with the first.
+        super::errors::bounded(self.timeout(), &action, async {
+            collection
+                .insert_many(documents)
+                .write_concern(self.majority())
+                .await
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))?;
+        Ok(())
+    }
+}

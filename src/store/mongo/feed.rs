@@ -1,0 +1,305 @@
+//! `ChangeFeed` on MongoDB: change streams, the oplog window, the cluster time, and
+//! the replica set members for the console header.
+
+use std::time::Duration;
+
+use bson::{doc, Bson, Document};
+use chrono::{DateTime, Utc};
+use mongodb::change_stream::ChangeStream as DriverStream;
+use mongodb::options::FullDocumentType;
+
+use super::codec::change_event_from_document;
+use super::errors::{bounded, classify_with_hint, with_one_retry, CallError};
+use super::MongoStore;
+use crate::model::{ClusterTime, OplogWindow, ResumeToken};
+use crate::store::{
+    ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, StoreError,
+    StoreResult,
+};
+
+const OPLOG_HINT: &str =
+    "the clusterMonitor role, or read on the local database (readAnyDatabase does not cover local)";
+const STREAM_HINT: &str =
+    "find and changeStream on the watched collection (the built-in read role has both)";
+
+/// One member of the replica set, as `replSetGetStatus` reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaMember {
+    pub name: String,
+    pub state: MemberState,
+    pub healthy: bool,
+    pub optime: Option<ClusterTime>,
+    /// How far this member's last applied write is behind the primary's.
+    pub lag: Option<Duration>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberState {
+    Primary,
+    Secondary,
+    Arbiter,
+    /// Any other `stateStr` (RECOVERING, STARTUP2, DOWN, …).
+    Other(String),
+}
+
+fn driver_token(token: &ResumeToken) -> StoreResult<mongodb::change_stream::event::ResumeToken> {
+    bson::from_document(token.as_document().clone()).map_err(|e| {
+        StoreError::InvalidArgument(format!("resume token {token} cannot be used: {e}"))
+    })
+}
+
+fn store_token(token: &mongodb::change_stream::event::ResumeToken) -> StoreResult<ResumeToken> {
+    match bson::to_bson(token) {
+        Ok(Bson::Document(document)) => Ok(ResumeToken::from_document(document)),
+        Ok(other) => Err(StoreError::Malformed {
+            what: "resume token".into(),
+            detail: format!("expected a document, found {other}"),
+        }),
+        Err(e) => Err(StoreError::Malformed {
+            what: "resume token".into(),
+            detail: e.to_string(),
+        }),
+    }
+}
+
+fn read_ts(reply: &Document, field: &str, what: &str) -> StoreResult<ClusterTime> {
+    match reply.get(field) {
+        Some(Bson::Timestamp(ts)) => Ok(ClusterTime::from(*ts)),
+        other => Err(StoreError::Malformed {
+            what: what.into(),
+            detail: format!("field {field}: expected a timestamp, found {other:?}"),
+        }),
+    }
+}
+
+impl MongoStore {
+    /// `replSetGetStatus`: the members with state and replication lag behind the primary.
+    pub async fn members(&self) -> StoreResult<Vec<ReplicaMember>> {
+        let action = "read the replica set status";
+        let admin = self.client.database("admin");
+        let reply = with_one_retry(self.timeout(), action, || {
+            std::future::IntoFuture::into_future(admin.run_command(doc! { "replSetGetStatus": 1 }))
+        })
+        .await
+        .map_err(|e| match e {
+            CallError::Driver(e) => classify_with_hint(&e, action, "the clusterMonitor role"),
+            other => other.into_store(action),
+        })?;
+        let malformed = |detail: String| StoreError::Malformed {
+            what: "replSetGetStatus reply".into(),
+            detail,
+        };
+        let members = reply
+            .get_array("members")
+            .map_err(|e| malformed(format!("field members: {e}")))?;
+        let mut parsed = Vec::with_capacity(members.len());
+        for member in members {
+            let Bson::Document(member) = member else {
+                return Err(malformed(
+                    "field members: an entry is not a document".into(),
+                ));
+            };
+            let name = member
+                .get_str("name")
+                .map_err(|e| malformed(format!("field members.name: {e}")))?
+                .to_string();
+            let state = match member.get_str("stateStr").unwrap_or("UNKNOWN") {
+                "PRIMARY" => MemberState::Primary,
+                "SECONDARY" => MemberState::Secondary,
+                "ARBITER" => MemberState::Arbiter,
+                other => MemberState::Other(other.to_string()),
+            };
+            let healthy = match member.get("health") {
+                Some(Bson::Double(h)) => *h > 0.0,
+                Some(Bson::Int32(h)) => *h > 0,
+                Some(Bson::Int64(h)) => *h > 0,
+                _ => false,
+            };
+            let optime = member
+                .get_document("optime")
+                .ok()
+                .and_then(|o| o.get_timestamp("ts").ok())
+                .map(ClusterTime::from);
+            parsed.push((
+                ReplicaMember {
+                    name,
+                    state,
+                    healthy,
+                    optime,
+                    lag: None,
+                },
+                member
+                    .get_datetime("optimeDate")
+                    .ok()
+                    .map(|d| d.to_chrono()),
+            ));
+        }
+        let primary_date: Option<DateTime<Utc>> = parsed
+            .iter()
+            .find(|(m, _)| m.state == MemberState::Primary)
+            .and_then(|(_, d)| *d);
+        Ok(parsed
+            .into_iter()
+            .map(|(mut member, date)| {
+                member.lag = primary_date
+                    .zip(date)
+                    .map(|(p, d)| (p - d).to_std().unwrap_or_default());
+                member
+            })
+            .collect())
+    }
+
+    async fn oplog_edge(
+        &self,
+        filter: Document,
+        natural: i32,
+        which: &str,
+    ) -> StoreResult<ClusterTime> {
+        let action = "read the oplog (local.oplog.rs)";
+        let oplog = self
+            .client
+            .database("local")
+            .collection::<Document>("oplog.rs");
+        let entry = with_one_retry(self.timeout(), action, || {
+            std::future::IntoFuture::into_future(
+                oplog
+                    .find_one(filter.clone())
+                    .sort(doc! { "$natural": natural })
+                    .projection(doc! { "ts": 1, "_id": 0 }),
+            )
+        })
+        .await
+        .map_err(|e| match e {
+            CallError::Driver(e) => classify_with_hint(&e, action, OPLOG_HINT),
+            other => other.into_store(action),
+        })?;
+        let entry = entry.ok_or_else(|| StoreError::Malformed {
+            what: "oplog".into(),
+            detail: format!(
+                "local.oplog.rs has no {which} entry: is this server a replica set member?"
+            ),
+        })?;
+        read_ts(&entry, "ts", "oplog entry")
+    }
+}
+
+impl ChangeFeed for MongoStore {
+    type Stream = MongoChangeStream;
+
+    async fn open(
+        &self,
+        ns: &Namespace,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<MongoChangeStream> {
+        let action = format!("open a change stream on {ns}");
+        let collection = self.collection(ns);
+        let resume_after = match &start {
+            StartPoint::After(token) => Some(driver_token(token)?),
+            _ => None,
+        };
+        let start_at = match start {
+            StartPoint::At(time) => Some(bson::Timestamp::from(time)),
+            _ => None,
+        };
+        let opened = bounded(self.timeout() + options.max_await, &action, async {
+            let mut watch = collection
+                .watch()
+                .full_document(FullDocumentType::UpdateLookup)
+                .batch_size(options.batch_size.max(1))
+                .max_await_time(options.max_await)
+                .resume_after(resume_after);
+            if let Some(at) = start_at {
+                watch = watch.start_at_operation_time(at);
+            }
+            watch.await
+        })
+        .await
+        .map_err(|e| match e {
+            CallError::Driver(e) => classify_with_hint(&e, &action, STREAM_HINT),
+            other => other.into_store(&action),
+        })?;
+        Ok(MongoChangeStream {
+            stream: opened.with_type::<Document>(),
+            batch_size: options.batch_size.max(1) as usize,
+            ns: ns.clone(),
+        })
+    }
+
+    async fn oplog_window(&self) -> StoreResult<OplogWindow> {
+        let first = self
+            .oplog_edge(doc! { "op": { "$ne": "n" } }, 1, "startable (op != \"n\")")
+            .await?;
+        let last = self.oplog_edge(doc! {}, -1, "last").await?;
+        Ok(OplogWindow::new(first, last))
+    }
+
+    async fn cluster_time(&self) -> StoreResult<ClusterTime> {
+        let action = "read the cluster time";
+        let admin = self.client.database("admin");
+        let reply = with_one_retry(self.timeout(), action, || {
+            std::future::IntoFuture::into_future(admin.run_command(doc! { "ping": 1 }))
+        })
+        .await
+        .map_err(|e| e.into_store(action))?;
+        if let Some(Bson::Timestamp(ts)) = reply.get("operationTime") {
+            return Ok(ClusterTime::from(*ts));
+        }
+        match reply.get_document("$clusterTime") {
+            Ok(cluster) => read_ts(cluster, "clusterTime", "$clusterTime"),
+            Err(_) => Err(StoreError::Malformed {
+                what: "ping reply".into(),
+                detail: "field operationTime: missing, and no $clusterTime either (is this a replica set?)".into(),
+            }),
+        }
+    }
+}
+
+/// A change stream opened by [`ChangeFeed::open`].
+pub struct MongoChangeStream {
+    stream: DriverStream<Document>,
+    batch_size: usize,
+    ns: Namespace,
+}
+
+impl std::fmt::Debug for MongoChangeStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MongoChangeStream")
+            .field("ns", &self.ns)
+            .field("batch_size", &self.batch_size)
+            .finish()
+    }
+}
+
+impl ChangeStream for MongoChangeStream {
+    /// The first `next_if_any` waits up to `max_await` (one getMore). Further events
+    /// are taken from the same server batch, or from further getMores while events
+    /// keep arriving, until `batch_size` is reached or a getMore comes back empty; so a
+    /// batch can linger up to one more `max_await` once the stream goes quiet.
+    async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        let mut batch = ChangeBatch::default();
+        while batch.events.len() < self.batch_size {
+            let next = self.stream.next_if_any().await.map_err(|e| {
+                classify_with_hint(
+                    &e,
+                    &format!("read the change stream on {}", self.ns),
+                    STREAM_HINT,
+                )
+            })?;
+            match next {
+                Some(document) => batch.events.push(change_event_from_document(&document)?),
+                None => break,
+            }
+        }
+        batch.resume_token = match batch.events.last() {
+            Some(event) => Some(event.token.clone()),
+            None => self
+                .stream
+                .resume_token()
+                .as_ref()
+                .map(store_token)
+                .transpose()?,
+        };
+        Ok(batch)
+    }
+}

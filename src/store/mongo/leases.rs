@@ -1,0 +1,413 @@
+//! `LeaseStore` on MongoDB: one command per method, exactly as DESIGN §3 says.
+
+use std::future::IntoFuture;
+use std::time::Duration;
+
+use bson::{doc, oid::ObjectId, Bson, Document};
+use chrono::{DateTime, Utc};
+use futures_util::{StreamExt, TryStreamExt};
+use mongodb::change_stream::ChangeStream;
+use mongodb::options::{FullDocumentType, ReturnDocument};
+
+use super::codec::{
+    audit_from_document, audit_to_document, lease_from_document, watch_to_document,
+};
+use super::errors::{bounded, classify_with_hint, is_duplicate_key, with_one_retry, CallError};
+use super::MongoStore;
+use crate::model::{AuditRecord, ClusterTime, Lease, LockKind};
+use crate::store::{
+    AcquireOutcome, AcquireRequest, AuditContext, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
+    OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult, Tenure, TenureWrite,
+};
+
+/// Milliseconds as the int64 `$add` takes them.
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The filter of `acquire`: mine, or expired (missing, null or `<= $$NOW`); and for
+/// incremental listeners never a bulk lease.
+pub fn acquire_filter(request: &AcquireRequest) -> Document {
+    let mut filter = doc! {
+        "_id": &request.resource,
+        "$or": [
+            { "listenerId": &request.listener },
+            { "expiresAt": null },
+            { "$expr": { "$lte": ["$expiresAt", "$$NOW"] } },
+        ],
+    };
+    if request.kind == LockKind::Update {
+        filter.insert("kind", doc! { "$ne": "bulk" });
+    }
+    filter
+}
+
+/// The pipeline update of `acquire`: the version moves only when the holder changes
+/// (0 on insert); all times are the server's `$$NOW`.
+pub fn acquire_pipeline(request: &AcquireRequest) -> Vec<Document> {
+    let same_holder = doc! { "$eq": ["$listenerId", { "$literal": &request.listener }] };
+    let mut set = doc! {
+        "listenerId": { "$literal": &request.listener },
+        "kind": request.kind.as_str(),
+        "version": { "$cond": [
+            same_holder.clone(),
+            "$version",
+            { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] },
+        ] },
+        "acquiredAt": { "$cond": [same_holder, "$acquiredAt", "$$NOW"] },
+        "expiresAt": { "$add": ["$$NOW", millis(request.lease)] },
+        "renewedAt": "$$NOW",
+    };
+    if let Some(watch) = &request.watch {
+        set.insert("watch", doc! { "$literal": watch_to_document(watch) });
+    }
+    vec![doc! { "$set": set }]
+}
+
+pub fn tenure_filter(tenure: &Tenure) -> Document {
+    doc! { "_id": &tenure.resource, "listenerId": &tenure.listener, "version": tenure.version }
+}
+
+pub fn operator_pipeline(change: &OperatorChange) -> Vec<Document> {
+    let mut set = doc! {
+        "listenerId": match &change.holder {
+            Some(holder) => Bson::Document(doc! { "$literal": holder }),
+            None => Bson::Null,
+        },
+        "expiresAt": { "$add": ["$$NOW", millis(change.expires_in)] },
+        "kind": change.kind.as_str(),
+        "version": { "$add": ["$version", 1_i64] },
+        "note": { "$literal": &change.note },
+    };
+    if change.holder.is_some() {
+        set.insert("acquiredAt", "$$NOW");
+        set.insert("renewedAt", "$$NOW");
+    }
+    if let ResumeChange::Set { token, at } = &change.resume {
+        let token = token
+            .as_ref()
+            .map(|t| Bson::Document(t.as_document().clone()))
+            .unwrap_or(Bson::Null);
+        let at = at.map(|t| Bson::Timestamp(t.into())).unwrap_or(Bson::Null);
+        set.insert("resumeToken", doc! { "$literal": token });
+        set.insert("resumeAt", doc! { "$literal": at });
+    }
+    vec![doc! { "$set": set }]
+}
+
+impl MongoStore {
+    fn lease_hint(&self) -> String {
+        format!(
+            "readWrite on the {} database (the streamwardListener role in docs/permissions.md)",
+            self.settings.leases.db
+        )
+    }
+
+    fn lease_error(&self, error: CallError, action: &str) -> StoreError {
+        match error {
+            CallError::Driver(e) => classify_with_hint(&e, action, &self.lease_hint()),
+            other => other.into_store(action),
+        }
+    }
+
+    /// updateOne filtered on the tenure, majority; matched 0 is a lost lock.
+    async fn tenure_update(
+        &self,
+        tenure: &Tenure,
+        pipeline: Vec<Document>,
+        action: &str,
+    ) -> StoreResult<TenureWrite> {
+        let leases = self.leases();
+        let filter = tenure_filter(tenure);
+        let result = with_one_retry(self.timeout(), action, || {
+            leases
+                .update_one(filter.clone(), pipeline.clone())
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.lease_error(e, action))?;
+        Ok(if result.matched_count == 0 {
+            TenureWrite::LostLock
+        } else {
+            TenureWrite::Done
+        })
+    }
+}
+
+impl LeaseStore for MongoStore {
+    type Watch = MongoLeaseWatch;
+
+    async fn acquire(&self, request: &AcquireRequest) -> StoreResult<AcquireOutcome> {
+        let action = format!("acquire lease {}", request.resource);
+        let leases = self.leases();
+        let filter = acquire_filter(request);
+        let pipeline = acquire_pipeline(request);
+        // Retrying is safe: after a first attempt that was applied, the filter matches
+        // on `listenerId = me` and the pipeline keeps the version, so it only refreshes.
+        let reply = with_one_retry(self.timeout(), &action, || {
+            leases
+                .find_one_and_update(filter.clone(), pipeline.clone())
+                .upsert(true)
+                .return_document(ReturnDocument::After)
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await;
+        match reply {
+            Ok(Some(document)) => Ok(AcquireOutcome::Acquired(lease_from_document(&document)?)),
+            Ok(None) => Err(StoreError::Malformed {
+                what: "findAndModify reply".into(),
+                detail: format!("{action}: an upsert returned no document"),
+            }),
+            Err(CallError::Driver(e)) if is_duplicate_key(&e) => Ok(AcquireOutcome::HeldByOther),
+            Err(e) => Err(self.lease_error(e, &action)),
+        }
+    }
+
+    async fn commit(
+        &self,
+        tenure: &Tenure,
+        token: &crate::model::ResumeToken,
+        lease: Duration,
+    ) -> StoreResult<TenureWrite> {
+        let pipeline = vec![doc! { "$set": {
+            "resumeToken": { "$literal": token.as_document().clone() },
+            "committedAt": "$$NOW",
+            "expiresAt": { "$add": ["$$NOW", millis(lease)] },
+        } }];
+        let action = format!("commit lease {}", tenure.resource);
+        self.tenure_update(tenure, pipeline, &action).await
+    }
+
+    async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
+        let pipeline = vec![doc! { "$set": { "listenerId": null, "expiresAt": "$$NOW" } }];
+        let action = format!("release lease {}", tenure.resource);
+        self.tenure_update(tenure, pipeline, &action).await
+    }
+
+    async fn get(&self, resource: &str) -> StoreResult<Option<Lease>> {
+        let action = format!("read lease {resource}");
+        let leases = self.leases();
+        let found = with_one_retry(self.timeout(), &action, || {
+            leases.find_one(doc! { "_id": resource }).into_future()
+        })
+        .await
+        .map_err(|e| self.lease_error(e, &action))?;
+        found.as_ref().map(lease_from_document).transpose()
+    }
+
+    async fn list(&self) -> StoreResult<Vec<Lease>> {
+        let action = "list leases";
+        let leases = self.leases();
+        let documents: Vec<Document> = with_one_retry(self.timeout(), action, || async {
+            leases
+                .find(doc! {})
+                .sort(doc! { "_id": 1 })
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| self.lease_error(e, action))?;
+        documents.iter().map(lease_from_document).collect()
+    }
+
+    async fn watch(&self, scope: LeaseScope) -> StoreResult<MongoLeaseWatch> {
+        let action = "watch the lease collection";
+        let pipeline = match &scope {
+            LeaseScope::One(resource) => vec![doc! { "$match": { "documentKey._id": resource } }],
+            LeaseScope::All => vec![],
+        };
+        let leases = self.leases();
+        let stream = bounded(self.timeout(), action, async {
+            leases
+                .watch()
+                .pipeline(pipeline)
+                .full_document(FullDocumentType::UpdateLookup)
+                .await
+        })
+        .await
+        .map_err(|e| self.lease_error(e, action))?;
+        Ok(MongoLeaseWatch {
+            stream: stream.with_type::<Document>(),
+        })
+    }
+
+    async fn server_now(&self) -> StoreResult<DateTime<Utc>> {
+        let action = "read the server clock";
+        let admin = self.client.database("admin");
+        let reply = with_one_retry(self.timeout(), action, || {
+            admin.run_command(doc! { "hello": 1 }).into_future()
+        })
+        .await
+        .map_err(|e| e.into_store(action))?;
+        match reply.get("localTime") {
+            Some(Bson::DateTime(at)) => Ok(at.to_chrono()),
+            other => Err(StoreError::Malformed {
+                what: "hello reply".into(),
+                detail: format!("field localTime: expected a date, found {other:?}"),
+            }),
+        }
+    }
+
+    async fn operator_update(
+        &self,
+        change: &OperatorChange,
+        audit: &AuditContext,
+    ) -> StoreResult<OperatorOutcome> {
+        let action = format!("{} on lease {}", audit.action, change.resource);
+        let hint = format!(
+            "readWrite on the {} database (the streamwardOperator role in docs/permissions.md)",
+            self.settings.leases.db
+        );
+        let fail = |e: CallError| match e {
+            CallError::Driver(e) => classify_with_hint(&e, &action, &hint),
+            other => other.into_store(&action),
+        };
+        let mut session = bounded(self.timeout(), &action, async {
+            self.client.start_session().await
+        })
+        .await
+        .map_err(fail)?;
+        let leases = self.leases();
+        // Not retried: after a lost reply we cannot tell "applied" from "changed", and
+        // the operator's re-plan is the safe way forward.
+        let before = bounded(self.timeout(), &action, async {
+            leases
+                .find_one_and_update(
+                    doc! { "_id": &change.resource, "version": change.expected_version },
+                    operator_pipeline(change),
+                )
+                .return_document(ReturnDocument::Before)
+                .write_concern(self.majority())
+                .session(&mut session)
+                .await
+        })
+        .await
+        .map_err(fail)?;
+        let Some(before) = before else {
+            return Ok(OperatorOutcome::Changed {
+                current: self.get(&change.resource).await?,
+            });
+        };
+        let before = lease_from_document(&before)?;
+        let operation_time = session
+            .operation_time()
+            .map(ClusterTime::from)
+            .ok_or_else(|| StoreError::Malformed {
+                what: "findAndModify reply".into(),
+                detail: "no operationTime (is this a replica set?)".into(),
+            })?;
+        let after = bounded(self.timeout(), &action, async {
+            leases
+                .find_one(doc! { "_id": &change.resource })
+                .session(&mut session)
+                .await
+        })
+        .await
+        .map_err(fail)?
+        .ok_or_else(|| StoreError::Malformed {
+            what: "lease document".into(),
+            detail: format!("{} vanished right after {}", change.resource, audit.action),
+        })?;
+        let after = lease_from_document(&after)?;
+        let id = ObjectId::new();
+        let record = AuditRecord {
+            id: id.to_hex(),
+            operator: audit.operator.clone(),
+            at: Utc::now(),
+            action: audit.action.clone(),
+            resource: change.resource.clone(),
+            before: Some(before.clone()),
+            after: Some(after.clone()),
+            reason: audit.reason.clone(),
+            outcome: "applied".into(),
+        };
+        let record_doc = audit_to_document(&record, Bson::ObjectId(id));
+        let audit_coll = self.audit();
+        let audit_action = format!("record the audit of {action}");
+        // Idempotent by `_id`: a retry that finds its own first attempt gets 11000.
+        let first = bounded(self.timeout(), &audit_action, async {
+            audit_coll
+                .insert_one(record_doc.clone())
+                .write_concern(self.majority())
+                .session(&mut session)
+                .await
+        })
+        .await;
+        let inserted = match first {
+            Err(CallError::Driver(e)) if super::errors::is_retryable(&e) => {
+                bounded(self.timeout(), &audit_action, async {
+                    audit_coll
+                        .insert_one(record_doc.clone())
+                        .write_concern(self.majority())
+                        .session(&mut session)
+                        .await
+                })
+                .await
+            }
+            other => other,
+        };
+        match inserted {
+            Ok(_) => {}
+            Err(CallError::Driver(e)) if is_duplicate_key(&e) => {}
+            Err(e) => return Err(fail(e)),
+        }
+        Ok(OperatorOutcome::Applied {
+            before,
+            after,
+            operation_time,
+            audit_id: record.id,
+        })
+    }
+
+    async fn audit_log(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+        let action = "read the audit log";
+        let audit = self.audit();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let documents: Vec<Document> = with_one_retry(self.timeout(), action, || async {
+            audit
+                .find(doc! {})
+                .sort(doc! { "at": -1, "_id": -1 })
+                .limit(limit)
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| e.into_store(action))?;
+        documents.iter().map(audit_from_document).collect()
+    }
+}
+
+/// Lease changes from a change stream on the lease collection.
+pub struct MongoLeaseWatch {
+    stream: ChangeStream<Document>,
+}
+
+impl LeaseWatch for MongoLeaseWatch {
+    async fn changed(&mut self) -> StoreResult<LeaseChange> {
+        loop {
+            let event = match self.stream.next().await {
+                Some(Ok(event)) => event,
+                Some(Err(e)) => return Err(super::errors::classify(&e, "watch the leases")),
+                None => return Err(StoreError::Closed),
+            };
+            let operation = event.get_str("operationType").unwrap_or_default();
+            if operation == "invalidate" {
+                return Err(StoreError::Closed);
+            }
+            let resource = match event.get_document("documentKey").map(|k| k.get("_id")) {
+                Ok(Some(Bson::String(id))) => id.clone(),
+                // Events without a lease key (drop, rename, a foreign document) say nothing about leases.
+                _ => continue,
+            };
+            let lease = match event.get("fullDocument") {
+                Some(Bson::Document(document)) => Some(lease_from_document(document)?),
+                _ => None,
+            };
+            return Ok(LeaseChange { resource, lease });
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The store ports on the official `mongodb` driver (production).
+//!
+//! One driver command per port method, as DESIGN §3 prescribes. The client is built
+//! with `retryWrites=false`/`retryReads=false`: this adapter owns the single retry
+//! (see [`errors`]), and every write it retries is conditional on holder and version.
+
+mod codec;
+mod connect;
+mod documents;
+mod errors;
+mod feed;
+mod leases;
+
+pub use documents::{fenced_upsert_command, member_upsert_command};
+pub use leases::{acquire_filter, acquire_pipeline, operator_pipeline, tenure_filter};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::Document;
+use mongodb::options::{Acknowledgment, WriteConcern};
+use mongodb::{Client, Collection};
+
+pub use codec::{lease_from_document, lease_to_document};
+pub use connect::{redact_uri, MongoSettings, EXPECTED_URI_FORM};
+pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
+pub use leases::MongoLeaseWatch;
+
+use crate::store::{Namespace, StoreError};
+
+/// A connected store. Cloning is cheap (the driver client is shared).
+#[derive(Debug, Clone)]
+pub struct MongoStore {
+    client: Client,
+    settings: Arc<MongoSettings>,
+}
+
+impl MongoStore {
+    /// Connects and verifies the cluster answers. Errors: `InvalidArgument` for a
+    /// malformed URI, `Unreachable` when no server answers within the server
+    /// selection timeout, `Authentication`, `NotPermitted`. Messages never contain
+    /// the password.
+    pub async fn connect(settings: MongoSettings) -> Result<MongoStore, StoreError> {
+        let client = connect::open_client(&settings).await?;
+        Ok(MongoStore {
+            client,
+            settings: Arc::new(settings),
+        })
+    }
+
+    pub fn settings(&self) -> &MongoSettings {
+        &self.settings
+    }
+
+    /// The URI with its password replaced by `***`.
+    pub fn display_uri(&self) -> String {
+        redact_uri(&self.settings.uri)
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn collection(&self, ns: &Namespace) -> Collection<Document> {
+        self.client.database(&ns.db).collection(&ns.coll)
+    }
+
+    fn leases(&self) -> Collection<Document> {
+        self.collection(&self.settings.leases)
+    }
+
+    fn audit(&self) -> Collection<Document> {
+        self.collection(&self.settings.audit())
+    }
+
+    fn timeout(&self) -> Duration {
+        self.settings.operation_timeout
+    }
+
+    /// `{w: "majority", wtimeout: <operation timeout>}`.
+    fn majority(&self) -> WriteConcern {
+        WriteConcern::builder()
+            .w(Acknowledgment::Majority)
+            .w_timeout(self.settings.operation_timeout)
+            .build()
+    }
+}

@@ -1,0 +1,708 @@
+//! The MongoDB adapter against a black-pipe server: the real driver talks OP_MSG
+//! over TCP on 127.0.0.1 to a scripted peer that records every command. Each test
+//! asserts the exact command documents the adapter sends and how it reads replies.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bson::{doc, Bson, Document, Timestamp};
+use streamward::model::{ClusterTime, LockKind, ResumeToken, WatchTarget};
+use streamward::store::mongo::{MongoSettings, MongoStore};
+use streamward::store::*;
+use support::wire::{Action, WireServer};
+
+fn settings(server: &WireServer) -> MongoSettings {
+    let mut settings = MongoSettings::new(server.uri());
+    settings.leases = Namespace::new("sw", "leases");
+    settings.server_selection_timeout = Duration::from_secs(2);
+    settings.operation_timeout = Duration::from_secs(2);
+    settings
+}
+
+async fn connected(server: &WireServer) -> MongoStore {
+    MongoStore::connect(settings(server))
+        .await
+        .expect("connect")
+}
+
+fn request(kind: LockKind) -> AcquireRequest {
+    AcquireRequest {
+        resource: "shop.orders".into(),
+        listener: "worker-1".into(),
+        kind,
+        lease: Duration::from_secs(30),
+        watch: None,
+    }
+}
+
+fn lease_doc(holder: &str, version: i64) -> Document {
+    doc! {
+        "_id": "shop.orders", "listenerId": holder, "version": version, "kind": "update",
+        "expiresAt": bson::DateTime::from_millis(1_700_000_030_000),
+        "resumeToken": null, "resumeAt": null,
+    }
+}
+
+fn tenure() -> Tenure {
+    Tenure {
+        resource: "shop.orders".into(),
+        listener: "worker-1".into(),
+        version: 4,
+    }
+}
+
+fn token(hex: &str) -> ResumeToken {
+    ResumeToken::from_document(doc! { "_data": hex })
+}
+
+const MAJORITY: fn() -> Document = || doc! { "w": "majority", "wtimeout": 2000 };
+
+fn expected_acquire_filter(bulk_excluded: bool) -> Document {
+    let mut filter = doc! {
+        "_id": "shop.orders",
+        "$or": [
+            { "listenerId": "worker-1" },
+            { "expiresAt": null },
+            { "$expr": { "$lte": ["$expiresAt", "$$NOW"] } },
+        ],
+    };
+    if bulk_excluded {
+        filter.insert("kind", doc! { "$ne": "bulk" });
+    }
+    filter
+}
+
+fn expected_acquire_pipeline(kind: &str) -> Bson {
+    let same = doc! { "$eq": ["$listenerId", { "$literal": "worker-1" }] };
+    bson::bson!([{ "$set": {
+        "listenerId": { "$literal": "worker-1" },
+        "kind": kind,
+        "version": { "$cond": [same.clone(), "$version", { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] }] },
+        "acquiredAt": { "$cond": [same, "$acquiredAt", "$$NOW"] },
+        "expiresAt": { "$add": ["$$NOW", 30_000_i64] },
+        "renewedAt": "$$NOW",
+    } }])
+}
+
+// ---------------------------------------------------------------- acquire
+
+#[tokio::test]
+async fn acquire_is_one_find_and_modify_with_the_design_filter_and_pipeline() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "findAndModify",
+        [Action::ok(doc! { "value": lease_doc("worker-1", 0) })],
+    );
+    let outcome = store.acquire(&request(LockKind::Update)).await.unwrap();
+    let AcquireOutcome::Acquired(lease) = outcome else {
+        panic!("expected Acquired, got {outcome:?}")
+    };
+    assert_eq!(lease.holder.as_deref(), Some("worker-1"));
+    assert_eq!(lease.version, 0);
+
+    let sent = server.commands_stripped("findAndModify");
+    assert_eq!(sent.len(), 1);
+    assert_eq!(
+        sent[0],
+        doc! {
+            "findAndModify": "leases",
+            "query": expected_acquire_filter(true),
+            "update": expected_acquire_pipeline("update"),
+            "new": true,
+            "upsert": true,
+            "writeConcern": MAJORITY(),
+            "$db": "sw",
+        }
+    );
+}
+
+#[tokio::test]
+async fn bulk_acquire_has_no_kind_filter_and_keeps_the_watch_target_literal() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let mut bulk = lease_doc("worker-1", 3);
+    bulk.insert("kind", "bulk");
+    server.script("findAndModify", [Action::ok(doc! { "value": bulk })]);
+    let mut req = request(LockKind::Bulk);
+    req.watch = Some(WatchTarget {
+        db: "shop".into(),
+        coll: "orders".into(),
+        pipeline: "$match".into(),
+    });
+    let AcquireOutcome::Acquired(lease) = store.acquire(&req).await.unwrap() else {
+        panic!("not acquired")
+    };
+    assert_eq!(lease.kind, LockKind::Bulk);
+    let sent = server.commands_stripped("findAndModify").remove(0);
+    assert_eq!(
+        sent.get_document("query").unwrap(),
+        &expected_acquire_filter(false)
+    );
+    let set = sent.get_array("update").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("$set")
+        .unwrap()
+        .clone();
+    assert_eq!(set.get_str("kind").unwrap(), "bulk");
+    assert_eq!(
+        set.get_document("watch").unwrap(),
+        &doc! { "$literal": { "db": "shop", "coll": "orders", "pipeline": "$match" } }
+    );
+}
+
+#[tokio::test]
+async fn duplicate_key_on_the_upsert_means_held_by_other() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "findAndModify",
+        [Action::error(
+            11000,
+            "DuplicateKey",
+            "E11000 duplicate key error collection: sw.leases index: _id_",
+        )],
+    );
+    assert_eq!(
+        store.acquire(&request(LockKind::Update)).await.unwrap(),
+        AcquireOutcome::HeldByOther
+    );
+    assert_eq!(
+        server.commands("findAndModify").len(),
+        1,
+        "11000 is not retried"
+    );
+}
+
+#[tokio::test]
+async fn write_concern_error_on_acquire_is_reported_not_swallowed() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "findAndModify",
+        [Action::ok(doc! {
+            "value": lease_doc("worker-1", 1),
+            "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out" },
+        })],
+    );
+    let error = store.acquire(&request(LockKind::Update)).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::WriteConcern(ref m) if m.contains("64")),
+        "{error:?}"
+    );
+    assert_eq!(server.commands("findAndModify").len(), 1);
+}
+
+#[tokio::test]
+async fn dropped_connection_after_the_server_applied_acquire_retries_the_same_conditional_write() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    // The server applied the first attempt (worker-1 now holds version 5) but the
+    // reply never arrived. The retry is the same command: its filter matches
+    // `listenerId = worker-1` and its pipeline keeps `version` when the holder is
+    // unchanged, so applying it again only refreshes: version stays 5.
+    server.script(
+        "findAndModify",
+        [
+            Action::HangUp,
+            Action::ok(doc! { "value": lease_doc("worker-1", 5) }),
+        ],
+    );
+    let AcquireOutcome::Acquired(lease) = store.acquire(&request(LockKind::Update)).await.unwrap()
+    else {
+        panic!("not acquired")
+    };
+    assert_eq!(lease.version, 5);
+    let sent = server.commands_stripped("findAndModify");
+    assert_eq!(sent.len(), 2, "retried exactly once");
+    assert_eq!(
+        sent[0], sent[1],
+        "the retry is the identical conditional command"
+    );
+    assert_eq!(
+        sent[1].get_document("query").unwrap(),
+        &expected_acquire_filter(true)
+    );
+    assert_eq!(
+        sent[1].get("update").unwrap(),
+        &expected_acquire_pipeline("update")
+    );
+}
+
+#[tokio::test]
+async fn a_second_network_failure_is_reported_not_retried_again() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("findAndModify", [Action::HangUp, Action::HangUp]);
+    let error = store.acquire(&request(LockKind::Update)).await.unwrap_err();
+    assert!(matches!(error, StoreError::Network(_)), "{error:?}");
+    assert!(error.is_transient());
+    assert_eq!(server.commands("findAndModify").len(), 2);
+}
+
+#[tokio::test]
+async fn malformed_lease_in_the_reply_names_the_field() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let mut bad = lease_doc("worker-1", 1);
+    bad.insert("version", "seven");
+    server.script("findAndModify", [Action::ok(doc! { "value": bad })]);
+    let error = store.acquire(&request(LockKind::Update)).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Malformed { detail, .. } if detail.contains("version")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn invalid_bson_in_a_reply_is_an_error_not_a_panic() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "findAndModify",
+        [
+            Action::BadBson(vec![
+                0x20, 0, 0, 0, 0x02, b'x', 0, 0xff, 0xff, 0xff, 0x7f, 0,
+            ]),
+            Action::BadBson(vec![5, 0, 0, 0, 0]),
+        ],
+    );
+    let result = store.acquire(&request(LockKind::Update)).await;
+    assert!(result.is_err(), "{result:?}");
+}
+
+// ---------------------------------------------------------------- commit / release
+
+#[tokio::test]
+async fn commit_is_one_update_on_holder_and_version_with_server_times() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
+    let t = token("8263E5B9D2000000022B042C0100296E5A1004");
+    let outcome = store
+        .commit(&tenure(), &t, Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome, TenureWrite::Done);
+    let sent = server.commands_stripped("update");
+    assert_eq!(
+        sent,
+        vec![doc! {
+            "update": "leases",
+            "updates": [{
+                "q": { "_id": "shop.orders", "listenerId": "worker-1", "version": 4_i64 },
+                "u": [{ "$set": {
+                    "resumeToken": { "$literal": { "_data": "8263E5B9D2000000022B042C0100296E5A1004" } },
+                    "committedAt": "$$NOW",
+                    "expiresAt": { "$add": ["$$NOW", 30_000_i64] },
+                } }],
+            }],
+            "ordered": true,
+            "writeConcern": MAJORITY(),
+            "$db": "sw",
+        }]
+    );
+}
+
+#[tokio::test]
+async fn commit_matching_nothing_is_a_lost_lock() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("update", [Action::ok(doc! { "n": 0, "nModified": 0 })]);
+    let outcome = store
+        .commit(&tenure(), &token("82"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome, TenureWrite::LostLock);
+}
+
+#[tokio::test]
+async fn release_clears_the_holder_and_expires_now_on_the_same_filter() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
+    assert_eq!(store.release(&tenure()).await.unwrap(), TenureWrite::Done);
+    let sent = server.commands_stripped("update").remove(0);
+    let update = sent.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        update,
+        doc! {
+            "q": { "_id": "shop.orders", "listenerId": "worker-1", "version": 4_i64 },
+            "u": [{ "$set": { "listenerId": null, "expiresAt": "$$NOW" } }],
+        }
+    );
+    assert_eq!(sent.get_document("writeConcern").unwrap(), &MAJORITY());
+}
+
+#[tokio::test]
+async fn commit_after_a_dropped_connection_is_retried_once_with_the_same_fence() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [Action::HangUp, Action::ok(doc! { "n": 1, "nModified": 0 })],
+    );
+    let outcome = store
+        .commit(&tenure(), &token("82"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome, TenureWrite::Done);
+    let sent = server.commands_stripped("update");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+}
+
+#[tokio::test]
+async fn primary_stepdown_is_retried_once_after_rediscovery() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [
+            Action::error_with_labels(
+                189,
+                "PrimarySteppedDown",
+                "primary stepped down",
+                &["RetryableWriteError"],
+            ),
+            Action::ok(doc! { "n": 1, "nModified": 1 }),
+        ],
+    );
+    let outcome = store.release(&tenure()).await.unwrap();
+    assert_eq!(outcome, TenureWrite::Done);
+    let sent = server.commands_stripped("update");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+}
+
+#[tokio::test]
+async fn other_command_errors_are_never_retried() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("update", [Action::error(2, "BadValue", "nope")]);
+    let error = store.release(&tenure()).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::Command { code: 2, .. }),
+        "{error:?}"
+    );
+    assert_eq!(server.commands("update").len(), 1);
+}
+
+#[tokio::test]
+async fn a_stalled_server_is_a_network_error_within_the_operation_timeout() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [Action::Stall(
+            Duration::from_secs(30),
+            Box::new(Action::ok(doc! { "n": 1 })),
+        )],
+    );
+    let started = Instant::now();
+    let error = store.release(&tenure()).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::Network(ref m) if m.contains("no reply")),
+        "{error:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        server.commands("update").len(),
+        1,
+        "a timeout is not retried"
+    );
+}
+
+// ---------------------------------------------------------------- reads
+
+#[tokio::test]
+async fn get_and_list_read_by_id_and_sorted_by_id() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "find",
+        [
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [lease_doc("worker-1", 2)] } }),
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [
+                { "_id": "a", "version": 1_i64 }, { "_id": "b", "version": 2_i32, "kind": "bulk" },
+            ] } }),
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [] } }),
+        ],
+    );
+    let lease = store.get("shop.orders").await.unwrap().unwrap();
+    assert_eq!(lease.version, 2);
+    let all = store.list().await.unwrap();
+    assert_eq!(
+        all.iter().map(|l| l.resource.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    assert_eq!(all[1].kind, LockKind::Bulk);
+    assert!(
+        store.list().await.unwrap().is_empty(),
+        "missing collection is empty"
+    );
+    let sent = server.commands_stripped("find");
+    assert_eq!(
+        sent[0],
+        doc! { "find": "leases", "filter": { "_id": "shop.orders" }, "limit": 1_i64, "singleBatch": true, "$db": "sw" }
+    );
+    assert_eq!(
+        sent[1],
+        doc! { "find": "leases", "filter": {}, "sort": { "_id": 1 }, "$db": "sw" }
+    );
+}
+
+#[tokio::test]
+async fn server_now_is_hello_local_time() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let at = bson::DateTime::from_millis(1_234_567_890_000);
+    server.set_local_time(at);
+    assert_eq!(store.server_now().await.unwrap(), at.to_chrono());
+}
+
+#[tokio::test]
+async fn cluster_time_is_the_reply_operation_time() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.set_operation_time(Timestamp {
+        time: 1_800_000_000,
+        increment: 7,
+    });
+    assert_eq!(
+        store.cluster_time().await.unwrap(),
+        ClusterTime::new(1_800_000_000, 7)
+    );
+}
+
+// ---------------------------------------------------------------- watch
+
+fn event(hex: &str, id: &str, full: Option<Document>) -> Document {
+    let mut e = doc! {
+        "_id": { "_data": hex },
+        "operationType": if full.is_some() { "update" } else { "delete" },
+        "clusterTime": Timestamp { time: 1_700_000_100, increment: 1 },
+        "ns": { "db": "sw", "coll": "leases" },
+        "documentKey": { "_id": id },
+    };
+    if let Some(full) = full {
+        e.insert("fullDocument", full);
+    }
+    e
+}
+
+#[tokio::test]
+async fn lease_watch_is_a_change_stream_filtered_to_one_id_with_update_lookup() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "aggregate",
+        [Action::ok(doc! { "cursor": { "id": 77_i64, "ns": "sw.leases", "firstBatch": [
+            event("8263E5B9D2000000012B042C0100296E5A1004", "shop.orders", Some(lease_doc("worker-2", 6))),
+        ] } })],
+    );
+    let mut watch = store
+        .watch(LeaseScope::One("shop.orders".into()))
+        .await
+        .unwrap();
+    let change = watch.changed().await.unwrap();
+    assert_eq!(change.resource, "shop.orders");
+    assert_eq!(change.lease.unwrap().holder.as_deref(), Some("worker-2"));
+    let sent = server.commands_stripped("aggregate").remove(0);
+    assert_eq!(
+        sent,
+        doc! {
+            "aggregate": "leases",
+            "pipeline": [
+                { "$changeStream": { "fullDocument": "updateLookup" } },
+                { "$match": { "documentKey._id": "shop.orders" } },
+            ],
+            "cursor": {},
+            "$db": "sw",
+        }
+    );
+}
+
+// ---------------------------------------------------------------- operator actions and audit
+
+#[tokio::test]
+async fn operator_update_is_compare_and_swap_then_read_then_audit() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.set_operation_time(Timestamp {
+        time: 1_700_000_500,
+        increment: 3,
+    });
+    server.script(
+        "findAndModify",
+        [Action::ok(doc! { "value": lease_doc("worker-1", 4) })],
+    );
+    let mut after = lease_doc("ops", 5);
+    after.insert("note", "hold");
+    server.script(
+        "find",
+        [Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [after] } },
+        )],
+    );
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
+    let change = OperatorChange {
+        resource: "shop.orders".into(),
+        expected_version: 4,
+        holder: Some("ops".into()),
+        expires_in: Duration::from_secs(600),
+        kind: LockKind::Update,
+        resume: ResumeChange::Set {
+            token: None,
+            at: Some(ClusterTime::new(1_700_000_000, 1)),
+        },
+        note: "hold".into(),
+    };
+    let audit = AuditContext {
+        operator: "ann@host".into(),
+        action: "takeover".into(),
+        reason: Some("stuck".into()),
+    };
+    let OperatorOutcome::Applied {
+        before,
+        after,
+        operation_time,
+        audit_id,
+    } = store.operator_update(&change, &audit).await.unwrap()
+    else {
+        panic!("not applied")
+    };
+    assert_eq!(before.version, 4);
+    assert_eq!(after.version, 5);
+    assert_eq!(operation_time, ClusterTime::new(1_700_000_500, 3));
+
+    let fam = server.commands_stripped("findAndModify").remove(0);
+    assert_eq!(
+        fam,
+        doc! {
+            "findAndModify": "leases",
+            "query": { "_id": "shop.orders", "version": 4_i64 },
+            "update": [{ "$set": {
+                "listenerId": { "$literal": "ops" },
+                "expiresAt": { "$add": ["$$NOW", 600_000_i64] },
+                "kind": "update",
+                "version": { "$add": ["$version", 1_i64] },
+                "note": { "$literal": "hold" },
+                "acquiredAt": "$$NOW",
+                "renewedAt": "$$NOW",
+                "resumeToken": { "$literal": null },
+                "resumeAt": { "$literal": Timestamp { time: 1_700_000_000, increment: 1 } },
+            } }],
+            "new": false,
+            "writeConcern": MAJORITY(),
+            "$db": "sw",
+        }
+    );
+    let insert = server.commands_stripped("insert").remove(0);
+    assert_eq!(insert.get_str("insert").unwrap(), "audit");
+    assert_eq!(insert.get_str("$db").unwrap(), "sw");
+    assert_eq!(insert.get_document("writeConcern").unwrap(), &MAJORITY());
+    let record = insert.get_array("documents").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(record.get_object_id("_id").unwrap().to_hex(), audit_id);
+    assert_eq!(record.get_str("operator").unwrap(), "ann@host");
+    assert_eq!(record.get_str("reason").unwrap(), "stuck");
+    assert_eq!(
+        record
+            .get_document("before")
+            .unwrap()
+            .get_i64("version")
+            .unwrap(),
+        4
+    );
+    assert_eq!(
+        record
+            .get_document("after")
+            .unwrap()
+            .get_str("note")
+            .unwrap(),
+        "hold"
+    );
+}
+
+#[tokio::test]
+async fn operator_update_on_a_moved_version_writes_nothing_and_reports_the_current_lease() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("findAndModify", [Action::ok(doc! { "value": null })]);
+    server.script(
+        "find",
+        [Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [lease_doc("worker-2", 9)] } })],
+    );
+    let change = OperatorChange {
+        resource: "shop.orders".into(),
+        expected_version: 4,
+        holder: None,
+        expires_in: Duration::ZERO,
+        kind: LockKind::Update,
+        resume: ResumeChange::Keep,
+        note: "takeover".into(),
+    };
+    let audit = AuditContext {
+        operator: "ann".into(),
+        action: "takeover".into(),
+        reason: None,
+    };
+    let outcome = store.operator_update(&change, &audit).await.unwrap();
+    let OperatorOutcome::Changed {
+        current: Some(current),
+    } = outcome
+    else {
+        panic!("expected Changed, got {outcome:?}")
+    };
+    assert_eq!(current.version, 9);
+    assert!(
+        server.commands("insert").is_empty(),
+        "no audit for an action not taken"
+    );
+    let set = server.commands_stripped("findAndModify").remove(0);
+    let set = set.get_array("update").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("$set")
+        .unwrap()
+        .clone();
+    assert_eq!(set.get("listenerId"), Some(&Bson::Null));
+    assert!(
+        !set.contains_key("resumeToken"),
+        "Keep leaves the resume point alone"
+    );
+}
+
+#[tokio::test]
+async fn audit_log_is_newest_first_and_limited() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let oid = bson::oid::ObjectId::new();
+    server.script(
+        "find",
+        [Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "sw.audit", "firstBatch": [{
+            "_id": oid, "operator": "ann", "at": bson::DateTime::from_millis(5), "action": "reset",
+            "resource": "r", "before": { "_id": "r", "version": 1_i64 }, "after": null, "reason": null, "outcome": "applied",
+        }] } })],
+    );
+    let records = store.audit_log(20).await.unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].id, oid.to_hex());
+    assert_eq!(records[0].before.as_ref().unwrap().version, 1);
+    assert_eq!(
+        server.commands_stripped("find").remove(0),
+        doc! { "find": "audit", "filter": {}, "sort": { "at": -1, "_id": -1 }, "limit": 20_i64, "$db": "sw" }
+    );
+}

@@ -1,0 +1,543 @@
+//! Change feed, oplog window and fenced document writes of the MongoDB adapter,
+//! against the black-pipe server (the real driver over TCP).
+
+mod support;
+
+use std::time::Duration;
+
+use bson::{doc, Bson, Document, Timestamp};
+use streamward::model::{ClusterTime, Fence, OplogWindow, ResumeToken};
+use streamward::store::mongo::{MemberState, MongoSettings, MongoStore};
+use streamward::store::*;
+use support::wire::{Action, WireServer};
+
+async fn connected(server: &WireServer) -> MongoStore {
+    let mut settings = MongoSettings::new(server.uri());
+    settings.server_selection_timeout = Duration::from_secs(2);
+    settings.operation_timeout = Duration::from_secs(2);
+    MongoStore::connect(settings).await.expect("connect")
+}
+
+const T1: &str = "8263E5B9D2000000012B042C0100296E5A1004";
+const T2: &str = "8263E5B9D2000000022B042C0100296E5A1004";
+const PBRT: &str = "8263E5B9D3000000012B0229";
+
+fn orders() -> Namespace {
+    Namespace::new("shop", "orders")
+}
+
+fn change(hex: &str, id: i32) -> Document {
+    doc! {
+        "_id": { "_data": hex },
+        "operationType": "insert",
+        "clusterTime": Timestamp { time: 0x63E5B9D2, increment: 1 },
+        "wallTime": bson::DateTime::from_millis(1),
+        "ns": { "db": "shop", "coll": "orders" },
+        "documentKey": { "_id": id },
+        "fullDocument": { "_id": id, "total": 5 },
+    }
+}
+
+fn cursor(first: bool, batch: Vec<Document>, pbrt: &str) -> Action {
+    let key = if first { "firstBatch" } else { "nextBatch" };
+    Action::ok(doc! { "cursor": {
+        "id": 77_i64, "ns": "shop.orders", key: batch, "postBatchResumeToken": { "_data": pbrt },
+    } })
+}
+
+fn options(batch_size: u32) -> FeedOptions {
+    FeedOptions {
+        batch_size,
+        max_await: Duration::from_millis(300),
+    }
+}
+
+// ---------------------------------------------------------------- change streams
+
+#[tokio::test]
+async fn open_now_batches_events_and_returns_the_post_batch_token_when_idle() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "aggregate",
+        [cursor(true, vec![change(T1, 1), change(T2, 2)], T2)],
+    );
+    server.script("getMore", [cursor(false, vec![], PBRT)]);
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(2))
+        .await
+        .unwrap();
+
+    let batch = stream.next_batch().await.unwrap();
+    assert_eq!(batch.events.len(), 2);
+    assert_eq!(batch.events[0].operation, OperationType::Insert);
+    assert_eq!(batch.events[0].ns, orders());
+    assert_eq!(batch.events[0].document_key, doc! { "_id": 1 });
+    assert_eq!(
+        batch.events[1].full_document,
+        Some(doc! { "_id": 2, "total": 5 })
+    );
+    assert_eq!(
+        batch.events[0].cluster_time,
+        ClusterTime::new(0x63E5B9D2, 1)
+    );
+    assert_eq!(
+        batch.resume_token,
+        Some(ResumeToken::from_document(doc! { "_data": T2 }))
+    );
+
+    let idle = stream.next_batch().await.unwrap();
+    assert!(idle.events.is_empty());
+    assert_eq!(
+        idle.resume_token,
+        Some(ResumeToken::from_document(doc! { "_data": PBRT }))
+    );
+
+    assert_eq!(
+        server.commands_stripped("aggregate"),
+        vec![doc! {
+            "aggregate": "orders",
+            "pipeline": [{ "$changeStream": { "fullDocument": "updateLookup" } }],
+            "cursor": { "batchSize": 2 },
+            "$db": "shop",
+        }]
+    );
+    assert_eq!(
+        server.commands_stripped("getMore"),
+        vec![doc! {
+            "getMore": 77_i64, "collection": "orders", "batchSize": 2, "maxTimeMS": 300, "$db": "shop",
+        }]
+    );
+}
+
+#[tokio::test]
+async fn open_after_a_token_sends_resume_after_and_at_a_time_sends_start_at_operation_time() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "aggregate",
+        [cursor(true, vec![], T1), cursor(true, vec![], T1)],
+    );
+    let token = ResumeToken::from_document(doc! { "_data": T1 });
+    let _a = store
+        .open(&orders(), StartPoint::After(token), options(1))
+        .await
+        .unwrap();
+    let _b = store
+        .open(
+            &orders(),
+            StartPoint::At(ClusterTime::new(1_700_000_000, 4)),
+            options(1),
+        )
+        .await
+        .unwrap();
+    let sent = server.commands_stripped("aggregate");
+    assert_eq!(
+        sent[0].get_array("pipeline").unwrap()[0],
+        Bson::Document(
+            doc! { "$changeStream": { "fullDocument": "updateLookup", "resumeAfter": { "_data": T1 } } }
+        )
+    );
+    assert_eq!(
+        sent[1].get_array("pipeline").unwrap()[0],
+        Bson::Document(doc! { "$changeStream": {
+            "fullDocument": "updateLookup",
+            "startAtOperationTime": Timestamp { time: 1_700_000_000, increment: 4 },
+        } })
+    );
+}
+
+fn history_lost() -> Action {
+    Action::error_with_labels(
+        286,
+        "ChangeStreamHistoryLost",
+        "Resume of change stream was not possible, as the resume point may no longer be in the oplog.",
+        &["NonResumableChangeStreamError"],
+    )
+}
+
+#[tokio::test]
+async fn history_lost_on_the_aggregate_is_history_lost() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("aggregate", [history_lost()]);
+    let token = ResumeToken::from_document(doc! { "_data": T1 });
+    let error = store
+        .open(&orders(), StartPoint::After(token), options(1))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, StoreError::HistoryLost { code: 286, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        server.commands("aggregate").len(),
+        1,
+        "never silently restarted"
+    );
+}
+
+#[tokio::test]
+async fn history_lost_on_a_later_get_more_is_history_lost() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("aggregate", [cursor(true, vec![change(T1, 1)], T1)]);
+    server.script("getMore", [history_lost()]);
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(1))
+        .await
+        .unwrap();
+    assert_eq!(stream.next_batch().await.unwrap().events.len(), 1);
+    let error = stream.next_batch().await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::HistoryLost { code: 286, .. }),
+        "{error:?}"
+    );
+    assert_eq!(
+        server.commands("aggregate").len(),
+        1,
+        "no automatic resume from 286"
+    );
+}
+
+#[tokio::test]
+async fn token_not_found_280_is_history_lost_too() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("aggregate", [cursor(true, vec![], T1)]);
+    server.script(
+        "getMore",
+        [Action::error_with_labels(
+            280,
+            "ChangeStreamFatalError",
+            "cannot resume stream; the resume token was not found",
+            &["NonResumableChangeStreamError"],
+        )],
+    );
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(1))
+        .await
+        .unwrap();
+    let _ = stream.next_batch().await.unwrap();
+    let error = stream.next_batch().await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::HistoryLost { code: 280, .. }),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_malformed_event_is_malformed_not_a_panic() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let mut bad = change(T1, 1);
+    bad.insert("clusterTime", "yesterday");
+    server.script("aggregate", [cursor(true, vec![bad], T1)]);
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(1))
+        .await
+        .unwrap();
+    let error = stream.next_batch().await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Malformed { detail, .. } if detail.contains("clusterTime")),
+        "{error:?}"
+    );
+}
+
+// ---------------------------------------------------------------- oplog, cluster
+
+#[tokio::test]
+async fn oplog_window_reads_first_startable_and_last_entry_in_natural_order() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "find",
+        [
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "local.oplog.rs", "firstBatch": [{ "ts": Timestamp { time: 100, increment: 2 } }] } }),
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "local.oplog.rs", "firstBatch": [{ "ts": Timestamp { time: 900, increment: 1 } }] } }),
+        ],
+    );
+    assert_eq!(
+        store.oplog_window().await.unwrap(),
+        OplogWindow::new(ClusterTime::new(100, 2), ClusterTime::new(900, 1))
+    );
+    let sent = server.commands_stripped("find");
+    let base = |filter: Document, natural: i32| {
+        doc! {
+            "find": "oplog.rs", "filter": filter, "sort": { "$natural": natural },
+            "projection": { "ts": 1, "_id": 0 }, "limit": 1_i64, "singleBatch": true, "$db": "local",
+        }
+    };
+    assert_eq!(
+        sent,
+        vec![base(doc! { "op": { "$ne": "n" } }, 1), base(doc! {}, -1)]
+    );
+}
+
+#[tokio::test]
+async fn oplog_without_privilege_names_the_role() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "find",
+        [Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on local to execute command { find: \"oplog.rs\" }",
+        )],
+    );
+    let error = store.oplog_window().await.unwrap_err();
+    match error {
+        StoreError::NotPermitted { action, hint, .. } => {
+            assert!(action.contains("oplog"), "{action}");
+            assert!(
+                hint.contains("clusterMonitor") && hint.contains("local"),
+                "{hint}"
+            );
+        }
+        other => panic!("expected NotPermitted, got {other:?}"),
+    }
+    assert_eq!(server.commands("find").len(), 1, "13 is not retried");
+}
+
+#[tokio::test]
+async fn an_empty_oplog_is_explained() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "find",
+        [Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "local.oplog.rs", "firstBatch": [] } },
+        )],
+    );
+    let error = store.oplog_window().await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Malformed { detail, .. } if detail.contains("replica set")),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn members_report_state_and_lag_behind_the_primary() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "replSetGetStatus",
+        [Action::ok(doc! { "set": "rs0", "members": [
+            { "name": "a:27017", "health": 1.0, "stateStr": "PRIMARY",
+              "optime": { "ts": Timestamp { time: 1000, increment: 1 }, "t": 1_i64 }, "optimeDate": bson::DateTime::from_millis(1_000_000) },
+            { "name": "b:27017", "health": 1.0, "stateStr": "SECONDARY",
+              "optime": { "ts": Timestamp { time: 993, increment: 1 }, "t": 1_i64 }, "optimeDate": bson::DateTime::from_millis(993_000) },
+            { "name": "c:27017", "health": 0.0, "stateStr": "(not reachable/healthy)" },
+        ] })],
+    );
+    let members = store.members().await.unwrap();
+    assert_eq!(members.len(), 3);
+    assert_eq!(members[0].state, MemberState::Primary);
+    assert_eq!(members[1].lag, Some(Duration::from_secs(7)));
+    assert_eq!(members[1].optime, Some(ClusterTime::new(993, 1)));
+    assert!(!members[2].healthy);
+    assert_eq!(members[2].lag, None);
+    assert_eq!(
+        server.commands_stripped("replSetGetStatus"),
+        vec![doc! { "replSetGetStatus": 1, "$db": "admin" }]
+    );
+}
+
+// ---------------------------------------------------------------- fenced writes
+
+fn agg() -> Namespace {
+    Namespace::new("pets", "aggregates")
+}
+
+const MAJORITY: fn() -> Document = || doc! { "w": "majority", "wtimeout": 2000 };
+
+#[tokio::test]
+async fn lease_fenced_upsert_admits_stored_fence_up_to_the_version() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [
+            Action::ok(doc! { "n": 1, "nModified": 1 }),
+            Action::ok(doc! { "n": 0, "nModified": 0 }),
+        ],
+    );
+    let fence = WriteFence::Lease(Fence {
+        resource: "pets".into(),
+        version: 3,
+    });
+    let id = Bson::String("msg-1".into());
+    assert_eq!(
+        store
+            .fenced_upsert(&agg(), &id, &fence, doc! { "body": "x" })
+            .await
+            .unwrap(),
+        WriteOutcome::Applied
+    );
+    assert_eq!(
+        store
+            .fenced_upsert(&agg(), &id, &fence, doc! { "body": "x" })
+            .await
+            .unwrap(),
+        WriteOutcome::Stale
+    );
+    assert_eq!(
+        server.commands_stripped("update")[0],
+        doc! {
+            "update": "aggregates",
+            "updates": [{
+                "q": { "_id": "msg-1", "$or": [{ "_fence": { "$lte": 3_i64 } }, { "_fence": { "$exists": false } }] },
+                "u": { "$set": { "body": "x", "_fence": 3_i64 } },
+                "upsert": true,
+            }],
+            "ordered": true,
+            "writeConcern": MAJORITY(),
+            "$db": "pets",
+        }
+    );
+}
+
+#[tokio::test]
+async fn source_fenced_upsert_needs_a_newer_version_and_11000_is_stale() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [Action::ok(doc! { "n": 0, "nModified": 0, "writeErrors": [
+            { "index": 0, "code": 11000, "errmsg": "E11000 duplicate key error" },
+        ] })],
+    );
+    let outcome = store
+        .fenced_upsert(
+            &agg(),
+            &Bson::Int32(7),
+            &WriteFence::SourceVersion(12),
+            doc! { "name": "rex" },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, WriteOutcome::Stale);
+    let update = server.commands_stripped("update").remove(0);
+    assert_eq!(
+        update.get_array("updates").unwrap()[0],
+        Bson::Document(doc! {
+            "q": { "_id": 7, "$or": [{ "_v": { "$lt": 12_i64 } }, { "_v": { "$exists": false } }] },
+            "u": { "$set": { "name": "rex", "_v": 12_i64 } },
+            "upsert": true,
+        })
+    );
+}
+
+#[tokio::test]
+async fn member_upsert_fences_per_member_and_recounts_in_the_same_write() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
+    let outcome = store
+        .fenced_member_upsert(&agg(), "tag:cute", "a.b$c", 4, Some("house"))
+        .await
+        .unwrap();
+    assert_eq!(outcome, WriteOutcome::Applied);
+    let held = doc! { "$filter": {
+        "input": { "$map": { "input": { "$objectToArray": "$members" }, "as": "m", "in": "$$m.v.value" } },
+        "as": "value",
+        "cond": { "$eq": [{ "$type": "$$value" }, "string"] },
+    } };
+    let expected = doc! {
+        "q": {
+            "_id": "tag:cute",
+            "$expr": { "$lt": [
+                { "$getField": { "field": "v", "input": { "$getField": { "field": { "$literal": "a.b$c" }, "input": "$members" } } } },
+                4_i64,
+            ] },
+        },
+        "u": [
+            { "$set": { "members": { "$setField": {
+                "field": { "$literal": "a.b$c" },
+                "input": { "$ifNull": ["$members", {}] },
+                "value": { "$literal": { "v": 4_i64, "value": "house" } },
+            } } } },
+            { "$set": { "counts": { "$arrayToObject": { "$map": {
+                "input": { "$setUnion": [held.clone()] },
+                "as": "key",
+                "in": { "k": "$$key", "v": { "$size": { "$filter": {
+                    "input": held, "as": "held", "cond": { "$eq": ["$$held", "$$key"] },
+                } } } },
+            } } } } },
+        ],
+        "upsert": true,
+    };
+    let update = server.commands_stripped("update").remove(0);
+    assert_eq!(
+        update.get_array("updates").unwrap()[0],
+        Bson::Document(expected)
+    );
+}
+
+#[tokio::test]
+async fn put_replaces_by_id_and_replace_all_deletes_then_inserts() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [Action::ok(
+            doc! { "n": 1, "nModified": 0, "upserted": [{ "index": 0, "_id": 9 }] },
+        )],
+    );
+    server.script("delete", [Action::ok(doc! { "n": 3 })]);
+    server.script("insert", [Action::ok(doc! { "n": 2 })]);
+    store
+        .put(&agg(), doc! { "_id": 9, "name": "a" })
+        .await
+        .unwrap();
+    store
+        .replace_all(&agg(), vec![doc! { "_id": 1 }, doc! { "_id": 2 }])
+        .await
+        .unwrap();
+    let update = server.commands_stripped("update").remove(0);
+    assert_eq!(
+        update.get_array("updates").unwrap()[0],
+        Bson::Document(doc! { "q": { "_id": 9 }, "u": { "_id": 9, "name": "a" }, "upsert": true })
+    );
+    let delete = server.commands_stripped("delete").remove(0);
+    assert_eq!(
+        delete.get_array("deletes").unwrap()[0],
+        Bson::Document(doc! { "q": {}, "limit": 0 })
+    );
+    let insert = server.commands_stripped("insert").remove(0);
+    assert_eq!(
+        insert.get_array("documents").unwrap(),
+        &vec![
+            Bson::Document(doc! { "_id": 1 }),
+            Bson::Document(doc! { "_id": 2 })
+        ]
+    );
+    assert!(store.put(&agg(), doc! { "name": "no id" }).await.is_err());
+}
+
+#[tokio::test]
+async fn find_one_and_find_all_read_by_id() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "find",
+        [
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "pets.aggregates", "firstBatch": [{ "_id": "x", "n": 1 }] } }),
+            Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "pets.aggregates", "firstBatch": [{ "_id": "a" }, { "_id": "b" }] } }),
+        ],
+    );
+    assert_eq!(
+        store
+            .find_one(&agg(), &Bson::String("x".into()))
+            .await
+            .unwrap(),
+        Some(doc! { "_id": "x", "n": 1 })
+    );
+    assert_eq!(store.find_all(&agg()).await.unwrap().len(), 2);
+    let sent = server.commands_stripped("find");
+    assert_eq!(
+        sent[1],
+        doc! { "find": "aggregates", "filter": {}, "sort": { "_id": 1 }, "$db": "pets" }
+    );
+}

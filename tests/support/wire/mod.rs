@@ -1,0 +1,385 @@
+//! A "black pipe" MongoDB peer: a tokio TCP server that speaks OP_MSG well enough
+//! for the real driver to handshake, run commands and iterate cursors, scripted per
+//! test and recording every command it receives. It can hang up mid-command, stall,
+//! return errors and send malformed replies. No driver internals are mocked.
+#![allow(dead_code)]
+
+mod protocol;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::{doc, spec::BinarySubtype, Binary, Bson, Document, Timestamp};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+/// What the server does with one command.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Reply with this body (`ok: 1`, `operationTime` and `$clusterTime` are added when missing).
+    Reply(Document),
+    /// `{ok: 0, code, codeName, errmsg, errorLabels}`.
+    Error {
+        code: i32,
+        name: String,
+        message: String,
+        labels: Vec<String>,
+    },
+    /// Close the connection without replying (as if the network died after the
+    /// server applied the command).
+    HangUp,
+    /// Wait, then do the inner action.
+    Stall(Duration, Box<Action>),
+    /// Send these bytes as the whole reply message (a malformed reply).
+    RawReply(Vec<u8>),
+    /// Reply with a well-framed OP_MSG whose section holds these (invalid) BSON bytes.
+    BadBson(Vec<u8>),
+}
+
+impl Action {
+    pub fn ok(body: Document) -> Self {
+        Action::Reply(body)
+    }
+
+    pub fn error(code: i32, name: &str, message: &str) -> Self {
+        Action::Error {
+            code,
+            name: name.into(),
+            message: message.into(),
+            labels: vec![],
+        }
+    }
+
+    pub fn error_with_labels(code: i32, name: &str, message: &str, labels: &[&str]) -> Self {
+        Action::Error {
+            code,
+            name: name.into(),
+            message: message.into(),
+            labels: labels.iter().map(|l| l.to_string()).collect(),
+        }
+    }
+}
+
+type Handler = Arc<dyn Fn(&Document) -> Action + Send + Sync>;
+
+/// One command as received (document sequences merged in as arrays).
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub connection: u64,
+    pub name: String,
+    pub body: Document,
+}
+
+struct State {
+    port: u16,
+    set_name: String,
+    received: Mutex<Vec<Received>>,
+    queues: Mutex<HashMap<String, VecDeque<Action>>>,
+    handlers: Mutex<HashMap<String, Handler>>,
+    local_time: Mutex<Option<bson::DateTime>>,
+    operation_time: Mutex<Timestamp>,
+    sasl_mechanisms: Mutex<Option<Vec<String>>>,
+    connections: AtomicU64,
+    request_ids: AtomicI32,
+}
+
+/// A running black-pipe server on 127.0.0.1.
+pub struct WireServer {
+    state: Arc<State>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for WireServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+const HANDSHAKE: [&str; 3] = ["isMaster", "ismaster", "hello"];
+
+impl WireServer {
+    pub async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let state = Arc::new(State {
+            port,
+            set_name: "rs0".into(),
+            received: Mutex::default(),
+            queues: Mutex::default(),
+            handlers: Mutex::default(),
+            local_time: Mutex::new(None),
+            operation_time: Mutex::new(Timestamp {
+                time: 1_700_000_000,
+                increment: 1,
+            }),
+            sasl_mechanisms: Mutex::new(None),
+            connections: AtomicU64::new(0),
+            request_ids: AtomicI32::new(1),
+        });
+        let accept_state = state.clone();
+        let task = tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                let id = accept_state.connections.fetch_add(1, Ordering::SeqCst);
+                connections.spawn(serve(stream, id, accept_state.clone()));
+            }
+        });
+        let server = WireServer { state, task };
+        server.on("ping", |_| Action::Reply(doc! {}));
+        server.on("endSessions", |_| Action::Reply(doc! {}));
+        server.on("killCursors", |cmd| {
+            Action::Reply(
+                doc! { "cursorsKilled": cmd.get_array("cursors").cloned().unwrap_or_default() },
+            )
+        });
+        server
+    }
+
+    pub fn port(&self) -> u16 {
+        self.state.port
+    }
+
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.state.port)
+    }
+
+    /// A URI for the driver: this server as the primary of replica set `rs0`.
+    pub fn uri(&self) -> String {
+        format!("mongodb://{}/?replicaSet=rs0", self.address())
+    }
+
+    /// A URI with credentials (the server asks for SCRAM-SHA-256).
+    pub fn uri_with_credentials(&self, user: &str, password: &str) -> String {
+        *self.state.sasl_mechanisms.lock().unwrap() = Some(vec!["SCRAM-SHA-256".into()]);
+        format!(
+            "mongodb://{user}:{password}@{}/?replicaSet=rs0&authSource=admin",
+            self.address()
+        )
+    }
+
+    /// Queues actions for the next commands named `name`, in order; after they are
+    /// used up the handler (or the default `{ok: 1}`) answers.
+    pub fn script(&self, name: &str, actions: impl IntoIterator<Item = Action>) {
+        self.state
+            .queues
+            .lock()
+            .unwrap()
+            .entry(name.into())
+            .or_default()
+            .extend(actions);
+    }
+
+    /// Answers every command named `name` (once its script is used up).
+    pub fn on(&self, name: &str, handler: impl Fn(&Document) -> Action + Send + Sync + 'static) {
+        self.state
+            .handlers
+            .lock()
+            .unwrap()
+            .insert(name.into(), Arc::new(handler));
+    }
+
+    pub fn set_local_time(&self, at: bson::DateTime) {
+        *self.state.local_time.lock().unwrap() = Some(at);
+    }
+
+    pub fn set_operation_time(&self, ts: Timestamp) {
+        *self.state.operation_time.lock().unwrap() = ts;
+    }
+
+    /// Every non-handshake command received so far.
+    pub fn received(&self) -> Vec<Received> {
+        self.state.received.lock().unwrap().clone()
+    }
+
+    /// The bodies of every command named `name`, in order.
+    pub fn commands(&self, name: &str) -> Vec<Document> {
+        self.received()
+            .into_iter()
+            .filter(|r| r.name == name)
+            .map(|r| r.body)
+            .collect()
+    }
+
+    /// Like [`commands`] with the driver's session and routing fields removed, so a
+    /// test can compare whole command documents.
+    pub fn commands_stripped(&self, name: &str) -> Vec<Document> {
+        self.commands(name).into_iter().map(strip_meta).collect()
+    }
+}
+
+/// Removes fields the driver adds to every command (`lsid`, `$clusterTime`,
+/// `txnNumber`, `$readPreference`, `readConcern.afterClusterTime`).
+pub fn strip_meta(mut body: Document) -> Document {
+    for key in ["lsid", "$clusterTime", "txnNumber", "$readPreference"] {
+        body.remove(key);
+    }
+    if let Ok(rc) = body.get_document_mut("readConcern") {
+        rc.remove("afterClusterTime");
+        if rc.is_empty() {
+            body.remove("readConcern");
+        }
+    }
+    body
+}
+
+fn command_name(body: &Document) -> String {
+    body.keys().next().cloned().unwrap_or_default()
+}
+
+async fn serve(mut stream: TcpStream, connection: u64, state: Arc<State>) {
+    loop {
+        let request = match protocol::read_message(&mut stream).await {
+            Ok(Some(request)) => request,
+            _ => return,
+        };
+        let name = command_name(&request.body);
+        let action = if HANDSHAKE.contains(&name.as_str()) {
+            Action::Reply(handshake_reply(&state, connection, &request.body))
+        } else {
+            state.received.lock().unwrap().push(Received {
+                connection,
+                name: name.clone(),
+                body: request.body.clone(),
+            });
+            next_action(&state, &name, &request.body)
+        };
+        if request.more_to_come {
+            continue;
+        }
+        if !perform(&mut stream, &state, request.request_id, action).await {
+            return;
+        }
+    }
+}
+
+fn next_action(state: &State, name: &str, body: &Document) -> Action {
+    if let Some(action) = state
+        .queues
+        .lock()
+        .unwrap()
+        .get_mut(name)
+        .and_then(|q| q.pop_front())
+    {
+        return action;
+    }
+    let handler = state.handlers.lock().unwrap().get(name).cloned();
+    match handler {
+        Some(handler) => handler(body),
+        None => Action::Reply(doc! {}),
+    }
+}
+
+/// Carries out an action; false when the connection must close.
+async fn perform(stream: &mut TcpStream, state: &State, response_to: i32, action: Action) -> bool {
+    let mut action = action;
+    loop {
+        match action {
+            Action::Stall(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                action = *inner;
+            }
+            Action::HangUp => {
+                let _ = stream.shutdown().await;
+                return false;
+            }
+            Action::RawReply(bytes) => {
+                return stream.write_all(&bytes).await.is_ok();
+            }
+            Action::BadBson(bytes) => {
+                let id = state.request_ids.fetch_add(1, Ordering::SeqCst);
+                let message = protocol::encode_raw(id, response_to, &bytes);
+                return stream.write_all(&message).await.is_ok();
+            }
+            Action::Reply(body) => {
+                let body = decorate(state, body);
+                return send(stream, state, response_to, &body).await;
+            }
+            Action::Error {
+                code,
+                name,
+                message,
+                labels,
+            } => {
+                let mut body =
+                    doc! { "ok": 0.0, "errmsg": message, "code": code, "codeName": name };
+                if !labels.is_empty() {
+                    body.insert("errorLabels", labels);
+                }
+                let body = decorate(state, body);
+                return send(stream, state, response_to, &body).await;
+            }
+        }
+    }
+}
+
+async fn send(stream: &mut TcpStream, state: &State, response_to: i32, body: &Document) -> bool {
+    let id = state.request_ids.fetch_add(1, Ordering::SeqCst);
+    match protocol::encode(id, response_to, body) {
+        Some(bytes) => stream.write_all(&bytes).await.is_ok(),
+        None => false,
+    }
+}
+
+/// Adds `ok: 1`, `operationTime` and `$clusterTime` where the script left them out.
+fn decorate(state: &State, mut body: Document) -> Document {
+    if !body.contains_key("ok") {
+        body.insert("ok", 1.0);
+    }
+    let ts = *state.operation_time.lock().unwrap();
+    if !body.contains_key("operationTime") {
+        body.insert("operationTime", ts);
+    }
+    if !body.contains_key("$clusterTime") {
+        body.insert(
+            "$clusterTime",
+            doc! {
+                "clusterTime": ts,
+                "signature": {
+                    "hash": Bson::Binary(Binary { subtype: BinarySubtype::Generic, bytes: vec![0; 20] }),
+                    "keyId": 0_i64,
+                },
+            },
+        );
+    }
+    body
+}
+
+fn handshake_reply(state: &State, connection: u64, request: &Document) -> Document {
+    let me = format!("127.0.0.1:{}", state.port);
+    let local_time = state
+        .local_time
+        .lock()
+        .unwrap()
+        .unwrap_or_else(bson::DateTime::now);
+    let mut reply = doc! {
+        "helloOk": true,
+        "ismaster": true,
+        "isWritablePrimary": true,
+        "secondary": false,
+        "setName": &state.set_name,
+        "setVersion": 1,
+        "electionId": bson::oid::ObjectId::parse_str("7fffffff0000000000000001").unwrap(),
+        "hosts": [&me],
+        "primary": &me,
+        "me": &me,
+        "maxBsonObjectSize": 16_777_216,
+        "maxMessageSizeBytes": 48_000_000,
+        "maxWriteBatchSize": 100_000,
+        "localTime": local_time,
+        "logicalSessionTimeoutMinutes": 30,
+        "connectionId": connection as i64,
+        "minWireVersion": 0,
+        "maxWireVersion": 21,
+        "readOnly": false,
+        "ok": 1.0,
+    };
+    if request.contains_key("saslSupportedMechs") {
+        if let Some(mechanisms) = state.sasl_mechanisms.lock().unwrap().clone() {
+            reply.insert("saslSupportedMechs", mechanisms);
+        }
+    }
+    decorate(state, reply)
+}
