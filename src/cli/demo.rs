@@ -19,7 +19,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub plain: bool,
     /// Application writes per second.
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
     pub rate: f64,
     /// Listeners per resource; all but one stand by.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -40,11 +40,6 @@ pub struct DemoArgs {
 
 impl DemoArgs {
     fn config(&self) -> anyhow::Result<DemoConfig> {
-        anyhow::ensure!(
-            self.rate.is_finite() && self.rate > 0.0 && self.rate <= 100_000.0,
-            "--rate must be between 0 and 100000 writes per second, got {}",
-            self.rate
-        );
         Ok(DemoConfig {
             listeners_per_resource: usize::from(self.listeners),
             workload: WorkloadConfig {
@@ -56,6 +51,19 @@ impl DemoArgs {
             rotate_after: (!self.rotate_after.is_zero()).then_some(self.rotate_after),
             ..DemoConfig::default()
         })
+    }
+}
+
+fn parse_rate(text: &str) -> Result<f64, String> {
+    let rate: f64 = text
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number"))?;
+    if rate.is_finite() && rate > 0.0 && rate <= 100_000.0 {
+        Ok(rate)
+    } else {
+        Err(format!(
+            "must be above 0 and at most 100000 writes per second, got {rate}"
+        ))
     }
 }
 

@@ -1,0 +1,193 @@
+//! Global options, merged with the config file: flags win, then environment, then file.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use serde::Deserialize;
+
+use crate::store::mongo::MongoSettings;
+use crate::store::{Namespace, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    #[default]
+    Table,
+    Json,
+}
+
+/// Options every command accepts (DESIGN §7).
+#[derive(Debug, Clone, Args, Default)]
+pub struct GlobalArgs {
+    /// The cluster, e.g. mongodb://host1,host2/?replicaSet=rs0 (passwords are never printed).
+    #[arg(long, env = "STREAMWARD_URI", global = true, hide_env_values = true)]
+    pub uri: Option<String>,
+    /// Where the leases live, as DB.COLLECTION [default: streamward.leases].
+    #[arg(long, global = true, value_name = "DB.COLL")]
+    pub leases: Option<Namespace>,
+    /// Config file [default: ./streamward.toml if present].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Output format of listing commands.
+    #[arg(long, global = true, value_enum)]
+    pub output: Option<OutputFormat>,
+    /// Make no writes anywhere.
+    #[arg(long, global = true)]
+    pub read_only: bool,
+    /// Who is acting, for the audit record [default: user@host].
+    #[arg(long, global = true)]
+    pub operator: Option<String>,
+    /// How long to look for a reachable server before giving up.
+    #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    pub connect_timeout: Option<Duration>,
+}
+
+/// The config file's keys; every one optional.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub uri: Option<String>,
+    pub leases: Option<String>,
+    pub output: Option<OutputFormat>,
+    pub read_only: Option<bool>,
+    pub operator: Option<String>,
+    pub connect_timeout: Option<String>,
+}
+
+impl ConfigFile {
+    /// Reads `explicit`, or `./streamward.toml` when it exists. A file that does not
+    /// parse is an error naming the file and line, never a silent fallback.
+    pub fn load(explicit: Option<&Path>) -> anyhow::Result<(ConfigFile, Option<PathBuf>)> {
+        let path = match explicit {
+            Some(path) => path.to_path_buf(),
+            None => {
+                let default = PathBuf::from("streamward.toml");
+                if !default.exists() {
+                    return Ok((ConfigFile::default(), None));
+                }
+                default
+            }
+        };
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let config = Self::parse(&text).map_err(|e| {
+            anyhow::Error::new(StoreError::InvalidArgument(format!(
+                "config file {} is not valid: {e}",
+                path.display()
+            )))
+        })?;
+        Ok((config, Some(path)))
+    }
+
+    pub fn parse(text: &str) -> Result<ConfigFile, toml::de::Error> {
+        toml::from_str(text)
+    }
+}
+
+/// Everything a command needs to know, resolved.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub uri: Option<String>,
+    pub leases: Namespace,
+    pub output: OutputFormat,
+    pub read_only: bool,
+    pub operator: String,
+    pub connect_timeout: Duration,
+}
+
+impl Settings {
+    pub fn resolve(args: &GlobalArgs) -> anyhow::Result<Settings> {
+        let (file, path) = ConfigFile::load(args.config.as_deref())?;
+        let invalid = |what: String| {
+            let place = path
+                .as_ref()
+                .map(|p| format!(" in {}", p.display()))
+                .unwrap_or_default();
+            anyhow::Error::new(StoreError::InvalidArgument(format!("{what}{place}")))
+        };
+        let leases = match (&args.leases, &file.leases) {
+            (Some(ns), _) => ns.clone(),
+            (None, Some(text)) => text
+                .parse()
+                .map_err(|e: String| invalid(format!("leases: {e}")))?,
+            (None, None) => MongoSettings::default().leases,
+        };
+        let connect_timeout = match (args.connect_timeout, &file.connect_timeout) {
+            (Some(d), _) => d,
+            (None, Some(text)) => humantime::parse_duration(text)
+                .map_err(|e| invalid(format!("connect_timeout {text:?}: {e}")))?,
+            (None, None) => MongoSettings::DEFAULT_SERVER_SELECTION_TIMEOUT,
+        };
+        Ok(Settings {
+            uri: args.uri.clone().or(file.uri),
+            leases,
+            output: args.output.or(file.output).unwrap_or_default(),
+            read_only: args.read_only || file.read_only.unwrap_or(false),
+            operator: args
+                .operator
+                .clone()
+                .or(file.operator)
+                .unwrap_or_else(default_operator),
+            connect_timeout,
+        })
+    }
+
+    /// Settings for the MongoDB adapter; a missing URI is a usage error that says where to put one.
+    pub fn mongo(&self) -> anyhow::Result<MongoSettings> {
+        let uri = self.uri.clone().ok_or_else(|| {
+            anyhow::Error::new(StoreError::InvalidArgument(
+                "no cluster given: pass --uri, set STREAMWARD_URI, or put uri = \"mongodb://…\" in streamward.toml"
+                    .into(),
+            ))
+        })?;
+        let mut settings = MongoSettings::new(uri);
+        settings.leases = self.leases.clone();
+        settings.server_selection_timeout = self.connect_timeout;
+        Ok(settings)
+    }
+}
+
+fn default_operator() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("USERNAME"))
+        .unwrap_or_else(|_| "unknown".into());
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
+    format!("{user}@{host}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bad_config_names_the_line() {
+        let error = ConfigFile::parse("uri = \"mongodb://x\"\nleases = 5\n").unwrap_err();
+        assert!(error.to_string().contains("line 2"), "{error}");
+        let unknown = ConfigFile::parse("urii = \"x\"").unwrap_err();
+        assert!(unknown.to_string().contains("urii"), "{unknown}");
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let dir = std::env::temp_dir().join(format!("streamward-settings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("c.toml");
+        std::fs::write(
+            &file,
+            "uri = \"mongodb://file\"\nleases = \"ops.locks\"\noutput = \"json\"\n",
+        )
+        .unwrap();
+        let args = GlobalArgs {
+            config: Some(file.clone()),
+            uri: Some("mongodb://flag".into()),
+            ..GlobalArgs::default()
+        };
+        let settings = Settings::resolve(&args).unwrap();
+        assert_eq!(settings.uri.as_deref(), Some("mongodb://flag"));
+        assert_eq!(settings.leases, Namespace::new("ops", "locks"));
+        assert_eq!(settings.output, OutputFormat::Json);
+        std::fs::remove_file(file).unwrap();
+    }
+}

@@ -1,0 +1,239 @@
+//! `streamward leases` and `streamward oplog` as a user runs them: the real binary,
+//! over TCP, against the black-pipe server; exit codes of DESIGN §7.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use bson::{doc, Document, Timestamp};
+use predicates::prelude::*;
+use support::wire::{Action, WireServer};
+
+const TOKEN: &str = "8263E5B9D2000000012B042C0100296E5A1004";
+
+fn streamward() -> Command {
+    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
+    cmd.env("NO_COLOR", "1")
+        .env_remove("STREAMWARD_URI")
+        .current_dir(std::env::temp_dir())
+        .timeout(Duration::from_secs(30));
+    cmd
+}
+
+fn cursor(ns: &str, docs: Vec<Document>) -> Action {
+    Action::ok(doc! { "cursor": { "id": 0_i64, "ns": ns, "firstBatch": docs } })
+}
+
+/// Answers the leases `find` with `leases` and the two oplog reads with a window.
+fn script_cluster(server: &WireServer, leases: Vec<Document>) {
+    server.set_local_time(bson::DateTime::from_millis(0x63E5_B9E0_i64 * 1000));
+    server.on("find", move |cmd| {
+        let coll = cmd.get_str("find").unwrap_or_default();
+        if coll == "oplog.rs" {
+            let ascending = cmd.get_document("sort").and_then(|s| s.get_i32("$natural")) == Ok(1);
+            let ts = if ascending {
+                Timestamp {
+                    time: 0x63E5_B000,
+                    increment: 1,
+                }
+            } else {
+                Timestamp {
+                    time: 0x63E5_B9E0,
+                    increment: 4,
+                }
+            };
+            cursor("local.oplog.rs", vec![doc! {"ts": ts}])
+        } else {
+            cursor(&format!("streamward.{coll}"), leases.clone())
+        }
+    });
+}
+
+fn held_lease() -> Document {
+    doc! {
+        "_id": "shop.orders",
+        "listenerId": "host-7\u{1b}[2J",
+        "expiresAt": bson::DateTime::from_millis(0x63E5_B9EA_i64 * 1000),
+        "version": 12_i64,
+        "resumeToken": { "_data": TOKEN },
+        "kind": "update",
+        "resumeAt": null,
+    }
+}
+
+async fn run(cmd: Command) -> assert_cmd::assert::Assert {
+    let mut cmd = cmd;
+    tokio::task::spawn_blocking(move || cmd.assert())
+        .await
+        .expect("command ran")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_prints_the_table_with_decoded_token_times() {
+    let server = WireServer::start().await;
+    script_cluster(&server, vec![held_lease()]);
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", &server.uri()]);
+    let assert = run(cmd).await.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(out.starts_with("RESOURCE"), "{out}");
+    assert!(out.contains("shop.orders"), "{out}");
+    assert!(out.contains("12"), "version shown: {out}");
+    // 0x63E5B9D2 = 2023-02-10T03:28:18Z; the last entry, 0x63E5B9E0, is 14 s later.
+    assert!(out.contains("03:28:18"), "decoded token time: {out}");
+    assert!(out.contains("14s"), "lag against the window: {out}");
+    assert!(
+        out.contains("host-7\\u{1b}[2J"),
+        "control characters escaped: {out}"
+    );
+    assert!(
+        !out.contains('\u{1b}'),
+        "no raw escape reaches the terminal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_as_json_carries_the_health_of_each_lease() {
+    let server = WireServer::start().await;
+    script_cluster(&server, vec![held_lease()]);
+    let mut cmd = streamward();
+    cmd.args(["leases", "--output", "json", "--uri", &server.uri()]);
+    let assert = run(cmd).await.success();
+    let json: serde_json::Value = serde_json::from_slice(&assert.get_output().stdout).unwrap();
+    let lease = &json[0];
+    assert_eq!(lease["resource"], "shop.orders");
+    assert_eq!(lease["version"], 12);
+    assert_eq!(lease["tokenTime"]["t"], 0x63E5_B9D2_u32);
+    assert_eq!(lease["tokenTime"]["iso"], "2023-02-10T03:28:18+00:00");
+    assert_eq!(lease["lagSecs"], 14);
+    assert_eq!(
+        lease["liveHolder"], "host-7\u{1b}[2J",
+        "JSON keeps the raw value, escaped by the encoder"
+    );
+    assert_eq!(lease["status"], "OK");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_leases_collection_is_an_empty_list() {
+    let server = WireServer::start().await;
+    script_cluster(&server, vec![]);
+    let mut cmd = streamward();
+    cmd.args([
+        "leases",
+        "--leases",
+        "nowhere.locks",
+        "--uri",
+        &server.uri(),
+    ]);
+    run(cmd)
+        .await
+        .success()
+        .stdout(predicate::str::contains("no leases in nowhere.locks"));
+    let finds = server.commands("find");
+    assert!(finds
+        .iter()
+        .any(|f| f.get_str("find") == Ok("locks") && f.get_str("$db") == Ok("nowhere")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oplog_shows_the_window_and_members() {
+    let server = WireServer::start().await;
+    script_cluster(&server, vec![]);
+    server.script(
+        "replSetGetStatus",
+        [Action::ok(doc! {
+            "set": "rs0",
+            "members": [
+                { "name": "a:27017", "stateStr": "PRIMARY", "health": 1.0, "optime": { "ts": Timestamp { time: 0x63E5_B9E0, increment: 4 } }, "optimeDate": bson::DateTime::from_millis(0x63E5_B9E0_i64 * 1000) },
+                { "name": "b:27017", "stateStr": "SECONDARY", "health": 1.0, "optime": { "ts": Timestamp { time: 0x63E5_B9DB, increment: 1 } }, "optimeDate": bson::DateTime::from_millis(0x63E5_B9DB_i64 * 1000) },
+            ],
+        })],
+    );
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--uri", &server.uri()]);
+    let assert = run(cmd).await.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(out.contains("oplog window  42m08s"), "{out}");
+    assert!(
+        out.contains("PRIMARY") && out.contains("SECONDARY"),
+        "{out}"
+    );
+    assert!(out.contains("b:27017"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oplog_without_privilege_exits_5_and_names_the_role() {
+    let server = WireServer::start().await;
+    server.script(
+        "find",
+        [Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on local to execute command { find: \"oplog.rs\" }",
+        )],
+    );
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--uri", &server.uri()]);
+    run(cmd)
+        .await
+        .code(5)
+        .stderr(predicate::str::contains("clusterMonitor"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_uri_is_a_usage_error_that_shows_the_expected_form() {
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", "mongo://user:hunter2@db1"]);
+    run(cmd).await.code(2).stderr(
+        predicate::str::contains("mongodb://").and(predicate::str::contains("hunter2").not()),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_cluster_exits_5_within_seconds_without_the_password() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener); // nothing listens here now
+    let mut cmd = streamward();
+    cmd.args([
+        "leases",
+        "--connect-timeout",
+        "2s",
+        "--uri",
+        &format!("mongodb://ops:s3cret-pass@127.0.0.1:{port}/?directConnection=true"),
+    ]);
+    let started = Instant::now();
+    run(cmd).await.code(5).stderr(
+        predicate::str::contains("cannot reach").and(predicate::str::contains("s3cret-pass").not()),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "reported in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_uri_anywhere_is_a_usage_error_that_says_where_to_put_one() {
+    let mut cmd = streamward();
+    cmd.arg("leases");
+    run(cmd)
+        .await
+        .code(2)
+        .stderr(predicate::str::contains("STREAMWARD_URI"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_config_file_names_the_file_and_line() {
+    let dir = std::env::temp_dir().join(format!("streamward-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("broken.toml");
+    std::fs::write(&file, "uri = \"mongodb://localhost\"\nleases = [1, 2\n").unwrap();
+    let mut cmd = streamward();
+    cmd.args(["leases", "--config", file.to_str().unwrap()]);
+    run(cmd)
+        .await
+        .code(2)
+        .stderr(predicate::str::contains("broken.toml").and(predicate::str::contains("line 2")));
+}

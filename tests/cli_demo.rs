@@ -1,0 +1,80 @@
+//! `streamward demo --plain` as a newcomer runs it.
+
+use std::time::Duration;
+
+use assert_cmd::Command;
+use predicates::prelude::*;
+
+fn streamward() -> Command {
+    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
+    cmd.env("NO_COLOR", "1")
+        .current_dir(std::env::temp_dir())
+        .timeout(Duration::from_secs(60));
+    cmd
+}
+
+#[test]
+fn demo_plain_shows_leases_moving_between_listeners() {
+    let assert = streamward()
+        .args([
+            "demo",
+            "--plain",
+            "--duration",
+            "7s",
+            "--refresh",
+            "1s",
+            "--rotate-after",
+            "2s",
+            "--rate",
+            "50",
+        ])
+        .assert()
+        .success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    let frames: Vec<&str> = out
+        .split("streamward demo (embedded sandbox)")
+        .filter(|f| !f.is_empty())
+        .collect();
+    assert!(frames.len() >= 5, "one frame a second: {out}");
+    let last = frames.last().unwrap();
+    for column in [
+        "RESOURCE",
+        "KIND",
+        "HOLDER",
+        "VERSION",
+        "TOKEN TIME",
+        "LAG",
+        "HEADROOM",
+        "STATUS",
+    ] {
+        assert!(last.contains(column), "missing {column}: {last}");
+    }
+    assert!(
+        last.contains("pet-aggregates") && last.contains("shop.orders"),
+        "{last}"
+    );
+    assert!(
+        last.contains("streaming") && last.contains("standby"),
+        "standbys exist: {last}"
+    );
+    // Rotation every 2 s: by the end some lease has changed holder, so its version moved past 0.
+    let moved = last
+        .lines()
+        .filter(|l| l.starts_with("pet-aggregates") || l.starts_with("shop.orders"))
+        .any(|l| {
+            l.split_whitespace()
+                .nth(3)
+                .and_then(|v| v.parse::<i64>().ok())
+                .is_some_and(|v| v >= 1)
+        });
+    assert!(moved, "leases moved: {last}");
+}
+
+#[test]
+fn demo_rejects_a_nonsense_rate_as_a_usage_error() {
+    streamward()
+        .args(["demo", "--plain", "--rate", "0"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--rate"));
+}
