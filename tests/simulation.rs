@@ -258,34 +258,44 @@ impl Sim {
                 let complete = self.rng.gen_bool(0.8);
                 self.rebuild(complete).await;
             }
-            _ => {
-                // Restart listeners that ended (history lost, refused).
-                let ended: Vec<(String, usize)> = self
-                    .listeners
-                    .iter()
-                    .filter(|(_, r)| r.handle.snapshot().state.is_final())
-                    .map(|(k, _)| k.clone())
-                    .collect();
-                for key in ended {
-                    self.listeners.remove(&key);
-                    self.start(&key.0, key.1);
-                }
-            }
+            _ => self.restart_ended(),
         }
     }
 
-    async fn takeover(&mut self) {
-        let resource = if self.rng.gen_bool(0.5) {
+    /// Restarts listeners that ended (history lost, refused) as new incarnations.
+    fn restart_ended(&mut self) {
+        let ended: Vec<(String, usize)> = self
+            .listeners
+            .iter()
+            .filter(|(_, r)| r.handle.snapshot().state.is_final())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in ended {
+            self.listeners.remove(&key);
+            self.start(&key.0, key.1);
+        }
+    }
+
+    fn pick_resource(&mut self) -> &'static str {
+        if self.rng.gen_bool(0.5) {
             PET_RESOURCE
         } else {
             ORDERS_RESOURCE
-        };
-        let Some(lease) = self.current(resource).await else {
-            return;
-        };
-        if lease.kind == LockKind::Bulk {
-            return;
         }
+    }
+
+    /// The lease of a resource an operator may act on now (not under a bulk lease).
+    async fn actionable(&self, resource: &str) -> Option<Lease> {
+        self.current(resource)
+            .await
+            .filter(|l| l.kind != LockKind::Bulk)
+    }
+
+    async fn takeover(&mut self) {
+        let resource = self.pick_resource();
+        let Some(lease) = self.actionable(resource).await else {
+            return;
+        };
         let (holder, expires_in) = match self.rng.gen_range(0..3) {
             0 => (None, Duration::ZERO),
             1 => {
@@ -314,17 +324,10 @@ impl Sim {
     }
 
     async fn rewind(&mut self) {
-        let resource = if self.rng.gen_bool(0.5) {
-            PET_RESOURCE
-        } else {
-            ORDERS_RESOURCE
-        };
-        let Some(lease) = self.current(resource).await else {
+        let resource = self.pick_resource();
+        let Some(lease) = self.actionable(resource).await else {
             return;
         };
-        if lease.kind == LockKind::Bulk {
-            return;
-        }
         // A rewind goes back: somewhere between the oldest entry and the current resume point.
         let window = self.store.oplog_window().await.expect("window");
         if lease
@@ -452,16 +455,7 @@ impl Sim {
                 }
             }
         }
-        let ended: Vec<(String, usize)> = self
-            .listeners
-            .iter()
-            .filter(|(_, r)| r.handle.snapshot().state.is_final())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for key in ended {
-            self.listeners.remove(&key);
-            self.start(&key.0, key.1);
-        }
+        self.restart_ended();
         for resource in [PET_RESOURCE, ORDERS_RESOURCE] {
             if !(0..LISTENERS_PER_RESOURCE)
                 .any(|slot| self.listeners.contains_key(&(resource.to_string(), slot)))
