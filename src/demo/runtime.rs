@@ -91,6 +91,10 @@ impl DemoRuntime {
     pub async fn stop(self) {
         self.shutdown.cancel();
         let _ = self.workload.await;
+        // All at once, so no standby takes over a lease another listener just released.
+        for listener in &self.listeners {
+            listener.request_stop();
+        }
         for listener in self.listeners {
             listener.stop().await;
         }

@@ -31,6 +31,11 @@ impl ListenerHandle {
         self.status.borrow().clone()
     }
 
+    /// Asks the listener to stop without waiting for it; see `stop`.
+    pub fn request_stop(&self) {
+        self.shutdown.cancel();
+    }
+
     /// Graceful: finish the current batch, commit, release the lease.
     pub async fn stop(self) -> Option<ListenerExit> {
         self.shutdown.cancel();
