@@ -120,3 +120,40 @@ fn hostname() -> String {
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::LeaseStore;
+
+    #[tokio::test]
+    async fn stopping_releases_every_lease_without_handing_it_over() {
+        let demo = DemoRuntime::start(&DemoConfig {
+            rotate_after: None,
+            ..DemoConfig::default()
+        });
+        let store = demo.store.clone();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let held = loop {
+            let leases = store.list().await.unwrap();
+            if leases.len() == 2 && leases.iter().all(|l| l.holder.is_some()) {
+                break leases;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "both leases held: {leases:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        demo.stop().await;
+        let released = store.list().await.unwrap();
+        for (before, after) in held.iter().zip(&released) {
+            assert_eq!(after.holder, None, "{} released", after.resource);
+            assert_eq!(
+                after.version, before.version,
+                "nobody took {} over on the way out",
+                after.resource
+            );
+        }
+    }
+}
