@@ -31,10 +31,7 @@ pub fn message_id(event: &ChangeEvent) -> String {
             other => other.to_string(),
         })
         .unwrap_or_default();
-    format!(
-        "{order}@{}.{}",
-        event.cluster_time.secs, event.cluster_time.inc
-    )
+    format!("{order}@{}", event.token)
 }
 
 #[derive(Clone)]

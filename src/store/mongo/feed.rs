@@ -223,6 +223,7 @@ impl ChangeFeed for MongoStore {
             stream: opened.with_type::<Document>(),
             batch_size: options.batch_size.max(1) as usize,
             ns: ns.clone(),
+            read_bound: self.timeout() + options.max_await,
         })
     }
 
@@ -260,6 +261,8 @@ pub struct MongoChangeStream {
     stream: DriverStream<Document>,
     batch_size: usize,
     ns: Namespace,
+    /// A getMore waits at most `max_await` on the server; past this the server is not answering.
+    read_bound: Duration,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -279,13 +282,21 @@ impl ChangeStream for MongoChangeStream {
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
         let mut batch = ChangeBatch::default();
         while batch.events.len() < self.batch_size {
-            let next = self.stream.next_if_any().await.map_err(|e| {
-                classify_with_hint(
-                    &e,
-                    &format!("read the change stream on {}", self.ns),
-                    STREAM_HINT,
-                )
-            })?;
+            let next = tokio::time::timeout(self.read_bound, self.stream.next_if_any())
+                .await
+                .map_err(|_| {
+                    StoreError::Network(format!(
+                        "the change stream on {} got no reply within {:?}",
+                        self.ns, self.read_bound
+                    ))
+                })?
+                .map_err(|e| {
+                    classify_with_hint(
+                        &e,
+                        &format!("read the change stream on {}", self.ns),
+                        STREAM_HINT,
+                    )
+                })?;
             match next {
                 Some(document) => batch.events.push(change_event_from_document(&document)?),
                 None => break,

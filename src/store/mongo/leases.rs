@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bson::{doc, oid::ObjectId, Bson, Document};
 use chrono::{DateTime, Utc};
-use futures_util::{StreamExt, TryStreamExt};
+use futures_util::TryStreamExt;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentType, ReturnDocument};
 
@@ -231,6 +231,7 @@ impl LeaseStore for MongoStore {
         .map_err(|e| self.lease_error(e, action))?;
         Ok(MongoLeaseWatch {
             stream: stream.with_type::<Document>(),
+            read_bound: self.timeout() + LEASE_WATCH_AWAIT,
         })
     }
 
@@ -382,17 +383,33 @@ impl LeaseStore for MongoStore {
 }
 
 /// Lease changes from a change stream on the lease collection.
+/// The server's default `maxAwaitTimeMS` for a change stream's getMore.
+const LEASE_WATCH_AWAIT: Duration = Duration::from_secs(1);
+
 pub struct MongoLeaseWatch {
     stream: ChangeStream<Document>,
+    /// One getMore answers within the server's await time; past this bound it is not answering.
+    read_bound: Duration,
 }
 
 impl LeaseWatch for MongoLeaseWatch {
     async fn changed(&mut self) -> StoreResult<LeaseChange> {
         loop {
-            let event = match self.stream.next().await {
-                Some(Ok(event)) => event,
-                Some(Err(e)) => return Err(super::errors::classify(&e, "watch the leases")),
-                None => return Err(StoreError::Closed),
+            // One getMore at a time, each bounded, so a server that stops answering is
+            // reported instead of leaving a standby waiting forever.
+            let next = tokio::time::timeout(self.read_bound, self.stream.next_if_any())
+                .await
+                .map_err(|_| {
+                    StoreError::Network(format!(
+                        "the lease watch got no reply within {:?}",
+                        self.read_bound
+                    ))
+                })?;
+            let event = match next {
+                Ok(Some(event)) => event,
+                Ok(None) if self.stream.is_alive() => continue,
+                Ok(None) => return Err(StoreError::Closed),
+                Err(e) => return Err(super::errors::classify(&e, "watch the leases")),
             };
             let operation = event.get_str("operationType").unwrap_or_default();
             if operation == "invalidate" {
