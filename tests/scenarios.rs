@@ -175,6 +175,12 @@ async fn a_paused_holder_is_fenced_out_after_a_takeover() {
             .is_some_and(|e| e.contains("stale fenced write"))
     })
     .await;
+    assert_eq!(
+        a.snapshot().lost_locks,
+        1,
+        "the fence cost a exactly its lock"
+    );
+    assert_eq!(b.snapshot().lost_locks, 0);
     let messages = store.find_all(&outbox_ns()).await.unwrap();
     assert_eq!(
         messages.len(),

@@ -128,6 +128,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         tracing::warn!(resource = %self.config.resource, %reason, "lost the lease");
                         self.status.send_modify(|s| {
                             s.state = ListenerState::LostLock;
+                            s.lost_locks += 1;
                             s.version = None;
                             s.events_per_sec = 0.0;
                             s.last_error = Some(reason);

@@ -65,6 +65,9 @@ pub struct ListenerSnapshot {
     pub last_batch_size: usize,
     pub events_per_sec: f64,
     pub commits: u64,
+    /// How often this listener lost its lease (the `LostLock` state is brief: it
+    /// goes straight back to acquiring, so count rather than watch for it).
+    pub lost_locks: u64,
     pub last_committed: Option<ClusterTime>,
     pub last_error: Option<String>,
 }
@@ -81,6 +84,7 @@ impl ListenerSnapshot {
             last_batch_size: 0,
             events_per_sec: 0.0,
             commits: 0,
+            lost_locks: 0,
             last_committed: None,
             last_error: None,
         }
