@@ -262,7 +262,7 @@ async fn without_oplog_access_bootstrap_refuses_unless_configured_to_start_now()
     .await;
     match refused.stop().await {
         Some(ListenerExit::Refused(reason)) => {
-            assert!(reason.contains("bootstrap = \"now\""), "{reason}");
+            assert!(reason.contains("Bootstrap::Now"), "{reason}");
             assert!(reason.contains("clusterMonitor"), "{reason}");
         }
         other => panic!("expected a refusal, got {other:?}"),

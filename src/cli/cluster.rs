@@ -42,7 +42,7 @@ pub async fn leases(settings: &Settings) -> anyhow::Result<()> {
         .server_now()
         .await
         .context("reading the server's clock")?;
-    let thresholds = HealthThresholds::default();
+    let thresholds = settings.thresholds;
     match settings.output {
         OutputFormat::Table => {
             if leases.is_empty() {

@@ -3,10 +3,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
+use crate::model::HealthThresholds;
 use crate::store::mongo::MongoSettings;
 use crate::store::{Namespace, StoreError};
 
@@ -54,6 +54,19 @@ pub struct ConfigFile {
     pub read_only: Option<bool>,
     pub operator: Option<String>,
     pub connect_timeout: Option<String>,
+    pub thresholds: Option<ThresholdsFile>,
+}
+
+/// `[thresholds]`: where the status rules of DESIGN §4 draw their lines.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThresholdsFile {
+    /// Lag above this is BEHIND, e.g. "60s".
+    pub behind_after: Option<String>,
+    /// Headroom below this share of the window is AT RISK, 0.0 to 1.0.
+    pub at_risk_share: Option<f64>,
+    /// A caught-up lease whose stream had no entry for this long is IDLE, e.g. "30s".
+    pub quiet_after: Option<String>,
 }
 
 impl ConfigFile {
@@ -70,8 +83,12 @@ impl ConfigFile {
                 default
             }
         };
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::Error::new(StoreError::InvalidArgument(format!(
+                "cannot read config file {}: {e}",
+                path.display()
+            )))
+        })?;
         let config = Self::parse(&text).map_err(|e| {
             anyhow::Error::new(StoreError::InvalidArgument(format!(
                 "config file {} is not valid: {e}",
@@ -95,6 +112,7 @@ pub struct Settings {
     pub read_only: bool,
     pub operator: String,
     pub connect_timeout: Duration,
+    pub thresholds: HealthThresholds,
 }
 
 impl Settings {
@@ -120,7 +138,29 @@ impl Settings {
                 .map_err(|e| invalid(format!("connect_timeout {text:?}: {e}")))?,
             (None, None) => MongoSettings::DEFAULT_SERVER_SELECTION_TIMEOUT,
         };
+        let mut thresholds = HealthThresholds::default();
+        if let Some(t) = &file.thresholds {
+            let duration = |key: &str, text: &String| {
+                humantime::parse_duration(text)
+                    .map_err(|e| invalid(format!("thresholds.{key} {text:?}: {e}")))
+            };
+            if let Some(text) = &t.behind_after {
+                thresholds.behind_after = duration("behind_after", text)?;
+            }
+            if let Some(text) = &t.quiet_after {
+                thresholds.quiet_after = duration("quiet_after", text)?;
+            }
+            if let Some(share) = t.at_risk_share {
+                if !(0.0..=1.0).contains(&share) {
+                    return Err(invalid(format!(
+                        "thresholds.at_risk_share must be between 0 and 1, got {share}"
+                    )));
+                }
+                thresholds.at_risk_share = share;
+            }
+        }
         Ok(Settings {
+            thresholds,
             uri: args.uri.clone().or(file.uri),
             leases,
             output: args.output.or(file.output).unwrap_or_default(),
@@ -188,6 +228,37 @@ mod tests {
         assert_eq!(settings.uri.as_deref(), Some("mongodb://flag"));
         assert_eq!(settings.leases, Namespace::new("ops", "locks"));
         assert_eq!(settings.output, OutputFormat::Json);
+        std::fs::remove_file(file).unwrap();
+    }
+
+    #[test]
+    fn thresholds_come_from_the_file_and_are_checked() {
+        let dir =
+            std::env::temp_dir().join(format!("streamward-thresholds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("t.toml");
+        std::fs::write(
+            &file,
+            "[thresholds]\nbehind_after = \"5m\"\nat_risk_share = 0.5\n",
+        )
+        .unwrap();
+        let args = GlobalArgs {
+            config: Some(file.clone()),
+            ..GlobalArgs::default()
+        };
+        let settings = Settings::resolve(&args).unwrap();
+        assert_eq!(settings.thresholds.behind_after, Duration::from_secs(300));
+        assert_eq!(settings.thresholds.at_risk_share, 0.5);
+        assert_eq!(
+            settings.thresholds.quiet_after,
+            HealthThresholds::default().quiet_after
+        );
+        std::fs::write(&file, "[thresholds]\nat_risk_share = 1.5\n").unwrap();
+        let error = Settings::resolve(&args).unwrap_err().to_string();
+        assert!(
+            error.contains("at_risk_share") && error.contains("t.toml"),
+            "{error}"
+        );
         std::fs::remove_file(file).unwrap();
     }
 }

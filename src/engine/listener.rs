@@ -323,7 +323,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     Ok(window) => Ok(StartPoint::At(window.first)),
                     Err(e @ StoreError::NotPermitted { .. }) => Err(TenureEnd::Refused(format!(
                         "{} has no resume point and the oplog cannot be read to start from its oldest entry: {e}. \
-                         Grant the role, or set bootstrap = \"now\" to skip changes made before the first commit",
+                         Grant the role, or configure bootstrap = now (ListenerConfig::bootstrap = Bootstrap::Now) to skip changes made before the first commit",
                         self.config.resource
                     ))),
                     Err(e) => Err(TenureEnd::Failed(e.to_string())),

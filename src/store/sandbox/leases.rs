@@ -63,6 +63,7 @@ impl SandboxStore {
         &self,
         tenure: &Tenure,
         apply: impl FnOnce(&mut Lease, DateTime<Utc>),
+        done: impl FnOnce() -> HistoryEntry,
     ) -> TenureWrite {
         let now = self.inner.clock.now();
         let mut state = self.lock();
@@ -83,6 +84,8 @@ impl SandboxStore {
             resource: lease.resource.clone(),
             lease: Some(lease.clone()),
         };
+        // Recorded under the same lock as the write, so the history orders them as they happened.
+        state.record(done);
         drop(state);
         self.publish_lease(change);
         TenureWrite::Done
@@ -125,36 +128,36 @@ impl LeaseStore for SandboxStore {
         lease: Duration,
     ) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.commit);
-        let outcome = self.tenure_write(tenure, |doc, now| {
-            doc.resume_token = Some(token.clone());
-            doc.committed_at = Some(now);
-            doc.expires_at = Some(after(now, lease));
-        });
-        if outcome == TenureWrite::Done {
-            self.lock().record(|| HistoryEntry::Committed {
+        Ok(self.tenure_write(
+            tenure,
+            |doc, now| {
+                doc.resume_token = Some(token.clone());
+                doc.committed_at = Some(now);
+                doc.expires_at = Some(after(now, lease));
+            },
+            || HistoryEntry::Committed {
                 resource: tenure.resource.clone(),
                 listener: tenure.listener.clone(),
                 version: tenure.version,
                 token_time: token.time(),
-            });
-        }
-        Ok(outcome)
+            },
+        ))
     }
 
     async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.release);
-        let outcome = self.tenure_write(tenure, |doc, now| {
-            doc.holder = None;
-            doc.expires_at = Some(now);
-        });
-        if outcome == TenureWrite::Done {
-            self.lock().record(|| HistoryEntry::Released {
+        Ok(self.tenure_write(
+            tenure,
+            |doc, now| {
+                doc.holder = None;
+                doc.expires_at = Some(now);
+            },
+            || HistoryEntry::Released {
                 resource: tenure.resource.clone(),
                 listener: tenure.listener.clone(),
                 version: tenure.version,
-            });
-        }
-        Ok(outcome)
+            },
+        ))
     }
 
     async fn get(&self, resource: &str) -> StoreResult<Option<Lease>> {
