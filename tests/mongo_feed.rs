@@ -476,44 +476,52 @@ async fn member_upsert_fences_per_member_and_recounts_in_the_same_write() {
 }
 
 #[tokio::test]
-async fn put_replaces_by_id_and_replace_all_deletes_then_inserts() {
+async fn put_replaces_by_id_and_replace_all_upserts_then_deletes_the_rest() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
-    server.script(
-        "update",
-        [Action::ok(
-            doc! { "n": 1, "nModified": 0, "upserted": [{ "index": 0, "_id": 9 }] },
-        )],
-    );
+    server.on("update", |_| {
+        Action::ok(doc! { "n": 1, "nModified": 0, "upserted": [{ "index": 0, "_id": 9 }] })
+    });
     server.script("delete", [Action::ok(doc! { "n": 3 })]);
-    server.script("insert", [Action::ok(doc! { "n": 2 })]);
     store
         .put(&agg(), doc! { "_id": 9, "name": "a" })
         .await
         .unwrap();
     store
-        .replace_all(&agg(), vec![doc! { "_id": 1 }, doc! { "_id": 2 }])
+        .replace_all(&agg(), vec![doc! { "_id": 1, "n": 5 }, doc! { "_id": 2 }])
         .await
         .unwrap();
-    let update = server.commands_stripped("update").remove(0);
+    let updates: Vec<Bson> = server
+        .commands_stripped("update")
+        .into_iter()
+        .map(|u| u.get_array("updates").unwrap()[0].clone())
+        .collect();
     assert_eq!(
-        update.get_array("updates").unwrap()[0],
-        Bson::Document(doc! { "q": { "_id": 9 }, "u": { "_id": 9, "name": "a" }, "upsert": true })
+        updates,
+        vec![
+            Bson::Document(
+                doc! { "q": { "_id": 9 }, "u": { "_id": 9, "name": "a" }, "upsert": true }
+            ),
+            Bson::Document(doc! { "q": { "_id": 1 }, "u": { "_id": 1, "n": 5 }, "upsert": true }),
+            Bson::Document(doc! { "q": { "_id": 2 }, "u": { "_id": 2 }, "upsert": true }),
+        ]
     );
     let delete = server.commands_stripped("delete").remove(0);
     assert_eq!(
         delete.get_array("deletes").unwrap()[0],
-        Bson::Document(doc! { "q": {}, "limit": 0 })
-    );
-    let insert = server.commands_stripped("insert").remove(0);
-    assert_eq!(
-        insert.get_array("documents").unwrap(),
-        &vec![
-            Bson::Document(doc! { "_id": 1 }),
-            Bson::Document(doc! { "_id": 2 })
-        ]
+        Bson::Document(doc! { "q": { "_id": { "$nin": [1, 2] } }, "limit": 0 })
     );
     assert!(store.put(&agg(), doc! { "name": "no id" }).await.is_err());
+    let before = server.received().len();
+    assert!(store
+        .replace_all(&agg(), vec![doc! { "_id": 3 }, doc! { "name": "no id" }])
+        .await
+        .is_err());
+    assert_eq!(
+        server.received().len(),
+        before,
+        "a bad rebuild output writes nothing"
+    );
 }
 
 #[tokio::test]

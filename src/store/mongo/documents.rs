@@ -199,29 +199,31 @@ impl DocumentStore for MongoStore {
         Ok(())
     }
 
-    /// Not atomic: `deleteMany({})` then `insertMany`. A rebuild runs under the bulk
-    /// lease, so no fenced writer interleaves; a failure leaves a partial collection
-    /// and the lease stays bulk (STUCK BULK) until the rebuild is rerun.
+    /// Not atomic: every document is replaced by `_id` (upsert), then the documents
+    /// not among them are deleted. Each step is idempotent, so each is retried once,
+    /// and a late source-versioned write from a fenced-out listener landing in between
+    /// is overwritten rather than colliding with an insert. A failure leaves the
+    /// lease bulk (STUCK BULK) until the rebuild is rerun.
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        if documents.iter().any(|d| !d.contains_key("_id")) {
+            return Err(StoreError::InvalidArgument(format!(
+                "replace all of {ns}: every document needs an _id; nothing was written"
+            )));
+        }
+        let ids: Vec<Bson> = documents
+            .iter()
+            .filter_map(|d| d.get("_id").cloned())
+            .collect();
+        for document in documents {
+            self.put(ns, document).await?;
+        }
         let action = format!("replace all of {ns}");
         let collection = self.collection(ns);
         with_one_retry(self.timeout(), &action, || {
             collection
-                .delete_many(doc! {})
+                .delete_many(doc! { "_id": { "$nin": ids.clone() } })
                 .write_concern(self.majority())
                 .into_future()
-        })
-        .await
-        .map_err(|e| self.document_error(e, &action, ns))?;
-        if documents.is_empty() {
-            return Ok(());
-        }
-        // Not retried: a lost reply would make a second insert collide with the first.
-        super::errors::bounded(self.timeout(), &action, async {
-            collection
-                .insert_many(documents)
-                .write_concern(self.majority())
-                .await
         })
         .await
         .map_err(|e| self.document_error(e, &action, ns))?;
