@@ -1,1 +1,2 @@
+pub mod mini_mongo;
 pub mod wire;
