@@ -238,7 +238,6 @@ async fn a_second_network_failure_is_reported_not_retried_again() {
     server.script("findAndModify", [Action::HangUp, Action::HangUp]);
     let error = store.acquire(&request(LockKind::Update)).await.unwrap_err();
     assert!(matches!(error, StoreError::Network(_)), "{error:?}");
-    assert!(error.is_transient());
     assert_eq!(server.commands("findAndModify").len(), 2);
 }
 

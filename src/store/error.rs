@@ -36,14 +36,4 @@ pub enum StoreError {
     Closed,
 }
 
-impl StoreError {
-    /// Errors after which the same conditional call may be tried once more.
-    pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            StoreError::Network(_) | StoreError::Unreachable(_) | StoreError::WriteConcern(_)
-        )
-    }
-}
-
 pub type StoreResult<T> = Result<T, StoreError>;
