@@ -52,6 +52,17 @@ struct Recorded<H> {
     pause: Arc<PauseSwitch>,
 }
 
+impl<H> Recorded<H> {
+    fn new(inner: H, store: &SandboxStore, listener: String, pause: &Arc<PauseSwitch>) -> Self {
+        Self {
+            inner,
+            store: store.clone(),
+            listener,
+            pause: pause.clone(),
+        }
+    }
+}
+
 impl<H: Handler> Handler for Recorded<H> {
     async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
         let pause_now =
@@ -151,22 +162,21 @@ impl Sim {
             config.max_tenure = Some(Duration::from_secs(self.rng.gen_range(15..60)));
         }
         let pause = Arc::new(PauseSwitch::default());
+        let store = self.store.clone();
         let handle = if resource == PET_RESOURCE {
-            let handler = Recorded {
-                inner: PetAggregates::new(self.store.clone()),
-                store: self.store.clone(),
-                listener,
-                pause: pause.clone(),
-            };
-            ListenerHandle::spawn(self.store.clone(), config, handler)
+            let inner = PetAggregates::new(store.clone());
+            ListenerHandle::spawn(
+                store.clone(),
+                config,
+                Recorded::new(inner, &store, listener, &pause),
+            )
         } else {
-            let handler = Recorded {
-                inner: OrderOutbox::new(self.store.clone()),
-                store: self.store.clone(),
-                listener,
-                pause: pause.clone(),
-            };
-            ListenerHandle::spawn(self.store.clone(), config, handler)
+            let inner = OrderOutbox::new(store.clone());
+            ListenerHandle::spawn(
+                store.clone(),
+                config,
+                Recorded::new(inner, &store, listener, &pause),
+            )
         };
         self.listeners
             .insert((resource.to_string(), slot), Running { handle, pause });
