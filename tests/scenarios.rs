@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bson::{doc, Bson};
 use common::{config, eventually, sandbox, state};
-use streamward::demo::orders::{message_id, orders_ns, outbox_ns, OrderOutbox};
+use streamward::demo::orders::{message_id, orders_ns, outbox_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::demo::pets::{
     animals_ns, expected_counts, read_animals, stored_counts, Animal, PetAggregates, PET_RESOURCE,
 };
@@ -54,6 +54,26 @@ async fn assert_aggregates_match(store: &SandboxStore) {
     );
 }
 
+/// A pet-aggregate listener named `name` on the sandbox.
+fn spawn_pets(store: &SandboxStore, name: &str) -> ListenerHandle {
+    let handler = PetAggregates::new(store.clone());
+    ListenerHandle::spawn(
+        store.clone(),
+        config(PET_RESOURCE, name, animals_ns()),
+        handler,
+    )
+}
+
+/// An order-outbox listener named `name` on the sandbox.
+fn spawn_outbox(store: &SandboxStore, name: &str) -> ListenerHandle {
+    let handler = OrderOutbox::new(store.clone());
+    ListenerHandle::spawn(
+        store.clone(),
+        config(ORDERS_RESOURCE, name, orders_ns()),
+        handler,
+    )
+}
+
 fn acquisitions(store: &SandboxStore, resource: &str) -> Vec<(String, i64)> {
     store
         .history()
@@ -89,16 +109,8 @@ async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
     assert_eq!(winners, 1);
 
     // The same race between two running listeners.
-    let a = ListenerHandle::spawn(
-        store.clone(),
-        config(PET_RESOURCE, "a", animals_ns()),
-        PetAggregates::new(store.clone()),
-    );
-    let b = ListenerHandle::spawn(
-        store.clone(),
-        config(PET_RESOURCE, "b", animals_ns()),
-        PetAggregates::new(store.clone()),
-    );
+    let a = spawn_pets(&store, "a");
+    let b = spawn_pets(&store, "b");
     eventually(5 * SECOND, "one streaming, one standby", || {
         let states = [state(&a), state(&b)];
         states.contains(&ListenerState::Streaming) && states.contains(&ListenerState::Standby)
@@ -153,11 +165,7 @@ async fn a_paused_holder_is_fenced_out_after_a_takeover() {
         paused,
     );
     reached.recv().await.unwrap(); // a holds version 0 and is stuck inside the handler with o1
-    let b = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "b", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let b = spawn_outbox(&store, "b");
     // a's lease runs out; b takes over with version 1, handles o1 and a newer change.
     eventually(30 * SECOND, "b streaming", || {
         state(&b) == ListenerState::Streaming
@@ -223,11 +231,7 @@ async fn bootstrap_starts_at_the_oldest_entry_even_after_a_crash_before_the_firs
         None
     );
 
-    let second = ListenerHandle::spawn(
-        store.clone(),
-        config(PET_RESOURCE, "second", animals_ns()),
-        PetAggregates::new(store.clone()),
-    );
+    let second = spawn_pets(&store, "second");
     eventually(30 * SECOND, "all five handled", || {
         second.snapshot().events == 5
     })
@@ -251,11 +255,7 @@ async fn without_oplog_access_bootstrap_refuses_unless_configured_to_start_now()
         streamward::store::sandbox::Clock::virtual_from(chrono::Utc::now()),
     );
     put_order(&store, "o1", "placed").await;
-    let refused = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "a", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let refused = spawn_outbox(&store, "a");
     eventually(5 * SECOND, "refused", || {
         state(&refused) == ListenerState::Refused
     })
@@ -321,11 +321,7 @@ async fn a_crash_between_handling_and_commit_redelivers_and_the_fence_applies_on
         .filter(|h| matches!(h, HistoryEntry::FencedWrite { .. }))
         .count();
 
-    let b = ListenerHandle::spawn(
-        store.clone(),
-        config(PET_RESOURCE, "b", animals_ns()),
-        PetAggregates::new(store.clone()),
-    );
+    let b = spawn_pets(&store, "b");
     eventually(30 * SECOND, "b re-delivered rex", || {
         b.snapshot().events == 1
     })
@@ -350,11 +346,7 @@ async fn a_crash_between_handling_and_commit_redelivers_and_the_fence_applies_on
 async fn history_lost_stops_the_listener_without_restarting_from_now() {
     let store = sandbox(5);
     put_order(&store, "o1", "placed").await;
-    let a = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "a", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let a = spawn_outbox(&store, "a");
     eventually(5 * SECOND, "o1 handled", || a.snapshot().events == 1).await;
     a.stop().await;
     // Ten more changes push the committed token off a five-entry log.
@@ -371,11 +363,7 @@ async fn history_lost_stops_the_listener_without_restarting_from_now() {
     );
     assert_eq!(health.status, LeaseStatus::Lost);
 
-    let restarted = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "a", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let restarted = spawn_outbox(&store, "a");
     eventually(5 * SECOND, "history lost", || {
         state(&restarted) == ListenerState::HistoryLost
     })
@@ -431,11 +419,7 @@ async fn a_slow_stream_overtaken_by_the_log_loses_history_mid_stream() {
 #[tokio::test(start_paused = true)]
 async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
     let store = sandbox(1000);
-    let holder = ListenerHandle::spawn(
-        store.clone(),
-        config(PET_RESOURCE, "a", animals_ns()),
-        PetAggregates::new(store.clone()),
-    );
+    let holder = spawn_pets(&store, "a");
     eventually(5 * SECOND, "a streaming", || {
         state(&holder) == ListenerState::Streaming
     })
@@ -597,11 +581,7 @@ async fn rotation_by_max_tenure_spreads_the_work() {
 async fn an_idle_holder_keeps_its_token_fresh_and_shutdown_releases() {
     let store = sandbox(1000);
     put_order(&store, "o1", "placed").await;
-    let a = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "a", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let a = spawn_outbox(&store, "a");
     eventually(5 * SECOND, "o1 handled", || a.snapshot().events == 1).await;
     let committed = store
         .get("shop.orders")
@@ -634,11 +614,7 @@ async fn an_idle_holder_keeps_its_token_fresh_and_shutdown_releases() {
         "the next holder bumps the version, not the release"
     );
     // The next listener resumes after the heartbeat token: nothing is handled twice.
-    let b = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "b", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let b = spawn_outbox(&store, "b");
     eventually(5 * SECOND, "b streaming", || {
         state(&b) == ListenerState::Streaming
     })
@@ -668,11 +644,7 @@ async fn a_redelivered_order_never_makes_a_second_message() {
     );
     applied.recv().await.unwrap();
     a.crash();
-    let b = ListenerHandle::spawn(
-        store.clone(),
-        config("shop.orders", "b", orders_ns()),
-        OrderOutbox::new(store.clone()),
-    );
+    let b = spawn_outbox(&store, "b");
     eventually(30 * SECOND, "re-delivered", || b.snapshot().events == 1).await;
     let messages = store.find_all(&outbox_ns()).await.unwrap();
     assert_eq!(messages.len(), 1);
