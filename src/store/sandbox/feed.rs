@@ -107,7 +107,9 @@ impl SandboxStream {
                 .log
                 .read_from(self.position, limit, |e| e.ns == *ns, &mut self.scratch)?;
         let scanned_to = state.log.last_time();
+        let at_end = self.position == state.log.end();
         drop(state);
+        // Cheap Arc clones under the lock, the deep copies after it: writers never wait on a reader.
         let events: Vec<ChangeEvent> = self.scratch.iter().map(|e| ChangeEvent::clone(e)).collect();
         let resume_token = match events.last() {
             Some(last) => {
@@ -116,7 +118,7 @@ impl SandboxStream {
             }
             None => {
                 // Everything up to the end of the log has been scanned: a high-water mark.
-                if self.position >= *self.log_end.borrow() {
+                if at_end {
                     self.resume_time = Some(scanned_to.max(self.resume_time.unwrap_or_default()));
                 }
                 self.resume_time
