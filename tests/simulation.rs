@@ -665,7 +665,18 @@ impl Checker {
                 let Some(token_time) = token_time else { return };
                 self.check_covered(seed, resource, listener, *version, *token_time);
             }
-            HistoryEntry::TenureRefused { .. } => {}
+            HistoryEntry::TenureRefused {
+                resource,
+                listener,
+                version,
+            } => {
+                let current = self.leases.get(resource).cloned();
+                assert_ne!(
+                    current,
+                    Some((Some(listener.clone()), *version)),
+                    "seed {seed}: the holder's own commit or release was refused"
+                );
+            }
             HistoryEntry::Replaced { ns, fences } => {
                 self.fences.retain(|(n, _), _| n != ns);
                 for (id, fence) in fences {

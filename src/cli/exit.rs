@@ -1,14 +1,12 @@
-//! Exit codes of DESIGN §7.
+//! Exit codes of DESIGN §7. 0 is `ExitCode::SUCCESS`; 3 (refused by a guard) and
+//! 4 (lease changed since planned) arrive with the guarded actions.
 
 use std::process::ExitCode;
 
 use crate::store::StoreError;
 
-pub const DONE: u8 = 0;
 pub const ERROR: u8 = 1;
 pub const USAGE: u8 = 2;
-pub const REFUSED: u8 = 3;
-pub const LEASE_CHANGED: u8 = 4;
 pub const CANNOT_CONNECT: u8 = 5;
 
 /// The exit code for a failed command, from the store error at its root if any.
@@ -36,6 +34,5 @@ mod tests {
         assert_eq!(code_for(&unreachable), ExitCode::from(CANNOT_CONNECT));
         let other = anyhow::anyhow!("boom");
         assert_eq!(code_for(&other), ExitCode::from(ERROR));
-        let _ = (DONE, REFUSED, LEASE_CHANGED);
     }
 }

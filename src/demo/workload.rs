@@ -62,10 +62,6 @@ impl<S: DocumentStore> Workload<S> {
         }
     }
 
-    pub fn writes(&self) -> u64 {
-        self.writes
-    }
-
     /// One application write.
     pub async fn step(&mut self) -> StoreResult<()> {
         self.writes += 1;

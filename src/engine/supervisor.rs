@@ -46,8 +46,4 @@ impl ListenerHandle {
     pub fn crash(self) {
         self.task.abort();
     }
-
-    pub fn is_finished(&self) -> bool {
-        self.task.is_finished()
-    }
 }

@@ -38,12 +38,6 @@ impl ClusterTime {
     pub fn saturating_since(self, earlier: ClusterTime) -> Duration {
         Duration::from_secs(u64::from(self.secs.saturating_sub(earlier.secs)))
     }
-
-    /// The first cluster time at or after `self` moved back by `by` (clamped at zero).
-    pub fn minus(self, by: Duration) -> ClusterTime {
-        let secs = u64::from(self.secs).saturating_sub(by.as_secs());
-        ClusterTime::new(u32::try_from(secs).unwrap_or(0), 0)
-    }
 }
 
 impl From<bson::Timestamp> for ClusterTime {
@@ -89,6 +83,5 @@ mod tests {
         let b = ClusterTime::new(40, 9);
         assert_eq!(a.saturating_since(b), Duration::from_secs(60));
         assert_eq!(b.saturating_since(a), Duration::ZERO);
-        assert_eq!(b.minus(Duration::from_secs(100)), ClusterTime::new(0, 0));
     }
 }

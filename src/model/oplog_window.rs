@@ -19,9 +19,4 @@ impl OplogWindow {
     pub fn length(&self) -> Duration {
         self.last.saturating_since(self.first)
     }
-
-    /// Whether a stream can still start at `time` (inclusive of the first entry).
-    pub fn contains(&self, time: ClusterTime) -> bool {
-        time >= self.first && time <= self.last
-    }
 }

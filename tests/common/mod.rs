@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use streamward::engine::{ListenerConfig, ListenerHandle, ListenerSnapshot, ListenerState};
+use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::Namespace;
 
@@ -46,8 +46,4 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
 
 pub fn state(handle: &ListenerHandle) -> ListenerState {
     handle.snapshot().state
-}
-
-pub fn snapshot(handle: &ListenerHandle) -> ListenerSnapshot {
-    handle.snapshot()
 }

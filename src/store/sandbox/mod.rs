@@ -135,15 +135,6 @@ impl SandboxStore {
         self.lock().record(|| entry);
     }
 
-    /// Drains the recorded history.
-    pub fn take_history(&self) -> Vec<HistoryEntry> {
-        self.lock()
-            .history
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-    }
-
     /// Whether the change log has dropped any entry (history can have been lost).
     pub fn has_dropped_history(&self) -> bool {
         self.lock().log.has_dropped()
