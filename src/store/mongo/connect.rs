@@ -112,14 +112,11 @@ pub async fn open_client(settings: &MongoSettings) -> Result<Client, StoreError>
 
 impl CallError {
     fn into_store_with_hint(self, action: &str, hint: &str) -> StoreError {
-        match self {
-            CallError::Driver(e) => match classify_with_hint(&e, action, hint) {
-                // No server within the selection timeout, or the socket dropped during the
-                // handshake: either way nothing answers.
-                StoreError::Network(m) => StoreError::Unreachable(m),
-                other => other,
-            },
-            CallError::TimedOut(m) => StoreError::Unreachable(m),
+        match self.into_store_hinted(action, hint) {
+            // No server within the selection timeout, a socket dropped during the
+            // handshake, or no reply in time: either way nothing answers.
+            StoreError::Network(m) => StoreError::Unreachable(m),
+            other => other,
         }
     }
 }

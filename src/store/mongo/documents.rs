@@ -6,7 +6,7 @@ use std::future::IntoFuture;
 use bson::{doc, Bson, Document};
 use futures_util::TryStreamExt;
 
-use super::errors::{classify_with_hint, is_duplicate_key, with_one_retry, CallError};
+use super::errors::{is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
 use crate::store::{
     DocumentStore, Namespace, StoreError, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
@@ -88,12 +88,7 @@ pub fn member_upsert_command(
 
 impl MongoStore {
     fn document_error(&self, error: CallError, action: &str, ns: &Namespace) -> StoreError {
-        match error {
-            CallError::Driver(e) => {
-                classify_with_hint(&e, action, &format!("readWrite on the {} database", ns.db))
-            }
-            other => other.into_store(action),
-        }
+        error.into_store_hinted(action, &format!("readWrite on the {} database", ns.db))
     }
 
     /// An upsert whose filter carries a fence: 11000 or nothing matched/upserted is stale.

@@ -155,6 +155,14 @@ impl CallError {
             CallError::TimedOut(m) => StoreError::Network(m),
         }
     }
+
+    /// As `into_store`, naming `hint` as the role to grant when permission is missing.
+    pub fn into_store_hinted(self, action: &str, hint: &str) -> StoreError {
+        match self {
+            CallError::Driver(e) => classify_with_hint(&e, action, hint),
+            other => other.into_store(action),
+        }
+    }
 }
 
 /// Runs `attempt` and, if it fails with a retryable error, once more. A timeout is

@@ -9,7 +9,7 @@ use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
 
 use super::codec::change_event_from_document;
-use super::errors::{bounded, classify_with_hint, with_one_retry, CallError};
+use super::errors::{bounded, classify_with_hint, with_one_retry};
 use super::MongoStore;
 use crate::model::{ClusterTime, OplogWindow, ResumeToken};
 use crate::store::{
@@ -81,10 +81,7 @@ impl MongoStore {
             std::future::IntoFuture::into_future(admin.run_command(doc! { "replSetGetStatus": 1 }))
         })
         .await
-        .map_err(|e| match e {
-            CallError::Driver(e) => classify_with_hint(&e, action, "the clusterMonitor role"),
-            other => other.into_store(action),
-        })?;
+        .map_err(|e| e.into_store_hinted(action, "the clusterMonitor role"))?;
         let malformed = |detail: String| StoreError::Malformed {
             what: "replSetGetStatus reply".into(),
             detail,
@@ -169,10 +166,7 @@ impl MongoStore {
             )
         })
         .await
-        .map_err(|e| match e {
-            CallError::Driver(e) => classify_with_hint(&e, action, OPLOG_HINT),
-            other => other.into_store(action),
-        })?;
+        .map_err(|e| e.into_store_hinted(action, OPLOG_HINT))?;
         let entry = entry.ok_or_else(|| StoreError::Malformed {
             what: "oplog".into(),
             detail: format!(
@@ -215,10 +209,7 @@ impl ChangeFeed for MongoStore {
             watch.await
         })
         .await
-        .map_err(|e| match e {
-            CallError::Driver(e) => classify_with_hint(&e, &action, STREAM_HINT),
-            other => other.into_store(&action),
-        })?;
+        .map_err(|e| e.into_store_hinted(&action, STREAM_HINT))?;
         Ok(MongoChangeStream {
             stream: opened.with_type::<Document>(),
             batch_size: options.batch_size.max(1) as usize,

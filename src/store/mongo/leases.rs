@@ -12,7 +12,7 @@ use mongodb::options::{FullDocumentType, ReturnDocument};
 use super::codec::{
     audit_from_document, audit_to_document, lease_from_document, watch_to_document,
 };
-use super::errors::{bounded, classify_with_hint, is_duplicate_key, with_one_retry, CallError};
+use super::errors::{bounded, is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
 use crate::model::{AuditRecord, ClusterTime, Lease, LockKind};
 use crate::store::{
@@ -104,10 +104,7 @@ impl MongoStore {
     }
 
     fn lease_error(&self, error: CallError, action: &str) -> StoreError {
-        match error {
-            CallError::Driver(e) => classify_with_hint(&e, action, &self.lease_hint()),
-            other => other.into_store(action),
-        }
+        error.into_store_hinted(action, &self.lease_hint())
     }
 
     /// updateOne filtered on the tenure, majority; matched 0 is a lost lock.
@@ -262,10 +259,7 @@ impl LeaseStore for MongoStore {
             "readWrite on the {} database (the streamwardOperator role in docs/permissions.md)",
             self.settings.leases.db
         );
-        let fail = |e: CallError| match e {
-            CallError::Driver(e) => classify_with_hint(&e, &action, &hint),
-            other => other.into_store(&action),
-        };
+        let fail = |e: CallError| e.into_store_hinted(&action, &hint);
         let mut session = bounded(self.timeout(), &action, async {
             self.client.start_session().await
         })
@@ -329,27 +323,13 @@ impl LeaseStore for MongoStore {
         let audit_coll = self.audit();
         let audit_action = format!("record the audit of {action}");
         // Idempotent by `_id`: a retry that finds its own first attempt gets 11000.
-        let first = bounded(self.timeout(), &audit_action, async {
+        let inserted = with_one_retry(self.timeout(), &audit_action, || {
             audit_coll
                 .insert_one(record_doc.clone())
                 .write_concern(self.majority())
-                .session(&mut session)
-                .await
+                .into_future()
         })
         .await;
-        let inserted = match first {
-            Err(CallError::Driver(e)) if super::errors::is_retryable(&e) => {
-                bounded(self.timeout(), &audit_action, async {
-                    audit_coll
-                        .insert_one(record_doc.clone())
-                        .write_concern(self.majority())
-                        .session(&mut session)
-                        .await
-                })
-                .await
-            }
-            other => other,
-        };
         match inserted {
             Ok(_) => {}
             Err(CallError::Driver(e)) if is_duplicate_key(&e) => {}
