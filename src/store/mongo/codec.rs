@@ -54,6 +54,23 @@ fn opt_date(
     }
 }
 
+/// Moves a sub-document out of `document` (missing or null is `None`).
+fn take_document(
+    what: &str,
+    document: &mut Document,
+    field: &str,
+) -> Result<Option<Document>, StoreError> {
+    match document.remove(field) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::Document(d)) => Ok(Some(d)),
+        Some(other) => Err(malformed(
+            what,
+            field,
+            format!("expected a document, found {}", type_name(&other)),
+        )),
+    }
+}
+
 fn opt_document<'a>(
     what: &str,
     document: &'a Document,
@@ -150,8 +167,18 @@ pub fn lease_from_document(document: &Document) -> Result<Lease, StoreError> {
         }
         None => return Err(malformed(WHAT, "_id", "missing")),
     };
-    let what = format!("lease document {resource:?}");
-    let what = what.as_str();
+    // Errors name the lease; the name is only formatted when something is wrong.
+    lease_fields(document, resource.clone()).map_err(|e| match e {
+        StoreError::Malformed { detail, .. } => StoreError::Malformed {
+            what: format!("{WHAT} {resource:?}"),
+            detail,
+        },
+        other => other,
+    })
+}
+
+fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreError> {
+    let what = "lease document";
     let version = match optional(document, "version") {
         None => 0,
         Some(v) => integer(what, v, "version")?,
@@ -236,10 +263,10 @@ pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreErro
 }
 
 /// One change stream event document, as the server sends it.
-pub fn change_event_from_document(document: &Document) -> Result<ChangeEvent, StoreError> {
+/// Takes the document apart rather than copying its parts: this runs for every event.
+pub fn change_event_from_document(mut document: Document) -> Result<ChangeEvent, StoreError> {
     const WHAT: &str = "change event";
-    let token = opt_document(WHAT, document, "_id")?
-        .ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
+    let document = &mut document;
     let cluster_time = opt_timestamp(WHAT, document, "clusterTime")?
         .ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
     let operation = opt_string(WHAT, document, "operationType")?
@@ -251,15 +278,15 @@ pub fn change_event_from_document(document: &Document) -> Result<ChangeEvent, St
         ),
         None => Namespace::new("", ""),
     };
+    let token = take_document(WHAT, document, "_id")?
+        .ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
     Ok(ChangeEvent {
-        token: ResumeToken::from_document(token.clone()),
+        token: ResumeToken::from_document(token),
         cluster_time,
         operation: OperationType::parse(&operation),
         ns,
-        document_key: opt_document(WHAT, document, "documentKey")?
-            .cloned()
-            .unwrap_or_default(),
-        full_document: opt_document(WHAT, document, "fullDocument")?.cloned(),
+        document_key: take_document(WHAT, document, "documentKey")?.unwrap_or_default(),
+        full_document: take_document(WHAT, document, "fullDocument")?,
     })
 }
 

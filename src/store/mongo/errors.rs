@@ -12,7 +12,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use mongodb::change_stream::ChangeStream;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
+use serde::de::DeserializeOwned;
 
 use crate::store::StoreError;
 
@@ -162,6 +164,24 @@ impl CallError {
             CallError::Driver(e) => classify_with_hint(&e, action, hint),
             other => other.into_store(action),
         }
+    }
+}
+
+/// One getMore on a change stream. The server answers within its await time, so
+/// silence past `bound` means it is not answering: a `TimedOut` naming `action`.
+pub async fn next_within<T>(
+    stream: &mut ChangeStream<T>,
+    bound: Duration,
+    action: &str,
+) -> Result<Option<T>, CallError>
+where
+    T: DeserializeOwned + Unpin + Send + Sync,
+{
+    match tokio::time::timeout(bound, stream.next_if_any()).await {
+        Ok(next) => next.map_err(CallError::Driver),
+        Err(_) => Err(CallError::TimedOut(format!(
+            "{action}: no reply within {bound:?}"
+        ))),
     }
 }
 

@@ -9,7 +9,7 @@ use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
 
 use super::codec::change_event_from_document;
-use super::errors::{bounded, classify_with_hint, with_one_retry};
+use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
 use crate::model::{ClusterTime, OplogWindow, ResumeToken};
 use crate::store::{
@@ -214,6 +214,7 @@ impl ChangeFeed for MongoStore {
             stream: opened.with_type::<Document>(),
             batch_size: options.batch_size.max(1) as usize,
             ns: ns.clone(),
+            action: format!("read the change stream on {ns}"),
             read_bound: self.timeout() + options.max_await,
         })
     }
@@ -254,6 +255,8 @@ pub struct MongoChangeStream {
     ns: Namespace,
     /// A getMore waits at most `max_await` on the server; past this the server is not answering.
     read_bound: Duration,
+    /// Named in errors; formatted once, not per read.
+    action: String,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -273,23 +276,11 @@ impl ChangeStream for MongoChangeStream {
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
         let mut batch = ChangeBatch::default();
         while batch.events.len() < self.batch_size {
-            let next = tokio::time::timeout(self.read_bound, self.stream.next_if_any())
+            let next = next_within(&mut self.stream, self.read_bound, &self.action)
                 .await
-                .map_err(|_| {
-                    StoreError::Network(format!(
-                        "the change stream on {} got no reply within {:?}",
-                        self.ns, self.read_bound
-                    ))
-                })?
-                .map_err(|e| {
-                    classify_with_hint(
-                        &e,
-                        &format!("read the change stream on {}", self.ns),
-                        STREAM_HINT,
-                    )
-                })?;
+                .map_err(|e| e.into_store_hinted(&self.action, STREAM_HINT))?;
             match next {
-                Some(document) => batch.events.push(change_event_from_document(&document)?),
+                Some(document) => batch.events.push(change_event_from_document(document)?),
                 None => break,
             }
         }

@@ -12,7 +12,7 @@ use mongodb::options::{FullDocumentType, ReturnDocument};
 use super::codec::{
     audit_from_document, audit_to_document, lease_from_document, watch_to_document,
 };
-use super::errors::{bounded, is_duplicate_key, with_one_retry, CallError};
+use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
 use super::MongoStore;
 use crate::model::{AuditRecord, ClusterTime, Lease, LockKind};
 use crate::store::{
@@ -365,6 +365,7 @@ impl LeaseStore for MongoStore {
 /// Lease changes from a change stream on the lease collection.
 /// The server's default `maxAwaitTimeMS` for a change stream's getMore.
 const LEASE_WATCH_AWAIT: Duration = Duration::from_secs(1);
+const WATCH_ACTION: &str = "watch the leases";
 
 pub struct MongoLeaseWatch {
     stream: ChangeStream<Document>,
@@ -377,19 +378,13 @@ impl LeaseWatch for MongoLeaseWatch {
         loop {
             // One getMore at a time, each bounded, so a server that stops answering is
             // reported instead of leaving a standby waiting forever.
-            let next = tokio::time::timeout(self.read_bound, self.stream.next_if_any())
+            let next = next_within(&mut self.stream, self.read_bound, WATCH_ACTION)
                 .await
-                .map_err(|_| {
-                    StoreError::Network(format!(
-                        "the lease watch got no reply within {:?}",
-                        self.read_bound
-                    ))
-                })?;
+                .map_err(|e| e.into_store(WATCH_ACTION))?;
             let event = match next {
-                Ok(Some(event)) => event,
-                Ok(None) if self.stream.is_alive() => continue,
-                Ok(None) => return Err(StoreError::Closed),
-                Err(e) => return Err(super::errors::classify(&e, "watch the leases")),
+                Some(event) => event,
+                None if self.stream.is_alive() => continue,
+                None => return Err(StoreError::Closed),
             };
             let operation = event.get_str("operationType").unwrap_or_default();
             if operation == "invalidate" {
