@@ -79,7 +79,15 @@ async fn leases_prints_the_table_with_decoded_token_times() {
     let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
     assert!(out.starts_with("RESOURCE"), "{out}");
     assert!(out.contains("shop.orders"), "{out}");
-    assert!(out.contains("12"), "version shown: {out}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("shop.orders"))
+        .expect("a row for the lease");
+    assert_eq!(
+        row.split_whitespace().nth(3),
+        Some("12"),
+        "version column: {out}"
+    );
     // 0x63E5B9D2 = 2023-02-10T03:28:18Z; the last entry, 0x63E5B9E0, is 14 s later.
     assert!(out.contains("03:28:18"), "decoded token time: {out}");
     assert!(out.contains("14s"), "lag against the window: {out}");

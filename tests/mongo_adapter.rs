@@ -217,6 +217,16 @@ async fn dropped_connection_after_the_server_applied_acquire_retries_the_same_co
     assert_eq!(lease.version, 5);
     let sent = server.commands_stripped("findAndModify");
     assert_eq!(sent.len(), 2, "retried exactly once");
+    let connections: Vec<u64> = server
+        .received()
+        .iter()
+        .filter(|r| r.name == "findAndModify")
+        .map(|r| r.connection)
+        .collect();
+    assert_ne!(
+        connections[0], connections[1],
+        "the retry went out on a new connection"
+    );
     assert_eq!(
         sent[0], sent[1],
         "the retry is the identical conditional command"
@@ -269,7 +279,36 @@ async fn invalid_bson_in_a_reply_is_an_error_not_a_panic() {
         ],
     );
     let result = store.acquire(&request(LockKind::Update)).await;
-    assert!(result.is_err(), "{result:?}");
+    assert!(
+        matches!(&result, Err(StoreError::Malformed { what, .. }) if what == "server reply"),
+        "{result:?}"
+    );
+    assert_eq!(
+        server.commands("findAndModify").len(),
+        1,
+        "a reply that arrived but cannot be read is not a network failure: no retry"
+    );
+}
+
+#[tokio::test]
+async fn a_garbled_reply_frame_is_an_error_not_a_panic() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let garbage = vec![
+        0x10, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 0xdd, 7, 0, 0,
+    ];
+    server.script(
+        "findAndModify",
+        [Action::RawReply(garbage.clone()), Action::RawReply(garbage)],
+    );
+    let result = store.acquire(&request(LockKind::Update)).await;
+    // The driver cannot even frame the reply: the connection is unusable, like a drop,
+    // so it is retried once on a new connection and then reported.
+    assert!(matches!(&result, Err(StoreError::Network(_))), "{result:?}");
+    let sent = server.received();
+    let attempts: Vec<_> = sent.iter().filter(|r| r.name == "findAndModify").collect();
+    assert_eq!(attempts.len(), 2);
+    assert_ne!(attempts[0].connection, attempts[1].connection);
 }
 
 // ---------------------------------------------------------------- commit / release

@@ -783,6 +783,10 @@ async fn a_stalled_stream_read_ends_within_the_operation_timeout() {
     let release = update_of(&with_route(&server, "update", "leases")[0]);
     assert_eq!(release.get_document("q").unwrap(), &tenure_filter(0));
     assert_eq!(set_of(&release).get("listenerId"), Some(&Bson::Null));
-    assert!(listener.snapshot().last_error.is_some());
+    let error = listener.snapshot().last_error.unwrap_or_default();
+    assert!(
+        error.contains("change stream on shop.orders") && error.contains("no reply"),
+        "{error}"
+    );
     listener.crash();
 }

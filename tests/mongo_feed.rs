@@ -545,6 +545,10 @@ async fn find_one_and_find_all_read_by_id() {
     assert_eq!(store.find_all(&agg()).await.unwrap().len(), 2);
     let sent = server.commands_stripped("find");
     assert_eq!(
+        sent[0],
+        doc! { "find": "aggregates", "filter": { "_id": "x" }, "limit": 1_i64, "singleBatch": true, "$db": "pets" }
+    );
+    assert_eq!(
         sent[1],
         doc! { "find": "aggregates", "filter": {}, "sort": { "_id": 1 }, "$db": "pets" }
     );

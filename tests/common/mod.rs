@@ -1,4 +1,5 @@
 //! Shared helpers for the sandbox-based integration tests.
+// Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
 use std::time::Duration;

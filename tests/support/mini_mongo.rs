@@ -3,6 +3,7 @@
 //! `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$cond`, `$add`, `$ifNull`, `$literal`,
 //! field paths and `$$NOW`. Anything else panics, so a test never passes by
 //! silently ignoring an operator it does not understand.
+// Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
 use bson::{Bson, DateTime, Document};

@@ -126,7 +126,7 @@ fn opt<T>(value: Option<T>, f: impl FnOnce(T) -> Bson) -> Bson {
 }
 
 /// The lease as the collection stores it.
-pub fn lease_to_document(lease: &Lease) -> Document {
+pub(super) fn lease_to_document(lease: &Lease) -> Document {
     let mut document = doc! {
         "_id": &lease.resource,
         "listenerId": opt(lease.holder.clone(), Bson::String),
@@ -154,7 +154,7 @@ pub fn watch_to_document(watch: &WatchTarget) -> Document {
 
 /// Reads a lease document. Missing optional fields are `None`; a missing `version`
 /// is 0 and a missing `kind` is `update` (documents written by the original algorithm).
-pub fn lease_from_document(document: &Document) -> Result<Lease, StoreError> {
+pub(super) fn lease_from_document(document: &Document) -> Result<Lease, StoreError> {
     const WHAT: &str = "lease document";
     let resource = match document.get("_id") {
         Some(Bson::String(s)) => s.clone(),

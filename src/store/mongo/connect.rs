@@ -10,7 +10,7 @@ use super::errors::{bounded, classify_with_hint, CallError};
 use crate::store::{Namespace, StoreError};
 
 /// The form a connection string must have, shown when one is rejected.
-pub const EXPECTED_URI_FORM: &str =
+const EXPECTED_URI_FORM: &str =
     "mongodb://[user:password@]host[:port][,host…]/[?options] or mongodb+srv://[user:password@]host/[?options]";
 
 /// How to reach the cluster and where the leases live.

@@ -15,7 +15,7 @@ use crate::store::{
 
 /// Filter and `$set` of a fenced upsert: the fence in the filter, the fence value
 /// stored with the fields.
-pub fn fenced_upsert_command(
+pub(super) fn fenced_upsert_command(
     id: &Bson,
     fence: &WriteFence,
     fields: Document,
@@ -41,7 +41,7 @@ pub fn fenced_upsert_command(
 /// Filter and pipeline of a member upsert: the per-member source-version fence in a
 /// `$expr` filter, then `members.<member>` set and `counts` recomputed in one write.
 /// `$getField`/`$setField` with `$literal` keep member names containing `.` or `$` safe.
-pub fn member_upsert_command(
+pub(super) fn member_upsert_command(
     id: &str,
     member: &str,
     version: i64,

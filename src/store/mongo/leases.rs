@@ -27,7 +27,7 @@ fn millis(duration: Duration) -> i64 {
 
 /// The filter of `acquire`: mine, or expired (missing, null or `<= $$NOW`); and for
 /// incremental listeners never a bulk lease.
-pub fn acquire_filter(request: &AcquireRequest) -> Document {
+pub(super) fn acquire_filter(request: &AcquireRequest) -> Document {
     let mut filter = doc! {
         "_id": &request.resource,
         "$or": [
@@ -44,7 +44,7 @@ pub fn acquire_filter(request: &AcquireRequest) -> Document {
 
 /// The pipeline update of `acquire`: the version moves only when the holder changes
 /// (0 on insert); all times are the server's `$$NOW`.
-pub fn acquire_pipeline(request: &AcquireRequest) -> Vec<Document> {
+pub(super) fn acquire_pipeline(request: &AcquireRequest) -> Vec<Document> {
     let same_holder = doc! { "$eq": ["$listenerId", { "$literal": &request.listener }] };
     let mut set = doc! {
         "listenerId": { "$literal": &request.listener },
@@ -64,11 +64,11 @@ pub fn acquire_pipeline(request: &AcquireRequest) -> Vec<Document> {
     vec![doc! { "$set": set }]
 }
 
-pub fn tenure_filter(tenure: &Tenure) -> Document {
+pub(super) fn tenure_filter(tenure: &Tenure) -> Document {
     doc! { "_id": &tenure.resource, "listenerId": &tenure.listener, "version": tenure.version }
 }
 
-pub fn operator_pipeline(change: &OperatorChange) -> Vec<Document> {
+pub(super) fn operator_pipeline(change: &OperatorChange) -> Vec<Document> {
     let mut set = doc! {
         "listenerId": match &change.holder {
             Some(holder) => Bson::Document(doc! { "$literal": holder }),

@@ -11,9 +11,6 @@ mod errors;
 mod feed;
 mod leases;
 
-pub use documents::{fenced_upsert_command, member_upsert_command};
-pub use leases::{acquire_filter, acquire_pipeline, operator_pipeline, tenure_filter};
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,8 +18,7 @@ use bson::Document;
 use mongodb::options::{Acknowledgment, WriteConcern};
 use mongodb::{Client, Collection};
 
-pub use codec::{lease_from_document, lease_to_document};
-pub use connect::{redact_uri, MongoSettings, EXPECTED_URI_FORM};
+pub use connect::{redact_uri, MongoSettings};
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
 
@@ -46,10 +42,6 @@ impl MongoStore {
             client,
             settings: Arc::new(settings),
         })
-    }
-
-    pub fn settings(&self) -> &MongoSettings {
-        &self.settings
     }
 
     /// The URI with its password replaced by `***`.

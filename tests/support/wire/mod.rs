@@ -2,6 +2,7 @@
 //! for the real driver to handshake, run commands and iterate cursors, scripted per
 //! test and recording every command it receives. It can hang up mid-command, stall,
 //! return errors and send malformed replies. No driver internals are mocked.
+// Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
 mod protocol;
@@ -138,10 +139,6 @@ impl WireServer {
         server
     }
 
-    pub fn port(&self) -> u16 {
-        self.state.port
-    }
-
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.state.port)
     }
@@ -212,7 +209,7 @@ impl WireServer {
 
 /// Removes fields the driver adds to every command (`lsid`, `$clusterTime`,
 /// `txnNumber`, `$readPreference`, `readConcern.afterClusterTime`).
-pub fn strip_meta(mut body: Document) -> Document {
+fn strip_meta(mut body: Document) -> Document {
     for key in ["lsid", "$clusterTime", "txnNumber", "$readPreference"] {
         body.remove(key);
     }
