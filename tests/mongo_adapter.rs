@@ -11,12 +11,11 @@ use streamward::model::{ClusterTime, LockKind, ResumeToken, WatchTarget};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::*;
 use support::wire::{Action, WireServer};
+use support::{majority, quick_settings};
 
 fn settings(server: &WireServer) -> MongoSettings {
-    let mut settings = MongoSettings::new(server.uri());
+    let mut settings = quick_settings(server);
     settings.leases = Namespace::new("sw", "leases");
-    settings.server_selection_timeout = Duration::from_secs(2);
-    settings.operation_timeout = Duration::from_secs(2);
     settings
 }
 
@@ -55,8 +54,6 @@ fn tenure() -> Tenure {
 fn token(hex: &str) -> ResumeToken {
     ResumeToken::from_document(doc! { "_data": hex })
 }
-
-const MAJORITY: fn() -> Document = || doc! { "w": "majority", "wtimeout": 2000 };
 
 fn expected_acquire_filter(bulk_excluded: bool) -> Document {
     let mut filter = doc! {
@@ -112,7 +109,7 @@ async fn acquire_is_one_find_and_modify_with_the_design_filter_and_pipeline() {
             "update": expected_acquire_pipeline("update"),
             "new": true,
             "upsert": true,
-            "writeConcern": MAJORITY(),
+            "writeConcern": majority(),
             "$db": "sw",
         }
     );
@@ -338,7 +335,7 @@ async fn commit_is_one_update_on_holder_and_version_with_server_times() {
                 } }],
             }],
             "ordered": true,
-            "writeConcern": MAJORITY(),
+            "writeConcern": majority(),
             "$db": "sw",
         }]
     );
@@ -374,7 +371,7 @@ async fn release_clears_the_holder_and_expires_now_on_the_same_filter() {
             "u": [{ "$set": { "listenerId": null, "expiresAt": "$$NOW" } }],
         }
     );
-    assert_eq!(sent.get_document("writeConcern").unwrap(), &MAJORITY());
+    assert_eq!(sent.get_document("writeConcern").unwrap(), &majority());
 }
 
 #[tokio::test]
@@ -641,14 +638,14 @@ async fn operator_update_is_compare_and_swap_then_read_then_audit() {
                 "resumeAt": { "$literal": Timestamp { time: 1_700_000_000, increment: 1 } },
             } }],
             "new": false,
-            "writeConcern": MAJORITY(),
+            "writeConcern": majority(),
             "$db": "sw",
         }
     );
     let insert = server.commands_stripped("insert").remove(0);
     assert_eq!(insert.get_str("insert").unwrap(), "audit");
     assert_eq!(insert.get_str("$db").unwrap(), "sw");
-    assert_eq!(insert.get_document("writeConcern").unwrap(), &MAJORITY());
+    assert_eq!(insert.get_document("writeConcern").unwrap(), &majority());
     let record = insert.get_array("documents").unwrap()[0]
         .as_document()
         .unwrap()

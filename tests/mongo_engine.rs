@@ -9,6 +9,7 @@
 //! The two tests at the end reproduce defects found while writing this suite
 //! (outbox ids keyed by cluster time; unbounded stream reads), now fixed.
 
+mod common;
 mod support;
 
 use std::collections::{HashMap, VecDeque};
@@ -266,15 +267,8 @@ fn spawn(store: &MongoStore) -> ListenerHandle {
     ListenerHandle::spawn(store.clone(), config(), OrderOutbox::new(store.clone()))
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    common::eventually(PATIENCE, what, check).await;
 }
 
 /// Captures the `tracing` events of this thread: the listener's "lost the lease"

@@ -7,16 +7,10 @@ use std::time::Duration;
 
 use bson::{doc, Bson, Document, Timestamp};
 use streamward::model::{ClusterTime, Fence, OplogWindow, ResumeToken};
-use streamward::store::mongo::{MemberState, MongoSettings, MongoStore};
+use streamward::store::mongo::MemberState;
 use streamward::store::*;
 use support::wire::{Action, WireServer};
-
-async fn connected(server: &WireServer) -> MongoStore {
-    let mut settings = MongoSettings::new(server.uri());
-    settings.server_selection_timeout = Duration::from_secs(2);
-    settings.operation_timeout = Duration::from_secs(2);
-    MongoStore::connect(settings).await.expect("connect")
-}
+use support::{connected, majority};
 
 const T1: &str = "8263E5B9D2000000012B042C0100296E5A1004";
 const T2: &str = "8263E5B9D2000000022B042C0100296E5A1004";
@@ -350,8 +344,6 @@ fn agg() -> Namespace {
     Namespace::new("pets", "aggregates")
 }
 
-const MAJORITY: fn() -> Document = || doc! { "w": "majority", "wtimeout": 2000 };
-
 #[tokio::test]
 async fn lease_fenced_upsert_admits_stored_fence_up_to_the_version() {
     let server = WireServer::start().await;
@@ -392,7 +384,7 @@ async fn lease_fenced_upsert_admits_stored_fence_up_to_the_version() {
                 "upsert": true,
             }],
             "ordered": true,
-            "writeConcern": MAJORITY(),
+            "writeConcern": majority(),
             "$db": "pets",
         }
     );

@@ -9,23 +9,27 @@
 //! (`change_feed_delivers_changes_and_reports_lost_history`) covers it at the
 //! adapter level with a resume point older than the oplog.
 
+mod common;
+mod support;
+
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
+use common::{state, DiesBeforeCommit, Paused};
+use streamward::demo::orders::message_id;
 use streamward::engine::fenced::{write_with_lease_fence, write_with_source_version, Applied};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{Fence, Lease, LockKind};
-use streamward::store::mongo::{MongoSettings, MongoStore};
+use streamward::store::mongo::MongoStore;
 use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditContext, ChangeEvent, DocumentStore, LeaseStore,
     Namespace, OperationType, OperatorChange, OperatorOutcome, ResumeChange,
 };
+use support::live::{live, LiveDb};
 use tokio::sync::{mpsc, Notify};
 
-const SKIPPED: &str =
-    "skipped: STREAMWARD_TEST_URI is not set (see README: scripts/mongo-replset.sh)";
 const LEASE: Duration = Duration::from_secs(2);
 /// Bounds every wait: a takeover needs one lease period plus a bootstrap.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -33,17 +37,9 @@ const ORDERS: &str = "orders";
 
 // ---------------------------------------------------------------- harness
 
-#[derive(Clone)]
-struct Live {
-    store: MongoStore,
-    db: String,
-}
+type Live = LiveDb;
 
 impl Live {
-    fn ns(&self, coll: &str) -> Namespace {
-        Namespace::new(self.db.clone(), coll)
-    }
-
     fn orders(&self) -> Namespace {
         self.ns("orders")
     }
@@ -95,45 +91,8 @@ impl Live {
     }
 }
 
-/// Runs `body` against a fresh database and drops it afterwards, even when the body
-/// panics; without `STREAMWARD_TEST_URI` prints why it is skipped and returns.
-async fn live<F, Fut>(test: &str, body: F)
-where
-    F: FnOnce(Live) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let Ok(uri) = std::env::var("STREAMWARD_TEST_URI") else {
-        eprintln!("{SKIPPED}");
-        return;
-    };
-    // Database names are at most 63 bytes.
-    let db = format!("swsc_{test}_{:08x}", rand::random::<u32>());
-    let mut settings = MongoSettings::new(uri);
-    settings.leases = Namespace::new(db.clone(), "leases");
-    let store = MongoStore::connect(settings)
-        .await
-        .expect("connect to STREAMWARD_TEST_URI");
-    let outcome = tokio::spawn(body(Live {
-        store: store.clone(),
-        db: db.clone(),
-    }))
-    .await;
-    let dropped = store.client().database(&db).drop().await;
-    if let Err(failure) = outcome {
-        std::panic::resume_unwind(failure.into_panic());
-    }
-    dropped.expect("drop the test database");
-}
-
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    common::eventually(PATIENCE, what, check).await;
 }
 
 /// Like [`eventually`] for a condition that needs the store to check.
@@ -156,10 +115,6 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(PATIENCE, future)
         .await
         .unwrap_or_else(|_| panic!("timed out after {PATIENCE:?} waiting for: {what}"))
-}
-
-fn state(handle: &ListenerHandle) -> ListenerState {
-    handle.snapshot().state
 }
 
 // ---------------------------------------------------------------- handlers
@@ -202,7 +157,7 @@ impl Handler for Outbox {
                 .as_ref()
                 .and_then(|d| d.get_str("status").ok())
                 .map(str::to_string);
-            let message = format!("{order}@{}", event.token);
+            let message = message_id(event);
             write_with_lease_fence(
                 &self.store,
                 &self.outbox,
@@ -235,38 +190,6 @@ impl Handler for Outbox {
 }
 
 /// Before handling its first batch, reports and waits for the gate: a holder paused
-/// (a long GC, a stalled VM) with a change in hand.
-struct Paused<H> {
-    inner: H,
-    gate: Arc<Notify>,
-    reached: mpsc::UnboundedSender<()>,
-    armed: bool,
-}
-
-impl<H: Handler> Handler for Paused<H> {
-    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
-        if std::mem::take(&mut self.armed) {
-            let _ = self.reached.send(());
-            self.gate.notified().await;
-        }
-        self.inner.handle(events, fence).await
-    }
-}
-
-/// Applies each batch, reports, and hangs: the process dies before it commits.
-struct DiesBeforeCommit<H> {
-    inner: H,
-    applied: mpsc::UnboundedSender<()>,
-}
-
-impl<H: Handler> Handler for DiesBeforeCommit<H> {
-    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
-        self.inner.handle(events, fence).await?;
-        let _ = self.applied.send(());
-        std::future::pending::<()>().await;
-        Ok(())
-    }
-}
 
 // ---------------------------------------------------------------- timelines
 

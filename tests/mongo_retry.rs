@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use bson::{doc, Bson, DateTime, Document};
 use streamward::model::{LockKind, ResumeToken};
-use streamward::store::mongo::{MongoSettings, MongoStore};
+
 use streamward::store::{AcquireOutcome, AcquireRequest, LeaseStore, Tenure, TenureWrite};
+use support::connected;
 use support::mini_mongo::{apply_pipeline, matches};
 use support::wire::{Action, WireServer};
 
@@ -23,13 +24,6 @@ struct Held {
     lease: Option<Document>,
     applied: usize,
     calls: usize,
-}
-
-async fn connected(server: &WireServer) -> MongoStore {
-    let mut settings = MongoSettings::new(server.uri());
-    settings.server_selection_timeout = Duration::from_secs(2);
-    settings.operation_timeout = Duration::from_secs(2);
-    MongoStore::connect(settings).await.expect("connect")
 }
 
 /// Serves findAndModify and update on the lease; the first call of each applies and hangs up.

@@ -7,20 +7,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Bson};
-use common::{config, eventually, sandbox, state};
+use common::{config, eventually, sandbox, state, DiesBeforeCommit, Paused};
 use streamward::demo::orders::{message_id, orders_ns, outbox_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::demo::pets::{
     animals_ns, expected_counts, read_animals, stored_counts, Animal, PetAggregates, PET_RESOURCE,
 };
-use streamward::engine::{
-    Bootstrap, Handler, HandlerError, ListenerExit, ListenerHandle, ListenerState,
-};
-use streamward::model::{Fence, HealthThresholds, LeaseHealth, LeaseStatus, LockKind};
+use streamward::engine::{Bootstrap, ListenerExit, ListenerHandle, ListenerState};
+use streamward::model::{HealthThresholds, LeaseHealth, LeaseStatus, LockKind};
 use streamward::store::sandbox::{HistoryEntry, SandboxConfig, SandboxStore};
 use streamward::store::{
-    AcquireOutcome, AcquireRequest, AuditContext, ChangeEvent, ChangeFeed, ChangeStream,
-    DocumentStore, FeedOptions, LeaseStore, OperatorChange, OperatorOutcome, ResumeChange,
-    StartPoint,
+    AcquireOutcome, AcquireRequest, AuditContext, ChangeFeed, ChangeStream, DocumentStore,
+    FeedOptions, LeaseStore, OperatorChange, OperatorOutcome, ResumeChange, StartPoint,
 };
 use tokio::sync::{mpsc, Notify};
 
@@ -127,24 +124,6 @@ async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
     assert_eq!(acquisitions(&store, PET_RESOURCE).len(), 1);
     a.stop().await;
     b.stop().await;
-}
-
-/// Wraps a handler: before handling the first batch it reports and waits for a gate.
-struct Paused<H> {
-    inner: H,
-    gate: Arc<Notify>,
-    reached: mpsc::UnboundedSender<()>,
-    armed: bool,
-}
-
-impl<H: Handler> Handler for Paused<H> {
-    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
-        if std::mem::take(&mut self.armed) {
-            let _ = self.reached.send(());
-            self.gate.notified().await;
-        }
-        self.inner.handle(events, fence).await
-    }
 }
 
 #[tokio::test(start_paused = true)]
@@ -282,21 +261,6 @@ async fn without_oplog_access_bootstrap_refuses_unless_configured_to_start_now()
         "o1 was before the start and skipped"
     );
     started.stop().await;
-}
-
-/// Applies each batch, then reports and hangs: the process dies before it commits.
-struct DiesBeforeCommit<H> {
-    inner: H,
-    applied: mpsc::UnboundedSender<()>,
-}
-
-impl<H: Handler> Handler for DiesBeforeCommit<H> {
-    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
-        self.inner.handle(events, fence).await?;
-        let _ = self.applied.send(());
-        std::future::pending::<()>().await;
-        Ok(())
-    }
 }
 
 #[tokio::test(start_paused = true)]

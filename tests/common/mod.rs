@@ -4,10 +4,15 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use chrono::{TimeZone, Utc};
-use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState};
+use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
+use streamward::model::Fence;
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+use streamward::store::ChangeEvent;
 use streamward::store::Namespace;
+use tokio::sync::{mpsc, Notify};
 
 /// A sandbox on a virtual clock; call from a test with `start_paused = true`.
 pub fn sandbox(capacity: usize) -> SandboxStore {
@@ -47,4 +52,37 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
 
 pub fn state(handle: &ListenerHandle) -> ListenerState {
     handle.snapshot().state
+}
+
+/// Wraps a handler: before handling the first batch it reports and waits for a gate.
+pub struct Paused<H> {
+    pub inner: H,
+    pub gate: Arc<Notify>,
+    pub reached: mpsc::UnboundedSender<()>,
+    pub armed: bool,
+}
+
+impl<H: Handler> Handler for Paused<H> {
+    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
+        if std::mem::take(&mut self.armed) {
+            let _ = self.reached.send(());
+            self.gate.notified().await;
+        }
+        self.inner.handle(events, fence).await
+    }
+}
+
+/// Applies each batch, then reports and hangs: the process dies before it commits.
+pub struct DiesBeforeCommit<H> {
+    pub inner: H,
+    pub applied: mpsc::UnboundedSender<()>,
+}
+
+impl<H: Handler> Handler for DiesBeforeCommit<H> {
+    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
+        self.inner.handle(events, fence).await?;
+        let _ = self.applied.send(());
+        std::future::pending::<()>().await;
+        Ok(())
+    }
 }

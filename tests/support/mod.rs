@@ -1,2 +1,30 @@
+// Shared by several test crates, each of which uses only part of it.
+#![allow(dead_code)]
+
+pub mod live;
 pub mod mini_mongo;
 pub mod wire;
+
+use std::time::Duration;
+
+use bson::{doc, Document};
+use streamward::store::mongo::{MongoSettings, MongoStore};
+
+/// The adapter on `server` with short timeouts: two seconds to find it, two per call.
+pub fn quick_settings(server: &wire::WireServer) -> MongoSettings {
+    let mut settings = MongoSettings::new(server.uri());
+    settings.server_selection_timeout = Duration::from_secs(2);
+    settings.operation_timeout = Duration::from_secs(2);
+    settings
+}
+
+pub async fn connected(server: &wire::WireServer) -> MongoStore {
+    MongoStore::connect(quick_settings(server))
+        .await
+        .expect("connect")
+}
+
+/// The write concern the adapter sends with `quick_settings`.
+pub fn majority() -> Document {
+    doc! { "w": "majority", "wtimeout": 2000 }
+}
