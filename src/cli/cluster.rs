@@ -145,12 +145,7 @@ pub async fn oplog(settings: &Settings) -> anyhow::Result<()> {
 }
 
 fn member_state(state: &MemberState) -> String {
-    match state {
-        MemberState::Primary => "PRIMARY".into(),
-        MemberState::Secondary => "SECONDARY".into(),
-        MemberState::Arbiter => "ARBITER".into(),
-        MemberState::Other(s) => escape_control(s),
-    }
+    escape_control(state.as_str())
 }
 
 pub fn render_oplog(

@@ -87,6 +87,22 @@ fn opt_document<'a>(
     }
 }
 
+pub(super) fn required_timestamp(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<ClusterTime, StoreError> {
+    opt_timestamp(what, document, field)?.ok_or_else(|| malformed(what, field, "missing"))
+}
+
+pub(super) fn required_date(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<DateTime<Utc>, StoreError> {
+    opt_date(what, document, field)?.ok_or_else(|| malformed(what, field, "missing"))
+}
+
 fn opt_timestamp(
     what: &str,
     document: &Document,

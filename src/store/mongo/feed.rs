@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
 
-use super::codec::change_event_from_document;
+use super::codec::{change_event_from_document, required_timestamp};
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
 use crate::model::{ClusterTime, OplogWindow, ResumeToken};
@@ -42,6 +42,18 @@ pub enum MemberState {
     Other(String),
 }
 
+impl MemberState {
+    /// The server's `stateStr`.
+    pub fn as_str(&self) -> &str {
+        match self {
+            MemberState::Primary => "PRIMARY",
+            MemberState::Secondary => "SECONDARY",
+            MemberState::Arbiter => "ARBITER",
+            MemberState::Other(s) => s,
+        }
+    }
+}
+
 fn driver_token(token: &ResumeToken) -> StoreResult<mongodb::change_stream::event::ResumeToken> {
     bson::from_document(token.as_document().clone()).map_err(|e| {
         StoreError::InvalidArgument(format!("resume token {token} cannot be used: {e}"))
@@ -58,16 +70,6 @@ fn store_token(token: &mongodb::change_stream::event::ResumeToken) -> StoreResul
         Err(e) => Err(StoreError::Malformed {
             what: "resume token".into(),
             detail: e.to_string(),
-        }),
-    }
-}
-
-fn read_ts(reply: &Document, field: &str, what: &str) -> StoreResult<ClusterTime> {
-    match reply.get(field) {
-        Some(Bson::Timestamp(ts)) => Ok(ClusterTime::from(*ts)),
-        other => Err(StoreError::Malformed {
-            what: what.into(),
-            detail: format!("field {field}: expected a timestamp, found {other:?}"),
         }),
     }
 }
@@ -173,7 +175,7 @@ impl MongoStore {
                 "local.oplog.rs has no {which} entry: is this server a replica set member?"
             ),
         })?;
-        read_ts(&entry, "ts", "oplog entry")
+        required_timestamp("oplog entry", &entry, "ts")
     }
 }
 
@@ -239,7 +241,7 @@ impl ChangeFeed for MongoStore {
             return Ok(ClusterTime::from(*ts));
         }
         match reply.get_document("$clusterTime") {
-            Ok(cluster) => read_ts(cluster, "clusterTime", "$clusterTime"),
+            Ok(cluster) => required_timestamp("$clusterTime", cluster, "clusterTime"),
             Err(_) => Err(StoreError::Malformed {
                 what: "ping reply".into(),
                 detail: "field operationTime: missing, and no $clusterTime either (is this a replica set?)".into(),

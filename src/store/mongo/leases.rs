@@ -10,7 +10,7 @@ use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentType, ReturnDocument};
 
 use super::codec::{
-    audit_from_document, audit_to_document, lease_from_document, watch_to_document,
+    audit_from_document, audit_to_document, lease_from_document, required_date, watch_to_document,
 };
 use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
 use super::MongoStore;
@@ -240,13 +240,7 @@ impl LeaseStore for MongoStore {
         })
         .await
         .map_err(|e| e.into_store(action))?;
-        match reply.get("localTime") {
-            Some(Bson::DateTime(at)) => Ok(at.to_chrono()),
-            other => Err(StoreError::Malformed {
-                what: "hello reply".into(),
-                detail: format!("field localTime: expected a date, found {other:?}"),
-            }),
-        }
+        required_date("hello reply", &reply, "localTime")
     }
 
     async fn operator_update(

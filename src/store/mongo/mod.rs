@@ -1,6 +1,9 @@
 //! The store ports on the official `mongodb` driver (production).
 //!
-//! One driver command per port method, as DESIGN §3 prescribes. The client is built
+//! One driver command per port method, as DESIGN §3 prescribes, except where a
+//! method's contract needs more: `oplog_window` (first and last entry),
+//! `operator_update` (compare-and-swap, read-back, audit insert) and `replace_all`
+//! (a replace per document, then one delete). The client is built
 //! with `retryWrites=false`/`retryReads=false`: this adapter owns the single retry
 //! (see [`errors`]), and every write it retries is conditional on holder and version.
 
