@@ -80,14 +80,9 @@ impl SandboxStore {
             return TenureWrite::LostLock;
         };
         apply(lease, now);
-        let change = LeaseChange {
-            resource: lease.resource.clone(),
-            lease: Some(lease.clone()),
-        };
+        self.publish_lease(lease);
         // Recorded under the same lock as the write, so the history orders them as they happened.
         state.record(done);
-        drop(state);
-        self.publish_lease(change);
         TenureWrite::Done
     }
 }
@@ -113,11 +108,7 @@ impl LeaseStore for SandboxStore {
                 start: StartMark::of(&lease),
             });
         }
-        drop(state);
-        self.publish_lease(LeaseChange {
-            resource: lease.resource.clone(),
-            lease: Some(lease.clone()),
-        });
+        self.publish_lease(&lease);
         Ok(AcquireOutcome::Acquired(lease))
     }
 
@@ -236,11 +227,8 @@ impl LeaseStore for SandboxStore {
             holder: after_lease.holder.clone(),
             start: StartMark::of(&after_lease),
         });
+        self.publish_lease(&after_lease);
         drop(state);
-        self.publish_lease(LeaseChange {
-            resource: change.resource.clone(),
-            lease: Some(after_lease.clone()),
-        });
         Ok(OperatorOutcome::Applied {
             before,
             after: after_lease,

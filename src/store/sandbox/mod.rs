@@ -19,7 +19,7 @@ pub use feed::SandboxStream;
 pub use history::{HistoryEntry, StartMark};
 pub use leases::SandboxLeaseWatch;
 
-use crate::model::ClusterTime;
+use crate::model::{ClusterTime, Lease};
 use crate::store::{LeaseChange, StoreError, StoreResult};
 use state::State;
 
@@ -158,9 +158,15 @@ impl SandboxStore {
         self.inner.log_end.send_replace(end);
     }
 
-    fn publish_lease(&self, change: LeaseChange) {
-        // No receivers is fine: nobody is watching.
-        let _ = self.inner.lease_changes.send(change);
+    /// Tells watchers about a lease write. Called under the state lock, so watchers see
+    /// changes in the order they were made; skipped (no copy made) when nobody watches.
+    fn publish_lease(&self, lease: &Lease) {
+        if self.inner.lease_changes.receiver_count() > 0 {
+            let _ = self.inner.lease_changes.send(LeaseChange {
+                resource: lease.resource.clone(),
+                lease: Some(lease.clone()),
+            });
+        }
     }
 
     fn require_oplog(&self) -> StoreResult<()> {
