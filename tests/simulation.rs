@@ -100,6 +100,24 @@ struct Sim {
     lost: std::collections::BTreeSet<String>,
 }
 
+/// Fences out the holder and moves the resume point: to `at`, or (`None`) the oldest entry.
+fn restart_from(
+    resource: &str,
+    version: i64,
+    at: Option<ClusterTime>,
+    note: String,
+) -> OperatorChange {
+    OperatorChange {
+        resource: resource.into(),
+        expected_version: version,
+        holder: None,
+        expires_in: Duration::ZERO,
+        kind: LockKind::Update,
+        resume: ResumeChange::Set { token: None, at },
+        note,
+    }
+}
+
 fn watched(resource: &str) -> Namespace {
     if resource == PET_RESOURCE {
         animals_ns()
@@ -356,18 +374,7 @@ impl Sim {
             .max(window.first);
         let span = until.as_u64() - window.first.as_u64();
         let to = ClusterTime::from_u64(window.first.as_u64() + self.rng.gen_range(0..=span));
-        let change = OperatorChange {
-            resource: resource.into(),
-            expected_version: lease.version,
-            holder: None,
-            expires_in: Duration::ZERO,
-            kind: LockKind::Update,
-            resume: ResumeChange::Set {
-                token: None,
-                at: Some(to),
-            },
-            note: format!("rewind to {to}"),
-        };
+        let change = restart_from(resource, lease.version, Some(to), format!("rewind to {to}"));
         self.operator(change, "rewind").await;
     }
 
@@ -449,18 +456,8 @@ impl Sim {
                 if resource == PET_RESOURCE {
                     self.rebuild(true).await;
                 } else {
-                    let reset = OperatorChange {
-                        resource: resource.into(),
-                        expected_version: lease.version,
-                        holder: None,
-                        expires_in: Duration::ZERO,
-                        kind: LockKind::Update,
-                        resume: ResumeChange::Set {
-                            token: None,
-                            at: None,
-                        },
-                        note: "reset to oldest".into(),
-                    };
+                    let reset =
+                        restart_from(resource, lease.version, None, "reset to oldest".into());
                     self.operator(reset, "reset").await;
                 }
             }

@@ -4,7 +4,6 @@
 use std::future::IntoFuture;
 
 use bson::{doc, Bson, Document};
-use futures_util::TryStreamExt;
 
 use super::errors::{is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
@@ -162,17 +161,9 @@ impl DocumentStore for MongoStore {
 
     async fn find_all(&self, ns: &Namespace) -> StoreResult<Vec<Document>> {
         let action = format!("read all of {ns}");
-        let collection = self.collection(ns);
-        with_one_retry(self.timeout(), &action, || async {
-            collection
-                .find(doc! {})
-                .sort(doc! { "_id": 1 })
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| self.document_error(e, &action, ns))
+        self.read_all(self.collection(ns), &action)
+            .await
+            .map_err(|e| self.document_error(e, &action, ns))
     }
 
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {

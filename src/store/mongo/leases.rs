@@ -196,17 +196,10 @@ impl LeaseStore for MongoStore {
 
     async fn list(&self) -> StoreResult<Vec<Lease>> {
         let action = "list leases";
-        let leases = self.leases();
-        let documents: Vec<Document> = with_one_retry(self.timeout(), action, || async {
-            leases
-                .find(doc! {})
-                .sort(doc! { "_id": 1 })
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| self.lease_error(e, action))?;
+        let documents = self
+            .read_all(self.leases(), action)
+            .await
+            .map_err(|e| self.lease_error(e, action))?;
         documents.iter().map(lease_from_document).collect()
     }
 

@@ -72,6 +72,24 @@ impl MongoStore {
         self.settings.operation_timeout
     }
 
+    /// Every document of `collection` sorted by `_id` (a missing collection is empty).
+    async fn read_all(
+        &self,
+        collection: Collection<Document>,
+        action: &str,
+    ) -> Result<Vec<Document>, errors::CallError> {
+        use futures_util::TryStreamExt;
+        errors::with_one_retry(self.timeout(), action, || async {
+            collection
+                .find(bson::doc! {})
+                .sort(bson::doc! { "_id": 1 })
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+    }
+
     /// `{w: "majority", wtimeout: <operation timeout>}`.
     fn majority(&self) -> WriteConcern {
         WriteConcern::builder()
