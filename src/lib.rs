@@ -2,6 +2,7 @@
 //! operations console for it. See `docs/architecture.md`.
 
 pub mod cli;
+pub mod console;
 pub mod demo;
 pub mod engine;
 pub mod model;
