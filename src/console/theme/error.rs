@@ -49,6 +49,24 @@ impl Position {
     }
 }
 
+/// Which setting chose a theme, so an error says where to fix it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChosenBy {
+    Flag,
+    Env,
+    Config,
+}
+
+impl fmt::Display for ChosenBy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ChosenBy::Flag => "--theme",
+            ChosenBy::Env => "STREAMWARD_THEME",
+            ChosenBy::Config => "the config file's theme",
+        })
+    }
+}
+
 /// Every way getting a theme can fail. None of them falls back to another theme.
 #[derive(Debug, Error)]
 pub enum ThemeError {
@@ -75,6 +93,13 @@ pub enum ThemeError {
         path: PathBuf,
         #[source]
         error: std::io::Error,
+    },
+    /// The theme named by `by` could not be had.
+    #[error("theme from {by}: {error}")]
+    Chosen {
+        by: ChosenBy,
+        #[source]
+        error: Box<ThemeError>,
     },
 }
 
