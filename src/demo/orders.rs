@@ -3,6 +3,8 @@
 //! change, so a re-delivery never makes a second message and a fenced-out
 //! holder's late message is refused.
 
+use std::time::Duration;
+
 use bson::{doc, Bson};
 
 use crate::engine::fenced::write_with_lease_fence;
@@ -11,6 +13,8 @@ use crate::model::Fence;
 use crate::store::{ChangeEvent, DocumentStore, Namespace, OperationType};
 
 pub const ORDERS_RESOURCE: &str = "shop.orders";
+/// A second consumer of the orders: a mailer whose downstream is slow, so it lags.
+pub const MAILER_RESOURCE: &str = "shop.mailer";
 
 pub fn orders_ns() -> Namespace {
     Namespace::new("shop", "orders")
@@ -18,6 +22,10 @@ pub fn orders_ns() -> Namespace {
 
 pub fn outbox_ns() -> Namespace {
     Namespace::new("shop", "outbox")
+}
+
+pub fn mails_ns() -> Namespace {
+    Namespace::new("shop", "mails")
 }
 
 /// The message id of a change: the order and the change's resume token, which is
@@ -37,11 +45,27 @@ pub fn message_id(event: &ChangeEvent) -> String {
 #[derive(Clone)]
 pub struct OrderOutbox<S> {
     store: S,
+    outbox: Namespace,
+    /// Time each message takes downstream (a slow mail service), before it is written.
+    delay: Duration,
 }
 
 impl<S: DocumentStore + Clone + 'static> OrderOutbox<S> {
     pub fn new(store: S) -> Self {
-        Self { store }
+        Self {
+            store,
+            outbox: outbox_ns(),
+            delay: Duration::ZERO,
+        }
+    }
+
+    /// The mailer: the same messages into `shop.mails`, each taking `delay`.
+    pub fn mailer(store: S, delay: Duration) -> Self {
+        Self {
+            store,
+            outbox: mails_ns(),
+            delay,
+        }
     }
 }
 
@@ -60,9 +84,12 @@ impl<S: DocumentStore + Clone + 'static> Handler for OrderOutbox<S> {
                 "status": event.full_document.as_ref().and_then(|d| d.get_str("status").ok()),
                 "clusterTime": bson::Timestamp::from(event.cluster_time),
             };
+            if !self.delay.is_zero() {
+                tokio::time::sleep(self.delay).await;
+            }
             write_with_lease_fence(
                 &self.store,
-                &outbox_ns(),
+                &self.outbox,
                 &Bson::String(message_id(event)),
                 fence,
                 fields,

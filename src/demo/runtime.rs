@@ -6,12 +6,12 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::orders::{orders_ns, OrderOutbox, ORDERS_RESOURCE};
+use super::orders::{orders_ns, OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
 use super::pets::{animals_ns, PetAggregates, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
 use crate::engine::{ListenerConfig, ListenerHandle};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use crate::store::StoreResult;
+use crate::store::{Store, StoreResult};
 
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
@@ -23,6 +23,8 @@ pub struct DemoConfig {
     /// Holders hand over after this long, so leases move between listeners.
     pub rotate_after: Option<Duration>,
     pub batch_size: u32,
+    /// Runs the slow mailer resource with this delay per message (it falls behind).
+    pub mailer_delay: Option<Duration>,
 }
 
 impl Default for DemoConfig {
@@ -34,19 +36,20 @@ impl Default for DemoConfig {
             lease: Duration::from_secs(10),
             rotate_after: Some(Duration::from_secs(20)),
             batch_size: 1,
+            mailer_delay: None,
         }
     }
 }
 
-pub struct DemoRuntime {
-    pub store: SandboxStore,
+pub struct DemoRuntime<S = SandboxStore> {
+    pub store: S,
     pub listeners: Vec<ListenerHandle>,
     shutdown: CancellationToken,
     workload: JoinHandle<StoreResult<u64>>,
 }
 
-impl DemoRuntime {
-    /// Starts everything on the wall clock. Must run inside a tokio runtime.
+impl DemoRuntime<SandboxStore> {
+    /// Starts everything on a new sandbox on the wall clock. Must run inside a tokio runtime.
     pub fn start(config: &DemoConfig) -> Self {
         let store = SandboxStore::new(
             SandboxConfig {
@@ -55,6 +58,14 @@ impl DemoRuntime {
             },
             Clock::System,
         );
+        Self::start_on(store, config)
+    }
+}
+
+impl<S: Store> DemoRuntime<S> {
+    /// Starts the listeners and the workload on `store` (the sandbox, or a cluster for
+    /// `console --run`). Must run inside a tokio runtime.
+    pub fn start_on(store: S, config: &DemoConfig) -> Self {
         let host = hostname();
         let mut listeners = Vec::new();
         for n in 1..=config.listeners_per_resource {
@@ -74,6 +85,18 @@ impl DemoRuntime {
                 ),
                 OrderOutbox::new(store.clone()),
             ));
+            if let Some(delay) = config.mailer_delay {
+                listeners.push(ListenerHandle::spawn(
+                    store.clone(),
+                    listener_config(
+                        config,
+                        MAILER_RESOURCE,
+                        &format!("{id}-mailer"),
+                        orders_ns(),
+                    ),
+                    OrderOutbox::mailer(store.clone(), delay),
+                ));
+            }
         }
         let shutdown = CancellationToken::new();
         let workload = tokio::spawn(

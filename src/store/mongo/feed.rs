@@ -177,6 +177,34 @@ impl MongoStore {
         })?;
         required_timestamp("oplog entry", &entry, "ts")
     }
+
+    /// How many oplog entries (`op != "n"`) were written after `after`, counting at
+    /// most `limit`. A `ts` range query on the oplog starts at that position instead of
+    /// scanning from the oldest entry, so a short interval costs little.
+    pub async fn oplog_entries_after(&self, after: ClusterTime, limit: u32) -> StoreResult<u64> {
+        use futures_util::TryStreamExt;
+        let action = "count recent oplog entries (local.oplog.rs)";
+        let oplog = self
+            .client
+            .database("local")
+            .collection::<Document>("oplog.rs");
+        let filter = doc! {
+            "ts": { "$gt": bson::Timestamp::from(after) },
+            "op": { "$ne": "n" },
+        };
+        let entries: Vec<Document> = with_one_retry(self.timeout(), action, || async {
+            oplog
+                .find(filter.clone())
+                .projection(doc! { "ts": 1, "_id": 0 })
+                .limit(i64::from(limit))
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(action, OPLOG_HINT))?;
+        Ok(entries.len() as u64)
+    }
 }
 
 impl ChangeFeed for MongoStore {

@@ -68,6 +68,11 @@ impl MongoStore {
         self.collection(&self.settings.audit())
     }
 
+    /// The cluster's URI with any password replaced, safe to show.
+    pub fn redacted_uri(&self) -> String {
+        redact_uri(&self.settings.uri)
+    }
+
     fn timeout(&self) -> Duration {
         self.settings.operation_timeout
     }

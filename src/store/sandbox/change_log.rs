@@ -140,7 +140,8 @@ impl ChangeLog {
         Ok(next)
     }
 
-    fn first_seq(&self) -> u64 {
+    /// The sequence number of the oldest entry still held.
+    pub fn first_seq(&self) -> u64 {
         self.entries.front().map_or(self.next_seq, |e| e.seq)
     }
 }

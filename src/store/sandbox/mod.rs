@@ -145,6 +145,17 @@ impl SandboxStore {
         self.lock().log.last_time()
     }
 
+    /// How many changes were written after `after` (all of the log's, if `after` has
+    /// fallen off it), counting at most `limit`. Not counted as a call.
+    pub fn entries_after(&self, after: ClusterTime, limit: u64) -> u64 {
+        let state = self.lock();
+        let log = &state.log;
+        let from = log
+            .position_after(after)
+            .unwrap_or_else(|_| log.first_seq());
+        log.end().saturating_sub(from).min(limit)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave State half-written in a way
         // that matters more than stopping the whole sandbox would.
