@@ -5,7 +5,7 @@ use streamward::cli::{self, exit, Cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(cli.command.is_interactive());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -25,10 +25,16 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to a file named by `STREAMWARD_LOG`, never to the screen the tables draw on.
-fn init_logging() {
-    let Ok(path) = std::env::var("STREAMWARD_LOG") else {
-        return;
+/// Logs go to a file named by `STREAMWARD_LOG`, never to the screen the tables draw
+/// on. The console logs to `<state dir>/streamward/streamward.log` unless told otherwise.
+fn init_logging(interactive: bool) {
+    let path = match std::env::var("STREAMWARD_LOG") {
+        Ok(path) => path,
+        Err(_) if interactive => match default_log_path() {
+            Some(path) => path,
+            None => return,
+        },
+        Err(_) => return,
     };
     match std::fs::OpenOptions::new()
         .create(true)
@@ -47,4 +53,12 @@ fn init_logging() {
         }
         Err(e) => eprintln!("warning: cannot open log file {path}: {e}; logging is off"),
     }
+}
+
+fn default_log_path() -> Option<String> {
+    let dir = dirs::state_dir()
+        .or_else(dirs::cache_dir)?
+        .join("streamward");
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir.join("streamward.log").to_string_lossy().into_owned())
 }

@@ -6,7 +6,10 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
+use super::console::{interactive, listener_source, resolve_theme, ViewArgs};
 use super::lease_table::{render_leases, render_listeners, LeaseRow};
+use super::settings::Settings;
+use crate::console::state::Mode;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
 use crate::demo::workload::WorkloadConfig;
 use crate::model::text::short_duration;
@@ -15,9 +18,11 @@ use crate::store::{ChangeFeed, LeaseStore};
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
-    /// Headless mode: print a refreshed plain-text table (what this build always shows).
+    /// Headless mode: print a refreshed plain-text table instead of the console.
     #[arg(long)]
     pub plain: bool,
+    #[command(flatten)]
+    pub view: ViewArgs,
     /// Application writes per second.
     #[arg(long, default_value_t = 20.0, value_parser = parse_rate)]
     pub rate: f64,
@@ -33,9 +38,14 @@ pub struct DemoArgs {
     /// Holders release after this long so leases move between listeners ("0s" disables).
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub rotate_after: Duration,
-    /// Changes the sandbox's log keeps before the oldest fall off.
+    /// Changes the sandbox's log keeps before the oldest fall off; a small value
+    /// (e.g. 500) makes the window move so AT RISK and LOST show within a minute.
     #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(10..))]
     pub log_capacity: u64,
+    /// Each message of the shop.mailer resource takes this long, so it falls behind
+    /// ("0s" leaves the mailer out).
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    pub mailer_delay: Duration,
 }
 
 impl DemoArgs {
@@ -49,6 +59,7 @@ impl DemoArgs {
             log_capacity: usize::try_from(self.log_capacity)
                 .context("--log-capacity is too large")?,
             rotate_after: (!self.rotate_after.is_zero()).then_some(self.rotate_after),
+            mailer_delay: (!self.mailer_delay.is_zero()).then_some(self.mailer_delay),
             ..DemoConfig::default()
         })
     }
@@ -67,9 +78,28 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
-pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
+pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
     let config = args.config()?;
+    if args.plain {
+        return plain(args, &config, settings).await;
+    }
+    let theme = resolve_theme(&args.view, settings)?;
     let demo = DemoRuntime::start(&config);
+    let outcome = interactive(
+        demo.store.clone(),
+        Mode::Demo,
+        Some(listener_source(&demo)),
+        &args.view,
+        theme,
+        settings,
+    )
+    .await;
+    demo.stop().await;
+    outcome
+}
+
+async fn plain(args: DemoArgs, config: &DemoConfig, settings: &Settings) -> anyhow::Result<()> {
+    let demo = DemoRuntime::start(config);
     let clear = std::io::stdout().is_terminal();
     let started = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval(args.refresh.max(Duration::from_millis(100)));
@@ -80,7 +110,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
             biased;
             _ = &mut ctrl_c => break,
             _ = ticker.tick() => {
-                let frame = render_frame(&demo, started.elapsed()).await?;
+                let frame = render_frame(&demo, started.elapsed(), &settings.thresholds).await?;
                 let mut out = std::io::stdout().lock();
                 if clear {
                     write!(out, "\x1b[H\x1b[2J")?;
@@ -97,7 +127,11 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn render_frame(demo: &DemoRuntime, elapsed: Duration) -> anyhow::Result<String> {
+async fn render_frame(
+    demo: &DemoRuntime,
+    elapsed: Duration,
+    thresholds: &HealthThresholds,
+) -> anyhow::Result<String> {
     let store = &demo.store;
     let leases = store.list().await.context("listing the sandbox's leases")?;
     let window = store
@@ -105,10 +139,9 @@ async fn render_frame(demo: &DemoRuntime, elapsed: Duration) -> anyhow::Result<S
         .await
         .context("reading the sandbox's change log window")?;
     let now = store.clock().now();
-    let thresholds = HealthThresholds::default();
     let rows: Vec<LeaseRow> = leases
         .iter()
-        .map(|l| LeaseRow::new(l, Some(&window), now, &thresholds))
+        .map(|l| LeaseRow::new(l, Some(&window), now, thresholds))
         .collect();
     let snapshots: Vec<_> = demo.listeners.iter().map(|l| l.snapshot()).collect();
     Ok(format!(

@@ -55,6 +55,8 @@ pub struct ConfigFile {
     pub operator: Option<String>,
     pub connect_timeout: Option<String>,
     pub thresholds: Option<ThresholdsFile>,
+    /// The console's theme: a built-in name or one in the user theme directory.
+    pub theme: Option<String>,
 }
 
 /// `[thresholds]`: where the status rules of DESIGN §4 draw their lines.
@@ -113,6 +115,7 @@ pub struct Settings {
     pub operator: String,
     pub connect_timeout: Duration,
     pub thresholds: HealthThresholds,
+    pub theme: Option<String>,
 }
 
 impl Settings {
@@ -161,6 +164,7 @@ impl Settings {
         }
         Ok(Settings {
             thresholds,
+            theme: file.theme,
             uri: args.uri.clone().or(file.uri),
             leases,
             output: args.output.or(file.output).unwrap_or_default(),

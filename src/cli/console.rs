@@ -1,0 +1,181 @@
+//! `streamward console` and the interactive `demo`: resolve the theme, start the
+//! data tasks, take over the terminal, and give it back however the console ends.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use crossterm::event::EventStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::settings::Settings;
+use crate::console::app::{self, AppContext};
+use crate::console::data::DataEvent;
+use crate::console::feed::{self, FeedIntervals, ListenerSource};
+use crate::console::probe::ClusterProbe;
+use crate::console::state::{ConsoleSetup, ConsoleState, Mode};
+use crate::console::terminal::{self, TerminalGuard};
+use crate::console::theme::ThemeChoice;
+use crate::demo::runtime::{DemoConfig, DemoRuntime};
+use crate::store::mongo::MongoStore;
+
+/// How the interactive console looks and behaves.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ViewArgs {
+    /// Theme: default, dark, light, high-contrast, monochrome, or a file NAME.toml in
+    /// the user theme directory [env: STREAMWARD_THEME; config: theme].
+    #[arg(long, value_name = "NAME")]
+    pub theme: Option<String>,
+    /// Do not capture the mouse (the terminal keeps its own text selection).
+    #[arg(long)]
+    pub no_mouse: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    #[command(flatten)]
+    pub view: ViewArgs,
+    /// Also run the demo application's listeners and workload in this process,
+    /// against the cluster (they write to the shop and pets databases).
+    #[arg(long)]
+    pub run: bool,
+}
+
+/// Channel depth between the data tasks and the UI; a slow UI slows the readers, not the reverse.
+const DATA_CHANNEL: usize = 1024;
+
+pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
+    if args.run && settings.read_only {
+        return Err(anyhow::Error::new(crate::store::StoreError::InvalidArgument(
+            "--run writes (it runs listeners and a workload), but read-only mode is on: drop --run or --read-only".into(),
+        )));
+    }
+    let theme = resolve_theme(&args.view, settings)?;
+    let store = MongoStore::connect(settings.mongo()?)
+        .await
+        .context("connecting to the cluster")?;
+    let mode = if args.run {
+        Mode::InProcess
+    } else {
+        Mode::Attached
+    };
+    let demo = args
+        .run
+        .then(|| DemoRuntime::start_on(store.clone(), &DemoConfig::default()));
+    let listeners = demo.as_ref().map(listener_source);
+    let outcome = interactive(store, mode, listeners, &args.view, theme, settings).await;
+    if let Some(demo) = demo {
+        demo.stop().await;
+    }
+    outcome
+}
+
+/// Runs the console on `store` until the operator quits.
+pub async fn interactive<S: ClusterProbe>(
+    store: S,
+    mode: Mode,
+    listeners: Option<ListenerSource>,
+    view: &ViewArgs,
+    theme: ResolvedTheme,
+    settings: &Settings,
+) -> anyhow::Result<()> {
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "the console needs a terminal; for scripts use `streamward leases` or `streamward demo --plain`"
+        );
+    }
+    let state = ConsoleState::new(ConsoleSetup {
+        mode,
+        cluster: store.describe(),
+        read_only: settings.read_only,
+        thresholds: settings.thresholds,
+        theme: theme.name.clone(),
+        mouse: !view.no_mouse,
+        now: chrono::Utc::now(),
+    });
+    let (events, data) = mpsc::channel(DATA_CHANNEL);
+    let cancel = CancellationToken::new();
+    let tasks = feed::spawn(
+        store,
+        listeners,
+        FeedIntervals::default(),
+        events,
+        cancel.clone(),
+    );
+    let result = drive(state, theme, !view.no_mouse, data).await;
+    cancel.cancel();
+    for task in tasks {
+        let _ = task.await;
+    }
+    result
+}
+
+async fn drive(
+    mut state: ConsoleState,
+    theme: ResolvedTheme,
+    mouse: bool,
+    data: mpsc::Receiver<DataEvent>,
+) -> anyhow::Result<()> {
+    let mut guard = TerminalGuard::enter(mouse).context("setting up the terminal")?;
+    let mut context = AppContext {
+        theme: theme.theme,
+        user_theme_dir: theme.user_dir,
+        no_color: theme.no_color,
+        set_mouse: terminal::set_mouse,
+    };
+    let ended = tokio::select! {
+        ended = app::run(&mut guard.terminal, &mut state, &mut context, EventStream::new(), data) => ended.map(|_| ()),
+        () = terminate_signal() => Ok(()),
+    };
+    drop(guard);
+    ended.context("drawing the console")
+}
+
+/// SIGTERM or SIGHUP end the console like `q` does (Ctrl-C arrives as a key in raw mode).
+async fn terminate_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = hup.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+pub struct ResolvedTheme {
+    pub name: String,
+    pub theme: crate::console::theme::Theme,
+    pub user_dir: Option<PathBuf>,
+    pub no_color: bool,
+}
+
+/// The theme from flag, environment, config or NO_COLOR; a broken theme file is an
+/// error here, before the terminal is taken over, so the message stays readable.
+pub fn resolve_theme(view: &ViewArgs, settings: &Settings) -> anyhow::Result<ResolvedTheme> {
+    let choice = ThemeChoice::from_env(view.theme.clone(), settings.theme.clone());
+    let theme = choice.resolve().context("choosing the console theme")?;
+    Ok(ResolvedTheme {
+        name: theme.name.clone(),
+        theme,
+        user_dir: choice.user_dir.clone(),
+        no_color: choice.no_color,
+    })
+}
+
+pub fn listener_source<S>(demo: &DemoRuntime<S>) -> ListenerSource {
+    let statuses: Vec<_> = demo.listeners.iter().map(|l| l.status.clone()).collect();
+    std::sync::Arc::new(move || statuses.iter().map(|s| s.borrow().clone()).collect())
+}

@@ -1,0 +1,154 @@
+//! The console's main loop: input events, data events and a clock tick change the
+//! state; the screen is redrawn from the state, at most once per frame interval,
+//! and at once after a key.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use chrono::Utc;
+use crossterm::event::Event;
+use futures_util::{Stream, StreamExt};
+use ratatui::backend::Backend;
+use ratatui::Terminal;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::data::DataEvent;
+use super::state::{ConsoleState, Effect, NoticeLevel};
+use super::theme::Theme;
+use super::view;
+
+/// Data-driven redraws are coalesced to at most one per this interval.
+const FRAME: Duration = Duration::from_millis(50);
+/// Expiry countdowns and statuses move with the clock even when no data arrives.
+const TICK: Duration = Duration::from_secs(1);
+
+/// What the loop needs besides the state: the theme, where user themes live, and
+/// how to switch mouse capture on the real terminal.
+pub struct AppContext<M: FnMut(bool) -> std::io::Result<()>> {
+    pub theme: Theme,
+    pub user_theme_dir: Option<PathBuf>,
+    /// NO_COLOR is set: every theme switched to loses its colours, keeps its modifiers.
+    pub no_color: bool,
+    pub set_mouse: M,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// The operator quit.
+    Quit,
+    /// The input stream ended (the terminal went away).
+    InputClosed,
+}
+
+pub async fn run<B, I, M>(
+    terminal: &mut Terminal<B>,
+    state: &mut ConsoleState,
+    context: &mut AppContext<M>,
+    mut input: I,
+    mut data: mpsc::Receiver<DataEvent>,
+) -> std::io::Result<Ended>
+where
+    B: Backend,
+    B::Error: Into<std::io::Error>,
+    I: Stream<Item = std::io::Result<Event>> + Unpin,
+    M: FnMut(bool) -> std::io::Result<()>,
+{
+    let size = terminal.size().map_err(Into::into)?;
+    state.on_resize(size.width, size.height);
+    let mut ticker = tokio::time::interval(TICK);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut redraw_at: Option<Instant> = Some(Instant::now());
+    let mut last_draw = Instant::now() - FRAME;
+    let mut data_open = true;
+    loop {
+        if redraw_at.is_some_and(|at| at <= Instant::now()) {
+            terminal
+                .draw(|frame| view::draw(frame, state, &context.theme))
+                .map_err(Into::into)?;
+            last_draw = Instant::now();
+            redraw_at = None;
+        }
+        let frame_due = redraw_at.unwrap_or_else(|| Instant::now() + TICK);
+        tokio::select! {
+            event = input.next() => {
+                let Some(event) = event else { return Ok(Ended::InputClosed) };
+                let effects = match event? {
+                    Event::Key(key) => state.on_key(key),
+                    Event::Mouse(mouse) => {
+                        state.on_mouse(mouse);
+                        Vec::new()
+                    }
+                    Event::Resize(width, height) => {
+                        state.on_resize(width, height);
+                        Vec::new()
+                    }
+                    _ => Vec::new(),
+                };
+                for effect in effects {
+                    if apply_effect(effect, state, context) == Some(Ended::Quit) {
+                        return Ok(Ended::Quit);
+                    }
+                }
+                redraw_at = Some(Instant::now());
+            }
+            received = data.recv(), if data_open => {
+                match received {
+                    Some(event) => {
+                        state.apply(event, Utc::now());
+                        while let Ok(more) = data.try_recv() {
+                            state.apply(more, Utc::now());
+                        }
+                        redraw_at.get_or_insert(last_draw + FRAME);
+                    }
+                    None => data_open = false,
+                }
+            }
+            _ = ticker.tick() => {
+                state.tick(Utc::now());
+                redraw_at.get_or_insert(Instant::now());
+            }
+            _ = tokio::time::sleep_until(frame_due), if redraw_at.is_some() => {}
+        }
+    }
+}
+
+fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(
+    effect: Effect,
+    state: &mut ConsoleState,
+    context: &mut AppContext<M>,
+) -> Option<Ended> {
+    match effect {
+        Effect::Quit => return Some(Ended::Quit),
+        Effect::LoadTheme(name) => match Theme::by_name(&name, context.user_theme_dir.as_deref()) {
+            Ok(theme) => {
+                context.theme = if context.no_color {
+                    theme.without_colour()
+                } else {
+                    theme
+                };
+                state.theme = name.clone();
+                state.notify(NoticeLevel::Info, format!("theme {name}"));
+            }
+            Err(error) => state.notify(NoticeLevel::Error, error.to_string()),
+        },
+        Effect::SetMouse(on) => {
+            if let Err(error) = (context.set_mouse)(on) {
+                state.notify(
+                    NoticeLevel::Error,
+                    format!("cannot switch the mouse: {error}"),
+                );
+            } else {
+                state.notify(
+                    NoticeLevel::Info,
+                    if on {
+                        "mouse on"
+                    } else {
+                        "mouse off: the terminal can select text"
+                    },
+                );
+            }
+        }
+    }
+    None
+}

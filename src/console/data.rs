@@ -1,0 +1,61 @@
+//! What the background tasks send to the console: facts, never commands.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::engine::ListenerSnapshot;
+use crate::model::{AuditRecord, Lease, OplogWindow};
+
+/// One message from a data task. The console applies them in arrival order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DataEvent {
+    /// Every lease, read when the lease watch (re)opened.
+    LeaseSnapshot(Vec<Lease>),
+    /// One lease as it is after a change the watch delivered (boxed: the enum stays
+    /// small for the many small events).
+    LeaseChanged(Box<Lease>),
+    Window {
+        window: OplogWindow,
+        server_now: DateTime<Utc>,
+        /// Entries written per second since the previous read, when it could be counted.
+        ops_per_sec: Option<f64>,
+    },
+    /// The replica set members, or why they cannot be read (e.g. a missing role).
+    Members(Result<Vec<MemberRow>, String>),
+    /// In-process listeners (IN-PROCESS and DEMO modes only).
+    Listeners(Vec<ListenerSnapshot>),
+    Audit(Vec<AuditRecord>),
+    /// A data task lost its source; it keeps retrying and the next success clears this.
+    SourceFailed {
+        source: DataSource,
+        error: String,
+    },
+}
+
+/// The independent feeds whose loss the header reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DataSource {
+    Leases,
+    Oplog,
+    Audit,
+}
+
+impl DataSource {
+    pub fn label(self) -> &'static str {
+        match self {
+            DataSource::Leases => "lease watch",
+            DataSource::Oplog => "oplog window",
+            DataSource::Audit => "audit log",
+        }
+    }
+}
+
+/// One replica-set member as the header shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberRow {
+    pub name: String,
+    pub state: String,
+    pub healthy: bool,
+    pub lag: Option<Duration>,
+}

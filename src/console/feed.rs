@@ -1,0 +1,248 @@
+//! Background tasks that read the cluster and send [`DataEvent`]s to the console.
+//! Leases are pushed by a change stream on the lease collection (never polled);
+//! the oplog window, members and audit log are read periodically. A task that
+//! loses its source reports it and retries; the UI never waits on any of this.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::data::{DataEvent, DataSource};
+use super::probe::ClusterProbe;
+use crate::engine::ListenerSnapshot;
+use crate::model::ClusterTime;
+use crate::store::{LeaseScope, LeaseStore, LeaseWatch, StoreError};
+
+/// How often each source is read, and how soon a failed one is retried.
+#[derive(Debug, Clone, Copy)]
+pub struct FeedIntervals {
+    pub window: Duration,
+    /// Members are read every this many window reads.
+    pub members_every: u32,
+    pub audit: Duration,
+    pub listeners: Duration,
+    pub retry: Duration,
+}
+
+impl Default for FeedIntervals {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(1),
+            members_every: 5,
+            audit: Duration::from_secs(2),
+            listeners: Duration::from_millis(500),
+            retry: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Audit records the console keeps.
+pub const AUDIT_SHOWN: usize = 100;
+
+pub type ListenerSource = Arc<dyn Fn() -> Vec<ListenerSnapshot> + Send + Sync>;
+
+/// Starts every data task; they end when `cancel` fires or the console goes away.
+pub fn spawn<S: ClusterProbe>(
+    store: S,
+    listeners: Option<ListenerSource>,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+    cancel: CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let mut tasks = vec![
+        tokio::spawn(until_cancelled(
+            cancel.clone(),
+            watch_leases(store.clone(), intervals, events.clone()),
+        )),
+        tokio::spawn(until_cancelled(
+            cancel.clone(),
+            read_window(store.clone(), intervals, events.clone()),
+        )),
+        tokio::spawn(until_cancelled(
+            cancel.clone(),
+            read_audit(store, intervals, events.clone()),
+        )),
+    ];
+    if let Some(source) = listeners {
+        tasks.push(tokio::spawn(until_cancelled(
+            cancel,
+            read_listeners(source, intervals, events),
+        )));
+    }
+    tasks
+}
+
+async fn until_cancelled(cancel: CancellationToken, task: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        _ = task => {}
+    }
+}
+
+/// A closed channel means the console has gone: the task stops.
+struct Gone;
+
+async fn send(events: &mpsc::Sender<DataEvent>, event: DataEvent) -> Result<(), Gone> {
+    events.send(event).await.map_err(|_| Gone)
+}
+
+async fn report(
+    events: &mpsc::Sender<DataEvent>,
+    source: DataSource,
+    error: &StoreError,
+) -> Result<(), Gone> {
+    send(
+        events,
+        DataEvent::SourceFailed {
+            source,
+            error: error.to_string(),
+        },
+    )
+    .await
+}
+
+enum Stop {
+    Gone,
+    Failed(StoreError),
+}
+
+impl From<StoreError> for Stop {
+    fn from(error: StoreError) -> Self {
+        Stop::Failed(error)
+    }
+}
+
+impl From<Gone> for Stop {
+    fn from(_: Gone) -> Self {
+        Stop::Gone
+    }
+}
+
+async fn watch_leases<S: LeaseStore>(
+    store: S,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+) {
+    loop {
+        match follow_leases(&store, &events).await {
+            Stop::Gone => return,
+            Stop::Failed(error) => {
+                tracing::warn!(%error, "lease watch lost; retrying");
+                if report(&events, DataSource::Leases, &error).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::time::sleep(intervals.retry).await;
+    }
+}
+
+/// Opens the watch first and lists second, so no change falls between the two.
+async fn follow_leases<S: LeaseStore>(store: &S, events: &mpsc::Sender<DataEvent>) -> Stop {
+    let run = async {
+        let mut watch = store.watch(LeaseScope::All).await?;
+        let leases = store.list().await?;
+        send(events, DataEvent::LeaseSnapshot(leases)).await?;
+        loop {
+            let change = watch.changed().await?;
+            if let Some(lease) = change.lease {
+                send(events, DataEvent::LeaseChanged(Box::new(lease))).await?;
+            }
+        }
+    };
+    match run.await {
+        Ok(()) => Stop::Gone,
+        Err(stop) => stop,
+    }
+}
+
+async fn read_window<S: ClusterProbe>(
+    store: S,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+) {
+    let mut ticker = tokio::time::interval(intervals.window);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous: Option<(ClusterTime, Instant)> = None;
+    let mut reads: u32 = 0;
+    loop {
+        ticker.tick().await;
+        if reads.is_multiple_of(intervals.members_every.max(1)) {
+            let members = store.members().await.map_err(|e| e.to_string());
+            if send(&events, DataEvent::Members(members)).await.is_err() {
+                return;
+            }
+        }
+        reads = reads.wrapping_add(1);
+        let read = async {
+            let window = store.oplog_window().await?;
+            let server_now = store.server_now().await?;
+            let ops_per_sec = match previous {
+                Some((last, at)) if window.last > last => {
+                    let entries = store.entries_after(last).await?;
+                    let elapsed = at.elapsed().as_secs_f64();
+                    (elapsed > 0.0).then(|| entries as f64 / elapsed)
+                }
+                Some(_) => Some(0.0),
+                None => None,
+            };
+            Ok::<_, StoreError>((window, server_now, ops_per_sec))
+        };
+        let sent = match read.await {
+            Ok((window, server_now, ops_per_sec)) => {
+                previous = Some((window.last, Instant::now()));
+                send(
+                    &events,
+                    DataEvent::Window {
+                        window,
+                        server_now,
+                        ops_per_sec,
+                    },
+                )
+                .await
+            }
+            Err(error) => report(&events, DataSource::Oplog, &error).await,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+async fn read_audit<S: LeaseStore>(
+    store: S,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+) {
+    let mut ticker = tokio::time::interval(intervals.audit);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let sent = match store.audit_log(AUDIT_SHOWN).await {
+            Ok(records) => send(&events, DataEvent::Audit(records)).await,
+            Err(error) => report(&events, DataSource::Audit, &error).await,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+}
+
+async fn read_listeners(
+    source: ListenerSource,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+) {
+    let mut ticker = tokio::time::interval(intervals.listeners);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        if send(&events, DataEvent::Listeners(source())).await.is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Every key the console answers to, in one table: key handling looks keys up here
+//! and the help screen and footer hints are generated from it.
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+/// Which part of the console a binding belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    /// Anywhere.
+    Global,
+    /// Any view that shows a list or scrolls.
+    Lists,
+    /// The leases table.
+    Leases,
+}
+
+impl Scope {
+    pub fn title(self) -> &'static str {
+        match self {
+            Scope::Global => "Anywhere",
+            Scope::Lists => "Lists",
+            Scope::Leases => "Leases",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Command {
+    Quit,
+    Back,
+    ToggleHelp,
+    StartCommand,
+    NextView,
+    PreviousView,
+    ShowLeases,
+    ShowOplog,
+    ShowListeners,
+    ShowAudit,
+    ToggleMouse,
+    Up,
+    Down,
+    PageUp,
+    PageDown,
+    Top,
+    Bottom,
+    Open,
+    StartFilter,
+    ToggleFreeze,
+    SortNext,
+    SortReverse,
+}
+
+/// One key: a code plus whether Ctrl is held (Shift is part of the character).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key {
+    pub code: KeyCode,
+    pub ctrl: bool,
+}
+
+const fn key(c: char) -> Key {
+    Key {
+        code: KeyCode::Char(c),
+        ctrl: false,
+    }
+}
+
+const fn ctrl(c: char) -> Key {
+    Key {
+        code: KeyCode::Char(c),
+        ctrl: true,
+    }
+}
+
+const fn code(code: KeyCode) -> Key {
+    Key { code, ctrl: false }
+}
+
+impl Key {
+    pub fn of(event: &KeyEvent) -> Key {
+        Key {
+            code: event.code,
+            ctrl: event.modifiers.contains(KeyModifiers::CONTROL),
+        }
+    }
+
+    pub fn label(&self) -> String {
+        let name = match self.code {
+            KeyCode::Char(' ') => "space".to_string(),
+            KeyCode::Char(c) => c.to_string(),
+            KeyCode::Enter => "enter".into(),
+            KeyCode::Esc => "esc".into(),
+            KeyCode::Tab => "tab".into(),
+            KeyCode::BackTab => "shift-tab".into(),
+            KeyCode::Up => "↑".into(),
+            KeyCode::Down => "↓".into(),
+            KeyCode::Left => "←".into(),
+            KeyCode::Right => "→".into(),
+            KeyCode::PageUp => "pgup".into(),
+            KeyCode::PageDown => "pgdn".into(),
+            KeyCode::Home => "home".into(),
+            KeyCode::End => "end".into(),
+            other => format!("{other:?}").to_lowercase(),
+        };
+        if self.ctrl {
+            format!("ctrl-{name}")
+        } else {
+            name
+        }
+    }
+}
+
+pub struct Binding {
+    pub keys: &'static [Key],
+    pub command: Command,
+    pub scope: Scope,
+    pub help: &'static str,
+    /// Shown in the footer of the views where it applies.
+    pub hint: Option<&'static str>,
+}
+
+pub const BINDINGS: &[Binding] = &[
+    Binding {
+        keys: &[ctrl('c')],
+        command: Command::Quit,
+        scope: Scope::Global,
+        help: "quit",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('q'), code(KeyCode::Esc)],
+        command: Command::Back,
+        scope: Scope::Global,
+        help: "back; quit from the leases view",
+        hint: Some("quit"),
+    },
+    Binding {
+        keys: &[key('?')],
+        command: Command::ToggleHelp,
+        scope: Scope::Global,
+        help: "this help",
+        hint: Some("help"),
+    },
+    Binding {
+        keys: &[key(':')],
+        command: Command::StartCommand,
+        scope: Scope::Global,
+        help: "command line (:leases :oplog :listeners :audit :theme NAME :sort COL :q)",
+        hint: Some("command"),
+    },
+    Binding {
+        keys: &[code(KeyCode::Tab)],
+        command: Command::NextView,
+        scope: Scope::Global,
+        help: "next view",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::BackTab)],
+        command: Command::PreviousView,
+        scope: Scope::Global,
+        help: "previous view",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('1')],
+        command: Command::ShowLeases,
+        scope: Scope::Global,
+        help: "leases view",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('2')],
+        command: Command::ShowOplog,
+        scope: Scope::Global,
+        help: "oplog view",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('3')],
+        command: Command::ShowListeners,
+        scope: Scope::Global,
+        help: "listeners view",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('4')],
+        command: Command::ShowAudit,
+        scope: Scope::Global,
+        help: "audit view",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('m')],
+        command: Command::ToggleMouse,
+        scope: Scope::Global,
+        help: "mouse on/off (off lets the terminal select text)",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::Up), key('k')],
+        command: Command::Up,
+        scope: Scope::Lists,
+        help: "move up",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::Down), key('j')],
+        command: Command::Down,
+        scope: Scope::Lists,
+        help: "move down",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::PageUp), ctrl('b')],
+        command: Command::PageUp,
+        scope: Scope::Lists,
+        help: "page up",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::PageDown), ctrl('f')],
+        command: Command::PageDown,
+        scope: Scope::Lists,
+        help: "page down",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::Home), key('g')],
+        command: Command::Top,
+        scope: Scope::Lists,
+        help: "first row",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::End), key('G')],
+        command: Command::Bottom,
+        scope: Scope::Lists,
+        help: "last row",
+        hint: None,
+    },
+    Binding {
+        keys: &[code(KeyCode::Enter)],
+        command: Command::Open,
+        scope: Scope::Leases,
+        help: "lease detail",
+        hint: Some("detail"),
+    },
+    Binding {
+        keys: &[key('/')],
+        command: Command::StartFilter,
+        scope: Scope::Leases,
+        help: "filter rows (substring; !text inverts; esc clears)",
+        hint: Some("filter"),
+    },
+    Binding {
+        keys: &[key('f')],
+        command: Command::ToggleFreeze,
+        scope: Scope::Leases,
+        help: "freeze / unfreeze the table so rows stop moving",
+        hint: Some("freeze"),
+    },
+    Binding {
+        keys: &[key('s')],
+        command: Command::SortNext,
+        scope: Scope::Leases,
+        help: "sort by the next column",
+        hint: Some("sort"),
+    },
+    Binding {
+        keys: &[key('S')],
+        command: Command::SortReverse,
+        scope: Scope::Leases,
+        help: "reverse the sort order",
+        hint: None,
+    },
+];
+
+/// The command bound to `event` in any of `scopes`.
+pub fn lookup(event: &KeyEvent, scopes: &[Scope]) -> Option<Command> {
+    let pressed = Key::of(event);
+    BINDINGS
+        .iter()
+        .filter(|b| scopes.contains(&b.scope))
+        .find(|b| b.keys.contains(&pressed))
+        .map(|b| b.command)
+}
+
+/// Help lines grouped by scope: (scope title, [(keys, help)]).
+pub fn help_sections() -> Vec<(&'static str, Vec<(String, &'static str)>)> {
+    [Scope::Global, Scope::Lists, Scope::Leases]
+        .into_iter()
+        .map(|scope| {
+            let lines = BINDINGS
+                .iter()
+                .filter(|b| b.scope == scope)
+                .map(|b| {
+                    let keys: Vec<String> = b.keys.iter().map(Key::label).collect();
+                    (keys.join(" "), b.help)
+                })
+                .collect();
+            (scope.title(), lines)
+        })
+        .collect()
+}
+
+/// Footer hints for the scopes in force: (first key, hint).
+pub fn hints(scopes: &[Scope]) -> Vec<(String, &'static str)> {
+    BINDINGS
+        .iter()
+        .filter(|b| scopes.contains(&b.scope))
+        .filter_map(|b| Some((b.keys.first()?.label(), b.hint?)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_key_is_bound_twice_where_scopes_overlap() {
+        let mut seen = Vec::new();
+        for binding in BINDINGS {
+            for key in binding.keys {
+                assert!(!seen.contains(key), "{} is bound twice", key.label());
+                seen.push(*key);
+            }
+        }
+    }
+
+    #[test]
+    fn help_lists_every_binding() {
+        let lines: usize = help_sections().iter().map(|(_, l)| l.len()).sum();
+        assert_eq!(lines, BINDINGS.len());
+    }
+
+    #[test]
+    fn shifted_letters_and_ctrl_are_told_apart() {
+        let plain = KeyEvent::new(KeyCode::Char('s'), KeyModifiers::NONE);
+        let shifted = KeyEvent::new(KeyCode::Char('S'), KeyModifiers::SHIFT);
+        let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+        let all = [Scope::Global, Scope::Lists, Scope::Leases];
+        assert_eq!(lookup(&plain, &all), Some(Command::SortNext));
+        assert_eq!(lookup(&shifted, &all), Some(Command::SortReverse));
+        assert_eq!(lookup(&ctrl_c, &all), Some(Command::Quit));
+        assert_eq!(lookup(&plain, &[Scope::Global]), None);
+    }
+}

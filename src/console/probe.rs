@@ -1,0 +1,69 @@
+//! What the console reads about a cluster beyond the store ports: who it is, its
+//! members, and how busy its oplog is.
+
+use std::future::Future;
+
+use super::data::MemberRow;
+use crate::model::ClusterTime;
+use crate::store::mongo::MongoStore;
+use crate::store::sandbox::SandboxStore;
+use crate::store::{ChangeFeed, LeaseStore, StoreResult};
+
+/// Entries counted per oplog read at most; beyond that the rate shows as a lower bound.
+pub const OPS_COUNT_LIMIT: u32 = 100_000;
+
+pub trait ClusterProbe: LeaseStore + ChangeFeed + Clone + 'static {
+    /// Where the console is connected, safe to print (no password).
+    fn describe(&self) -> String;
+
+    fn members(&self) -> impl Future<Output = StoreResult<Vec<MemberRow>>> + Send;
+
+    /// Oplog entries written after `after`, at most [`OPS_COUNT_LIMIT`].
+    fn entries_after(&self, after: ClusterTime) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+impl ClusterProbe for SandboxStore {
+    fn describe(&self) -> String {
+        "embedded sandbox (in-process)".into()
+    }
+
+    async fn members(&self) -> StoreResult<Vec<MemberRow>> {
+        Ok(vec![MemberRow {
+            name: "sandbox".into(),
+            state: "PRIMARY".into(),
+            healthy: true,
+            lag: None,
+        }])
+    }
+
+    async fn entries_after(&self, after: ClusterTime) -> StoreResult<u64> {
+        Ok(SandboxStore::entries_after(
+            self,
+            after,
+            u64::from(OPS_COUNT_LIMIT),
+        ))
+    }
+}
+
+impl ClusterProbe for MongoStore {
+    fn describe(&self) -> String {
+        self.redacted_uri()
+    }
+
+    async fn members(&self) -> StoreResult<Vec<MemberRow>> {
+        let members = MongoStore::members(self).await?;
+        Ok(members
+            .into_iter()
+            .map(|m| MemberRow {
+                name: m.name,
+                state: m.state.as_str().to_string(),
+                healthy: m.healthy,
+                lag: m.lag,
+            })
+            .collect())
+    }
+
+    async fn entries_after(&self, after: ClusterTime) -> StoreResult<u64> {
+        self.oplog_entries_after(after, OPS_COUNT_LIMIT).await
+    }
+}

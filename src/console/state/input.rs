@@ -1,0 +1,308 @@
+//! Keys, mouse and the `:` command line, applied to the console state.
+
+use crossterm::event::{
+    KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
+};
+
+use super::table::{Column, Filter};
+use super::{ConsoleState, NoticeLevel, View};
+use crate::console::keymap::{self, Command, Scope};
+use crate::console::layout;
+
+/// Rows one wheel notch scrolls.
+const WHEEL_ROWS: isize = 3;
+
+/// What the operator is typing, if anything.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Input {
+    Normal,
+    /// `/` filter being edited; applied as it is typed.
+    Filter(String),
+    /// `:` command line.
+    Command(String),
+}
+
+/// What the app must do for the state: things that need a terminal or a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Effect {
+    Quit,
+    LoadTheme(String),
+    SetMouse(bool),
+}
+
+impl ConsoleState {
+    pub fn on_key(&mut self, event: KeyEvent) -> Vec<Effect> {
+        if event.kind == KeyEventKind::Release {
+            return Vec::new();
+        }
+        let ctrl = event.modifiers.contains(KeyModifiers::CONTROL);
+        if ctrl && event.code == KeyCode::Char('c') {
+            return vec![Effect::Quit];
+        }
+        match &self.input {
+            Input::Filter(_) => return self.edit_filter(event.code),
+            Input::Command(_) => return self.edit_command(event.code),
+            Input::Normal => {}
+        }
+        if let Some(scroll) = self.help {
+            match event.code {
+                KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('?') => self.help = None,
+                KeyCode::Down | KeyCode::Char('j') => self.help = Some(scroll + 1),
+                KeyCode::Up | KeyCode::Char('k') => self.help = Some(scroll.saturating_sub(1)),
+                _ => {}
+            }
+            return Vec::new();
+        }
+        if event.code == KeyCode::Esc && self.view == View::Leases {
+            if !self.leases.filter().is_empty() {
+                self.leases.set_filter(Filter::default());
+            }
+            return Vec::new();
+        }
+        match keymap::lookup(&event, &self.scopes()) {
+            Some(command) => self.run(command),
+            None => Vec::new(),
+        }
+    }
+
+    /// The keymap scopes in force in the current view.
+    pub fn scopes(&self) -> Vec<Scope> {
+        match self.view {
+            View::Leases => vec![Scope::Global, Scope::Lists, Scope::Leases],
+            View::Detail | View::Listeners | View::Audit => vec![Scope::Global, Scope::Lists],
+            View::Oplog => vec![Scope::Global],
+        }
+    }
+
+    fn run(&mut self, command: Command) -> Vec<Effect> {
+        let height = self.table_height();
+        let page = height.max(1) as isize;
+        match command {
+            Command::Quit => return vec![Effect::Quit],
+            Command::Back => match self.view {
+                View::Leases => return vec![Effect::Quit],
+                _ => self.show(View::Leases),
+            },
+            Command::ToggleHelp => self.help = Some(0),
+            Command::StartCommand => self.input = Input::Command(String::new()),
+            Command::NextView => self.show(View::from_tab(self.view.tab() + 1)),
+            Command::PreviousView => self.show(View::from_tab(self.view.tab() + 3)),
+            Command::ShowLeases => self.show(View::Leases),
+            Command::ShowOplog => self.show(View::Oplog),
+            Command::ShowListeners => self.show(View::Listeners),
+            Command::ShowAudit => self.show(View::Audit),
+            Command::ToggleMouse => {
+                self.mouse = !self.mouse;
+                return vec![Effect::SetMouse(self.mouse)];
+            }
+            Command::Up => self.step(-1, height),
+            Command::Down => self.step(1, height),
+            Command::PageUp => self.step(-page, height),
+            Command::PageDown => self.step(page, height),
+            Command::Top => self.jump(false, height),
+            Command::Bottom => self.jump(true, height),
+            Command::Open => {
+                if self.leases.selected().is_some() {
+                    self.view = View::Detail;
+                }
+            }
+            Command::StartFilter => {
+                self.input = Input::Filter(self.leases.filter().text().to_string());
+            }
+            Command::ToggleFreeze => self.set_frozen(!self.frozen),
+            Command::SortNext => self.leases.sort_next(),
+            Command::SortReverse => self.leases.sort_reverse(),
+        }
+        Vec::new()
+    }
+
+    fn show(&mut self, view: View) {
+        self.view = view;
+        let height = self.table_height();
+        self.leases.scroll_into_view(height);
+    }
+
+    fn step(&mut self, delta: isize, height: usize) {
+        match self.view {
+            View::Leases | View::Detail => self.leases.move_selection(delta, height),
+            View::Listeners => self
+                .listener_cursor
+                .step(delta, self.listeners.len(), height),
+            View::Audit => self.audit_cursor.step(delta, self.audit.len(), height),
+            View::Oplog => {}
+        }
+    }
+
+    fn jump(&mut self, to_end: bool, height: usize) {
+        match self.view {
+            View::Leases | View::Detail if to_end => self.leases.select_last(height),
+            View::Leases | View::Detail => self.leases.select_first(height),
+            View::Listeners => self
+                .listener_cursor
+                .jump(to_end, self.listeners.len(), height),
+            View::Audit => self.audit_cursor.jump(to_end, self.audit.len(), height),
+            View::Oplog => {}
+        }
+    }
+
+    fn edit_filter(&mut self, code: KeyCode) -> Vec<Effect> {
+        let Input::Filter(text) = &mut self.input else {
+            return Vec::new();
+        };
+        match code {
+            KeyCode::Enter => self.input = Input::Normal,
+            KeyCode::Esc => {
+                self.input = Input::Normal;
+                self.leases.set_filter(Filter::default());
+            }
+            KeyCode::Backspace => {
+                text.pop();
+                let filter = Filter::new(text);
+                self.leases.set_filter(filter);
+            }
+            KeyCode::Char(c) if !c.is_control() => {
+                text.push(c);
+                let filter = Filter::new(text);
+                self.leases.set_filter(filter);
+            }
+            _ => {}
+        }
+        let height = self.table_height();
+        self.leases.scroll_into_view(height);
+        Vec::new()
+    }
+
+    fn edit_command(&mut self, code: KeyCode) -> Vec<Effect> {
+        let Input::Command(text) = &mut self.input else {
+            return Vec::new();
+        };
+        match code {
+            KeyCode::Esc => self.input = Input::Normal,
+            KeyCode::Backspace if text.pop().is_none() => self.input = Input::Normal,
+            KeyCode::Char(c) if !c.is_control() => text.push(c),
+            KeyCode::Enter => {
+                let line = text.trim().to_string();
+                self.input = Input::Normal;
+                return self.execute_command_line(&line);
+            }
+            _ => {}
+        }
+        Vec::new()
+    }
+
+    /// Runs one `:` command. Unknown commands leave a notice saying what exists.
+    pub fn execute_command_line(&mut self, line: &str) -> Vec<Effect> {
+        let mut words = line.split_whitespace();
+        let name = words.next().unwrap_or("");
+        let argument: Vec<&str> = words.collect();
+        match (name, argument.as_slice()) {
+            ("", []) => {}
+            ("q" | "q!" | "quit", []) => return vec![Effect::Quit],
+            ("leases" | "lease", []) => self.show(View::Leases),
+            ("oplog", []) => self.show(View::Oplog),
+            ("listeners" | "listener", []) => self.show(View::Listeners),
+            ("audit", []) => self.show(View::Audit),
+            ("help", []) => self.help = Some(0),
+            ("theme", [theme]) => return vec![Effect::LoadTheme((*theme).to_string())],
+            ("freeze", []) => self.set_frozen(true),
+            ("unfreeze", []) => self.set_frozen(false),
+            ("filter", words) => self.leases.set_filter(Filter::new(&words.join(" "))),
+            ("mouse", ["on"]) => {
+                self.mouse = true;
+                return vec![Effect::SetMouse(true)];
+            }
+            ("mouse", ["off"]) => {
+                self.mouse = false;
+                return vec![Effect::SetMouse(false)];
+            }
+            ("sort", [column, order @ ..]) => match (Column::parse(column), order) {
+                (Some(column), []) | (Some(column), ["asc"]) => {
+                    self.leases.sort_by(column, false)
+                }
+                (Some(column), ["desc"]) => self.leases.sort_by(column, true),
+                _ => self.notify(
+                    NoticeLevel::Error,
+                    format!(
+                        ":sort {}: expected a column ({}) and optionally asc or desc",
+                        argument.join(" "),
+                        Column::ALL.map(|c| c.label().to_lowercase()).join(", ")
+                    ),
+                ),
+            },
+            _ => self.notify(
+                NoticeLevel::Error,
+                format!(
+                    "unknown command :{line} — try :leases :oplog :listeners :audit :theme NAME :sort COLUMN :filter TEXT :freeze :mouse on|off :q"
+                ),
+            ),
+        }
+        Vec::new()
+    }
+
+    pub fn on_mouse(&mut self, event: MouseEvent) {
+        if !self.mouse {
+            return;
+        }
+        let height = self.table_height();
+        match event.kind {
+            MouseEventKind::ScrollDown | MouseEventKind::ScrollUp => {
+                let delta = if event.kind == MouseEventKind::ScrollDown {
+                    WHEEL_ROWS
+                } else {
+                    -WHEEL_ROWS
+                };
+                if let Some(scroll) = self.help {
+                    self.help = Some(scroll.saturating_add_signed(delta));
+                    return;
+                }
+                match self.view {
+                    View::Leases => self.leases.scroll(delta, height),
+                    _ => self.step(delta, height),
+                }
+            }
+            MouseEventKind::Down(MouseButton::Left) if self.help.is_none() => {
+                self.click(event.column, event.row, height)
+            }
+            _ => {}
+        }
+    }
+
+    fn click(&mut self, x: u16, y: u16, height: usize) {
+        let area = ratatui::layout::Rect::new(0, 0, self.size.0, self.size.1);
+        if !layout::fits(area) {
+            return;
+        }
+        let areas = layout::areas(area);
+        if y == areas.tabs.y {
+            if let Some(tab) = layout::tab_spans()
+                .iter()
+                .position(|&(from, to)| x >= from && x < to)
+            {
+                self.show(View::from_tab(tab));
+            }
+            return;
+        }
+        let list = match self.view {
+            View::Audit => layout::split_list(areas.body).0,
+            _ => areas.body,
+        };
+        let (first_row, _) = layout::table_rows(list);
+        if y < first_row {
+            return;
+        }
+        let row = usize::from(y - first_row);
+        match self.view {
+            View::Leases => {
+                self.leases.select_visible_row(row, height);
+            }
+            View::Listeners => {
+                self.listener_cursor
+                    .click(row, self.listeners.len(), height);
+            }
+            View::Audit => {
+                self.audit_cursor.click(row, self.audit.len(), height);
+            }
+            View::Detail | View::Oplog => {}
+        }
+    }
+}

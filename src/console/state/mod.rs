@@ -1,0 +1,321 @@
+//! Everything the console shows and where the operator is, as plain data. Keys,
+//! mouse, data events and clock ticks change it; drawing only reads it. No terminal,
+//! no network, no clock of its own: tests drive it directly.
+
+mod history;
+mod input;
+mod lists;
+mod table;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};
+pub use input::{Effect, Input};
+pub use lists::ListCursor;
+pub use table::{
+    visible_start, Column, Filter, HealthContext, HolderChange, LeaseEntry, LeaseTable,
+};
+
+use super::data::{DataEvent, DataSource, MemberRow};
+use crate::engine::ListenerSnapshot;
+use crate::model::{AuditRecord, HealthThresholds, Lease, OplogWindow};
+
+/// How long a notice stays in the footer.
+pub const NOTICE_FOR: Duration = Duration::from_secs(6);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Embedded sandbox with in-process listeners and a workload.
+    Demo,
+    /// Watching a cluster whose listeners run elsewhere.
+    Attached,
+    /// Watching a cluster and running listeners in this process.
+    InProcess,
+}
+
+impl Mode {
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Demo => "DEMO",
+            Mode::Attached => "ATTACHED",
+            Mode::InProcess => "IN-PROCESS",
+        }
+    }
+
+    pub fn runs_listeners(self) -> bool {
+        !matches!(self, Mode::Attached)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    Leases,
+    /// The selected lease in full.
+    Detail,
+    Oplog,
+    Listeners,
+    Audit,
+}
+
+impl View {
+    pub fn tab(self) -> usize {
+        match self {
+            View::Leases | View::Detail => 0,
+            View::Oplog => 1,
+            View::Listeners => 2,
+            View::Audit => 3,
+        }
+    }
+
+    pub fn from_tab(tab: usize) -> View {
+        match tab % 4 {
+            0 => View::Leases,
+            1 => View::Oplog,
+            2 => View::Listeners,
+            _ => View::Audit,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeLevel {
+    Info,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Notice {
+    pub text: String,
+    pub level: NoticeLevel,
+    pub until: DateTime<Utc>,
+}
+
+/// A data source that is failing, and since when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Failure {
+    pub error: String,
+    pub since: DateTime<Utc>,
+}
+
+/// What the console knows when it starts.
+#[derive(Debug, Clone)]
+pub struct ConsoleSetup {
+    pub mode: Mode,
+    /// Where it is connected, already redacted.
+    pub cluster: String,
+    pub read_only: bool,
+    pub thresholds: HealthThresholds,
+    pub theme: String,
+    pub mouse: bool,
+    pub now: DateTime<Utc>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ConsoleState {
+    pub mode: Mode,
+    pub cluster: String,
+    pub read_only: bool,
+    pub thresholds: HealthThresholds,
+    pub theme: String,
+    pub mouse: bool,
+    pub view: View,
+    /// Help is open, scrolled this many lines.
+    pub help: Option<usize>,
+    pub input: Input,
+    pub leases: LeaseTable,
+    pub frozen: bool,
+    pending_snapshot: Option<Vec<Lease>>,
+    pending_changes: HashMap<String, Lease>,
+    pub window: Option<OplogWindow>,
+    pub ops_per_sec: Option<f64>,
+    /// Server clock minus local clock, from the last oplog read.
+    server_offset: chrono::Duration,
+    pub members: Result<Vec<MemberRow>, String>,
+    pub listeners: Vec<ListenerSnapshot>,
+    pub listener_cursor: ListCursor,
+    pub audit: Vec<AuditRecord>,
+    pub audit_cursor: ListCursor,
+    pub history: OplogHistory,
+    pub failures: BTreeMap<DataSource, Failure>,
+    /// Local time of the last data that arrived.
+    pub data_as_of: Option<DateTime<Utc>>,
+    pub notice: Option<Notice>,
+    /// Local wall clock, as of the last event or tick.
+    pub now: DateTime<Utc>,
+    /// Terminal size (width, height).
+    pub size: (u16, u16),
+}
+
+impl ConsoleState {
+    pub fn new(setup: ConsoleSetup) -> Self {
+        Self {
+            mode: setup.mode,
+            cluster: setup.cluster,
+            read_only: setup.read_only,
+            thresholds: setup.thresholds,
+            theme: setup.theme,
+            mouse: setup.mouse,
+            view: View::Leases,
+            help: None,
+            input: Input::Normal,
+            leases: LeaseTable::new(HealthContext {
+                window: None,
+                now: setup.now,
+                thresholds: setup.thresholds,
+            }),
+            frozen: false,
+            pending_snapshot: None,
+            pending_changes: HashMap::new(),
+            window: None,
+            ops_per_sec: None,
+            server_offset: chrono::Duration::zero(),
+            members: Ok(Vec::new()),
+            listeners: Vec::new(),
+            listener_cursor: ListCursor::default(),
+            audit: Vec::new(),
+            audit_cursor: ListCursor::default(),
+            history: OplogHistory::default(),
+            failures: BTreeMap::new(),
+            data_as_of: None,
+            notice: None,
+            now: setup.now,
+            size: (0, 0),
+        }
+    }
+
+    /// The server's clock, estimated from the last oplog read and the local clock.
+    pub fn server_now(&self) -> DateTime<Utc> {
+        self.now + self.server_offset
+    }
+
+    /// Some source is failing: the data on screen may be old.
+    pub fn is_stale(&self) -> bool {
+        !self.failures.is_empty()
+    }
+
+    pub fn apply(&mut self, event: DataEvent, local_now: DateTime<Utc>) {
+        self.now = local_now;
+        match event {
+            DataEvent::LeaseSnapshot(leases) => {
+                self.recovered(DataSource::Leases);
+                if self.frozen {
+                    self.pending_changes.clear();
+                    self.pending_snapshot = Some(leases);
+                } else {
+                    self.leases.replace_all(leases, local_now);
+                }
+            }
+            DataEvent::LeaseChanged(lease) => {
+                self.recovered(DataSource::Leases);
+                if self.frozen {
+                    self.pending_changes.insert(lease.resource.clone(), *lease);
+                } else {
+                    self.leases.upsert(*lease, local_now);
+                }
+            }
+            DataEvent::Window {
+                window,
+                server_now,
+                ops_per_sec,
+            } => {
+                self.recovered(DataSource::Oplog);
+                self.server_offset = server_now - local_now;
+                self.window = Some(window);
+                self.ops_per_sec = ops_per_sec;
+                if !self.frozen {
+                    self.leases.set_context(self.health_context());
+                }
+                self.history
+                    .record(window.length().as_secs(), ops_per_sec, &self.leases);
+            }
+            DataEvent::Members(members) => self.members = members,
+            DataEvent::Listeners(listeners) => {
+                self.listeners = listeners;
+                self.listener_cursor.clamp(self.listeners.len());
+            }
+            DataEvent::Audit(records) => {
+                self.recovered(DataSource::Audit);
+                self.audit = records;
+                self.audit_cursor.clamp(self.audit.len());
+            }
+            DataEvent::SourceFailed { source, error } => {
+                let since = self.failures.get(&source).map_or(local_now, |f| f.since);
+                self.failures.insert(source, Failure { error, since });
+                return;
+            }
+        }
+        self.data_as_of = Some(local_now);
+    }
+
+    /// The clock moved: expiries count down, statuses follow, notices time out.
+    pub fn tick(&mut self, local_now: DateTime<Utc>) {
+        self.now = local_now;
+        if !self.frozen {
+            self.leases.set_context(self.health_context());
+        }
+        if self.notice.as_ref().is_some_and(|n| n.until <= local_now) {
+            self.notice = None;
+        }
+    }
+
+    pub fn on_resize(&mut self, width: u16, height: u16) {
+        self.size = (width, height);
+        let rows = self.table_height();
+        self.leases.scroll_into_view(rows);
+    }
+
+    pub fn notify(&mut self, level: NoticeLevel, text: impl Into<String>) {
+        self.notice = Some(Notice {
+            text: text.into(),
+            level,
+            until: self.now + chrono::Duration::from_std(NOTICE_FOR).unwrap_or_default(),
+        });
+    }
+
+    pub fn set_frozen(&mut self, frozen: bool) {
+        self.frozen = frozen;
+        if !frozen {
+            if let Some(leases) = self.pending_snapshot.take() {
+                self.leases.replace_all(leases, self.now);
+            }
+            let now = self.now;
+            for (_, lease) in self.pending_changes.drain() {
+                self.leases.upsert(lease, now);
+            }
+            self.leases.set_context(self.health_context());
+        }
+    }
+
+    /// Lease changes held back while frozen.
+    pub fn pending(&self) -> usize {
+        self.pending_changes.len() + usize::from(self.pending_snapshot.is_some())
+    }
+
+    /// Rows the current list view shows at this terminal size.
+    pub fn table_height(&self) -> usize {
+        let area = ratatui::layout::Rect::new(0, 0, self.size.0, self.size.1);
+        let body = super::layout::areas(area).body;
+        match self.view {
+            View::Audit => super::layout::table_rows(super::layout::split_list(body).0).1,
+            _ => super::layout::table_rows(body).1,
+        }
+    }
+
+    fn health_context(&self) -> HealthContext {
+        HealthContext {
+            window: self.window,
+            now: self.server_now(),
+            thresholds: self.thresholds,
+        }
+    }
+
+    fn recovered(&mut self, source: DataSource) {
+        self.failures.remove(&source);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,613 @@
+//! The leases table: every lease, the filtered and sorted order the screen shows,
+//! and the selection. Kept sorted incrementally so one lease change costs a binary
+//! search and a shift, and a frame touches only the rows it draws.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+
+use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow};
+
+/// Holder and version changes kept per lease for the detail view.
+const CHANGES_KEPT: usize = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Column {
+    Resource,
+    Kind,
+    Holder,
+    Version,
+    Expires,
+    LastCommit,
+    TokenTime,
+    Lag,
+    Headroom,
+    Status,
+}
+
+impl Column {
+    pub const ALL: [Column; 10] = [
+        Column::Resource,
+        Column::Kind,
+        Column::Holder,
+        Column::Version,
+        Column::Expires,
+        Column::LastCommit,
+        Column::TokenTime,
+        Column::Lag,
+        Column::Headroom,
+        Column::Status,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Column::Resource => "RESOURCE",
+            Column::Kind => "KIND",
+            Column::Holder => "HOLDER",
+            Column::Version => "VER",
+            Column::Expires => "EXPIRES",
+            Column::LastCommit => "COMMIT",
+            Column::TokenTime => "TOKEN",
+            Column::Lag => "LAG",
+            Column::Headroom => "HEADROOM",
+            Column::Status => "STATUS",
+        }
+    }
+
+    /// The name `:sort NAME` accepts.
+    pub fn parse(name: &str) -> Option<Column> {
+        let name = name.to_ascii_lowercase();
+        Column::ALL.into_iter().find(|c| {
+            let label = c.label().to_ascii_lowercase();
+            label == name || (name == "version" && *c == Column::Version)
+        })
+    }
+
+    fn next(self) -> Column {
+        let i = Column::ALL.iter().position(|c| *c == self).unwrap_or(0);
+        Column::ALL[(i + 1) % Column::ALL.len()]
+    }
+}
+
+/// A holder or version change seen while watching.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HolderChange {
+    pub at: DateTime<Utc>,
+    pub holder: Option<String>,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseEntry {
+    pub lease: Lease,
+    pub health: LeaseHealth,
+    pub changes: VecDeque<HolderChange>,
+}
+
+/// A substring filter over resource, holder, kind and status; `!` in front inverts it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    text: String,
+    needle: String,
+    inverted: bool,
+}
+
+impl Filter {
+    pub fn new(text: &str) -> Self {
+        let (inverted, rest) = match text.strip_prefix('!') {
+            Some(rest) => (true, rest),
+            None => (false, text),
+        };
+        Self {
+            text: text.to_string(),
+            needle: rest.to_lowercase(),
+            inverted,
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.needle.is_empty()
+    }
+
+    fn matches(&self, entry: &LeaseEntry) -> bool {
+        if self.needle.is_empty() {
+            return true;
+        }
+        let lease = &entry.lease;
+        let found = contains_folded(&lease.resource, &self.needle)
+            || lease
+                .holder
+                .as_deref()
+                .is_some_and(|h| contains_folded(h, &self.needle))
+            || contains_folded(lease.kind.as_str(), &self.needle)
+            || contains_folded(entry.health.status.label(), &self.needle);
+        found != self.inverted
+    }
+}
+
+fn contains_folded(haystack: &str, lowercase_needle: &str) -> bool {
+    if haystack.is_ascii() && lowercase_needle.is_ascii() {
+        haystack
+            .as_bytes()
+            .windows(lowercase_needle.len().max(1))
+            .any(|w| w.eq_ignore_ascii_case(lowercase_needle.as_bytes()))
+    } else {
+        haystack.to_lowercase().contains(lowercase_needle)
+    }
+}
+
+/// What the health of every lease is measured against.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HealthContext {
+    pub window: Option<OplogWindow>,
+    pub now: DateTime<Utc>,
+    pub thresholds: HealthThresholds,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeaseTable {
+    entries: Vec<LeaseEntry>,
+    by_resource: HashMap<String, usize>,
+    /// Indices into `entries` of the rows shown, filtered and sorted.
+    order: Vec<usize>,
+    sort: Column,
+    descending: bool,
+    filter: Filter,
+    selected: usize,
+    /// First row drawn.
+    offset: usize,
+    context: HealthContext,
+}
+
+impl LeaseTable {
+    pub fn new(context: HealthContext) -> Self {
+        Self {
+            entries: Vec::new(),
+            by_resource: HashMap::new(),
+            order: Vec::new(),
+            sort: Column::Status,
+            descending: false,
+            filter: Filter::default(),
+            selected: 0,
+            offset: 0,
+            context,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Rows shown (after the filter).
+    pub fn shown(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn sort(&self) -> (Column, bool) {
+        (self.sort, self.descending)
+    }
+
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    pub fn context(&self) -> &HealthContext {
+        &self.context
+    }
+
+    pub fn selected_index(&self) -> Option<usize> {
+        (!self.order.is_empty()).then_some(self.selected)
+    }
+
+    pub fn selected(&self) -> Option<&LeaseEntry> {
+        self.order.get(self.selected).map(|&i| &self.entries[i])
+    }
+
+    pub fn get(&self, resource: &str) -> Option<&LeaseEntry> {
+        self.by_resource.get(resource).map(|&i| &self.entries[i])
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &LeaseEntry> {
+        self.entries.iter()
+    }
+
+    /// The rows `start..start + count` of the shown order.
+    pub fn rows(&self, start: usize, count: usize) -> impl Iterator<Item = &LeaseEntry> {
+        let end = start.saturating_add(count).min(self.order.len());
+        let start = start.min(end);
+        self.order[start..end].iter().map(|&i| &self.entries[i])
+    }
+
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// Replaces every lease (the watch reopened); keeps the selection on the same resource.
+    pub fn replace_all(&mut self, leases: Vec<Lease>, seen_at: DateTime<Utc>) {
+        let keep = self.selected_resource();
+        let mut previous: HashMap<String, LeaseEntry> = std::mem::take(&mut self.entries)
+            .into_iter()
+            .map(|e| (e.lease.resource.clone(), e))
+            .collect();
+        self.by_resource.clear();
+        for lease in leases {
+            let changes = match previous.remove(&lease.resource) {
+                Some(old) => {
+                    let mut changes = old.changes;
+                    note_change(&mut changes, &old.lease, &lease, seen_at);
+                    changes
+                }
+                None => VecDeque::new(),
+            };
+            let health = self.assess(&lease);
+            self.by_resource
+                .insert(lease.resource.clone(), self.entries.len());
+            self.entries.push(LeaseEntry {
+                lease,
+                health,
+                changes,
+            });
+        }
+        self.rebuild_order();
+        self.reselect(keep.as_deref());
+    }
+
+    /// Applies one changed lease in O(log n) plus a shift of the order.
+    pub fn upsert(&mut self, lease: Lease, seen_at: DateTime<Utc>) {
+        let keep = self.selected_resource();
+        let index = match self.by_resource.get(&lease.resource) {
+            Some(&index) => {
+                if let Some(position) = self.position_of(index) {
+                    self.order.remove(position);
+                }
+                let entry = &mut self.entries[index];
+                note_change(&mut entry.changes, &entry.lease, &lease, seen_at);
+                entry.health = LeaseHealth::assess(
+                    &lease,
+                    self.context.window.as_ref(),
+                    self.context.now,
+                    &self.context.thresholds,
+                );
+                entry.lease = lease;
+                index
+            }
+            None => {
+                let health = self.assess(&lease);
+                let index = self.entries.len();
+                self.by_resource.insert(lease.resource.clone(), index);
+                self.entries.push(LeaseEntry {
+                    lease,
+                    health,
+                    changes: VecDeque::new(),
+                });
+                index
+            }
+        };
+        if self.filter.matches(&self.entries[index]) {
+            let position = self
+                .order
+                .partition_point(|&i| self.compare(i, index) == Ordering::Less);
+            self.order.insert(position, index);
+        }
+        self.reselect(keep.as_deref());
+    }
+
+    /// New window or clock: every status may change, so re-assess and re-sort.
+    pub fn set_context(&mut self, context: HealthContext) {
+        self.context = context;
+        let keep = self.selected_resource();
+        for entry in &mut self.entries {
+            entry.health = LeaseHealth::assess(
+                &entry.lease,
+                context.window.as_ref(),
+                context.now,
+                &context.thresholds,
+            );
+        }
+        self.rebuild_order();
+        self.reselect(keep.as_deref());
+    }
+
+    pub fn set_filter(&mut self, filter: Filter) {
+        let keep = self.selected_resource();
+        self.filter = filter;
+        self.rebuild_order();
+        self.reselect(keep.as_deref());
+    }
+
+    pub fn sort_by(&mut self, column: Column, descending: bool) {
+        let keep = self.selected_resource();
+        self.sort = column;
+        self.descending = descending;
+        self.rebuild_order();
+        self.reselect(keep.as_deref());
+    }
+
+    pub fn sort_next(&mut self) {
+        self.sort_by(self.sort.next(), false);
+    }
+
+    pub fn sort_reverse(&mut self) {
+        self.sort_by(self.sort, !self.descending);
+    }
+
+    /// Moves the selection by `delta` rows, clamped, and scrolls it into a view of `height` rows.
+    pub fn move_selection(&mut self, delta: isize, height: usize) {
+        if self.order.is_empty() {
+            return;
+        }
+        let last = self.order.len() - 1;
+        self.selected = self.selected.saturating_add_signed(delta).min(last);
+        self.scroll_into_view(height);
+    }
+
+    pub fn select_first(&mut self, height: usize) {
+        self.selected = 0;
+        self.scroll_into_view(height);
+    }
+
+    pub fn select_last(&mut self, height: usize) {
+        self.selected = self.order.len().saturating_sub(1);
+        self.scroll_into_view(height);
+    }
+
+    /// Selects the row drawn `row` lines below the first visible one (a mouse click).
+    pub fn select_visible_row(&mut self, row: usize, height: usize) -> bool {
+        let target = self.offset + row;
+        if row < height && target < self.order.len() {
+            self.selected = target;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Scrolls the view by `delta` rows, keeping the selection inside it.
+    pub fn scroll(&mut self, delta: isize, height: usize) {
+        let max_offset = self.order.len().saturating_sub(height.max(1));
+        self.offset = self.offset.saturating_add_signed(delta).min(max_offset);
+        if height > 0 {
+            self.selected = self
+                .selected
+                .clamp(self.offset, self.offset + height - 1)
+                .min(self.order.len().saturating_sub(1));
+        }
+    }
+
+    /// Keeps the selected row inside a view of `height` rows.
+    pub fn scroll_into_view(&mut self, height: usize) {
+        self.offset = visible_start(self.selected, self.offset, height, self.order.len());
+    }
+
+    fn selected_resource(&self) -> Option<String> {
+        self.selected().map(|e| e.lease.resource.clone())
+    }
+
+    fn reselect(&mut self, resource: Option<&str>) {
+        let found = resource
+            .and_then(|r| self.by_resource.get(r).copied())
+            .and_then(|index| self.position_of(index));
+        self.selected = match found {
+            Some(position) => position,
+            None => self.selected.min(self.order.len().saturating_sub(1)),
+        };
+    }
+
+    /// Where entry `index` sits in the order, if shown: a binary search, valid because
+    /// the order is kept sorted under the current comparison.
+    fn position_of(&self, index: usize) -> Option<usize> {
+        self.order
+            .binary_search_by(|&i| self.compare(i, index))
+            .ok()
+    }
+
+    fn rebuild_order(&mut self) {
+        let mut order: Vec<usize> = (0..self.entries.len())
+            .filter(|&i| self.filter.matches(&self.entries[i]))
+            .collect();
+        order.sort_unstable_by(|&a, &b| self.compare(a, b));
+        self.order = order;
+    }
+
+    fn assess(&self, lease: &Lease) -> LeaseHealth {
+        LeaseHealth::assess(
+            lease,
+            self.context.window.as_ref(),
+            self.context.now,
+            &self.context.thresholds,
+        )
+    }
+
+    /// A total order: the sort column, then the resource name (unique).
+    fn compare(&self, a: usize, b: usize) -> Ordering {
+        let (x, y) = (&self.entries[a], &self.entries[b]);
+        let by_column = match self.sort {
+            Column::Resource => Ordering::Equal,
+            Column::Kind => x.lease.kind.as_str().cmp(y.lease.kind.as_str()),
+            Column::Holder => x.lease.holder.cmp(&y.lease.holder),
+            Column::Version => x.lease.version.cmp(&y.lease.version),
+            Column::Expires => x.lease.expires_at.cmp(&y.lease.expires_at),
+            Column::LastCommit => x.lease.committed_at.cmp(&y.lease.committed_at),
+            Column::TokenTime => x.health.token_time.cmp(&y.health.token_time),
+            Column::Lag => x.health.lag.cmp(&y.health.lag),
+            Column::Headroom => x
+                .health
+                .headroom_share
+                .partial_cmp(&y.health.headroom_share)
+                .unwrap_or(Ordering::Equal),
+            Column::Status => x.health.status.cmp(&y.health.status),
+        };
+        let ordering = by_column.then_with(|| x.lease.resource.cmp(&y.lease.resource));
+        if self.descending {
+            ordering.reverse()
+        } else {
+            ordering
+        }
+    }
+}
+
+/// The first row to draw so that `selected` is visible in `height` rows, moving as
+/// little as possible from `offset`.
+pub fn visible_start(selected: usize, offset: usize, height: usize, len: usize) -> usize {
+    if height == 0 || len == 0 {
+        return 0;
+    }
+    let max_offset = len.saturating_sub(height);
+    let mut start = offset.min(max_offset);
+    if selected < start {
+        start = selected;
+    } else if selected >= start + height {
+        start = selected + 1 - height;
+    }
+    start.min(max_offset)
+}
+
+fn note_change(
+    changes: &mut VecDeque<HolderChange>,
+    before: &Lease,
+    after: &Lease,
+    seen_at: DateTime<Utc>,
+) {
+    if before.holder != after.holder || before.version != after.version {
+        if changes.len() == CHANGES_KEPT {
+            changes.pop_front();
+        }
+        changes.push_back(HolderChange {
+            at: seen_at,
+            holder: after.holder.clone(),
+            version: after.version,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterTime, LeaseStatus};
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap()
+    }
+
+    fn context() -> HealthContext {
+        HealthContext {
+            window: Some(OplogWindow::new(
+                ClusterTime::new(1_795_000_000, 1),
+                ClusterTime::new(1_795_000_600, 1),
+            )),
+            now: now(),
+            thresholds: HealthThresholds::default(),
+        }
+    }
+
+    fn lease(resource: &str, holder: Option<&str>, version: i64) -> Lease {
+        let mut lease = Lease::vacant(resource);
+        lease.holder = holder.map(str::to_string);
+        lease.version = version;
+        lease.expires_at = Some(now() + chrono::Duration::seconds(10));
+        lease.resume_at = Some(ClusterTime::new(1_795_000_590, 1));
+        lease
+    }
+
+    fn shown(table: &LeaseTable) -> Vec<String> {
+        table
+            .rows(0, usize::MAX)
+            .map(|e| e.lease.resource.clone())
+            .collect()
+    }
+
+    fn table_of(names: &[&str]) -> LeaseTable {
+        let mut table = LeaseTable::new(context());
+        table.sort_by(Column::Resource, false);
+        table.replace_all(
+            names.iter().map(|n| lease(n, Some("h"), 1)).collect(),
+            now(),
+        );
+        table
+    }
+
+    #[test]
+    fn upserts_keep_the_order_sorted_and_the_selection_on_its_resource() {
+        let mut table = table_of(&["b", "d", "f"]);
+        table.move_selection(1, 10);
+        assert_eq!(table.selected().unwrap().lease.resource, "d");
+        table.upsert(lease("a", None, 0), now());
+        table.upsert(lease("e", None, 0), now());
+        assert_eq!(shown(&table), ["a", "b", "d", "e", "f"]);
+        assert_eq!(table.selected().unwrap().lease.resource, "d");
+    }
+
+    #[test]
+    fn a_changed_sort_key_moves_the_row() {
+        let mut table = table_of(&["a", "b", "c"]);
+        table.sort_by(Column::Version, true);
+        table.upsert(lease("a", Some("h2"), 9), now());
+        assert_eq!(shown(&table), ["a", "c", "b"]);
+        assert_eq!(table.get("a").unwrap().changes.len(), 1);
+    }
+
+    #[test]
+    fn the_filter_matches_substrings_and_inverts_with_a_bang() {
+        let mut table = table_of(&["shop.orders", "pet-aggregates", "shop.users"]);
+        table.set_filter(Filter::new("SHOP"));
+        assert_eq!(shown(&table), ["shop.orders", "shop.users"]);
+        table.set_filter(Filter::new("!shop"));
+        assert_eq!(shown(&table), ["pet-aggregates"]);
+        table.upsert(lease("shop.carts", None, 0), now());
+        assert_eq!(shown(&table), ["pet-aggregates"]);
+        table.set_filter(Filter::new("expired"));
+        assert_eq!(shown(&table), ["shop.carts"]);
+    }
+
+    #[test]
+    fn status_sort_puts_trouble_first() {
+        let mut table = LeaseTable::new(context());
+        let mut lost = lease("z-lost", Some("h"), 1);
+        lost.resume_at = Some(ClusterTime::new(1_794_999_000, 1));
+        table.replace_all(vec![lease("a-ok", Some("h"), 1), lost], now());
+        assert_eq!(shown(&table), ["z-lost", "a-ok"]);
+        assert_eq!(table.selected().unwrap().health.status, LeaseStatus::Lost);
+    }
+
+    #[test]
+    fn selection_and_scrolling_stay_inside_the_rows() {
+        let names: Vec<String> = (0..50).map(|i| format!("r{i:02}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut table = table_of(&refs);
+        table.move_selection(30, 10);
+        assert_eq!(table.selected_index(), Some(30));
+        assert_eq!(table.offset(), 21);
+        table.move_selection(100, 10);
+        assert_eq!(table.selected_index(), Some(49));
+        table.scroll(-100, 10);
+        assert_eq!(table.offset(), 0);
+        assert_eq!(table.selected_index(), Some(9));
+        assert!(table.select_visible_row(3, 10));
+        assert_eq!(table.selected_index(), Some(3));
+        assert!(!table.select_visible_row(12, 10));
+        let mut empty = LeaseTable::new(context());
+        empty.move_selection(5, 0);
+        empty.scroll(3, 0);
+        assert_eq!(empty.selected_index(), None);
+    }
+
+    #[test]
+    fn visible_start_moves_as_little_as_possible() {
+        assert_eq!(visible_start(0, 0, 10, 100), 0);
+        assert_eq!(visible_start(15, 0, 10, 100), 6);
+        assert_eq!(visible_start(7, 6, 10, 100), 6);
+        assert_eq!(visible_start(3, 6, 10, 100), 3);
+        assert_eq!(visible_start(99, 95, 10, 100), 90);
+        assert_eq!(visible_start(0, 5, 0, 100), 0);
+    }
+}

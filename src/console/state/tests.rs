@@ -1,0 +1,288 @@
+use chrono::TimeZone;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
+
+use super::*;
+use crate::model::{ClusterTime, LeaseStatus};
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap()
+}
+
+fn state() -> ConsoleState {
+    let mut state = ConsoleState::new(ConsoleSetup {
+        mode: Mode::Demo,
+        cluster: "sandbox".into(),
+        read_only: false,
+        thresholds: HealthThresholds::default(),
+        theme: "default".into(),
+        mouse: true,
+        now: now(),
+    });
+    state.on_resize(120, 40);
+    state
+}
+
+fn lease(resource: &str, version: i64) -> Lease {
+    let mut lease = Lease::vacant(resource);
+    lease.holder = Some(format!("{resource}-holder"));
+    lease.version = version;
+    lease.expires_at = Some(now() + chrono::Duration::seconds(10));
+    lease.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 5, 1));
+    lease
+}
+
+fn window() -> DataEvent {
+    let t = now().timestamp() as u32;
+    DataEvent::Window {
+        window: OplogWindow::new(ClusterTime::new(t - 600, 1), ClusterTime::new(t, 1)),
+        server_now: now(),
+        ops_per_sec: Some(20.0),
+    }
+}
+
+fn press(state: &mut ConsoleState, code: KeyCode) -> Vec<Effect> {
+    state.on_key(KeyEvent::new(code, KeyModifiers::NONE))
+}
+
+fn type_text(state: &mut ConsoleState, text: &str) {
+    for c in text.chars() {
+        press(state, KeyCode::Char(c));
+    }
+}
+
+fn shown(state: &ConsoleState) -> Vec<String> {
+    state
+        .leases
+        .rows(0, usize::MAX)
+        .map(|e| e.lease.resource.clone())
+        .collect()
+}
+
+fn loaded() -> ConsoleState {
+    let mut state = state();
+    state.apply(window(), now());
+    state.apply(
+        DataEvent::LeaseSnapshot(vec![
+            lease("shop.orders", 3),
+            lease("pet-aggregates", 7),
+            lease("shop.users", 1),
+        ]),
+        now(),
+    );
+    state.execute_command_line("sort resource");
+    state
+}
+
+#[test]
+fn slash_filters_as_you_type_and_esc_clears() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('/'));
+    type_text(&mut state, "shop");
+    assert_eq!(state.input, Input::Filter("shop".into()));
+    assert_eq!(shown(&state), ["shop.orders", "shop.users"]);
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.input, Input::Normal);
+    assert_eq!(shown(&state).len(), 2, "the filter stays after enter");
+    press(&mut state, KeyCode::Esc);
+    assert_eq!(shown(&state).len(), 3, "esc on the table clears it");
+    assert_eq!(state.view, View::Leases);
+}
+
+#[test]
+fn keys_typed_into_the_filter_are_not_commands() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('/'));
+    let effects = press(&mut state, KeyCode::Char('q'));
+    assert!(effects.is_empty(), "q while filtering is text, not quit");
+    assert_eq!(state.input, Input::Filter("q".into()));
+}
+
+#[test]
+fn freeze_holds_lease_changes_until_unfrozen() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('f'));
+    assert!(state.frozen);
+    state.apply(
+        DataEvent::LeaseChanged(Box::new(lease("shop.orders", 4))),
+        now(),
+    );
+    state.apply(
+        DataEvent::LeaseChanged(Box::new(lease("new.one", 0))),
+        now(),
+    );
+    assert_eq!(state.leases.get("shop.orders").unwrap().lease.version, 3);
+    assert_eq!(state.pending(), 2);
+    press(&mut state, KeyCode::Char('f'));
+    assert_eq!(state.leases.get("shop.orders").unwrap().lease.version, 4);
+    assert!(state.leases.get("new.one").is_some());
+    assert_eq!(state.pending(), 0);
+}
+
+#[test]
+fn navigation_moves_the_selection_and_enter_opens_the_detail() {
+    let mut state = loaded();
+    assert_eq!(
+        state.leases.selected().unwrap().lease.resource,
+        "pet-aggregates"
+    );
+    press(&mut state, KeyCode::Char('j'));
+    assert_eq!(
+        state.leases.selected().unwrap().lease.resource,
+        "shop.orders"
+    );
+    press(&mut state, KeyCode::Char('G'));
+    assert_eq!(
+        state.leases.selected().unwrap().lease.resource,
+        "shop.users"
+    );
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.view, View::Detail);
+    press(&mut state, KeyCode::Char('k'));
+    assert_eq!(
+        state.leases.selected().unwrap().lease.resource,
+        "shop.orders"
+    );
+    press(&mut state, KeyCode::Esc);
+    assert_eq!(state.view, View::Leases);
+    assert_eq!(press(&mut state, KeyCode::Char('q')), vec![Effect::Quit]);
+}
+
+#[test]
+fn help_opens_scrolls_and_swallows_other_keys() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('?'));
+    assert_eq!(state.help, Some(0));
+    press(&mut state, KeyCode::Char('j'));
+    assert_eq!(state.help, Some(1));
+    assert!(press(&mut state, KeyCode::Char('q')).is_empty());
+    assert_eq!(state.help, None, "q closes help instead of quitting");
+}
+
+#[test]
+fn views_switch_by_number_tab_and_command_line() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('2'));
+    assert_eq!(state.view, View::Oplog);
+    press(&mut state, KeyCode::Tab);
+    assert_eq!(state.view, View::Listeners);
+    press(&mut state, KeyCode::BackTab);
+    press(&mut state, KeyCode::BackTab);
+    assert_eq!(state.view, View::Leases);
+    press(&mut state, KeyCode::Char(':'));
+    type_text(&mut state, "audit");
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.view, View::Audit);
+    press(&mut state, KeyCode::Char(':'));
+    type_text(&mut state, "theme dark");
+    assert_eq!(
+        press(&mut state, KeyCode::Enter),
+        vec![Effect::LoadTheme("dark".into())]
+    );
+}
+
+#[test]
+fn an_unknown_command_says_what_exists() {
+    let mut state = loaded();
+    state.execute_command_line("bogus");
+    let notice = state.notice.clone().unwrap();
+    assert_eq!(notice.level, NoticeLevel::Error);
+    assert!(notice.text.contains(":leases"), "{}", notice.text);
+    state.execute_command_line("sort nonsense");
+    assert!(state.notice.unwrap().text.contains("expected a column"));
+}
+
+#[test]
+fn sort_keys_cycle_and_reverse() {
+    let mut state = loaded();
+    assert_eq!(state.leases.sort(), (Column::Resource, false));
+    press(&mut state, KeyCode::Char('S'));
+    assert_eq!(shown(&state)[0], "shop.users");
+    press(&mut state, KeyCode::Char('s'));
+    assert_eq!(state.leases.sort(), (Column::Kind, false));
+    state.execute_command_line("sort ver desc");
+    assert_eq!(shown(&state)[0], "pet-aggregates");
+}
+
+#[test]
+fn a_failing_source_marks_the_data_stale_until_it_recovers() {
+    let mut state = loaded();
+    let later = now() + chrono::Duration::seconds(3);
+    state.apply(
+        DataEvent::SourceFailed {
+            source: DataSource::Leases,
+            error: "connection refused".into(),
+        },
+        later,
+    );
+    assert!(state.is_stale());
+    assert_eq!(state.failures[&DataSource::Leases].since, later);
+    assert_eq!(state.data_as_of, Some(now()));
+    state.apply(
+        DataEvent::LeaseSnapshot(vec![lease("shop.orders", 3)]),
+        later,
+    );
+    assert!(!state.is_stale());
+}
+
+#[test]
+fn the_clock_counts_expiry_down_to_expired() {
+    let mut state = loaded();
+    let entry = state.leases.get("shop.orders").unwrap();
+    assert_ne!(entry.health.status, LeaseStatus::Expired);
+    state.tick(now() + chrono::Duration::seconds(11));
+    let entry = state.leases.get("shop.orders").unwrap();
+    assert_eq!(entry.health.status, LeaseStatus::Expired);
+}
+
+#[test]
+fn notices_time_out() {
+    let mut state = loaded();
+    state.notify(NoticeLevel::Info, "hello");
+    state.tick(now() + chrono::Duration::seconds(1));
+    assert!(state.notice.is_some());
+    state.tick(now() + chrono::Duration::seconds(60));
+    assert!(state.notice.is_none());
+}
+
+#[test]
+fn the_mouse_selects_rows_switches_tabs_and_scrolls() {
+    let mut state = state();
+    state.apply(window(), now());
+    state.apply(
+        DataEvent::LeaseSnapshot((0..100).map(|i| lease(&format!("r{i:03}"), 1)).collect()),
+        now(),
+    );
+    state.execute_command_line("sort resource");
+    let click = |column, row| MouseEvent {
+        kind: MouseEventKind::Down(MouseButton::Left),
+        column,
+        row,
+        modifiers: KeyModifiers::NONE,
+    };
+    let (first_row, _) = crate::console::layout::table_rows(
+        crate::console::layout::areas(ratatui::layout::Rect::new(0, 0, 120, 40)).body,
+    );
+    state.on_mouse(click(10, first_row + 4));
+    assert_eq!(state.leases.selected().unwrap().lease.resource, "r004");
+    state.on_mouse(MouseEvent {
+        kind: MouseEventKind::ScrollDown,
+        column: 10,
+        row: 10,
+        modifiers: KeyModifiers::NONE,
+    });
+    assert_eq!(state.leases.offset(), 3);
+    let (from, _) = crate::console::layout::tab_spans()[1];
+    state.on_mouse(click(from, crate::console::layout::HEADER_HEIGHT));
+    assert_eq!(state.view, View::Oplog);
+    press(&mut state, KeyCode::Char('m'));
+    state.on_mouse(click(crate::console::layout::tab_spans()[0].0, 3));
+    assert_eq!(state.view, View::Oplog, "mouse off: clicks are ignored");
+}
+
+#[test]
+fn ctrl_c_quits_from_anywhere() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char(':'));
+    let effects = state.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
+    assert_eq!(effects, vec![Effect::Quit]);
+}

@@ -1,0 +1,235 @@
+//! One lease in full: the document, its decoded token and health, the holder
+//! changes seen while watching, and any listener of it running in this process.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
+use ratatui::Frame;
+
+use super::format::{cluster_clock, duration, relative, status_style, DASH};
+use crate::console::state::{ConsoleState, LeaseEntry};
+use crate::console::theme::Theme;
+use crate::model::text::escape_control;
+use crate::model::{ResumeToken, TokenVersion};
+
+pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
+    let Some(entry) = state.leases.selected() else {
+        frame.render_widget(
+            Paragraph::new(Line::styled("no lease selected", theme.muted)).block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .border_style(theme.border),
+            ),
+            area,
+        );
+        return;
+    };
+    let [left, right] =
+        Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+    let title = format!(" Lease {} ", escape_control(&entry.lease.resource));
+    frame.render_widget(
+        Paragraph::new(document_lines(entry, state, theme))
+            .wrap(Wrap { trim: false })
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .border_style(theme.border_focused)
+                    .title(Span::styled(title, theme.title)),
+            ),
+        left,
+    );
+    frame.render_widget(
+        Paragraph::new(health_lines(entry, state, theme))
+            .wrap(Wrap { trim: false })
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .border_style(theme.border)
+                    .title(Span::styled(" Position, holders, listeners ", theme.title)),
+            ),
+        right,
+    );
+}
+
+fn field<'a>(name: &'static str, value: String, theme: &Theme) -> Line<'a> {
+    Line::from(vec![
+        Span::styled(format!("{name:<12}"), theme.muted),
+        Span::styled(value, theme.base),
+    ])
+}
+
+fn document_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
+    let lease = &entry.lease;
+    let now = state.server_now();
+    let date = |value: Option<chrono::DateTime<chrono::Utc>>| {
+        value.map_or_else(
+            || DASH.to_string(),
+            |at| format!("{} ({})", at.format("%H:%M:%S"), relative(at, now)),
+        )
+    };
+    vec![
+        field("_id", escape_control(&lease.resource), theme),
+        field(
+            "listenerId",
+            lease
+                .holder
+                .as_deref()
+                .map_or_else(|| "null".to_string(), escape_control),
+            theme,
+        ),
+        field("expiresAt", date(lease.expires_at), theme),
+        field("version", lease.version.to_string(), theme),
+        field("kind", lease.kind.to_string(), theme),
+        field(
+            "resumeToken",
+            token_text(lease.resume_token.as_ref()),
+            theme,
+        ),
+        field(
+            "resumeAt",
+            lease
+                .resume_at
+                .map_or_else(|| "null".to_string(), |t| t.to_string()),
+            theme,
+        ),
+        field("acquiredAt", date(lease.acquired_at), theme),
+        field("renewedAt", date(lease.renewed_at), theme),
+        field("committedAt", date(lease.committed_at), theme),
+        field(
+            "watch",
+            lease.watch.as_ref().map_or_else(
+                || DASH.to_string(),
+                |w| {
+                    let pipeline = if w.pipeline.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" | {}", escape_control(&w.pipeline))
+                    };
+                    format!(
+                        "{}.{}{pipeline}",
+                        escape_control(&w.db),
+                        escape_control(&w.coll)
+                    )
+                },
+            ),
+            theme,
+        ),
+        field(
+            "note",
+            lease
+                .note
+                .as_deref()
+                .map_or_else(|| DASH.to_string(), escape_control),
+            theme,
+        ),
+    ]
+}
+
+fn token_text(token: Option<&ResumeToken>) -> String {
+    match token {
+        None => "null".into(),
+        Some(token) => match token.data_hex() {
+            Some(hex) => {
+                // Counted in chars: a corrupt token may hold anything.
+                let chars: Vec<char> = hex.chars().collect();
+                let shown = if chars.len() > 24 {
+                    let head: String = chars[..16].iter().collect();
+                    let tail: String = chars[chars.len() - 6..].iter().collect();
+                    format!("{head}…{tail}")
+                } else {
+                    hex.to_string()
+                };
+                escape_control(&shown)
+            }
+            None => "(not a hex _data token)".into(),
+        },
+    }
+}
+
+fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
+    let lease = &entry.lease;
+    let health = &entry.health;
+    let decoded = match &lease.resume_token {
+        None => "no token: resumes from resumeAt, else the oldest entry".to_string(),
+        Some(token) => match token.decode() {
+            Ok(d) => format!(
+                "{} (token {})",
+                d.time,
+                match d.version {
+                    TokenVersion::V0 => "v0",
+                    TokenVersion::V1 => "v1",
+                    TokenVersion::V2 => "v2",
+                }
+            ),
+            Err(e) => escape_control(&e.to_string()),
+        },
+    };
+    let mut lines = vec![
+        field(
+            "token time",
+            health
+                .token_time
+                .map_or_else(|| DASH.to_string(), cluster_clock),
+            theme,
+        ),
+        field("decoded", decoded, theme),
+        field("lag", duration(health.lag), theme),
+        field(
+            "headroom",
+            match (health.headroom, health.headroom_share) {
+                (Some(h), Some(s)) => format!(
+                    "{} ({:.0}% of the window)",
+                    crate::model::text::short_duration(h),
+                    s * 100.0
+                ),
+                _ => DASH.to_string(),
+            },
+            theme,
+        ),
+        Line::from(vec![
+            Span::styled(format!("{:<12}", "status"), theme.muted),
+            Span::styled(health.status.label(), status_style(health.status, theme)),
+        ]),
+        Line::raw(""),
+        Line::styled("Holder changes seen while watching", theme.title),
+    ];
+    if entry.changes.is_empty() {
+        lines.push(Line::styled("  none yet", theme.muted));
+    }
+    for change in entry.changes.iter().rev() {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {} ", change.at.format("%H:%M:%S")), theme.muted),
+            Span::styled(format!("v{:<5} ", change.version), theme.accent),
+            Span::styled(
+                change
+                    .holder
+                    .as_deref()
+                    .map_or_else(|| "(released)".to_string(), escape_control),
+                theme.base,
+            ),
+        ]));
+    }
+    if state.mode.runs_listeners() {
+        lines.push(Line::raw(""));
+        lines.push(Line::styled("Listeners in this process", theme.title));
+        let here: Vec<_> = state
+            .listeners
+            .iter()
+            .filter(|l| l.resource == lease.resource)
+            .collect();
+        if here.is_empty() {
+            lines.push(Line::styled("  none", theme.muted));
+        }
+        for listener in here {
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {:<12}", listener.state.label()), theme.accent),
+                Span::styled(escape_control(&listener.listener_id), theme.base),
+                Span::styled(
+                    format!("  {} events, {} commits", listener.events, listener.commits),
+                    theme.muted,
+                ),
+            ]));
+        }
+    }
+    lines
+}

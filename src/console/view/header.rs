@@ -1,0 +1,133 @@
+//! Mode, cluster, members, oplog window, and what is wrong with the data.
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use super::format::{cluster_clock, rate, relative};
+use crate::console::state::ConsoleState;
+use crate::console::theme::Theme;
+use crate::model::text::{escape_control, short_duration};
+use crate::model::LeaseStatus;
+
+pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
+    let lines = vec![
+        title_line(state, theme),
+        members_line(state, theme),
+        oplog_line(state, theme),
+    ];
+    frame.render_widget(Paragraph::new(lines).style(theme.header), area);
+}
+
+/// Mode first, then what needs attention (read-only, frozen, a lost source), and the
+/// cluster last: on a narrow terminal the URI is what gets cut off.
+fn title_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
+    let mut spans = vec![
+        Span::styled(" streamward ", theme.title),
+        Span::styled(format!(" {} ", state.mode.label()), theme.accent),
+    ];
+    if state.read_only {
+        spans.push(Span::styled(" 🔒 read-only", theme.warn));
+    }
+    if state.frozen {
+        spans.push(Span::styled(
+            format!(" ❄ FROZEN ({} pending)", state.pending()),
+            theme.warn,
+        ));
+    }
+    if let Some((source, failure)) = state.failures.iter().next() {
+        let as_of = state
+            .data_as_of
+            .map(|t| format!(", data as of {}", t.format("%H:%M:%S")))
+            .unwrap_or_default();
+        spans.push(Span::styled(
+            format!(
+                " ⚠ {} lost {}{as_of}: {}",
+                source.label(),
+                relative(failure.since, state.now),
+                escape_control(&failure.error)
+            ),
+            theme.danger,
+        ));
+    }
+    spans.push(Span::raw("  "));
+    spans.push(Span::styled(escape_control(&state.cluster), theme.base));
+    Line::from(spans)
+}
+
+fn members_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
+    let mut spans = vec![Span::styled(" members ", theme.muted)];
+    match &state.members {
+        Ok(members) if members.is_empty() => spans.push(Span::styled("…", theme.muted)),
+        Ok(members) => {
+            for (i, member) in members.iter().enumerate() {
+                if i > 0 {
+                    spans.push(Span::styled(" · ", theme.muted));
+                }
+                spans.push(Span::styled(escape_control(&member.name), theme.base));
+                let style = match (member.healthy, member.state.as_str()) {
+                    (false, _) => theme.danger,
+                    (true, "PRIMARY" | "SECONDARY") => theme.ok,
+                    _ => theme.warn,
+                };
+                spans.push(Span::styled(
+                    format!(" {}", escape_control(&member.state)),
+                    style,
+                ));
+                if let Some(lag) = member.lag.filter(|l| !l.is_zero()) {
+                    spans.push(Span::styled(
+                        format!(" lag {}", short_duration(lag)),
+                        theme.warn,
+                    ));
+                }
+            }
+        }
+        Err(error) => spans.push(Span::styled(escape_control(error), theme.muted)),
+    }
+    Line::from(spans)
+}
+
+fn oplog_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
+    let mut spans = vec![Span::styled(" oplog   ", theme.muted)];
+    match state.window {
+        Some(window) => {
+            spans.push(Span::styled(
+                format!("window {}", short_duration(window.length())),
+                theme.base,
+            ));
+            spans.push(Span::styled(
+                format!(
+                    "  {} → {}",
+                    cluster_clock(window.first),
+                    cluster_clock(window.last)
+                ),
+                theme.muted,
+            ));
+            if let Some(ops) = state.ops_per_sec {
+                spans.push(Span::styled(format!("  {} ops/s", rate(ops)), theme.base));
+            }
+        }
+        None => spans.push(Span::styled("window not read yet", theme.muted)),
+    }
+    let (mut lost, mut risk, mut total) = (0, 0, 0);
+    for entry in state.leases.entries() {
+        total += 1;
+        match entry.health.status {
+            LeaseStatus::Lost | LeaseStatus::StuckBulk => lost += 1,
+            LeaseStatus::AtRisk => risk += 1,
+            _ => {}
+        }
+    }
+    spans.push(Span::styled(format!("   leases {total}"), theme.base));
+    if lost > 0 {
+        spans.push(Span::styled(
+            format!("  {lost} need recovery"),
+            theme.danger,
+        ));
+    }
+    if risk > 0 {
+        spans.push(Span::styled(format!("  {risk} at risk"), theme.warn));
+    }
+    Line::from(spans)
+}

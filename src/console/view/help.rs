@@ -1,0 +1,82 @@
+//! `?`: every key from the keymap, the `:` commands, and the themes.
+
+use ratatui::layout::Rect;
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Clear, Paragraph};
+use ratatui::Frame;
+
+use crate::console::keymap;
+use crate::console::state::ConsoleState;
+use crate::console::theme::Theme;
+
+const COMMANDS: &[(&str, &str)] = &[
+    (":leases :oplog :listeners :audit", "switch view"),
+    (":filter TEXT", "filter the leases (same as /)"),
+    (":sort COLUMN [asc|desc]", "sort the leases by a column"),
+    (":freeze  :unfreeze", "stop / resume table updates"),
+    (
+        ":theme NAME",
+        "switch theme (default dark light high-contrast monochrome, or yours)",
+    ),
+    (":mouse on|off", "mouse capture"),
+    (":q", "quit"),
+];
+
+pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
+    let mut lines = Vec::new();
+    for (title, bindings) in keymap::help_sections() {
+        lines.push(Line::styled(title.to_string(), theme.title));
+        for (keys, help) in bindings {
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {keys:<18}"), theme.key_hint),
+                Span::styled(help.to_string(), theme.base),
+            ]));
+        }
+        lines.push(Line::raw(""));
+    }
+    lines.push(Line::styled("Commands", theme.title));
+    for (command, help) in COMMANDS {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {command:<34}"), theme.key_hint),
+            Span::styled(help.to_string(), theme.base),
+        ]));
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(
+        format!(
+            "theme: {}   mouse: {}",
+            state.theme,
+            if state.mouse { "on" } else { "off" }
+        ),
+        theme.muted,
+    ));
+    lines
+}
+
+pub fn draw(frame: &mut Frame, area: Rect, scroll: usize, state: &ConsoleState, theme: &Theme) {
+    let width = area.width.saturating_sub(4).min(90);
+    let height = area.height.saturating_sub(2);
+    let popup = Rect {
+        x: area.x + (area.width - width) / 2,
+        y: area.y + (area.height - height) / 2,
+        width,
+        height,
+    };
+    let lines = lines(state, theme);
+    let visible = usize::from(height.saturating_sub(2));
+    let max_scroll = lines.len().saturating_sub(visible);
+    let scroll = u16::try_from(scroll.min(max_scroll)).unwrap_or(u16::MAX);
+    frame.render_widget(Clear, popup);
+    frame.render_widget(
+        Paragraph::new(lines)
+            .scroll((scroll, 0))
+            .style(theme.base)
+            .block(
+                Block::default()
+                    .borders(Borders::ALL)
+                    .border_style(theme.border_focused)
+                    .title(Span::styled(" Help — esc closes, j/k scroll ", theme.title)),
+            ),
+        popup,
+    );
+}

@@ -1,0 +1,134 @@
+//! The oplog window over time: its length, the write rate, and the lag of the
+//! leases that lag most.
+
+use ratatui::layout::{Constraint, Layout, Rect};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
+use ratatui::Frame;
+
+use super::format::{cluster_clock, rate};
+use crate::console::state::{ConsoleState, Series};
+use crate::console::theme::Theme;
+use crate::model::text::{escape_control, short_duration};
+
+pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.border)
+        .title(Span::styled(" Oplog ", theme.title));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let [facts, window_spark, ops_spark, lag_title, lags] = Layout::vertical([
+        Constraint::Length(1),
+        Constraint::Length(3),
+        Constraint::Length(3),
+        Constraint::Length(1),
+        Constraint::Min(0),
+    ])
+    .areas(inner);
+
+    let facts_line = match state.window {
+        Some(window) => Line::from(vec![
+            Span::styled("window ", theme.muted),
+            Span::styled(short_duration(window.length()), theme.base),
+            Span::styled("  first ", theme.muted),
+            Span::styled(cluster_clock(window.first), theme.base),
+            Span::styled("  last ", theme.muted),
+            Span::styled(cluster_clock(window.last), theme.base),
+            Span::styled("  rate ", theme.muted),
+            Span::styled(
+                state
+                    .ops_per_sec
+                    .map_or_else(|| "-".to_string(), |r| format!("{} ops/s", rate(r))),
+                theme.base,
+            ),
+            Span::styled("  server time ", theme.muted),
+            Span::styled(
+                state.server_now().format("%H:%M:%S").to_string(),
+                theme.base,
+            ),
+        ]),
+        None => Line::styled("the oplog window has not been read yet", theme.muted),
+    };
+    frame.render_widget(Paragraph::new(facts_line), facts);
+    spark(
+        frame,
+        window_spark,
+        "window length (s)",
+        &state.history.window_secs,
+        theme,
+    );
+    spark(frame, ops_spark, "ops/s", &state.history.ops_per_sec, theme);
+    frame.render_widget(
+        Paragraph::new(Line::styled("lag per lease, worst first", theme.title)),
+        lag_title,
+    );
+
+    let series = state.history.lag_series();
+    if series.is_empty() {
+        frame.render_widget(
+            Paragraph::new(Line::styled("no lease has a position yet", theme.muted)),
+            lags,
+        );
+        return;
+    }
+    let name_width = 24u16.min(lags.width / 3);
+    let value_width = 8u16;
+    for (i, (resource, samples)) in series.iter().take(usize::from(lags.height)).enumerate() {
+        let y = lags.y + i as u16;
+        let row = Rect {
+            y,
+            height: 1,
+            ..lags
+        };
+        let [name, line, value] = Layout::horizontal([
+            Constraint::Length(name_width),
+            Constraint::Min(0),
+            Constraint::Length(value_width),
+        ])
+        .areas(row);
+        frame.render_widget(
+            Paragraph::new(Span::styled(escape_control(resource), theme.base)),
+            name,
+        );
+        frame.render_widget(
+            Sparkline::default()
+                .data(samples.values())
+                .max(samples.max().max(1))
+                .style(theme.gauge_filled),
+            line,
+        );
+        frame.render_widget(
+            Paragraph::new(
+                Line::from(short_duration(std::time::Duration::from_secs(
+                    samples.last().unwrap_or(0),
+                )))
+                .right_aligned(),
+            )
+            .style(theme.muted),
+            value,
+        );
+    }
+}
+
+fn spark(frame: &mut Frame, area: Rect, title: &str, series: &Series, theme: &Theme) {
+    let [label, line] =
+        Layout::horizontal([Constraint::Length(24), Constraint::Min(0)]).areas(area);
+    let last = series
+        .last()
+        .map_or_else(|| "-".to_string(), |v| v.to_string());
+    frame.render_widget(
+        Paragraph::new(vec![
+            Line::styled(title.to_string(), theme.muted),
+            Line::styled(last, theme.base),
+        ]),
+        label,
+    );
+    frame.render_widget(
+        Sparkline::default()
+            .data(series.values())
+            .max(series.max().max(1))
+            .style(theme.gauge_filled),
+        line,
+    );
+}

@@ -1,0 +1,414 @@
+//! Every console view drawn on fixed data at 80×24 and 120×40 (insta snapshots),
+//! a "too small" screen below that, no panic at any size, and database strings
+//! drawn with their control characters escaped.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::TestBackend;
+use ratatui::Terminal;
+
+use streamward::console::data::{DataEvent, DataSource, MemberRow};
+use streamward::console::state::{ConsoleSetup, ConsoleState, Mode};
+use streamward::console::theme::Theme;
+use streamward::console::view;
+use streamward::engine::{ListenerSnapshot, ListenerState};
+use streamward::model::{
+    AuditRecord, ClusterTime, HealthThresholds, Lease, LockKind, OplogWindow, ResumeToken,
+    TokenKind, WatchTarget,
+};
+
+fn now() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 22, 3, 14, 0).unwrap()
+}
+
+fn secs(at: DateTime<Utc>) -> u32 {
+    at.timestamp() as u32
+}
+
+fn ago(seconds: i64) -> DateTime<Utc> {
+    now() - chrono::Duration::seconds(seconds)
+}
+
+fn lease(resource: &str, holder: Option<&str>, version: i64, token_age: u32) -> Lease {
+    let mut lease = Lease::vacant(resource);
+    lease.holder = holder.map(str::to_string);
+    lease.version = version;
+    lease.expires_at = Some(now() + chrono::Duration::seconds(8));
+    lease.resume_token = Some(ResumeToken::encode(
+        ClusterTime::new(secs(now()) - token_age, 1),
+        TokenKind::Event,
+        version as u64,
+    ));
+    lease.acquired_at = Some(ago(40));
+    lease.renewed_at = Some(ago(2));
+    lease.committed_at = Some(ago(1));
+    lease.watch = Some(WatchTarget {
+        db: "shop".into(),
+        coll: "orders".into(),
+        pipeline: String::new(),
+    });
+    lease
+}
+
+fn leases() -> Vec<Lease> {
+    let mut stuck = lease("pets.rebuild", Some("ops@bastion"), 12, 300);
+    stuck.kind = LockKind::Bulk;
+    stuck.expires_at = Some(ago(120));
+    stuck.note = Some("rebuild by ops@bastion".into());
+    let mut expired = lease("shop.invoices", Some("app-2/771"), 4, 3);
+    expired.expires_at = Some(ago(30));
+    let mut oldest = lease("shop.carts", None, 0, 0);
+    oldest.resume_token = None;
+    vec![
+        lease("shop.orders", Some("app-1/4242-orders"), 7, 1),
+        lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0),
+        lease("shop.mailer", Some("app-3/90-mailer"), 2, 1500),
+        lease("shop.audit-export", Some("app-2/771"), 9, 3400),
+        lease("legacy.feed", Some("app-9/1"), 1, 4000),
+        stuck,
+        expired,
+        oldest,
+        lease("evil\u{1b}[2Jname", Some("host\nforged line"), 5, 2),
+    ]
+}
+
+fn window_at(offset: i64) -> DataEvent {
+    DataEvent::Window {
+        window: OplogWindow::new(
+            ClusterTime::new(secs(now()) - 3600 + offset as u32, 1),
+            ClusterTime::new(secs(now()), 1),
+        ),
+        server_now: now(),
+        ops_per_sec: Some(40.0 + (offset % 7) as f64 * 5.0),
+    }
+}
+
+fn listener(
+    resource: &str,
+    id: &str,
+    state: ListenerState,
+    version: Option<i64>,
+) -> ListenerSnapshot {
+    let mut s = ListenerSnapshot::new(resource, id);
+    s.state = state;
+    s.version = version;
+    s.events = 1234;
+    s.batches = 1200;
+    s.last_batch_size = 1;
+    s.events_per_sec = 12.5;
+    s.commits = 1200;
+    s
+}
+
+fn audit() -> Vec<AuditRecord> {
+    let before = lease("shop.orders", Some("app-1/4242-orders"), 6, 30);
+    let mut after = before.clone();
+    after.holder = None;
+    after.version = 7;
+    vec![AuditRecord {
+        id: "a-0001".into(),
+        operator: "alice@bastion".into(),
+        at: ago(90),
+        action: "takeover".into(),
+        resource: "shop.orders".into(),
+        before: Some(before),
+        after: Some(after),
+        reason: Some("holder hung\u{7} (pager 4411)".into()),
+        outcome: "applied".into(),
+    }]
+}
+
+fn state(mode: Mode) -> ConsoleState {
+    let mut state = ConsoleState::new(ConsoleSetup {
+        mode,
+        cluster: "mongodb://ops:****@db1.example:27017,db2.example:27017/?replicaSet=rs0".into(),
+        read_only: false,
+        thresholds: HealthThresholds::default(),
+        theme: "default".into(),
+        mouse: true,
+        now: now(),
+    });
+    for offset in 0..30 {
+        state.apply(window_at(offset), now());
+    }
+    state.apply(DataEvent::LeaseSnapshot(leases()), now());
+    state.apply(window_at(30), now());
+    state.apply(
+        DataEvent::Members(Ok(vec![
+            MemberRow {
+                name: "db1.example:27017".into(),
+                state: "PRIMARY".into(),
+                healthy: true,
+                lag: None,
+            },
+            MemberRow {
+                name: "db2.example:27017".into(),
+                state: "SECONDARY".into(),
+                healthy: true,
+                lag: Some(Duration::from_secs(2)),
+            },
+            MemberRow {
+                name: "db3.example:27017".into(),
+                state: "(not reachable/healthy)".into(),
+                healthy: false,
+                lag: None,
+            },
+        ])),
+        now(),
+    );
+    if mode.runs_listeners() {
+        let mut failing = listener(
+            "shop.mailer",
+            "app-1/4242-mailer",
+            ListenerState::HistoryLost,
+            None,
+        );
+        failing.last_error = Some("history lost: resume point fell off the oplog".into());
+        state.apply(
+            DataEvent::Listeners(vec![
+                listener(
+                    "shop.orders",
+                    "app-1/4242-orders",
+                    ListenerState::Streaming,
+                    Some(7),
+                ),
+                listener(
+                    "shop.orders",
+                    "app-1/4243-orders",
+                    ListenerState::Standby,
+                    None,
+                ),
+                listener(
+                    "pet-aggregates",
+                    "app-1/4242-pets",
+                    ListenerState::Committing,
+                    Some(3),
+                ),
+                failing,
+            ]),
+            now(),
+        );
+    }
+    state.apply(DataEvent::Audit(audit()), now());
+    state
+}
+
+fn press(state: &mut ConsoleState, code: KeyCode) {
+    state.on_key(KeyEvent::new(code, KeyModifiers::NONE));
+}
+
+fn render(state: &mut ConsoleState, width: u16, height: u16) -> Terminal<TestBackend> {
+    state.on_resize(width, height);
+    let theme = Theme::by_name("default", None).expect("built-in theme");
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test terminal");
+    terminal
+        .draw(|frame| view::draw(frame, state, &theme))
+        .expect("draw");
+    terminal
+}
+
+fn screen(state: &mut ConsoleState, width: u16, height: u16) -> String {
+    render(state, width, height).backend().to_string()
+}
+
+fn snapshot_both_sizes(name: &str, prepare: impl Fn(&mut ConsoleState)) {
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Demo);
+        prepare(&mut state);
+        insta::assert_snapshot!(
+            format!("{name}_{width}x{height}"),
+            screen(&mut state, width, height)
+        );
+    }
+}
+
+#[test]
+fn leases_view() {
+    snapshot_both_sizes("leases", |_| {});
+}
+
+#[test]
+fn leases_view_filtered_frozen_and_sorted() {
+    snapshot_both_sizes("leases_filtered", |state| {
+        press(state, KeyCode::Char('/'));
+        for c in "shop".chars() {
+            press(state, KeyCode::Char(c));
+        }
+        press(state, KeyCode::Enter);
+        press(state, KeyCode::Char('f'));
+        state.execute_command_line("sort lag desc");
+        press(state, KeyCode::Char('j'));
+    });
+}
+
+#[test]
+fn lease_detail_view() {
+    snapshot_both_sizes("detail", |state| {
+        state.execute_command_line("sort resource");
+        press(state, KeyCode::Char('j'));
+        press(state, KeyCode::Char('j'));
+        press(state, KeyCode::Enter);
+    });
+}
+
+#[test]
+fn oplog_view() {
+    snapshot_both_sizes("oplog", |state| press(state, KeyCode::Char('2')));
+}
+
+#[test]
+fn listeners_view() {
+    snapshot_both_sizes("listeners", |state| press(state, KeyCode::Char('3')));
+}
+
+#[test]
+fn listeners_view_when_attached() {
+    let mut state = state(Mode::Attached);
+    press(&mut state, KeyCode::Char('3'));
+    insta::assert_snapshot!(screen(&mut state, 80, 24));
+}
+
+#[test]
+fn audit_view() {
+    snapshot_both_sizes("audit", |state| press(state, KeyCode::Char('4')));
+}
+
+#[test]
+fn help_view() {
+    snapshot_both_sizes("help", |state| press(state, KeyCode::Char('?')));
+}
+
+#[test]
+fn command_line_and_notice() {
+    snapshot_both_sizes("command_line", |state| {
+        press(state, KeyCode::Char(':'));
+        for c in "sor".chars() {
+            press(state, KeyCode::Char(c));
+        }
+    });
+    snapshot_both_sizes("notice", |state| {
+        state.execute_command_line("nonsense");
+    });
+}
+
+#[test]
+fn lost_connection_marks_the_data_stale() {
+    snapshot_both_sizes("stale", |state| {
+        state.apply(
+            DataEvent::SourceFailed {
+                source: DataSource::Leases,
+                error: "server selection timeout: db1.example:27017 unreachable".into(),
+            },
+            now() + chrono::Duration::seconds(12),
+        );
+    });
+}
+
+#[test]
+fn read_only_shows_a_lock() {
+    let mut state = ConsoleState::new(ConsoleSetup {
+        mode: Mode::Attached,
+        cluster: "mongodb://db1.example:27017".into(),
+        read_only: true,
+        thresholds: HealthThresholds::default(),
+        theme: "default".into(),
+        mouse: true,
+        now: now(),
+    });
+    state.apply(DataEvent::LeaseSnapshot(Vec::new()), now());
+    insta::assert_snapshot!(screen(&mut state, 80, 24));
+}
+
+#[test]
+fn below_80_by_24_the_console_says_it_is_too_small() {
+    let mut state = state(Mode::Demo);
+    let text = screen(&mut state, 79, 24);
+    assert!(text.contains("terminal too small"), "{text}");
+    assert!(text.contains("need 80×24, have 79×24"), "{text}");
+    insta::assert_snapshot!(screen(&mut state, 60, 12));
+}
+
+#[test]
+fn no_size_panics_in_any_view() {
+    let theme = Theme::by_name("default", None).expect("built-in theme");
+    let mut state = state(Mode::Demo);
+    let keys = ['1', '2', '3', '4', '?'];
+    let sizes = (0..=130u16)
+        .step_by(7)
+        .flat_map(|w| (0..=45u16).step_by(4).map(move |h| (w, h)))
+        .chain([
+            (0, 0),
+            (1, 1),
+            (80, 24),
+            (79, 24),
+            (80, 23),
+            (u16::MAX / 64, 3),
+        ]);
+    for (width, height) in sizes {
+        for key in keys {
+            state.help = None;
+            press(&mut state, KeyCode::Char(key));
+            state.on_resize(width, height);
+            let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+            terminal
+                .draw(|frame| view::draw(frame, &state, &theme))
+                .expect("draw");
+        }
+        state.help = None;
+        press(&mut state, KeyCode::Char('1'));
+        press(&mut state, KeyCode::Enter);
+        let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("terminal");
+        terminal
+            .draw(|frame| view::draw(frame, &state, &theme))
+            .expect("draw");
+        press(&mut state, KeyCode::Esc);
+    }
+}
+
+#[test]
+fn a_resize_storm_keeps_the_selection_valid() {
+    let theme = Theme::by_name("default", None).expect("built-in theme");
+    let mut state = state(Mode::Demo);
+    press(&mut state, KeyCode::Char('G'));
+    let mut terminal = Terminal::new(TestBackend::new(120, 40)).expect("terminal");
+    for i in 0..500u16 {
+        let (width, height) = (i * 37 % 200, i * 13 % 70);
+        state.on_resize(width, height);
+        terminal.backend_mut().resize(width, height);
+        terminal
+            .draw(|frame| view::draw(frame, &state, &theme))
+            .expect("draw");
+        assert!(state.leases.selected().is_some());
+    }
+}
+
+#[test]
+fn control_characters_from_the_database_are_escaped() {
+    for key in ['1', '2'] {
+        let mut state = state(Mode::Demo);
+        state.execute_command_line("sort resource");
+        press(&mut state, KeyCode::Char(key));
+        let terminal = render(&mut state, 120, 40);
+        let buffer = terminal.backend().buffer();
+        for cell in buffer.content() {
+            assert!(
+                !cell.symbol().chars().any(char::is_control),
+                "a control character reached the screen: {:?}",
+                cell.symbol()
+            );
+        }
+        let text = terminal.backend().to_string();
+        assert!(text.contains("evil\\u{1b}[2Jname"), "{text}");
+    }
+    let mut state = state(Mode::Demo);
+    state.execute_command_line("filter evil");
+    press(&mut state, KeyCode::Enter);
+    let text = screen(&mut state, 120, 40);
+    assert!(text.contains("host\\nforged line"), "{text}");
+    press(&mut state, KeyCode::Esc);
+    press(&mut state, KeyCode::Char('4'));
+    let text = screen(&mut state, 120, 40);
+    assert!(text.contains("holder hung\\u{7}"), "{text}");
+}
