@@ -5,4 +5,5 @@ pub mod cli;
 pub mod demo;
 pub mod engine;
 pub mod model;
+pub mod ops;
 pub mod store;
