@@ -85,7 +85,8 @@ impl CallCounts {
         .sum()
     }
 
-    /// Lease and audit writes made by operator actions (what a dry run must not make).
+    /// Calls by which operator actions write, or try to (a compare-and-swap that finds
+    /// another version still counts): a dry run must make none.
     pub fn operator_writes(&self) -> u64 {
         [
             &self.operator_update,
