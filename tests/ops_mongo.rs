@@ -117,13 +117,10 @@ fn cluster(
         *lease = mini_mongo::apply_pipeline(&pipeline, &before, now());
         Action::ok(doc! { "value": before })
     });
-    server.on("aggregate", |cmd| {
-        assert_eq!(
-            cmd.get_str("aggregate"),
-            Ok("oplog.rs"),
-            "only the oplog is aggregated"
-        );
-        cursor("local.oplog.rs", vec![doc! { "n": 7 }])
+    server.on("aggregate", |cmd| match cmd.get_str("aggregate") {
+        Ok("oplog.rs") => cursor("local.oplog.rs", vec![doc! { "n": 7 }]),
+        // A rebuild pipeline ending in $merge returns no documents.
+        _ => cursor("shop.orders", vec![]),
     });
     server.on("insert", |_| Action::ok(doc! { "n": 1 }));
     state
@@ -348,4 +345,128 @@ async fn read_only_and_guard_refusals_exit_3_without_a_write() {
         assert!(err.starts_with("error: refused: "), "{args:?}: {err}");
     }
     assert!(writes(&server).is_empty(), "{:?}", writes(&server));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attached_rebuild_takes_the_bulk_lease_runs_the_merge_and_gives_it_back_at_t0() {
+    let server = WireServer::start().await;
+    let mut expired = live_lease();
+    expired.insert("expiresAt", now());
+    let lease = cluster(&server, expired, |_| {});
+    let config =
+        std::env::temp_dir().join(format!("streamward-ops-mongo-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        r#"[rebuilds.rollup]
+resource = "shop.orders"
+db = "shop"
+collection = "orders"
+pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into": "order_counts"}}]'
+"#,
+    )
+    .unwrap();
+    let mut cmd = streamward();
+    cmd.args([
+        "rebuild",
+        "rollup",
+        "--execute",
+        "--operator",
+        "ann",
+        "--uri",
+        &server.uri(),
+    ])
+    .arg("--config")
+    .arg(&config);
+    let assert = run(cmd).await.success();
+    std::fs::remove_file(&config).unwrap();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(
+        out.contains(
+            "runs a 2-stage aggregation pipeline on shop.orders merging into order_counts"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("applied: rebuild shop.orders, version 12 → 14"),
+        "{out}"
+    );
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(
+        err.contains("rebuild rollup: 1/1"),
+        "plain progress lines off a terminal: {err}"
+    );
+
+    assert_eq!(
+        writes(&server),
+        ["findAndModify", "findAndModify", "insert"],
+        "bulk, give back, one audit"
+    );
+    let swaps = server.commands_stripped("findAndModify");
+    let set = |i: usize| {
+        swaps[i].get_array("update").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_document("$set")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        swaps[0].get_document("query"),
+        Ok(&doc! { "_id": "shop.orders", "version": 12_i64 })
+    );
+    assert_eq!(set(0).get_str("kind"), Ok("bulk"));
+    assert_eq!(
+        set(0).get_document("listenerId"),
+        Ok(&doc! { "$literal": "ann" })
+    );
+    assert_eq!(
+        swaps[1].get_document("query"),
+        Ok(&doc! { "_id": "shop.orders", "version": 13_i64 })
+    );
+    assert_eq!(swaps[1].get_document("writeConcern"), Ok(&majority()));
+    assert_eq!(set(1).get_str("kind"), Ok("update"));
+    assert_eq!(set(1).get("listenerId"), Some(&Bson::Null));
+    assert_eq!(
+        set(1).get_document("resumeToken"),
+        Ok(&doc! { "$literal": null })
+    );
+    assert_eq!(
+        set(1).get_document("resumeAt"),
+        Ok(&doc! { "$literal": Timestamp { time: NOW_SECS, increment: 9 } }),
+        "resumeAt = T0, the operation time of the bulk write"
+    );
+    let merge = server
+        .commands_stripped("aggregate")
+        .into_iter()
+        .find(|c| c.get_str("aggregate") == Ok("orders"))
+        .expect("the rebuild pipeline ran");
+    assert_eq!(merge.get_str("$db"), Ok("shop"));
+    assert_eq!(merge.get_document("writeConcern"), Ok(&majority()));
+    assert_eq!(merge.get_array("pipeline").unwrap().len(), 2);
+    let record = server
+        .commands_stripped("insert")
+        .remove(0)
+        .get_array("documents")
+        .unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(record.get_str("action"), Ok("rebuild"));
+    assert_eq!(
+        record.get_document("before").unwrap().get_i64("version"),
+        Ok(12)
+    );
+    assert_eq!(
+        record.get_document("after").unwrap().get_i64("version"),
+        Ok(14)
+    );
+    assert!(record
+        .get_str("outcome")
+        .unwrap()
+        .starts_with("applied: ran the pipeline on shop.orders"));
+    let now = lease.lock().unwrap().clone();
+    assert_eq!(
+        (now.get_str("kind"), now.get("listenerId")),
+        (Ok("update"), Some(&Bson::Null))
+    );
 }
