@@ -6,4 +6,5 @@ pub mod console;
 pub mod demo;
 pub mod engine;
 pub mod model;
+pub mod ops;
 pub mod store;

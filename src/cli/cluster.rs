@@ -11,7 +11,7 @@ use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, OplogWindo
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
 use crate::store::{ChangeFeed, LeaseStore, StoreError};
 
-async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
+pub(super) async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
     let mongo = settings.mongo()?;
     let shown = crate::store::mongo::redact_uri(&mongo.uri);
     MongoStore::connect(mongo)

@@ -1,5 +1,6 @@
 //! The command line: clap definitions and the non-interactive subcommands.
 
+pub mod actions;
 pub mod cluster;
 pub mod console;
 pub mod demo;
@@ -34,6 +35,20 @@ pub enum Command {
     Leases,
     /// Show the oplog window, the cluster time and the replica set members.
     Oplog,
+    /// Fence out a lease's holder: release it to any standby, hand it to one (--to), or hold it (--hold).
+    Takeover(actions::TakeoverArgs),
+    /// Move a lease's resume point back to a time in the oplog window; the changes since are replayed.
+    Rewind(actions::RewindArgs),
+    /// Restart a lease from the oldest oplog entry, or skip to now (--accept-skip).
+    Reset(actions::ResetArgs),
+    /// Recompute derived data under the bulk lock, then let listeners replay from its start.
+    Rebuild(actions::RebuildArgs),
+    /// Give a bulk lease back without rebuilding (recovers STUCK BULK).
+    AbortBulk(actions::AbortBulkArgs),
+    /// Restore the resume point recorded before an audited action.
+    Undo(actions::UndoArgs),
+    /// List the most recent operator actions.
+    Audit(actions::AuditArgs),
 }
 
 impl Command {
@@ -53,5 +68,33 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Console(args) => console::run(args, &Settings::resolve(&cli.global)?).await,
         Command::Leases => cluster::leases(&Settings::resolve(&cli.global)?).await,
         Command::Oplog => cluster::oplog(&Settings::resolve(&cli.global)?).await,
+        Command::Takeover(args) => {
+            let settings = Settings::resolve(&cli.global)?;
+            actions::action(&settings, args.request(), &args.options).await
+        }
+        Command::Rewind(args) => {
+            let settings = Settings::resolve(&cli.global)?;
+            actions::action(&settings, args.request()?, &args.options).await
+        }
+        Command::Reset(args) => {
+            let settings = Settings::resolve(&cli.global)?;
+            actions::action(&settings, args.request(), &args.options).await
+        }
+        Command::Rebuild(args) => actions::rebuild(&Settings::resolve(&cli.global)?, &args).await,
+        Command::AbortBulk(args) => {
+            let settings = Settings::resolve(&cli.global)?;
+            let request = crate::ops::ActionRequest::AbortBulk {
+                resource: args.resource.clone(),
+            };
+            actions::action(&settings, request, &args.options).await
+        }
+        Command::Undo(args) => {
+            let settings = Settings::resolve(&cli.global)?;
+            let request = crate::ops::ActionRequest::Undo {
+                audit_id: args.audit_id.clone(),
+            };
+            actions::action(&settings, request, &args.options).await
+        }
+        Command::Audit(args) => actions::audit(&Settings::resolve(&cli.global)?, &args).await,
     }
 }

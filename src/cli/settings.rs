@@ -1,5 +1,6 @@
 //! Global options, merged with the config file: flags win, then environment, then file.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -7,6 +8,7 @@ use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
 use crate::model::HealthThresholds;
+use crate::ops::PipelineRebuild;
 use crate::store::mongo::MongoSettings;
 use crate::store::{Namespace, StoreError};
 
@@ -57,6 +59,31 @@ pub struct ConfigFile {
     pub thresholds: Option<ThresholdsFile>,
     /// The console's theme: a built-in name or one in the user theme directory.
     pub theme: Option<String>,
+    /// `[rebuilds.NAME]`: attached rebuild definitions.
+    pub rebuilds: Option<BTreeMap<String, RebuildFile>>,
+}
+
+/// `[rebuilds.NAME]`: an aggregation pipeline ending in `$merge` that rebuilds the
+/// derived data of the listener resource `resource`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildFile {
+    /// The lease the rebuild takes with kind bulk.
+    pub resource: String,
+    /// Where the pipeline runs.
+    pub db: String,
+    pub collection: String,
+    /// Extended JSON array of stages, the last one `$merge`.
+    pub pipeline: String,
+    /// Upper bound of the run, e.g. "30m" (default 1h).
+    pub timeout: Option<String>,
+}
+
+/// A rebuild definition from the config file, checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RebuildConfig {
+    pub resource: String,
+    pub definition: PipelineRebuild,
 }
 
 /// `[thresholds]`: where the status rules of DESIGN §4 draw their lines.
@@ -116,6 +143,7 @@ pub struct Settings {
     pub connect_timeout: Duration,
     pub thresholds: HealthThresholds,
     pub theme: Option<String>,
+    pub rebuilds: BTreeMap<String, RebuildConfig>,
 }
 
 impl Settings {
@@ -162,7 +190,29 @@ impl Settings {
                 thresholds.at_risk_share = share;
             }
         }
+        let mut rebuilds = BTreeMap::new();
+        for (name, r) in file.rebuilds.iter().flatten() {
+            let limit = match &r.timeout {
+                Some(text) => humantime::parse_duration(text)
+                    .map_err(|e| invalid(format!("rebuilds.{name}.timeout {text:?}: {e}")))?,
+                None => PipelineRebuild::DEFAULT_LIMIT,
+            };
+            let definition = PipelineRebuild::parse(
+                Namespace::new(r.db.clone(), r.collection.clone()),
+                &r.pipeline,
+                limit,
+            )
+            .map_err(|e| invalid(format!("rebuilds.{name}.pipeline: {e}")))?;
+            rebuilds.insert(
+                name.clone(),
+                RebuildConfig {
+                    resource: r.resource.clone(),
+                    definition,
+                },
+            );
+        }
         Ok(Settings {
+            rebuilds,
             thresholds,
             theme: file.theme,
             uri: args.uri.clone().or(file.uri),
@@ -232,6 +282,39 @@ mod tests {
         assert_eq!(settings.uri.as_deref(), Some("mongodb://flag"));
         assert_eq!(settings.leases, Namespace::new("ops", "locks"));
         assert_eq!(settings.output, OutputFormat::Json);
+        std::fs::remove_file(file).unwrap();
+    }
+
+    #[test]
+    fn rebuilds_come_from_the_file_and_are_checked() {
+        let dir = std::env::temp_dir().join(format!("streamward-rebuilds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        std::fs::write(
+            &file,
+            "[rebuilds.rollup]\nresource = \"shop.orders\"\ndb = \"shop\"\ncollection = \"orders\"\n\
+             pipeline = '[{\"$group\": {\"_id\": \"$status\"}}, {\"$merge\": \"order_counts\"}]'\ntimeout = \"5m\"\n",
+        )
+        .unwrap();
+        let args = GlobalArgs {
+            config: Some(file.clone()),
+            ..GlobalArgs::default()
+        };
+        let settings = Settings::resolve(&args).unwrap();
+        let rollup = &settings.rebuilds["rollup"];
+        assert_eq!(rollup.resource, "shop.orders");
+        assert_eq!(rollup.definition.source, Namespace::new("shop", "orders"));
+        assert_eq!(rollup.definition.limit, Duration::from_secs(300));
+        std::fs::write(
+            &file,
+            "[rebuilds.bad]\nresource = \"r\"\ndb = \"d\"\ncollection = \"c\"\npipeline = '[{\"$match\": {}}]'\n",
+        )
+        .unwrap();
+        let error = Settings::resolve(&args).unwrap_err().to_string();
+        assert!(
+            error.contains("rebuilds.bad.pipeline") && error.contains("$merge"),
+            "{error}"
+        );
         std::fs::remove_file(file).unwrap();
     }
 

@@ -2,5 +2,6 @@
 
 pub mod orders;
 pub mod pets;
+pub mod rebuild;
 pub mod runtime;
 pub mod workload;

@@ -128,12 +128,20 @@ impl<S: DocumentStore + Clone + 'static> Handler for PetAggregates<S> {
 /// Returns the number of animals read.
 pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
     let animals = read_animals(store).await?;
-    let documents = TAGS
-        .iter()
+    store
+        .replace_all(&aggregates_ns(), rebuilt_documents(&animals))
+        .await?;
+    Ok(animals.len())
+}
+
+/// The tag documents a rebuild writes: per tag, every animal as a member (with its
+/// version, and its location when it has the tag) and the counts per location.
+pub fn rebuilt_documents(animals: &[Animal]) -> Vec<Document> {
+    TAGS.iter()
         .map(|tag| {
             let mut members = Document::new();
             let mut counts = Document::new();
-            for animal in &animals {
+            for animal in animals {
                 let value = animal
                     .tags
                     .iter()
@@ -150,9 +158,7 @@ pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
             }
             doc! {"_id": *tag, "members": members, "counts": counts}
         })
-        .collect();
-    store.replace_all(&aggregates_ns(), documents).await?;
-    Ok(animals.len())
+        .collect()
 }
 
 pub async fn read_animals(store: &impl DocumentStore) -> StoreResult<Vec<Animal>> {

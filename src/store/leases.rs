@@ -101,6 +101,33 @@ pub enum OperatorOutcome {
     Changed { current: Option<Lease> },
 }
 
+/// Result of a compare-and-swap that writes no audit record ([`LeaseStore::operator_swap`]).
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub enum SwapOutcome {
+    Applied {
+        before: Lease,
+        after: Lease,
+        /// Cluster time of the write (the rebuild's T0).
+        operation_time: ClusterTime,
+    },
+    /// The lease changed since it was planned (or does not exist): nothing written.
+    Changed { current: Option<Lease> },
+}
+
+/// An audit record to append on its own ([`LeaseStore::append_audit`]): an action made of
+/// several lease writes (a rebuild) is audited once, with the lease before its first
+/// write and after its last.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditEntry {
+    pub resource: String,
+    pub context: AuditContext,
+    pub before: Option<Lease>,
+    pub after: Option<Lease>,
+    /// "applied", or what went wrong ("failed: …; the lease stays bulk").
+    pub outcome: String,
+}
+
 /// One change seen on the lease collection.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseChange {
@@ -139,6 +166,15 @@ pub trait LeaseStore: Send + Sync {
         lease: Duration,
     ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
 
+    /// updateOne on `{_id, listenerId, version}`: extend `expiresAt`, set `renewedAt`;
+    /// nothing else. How a rebuild keeps its bulk lease: unlike `acquire`, it can never
+    /// take a lease that an operator gave back meanwhile.
+    fn renew(
+        &self,
+        tenure: &Tenure,
+        lease: Duration,
+    ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
+
     /// updateOne on `{_id, listenerId, version}`: `listenerId = null`, `expiresAt = now`.
     fn release(&self, tenure: &Tenure) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
 
@@ -159,7 +195,23 @@ pub trait LeaseStore: Send + Sync {
         audit: &AuditContext,
     ) -> impl Future<Output = StoreResult<OperatorOutcome>> + Send;
 
+    /// Compare-and-swap on `expected_version` like `operator_update`, without an audit
+    /// record: one step of an action that is audited once as a whole (a rebuild).
+    fn operator_swap(
+        &self,
+        change: &OperatorChange,
+    ) -> impl Future<Output = StoreResult<SwapOutcome>> + Send;
+
+    /// Appends one audit record; returns its id.
+    fn append_audit(&self, entry: &AuditEntry) -> impl Future<Output = StoreResult<String>> + Send;
+
     /// The most recent audit records, newest first.
     fn audit_log(&self, limit: usize)
         -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
+
+    /// One audit record by id; `None` when there is none (or the id cannot be one).
+    fn audit_record(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send;
 }

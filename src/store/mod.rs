@@ -17,8 +17,8 @@ pub use feed::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, OperationType, StartPoint,
 };
 pub use leases::{
-    AcquireOutcome, AcquireRequest, AuditContext, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
-    OperatorChange, OperatorOutcome, ResumeChange, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
+    LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, SwapOutcome, Tenure, TenureWrite,
 };
 pub use namespace::Namespace;
 

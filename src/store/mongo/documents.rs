@@ -216,3 +216,49 @@ impl DocumentStore for MongoStore {
         Ok(())
     }
 }
+
+impl MongoStore {
+    /// Runs an aggregation `pipeline` on `ns` for its side effect (a rebuild whose last
+    /// stage is `$merge` or `$out`), with write concern majority, bounded by `limit` on
+    /// both sides (`maxTimeMS` and a client timeout). Returns nothing: the output goes
+    /// where the last stage says.
+    pub async fn run_merge_pipeline(
+        &self,
+        ns: &Namespace,
+        pipeline: Vec<Document>,
+        limit: std::time::Duration,
+    ) -> StoreResult<()> {
+        use futures_util::TryStreamExt;
+        let writes = pipeline
+            .last()
+            .is_some_and(|stage| stage.contains_key("$merge") || stage.contains_key("$out"));
+        if !writes {
+            return Err(StoreError::InvalidArgument(format!(
+                "the rebuild pipeline on {ns} must end with a $merge (or $out) stage"
+            )));
+        }
+        let action = format!("run the rebuild pipeline on {ns}");
+        let collection = self.collection(ns);
+        // Not retried: a pipeline that merged part of its output before the network
+        // dropped is rerun by the operator, who sees the failure.
+        let _: Vec<Document> = super::errors::bounded(limit, &action, async {
+            collection
+                .aggregate(pipeline)
+                .max_time(limit)
+                .write_concern(self.majority())
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| {
+            e.into_store_hinted(
+                &action,
+                &format!(
+                    "find on the rebuild's sources and insert, update, remove on its output (docs/permissions.md); source {ns}"
+                ),
+            )
+        })?;
+        Ok(())
+    }
+}

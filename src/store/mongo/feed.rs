@@ -276,6 +276,53 @@ impl ChangeFeed for MongoStore {
             }),
         }
     }
+    /// One `aggregate` on `local.oplog.rs`: `$match` on `ns` and the `ts` range, `$limit`,
+    /// `$count`, bounded server-side by `maxTimeMS`. Changes made inside a transaction
+    /// sit in one `applyOps` entry of another namespace and are not counted, so the
+    /// count is a lower bound, which is how plans show it.
+    async fn count_changes(
+        &self,
+        ns: &Namespace,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        use futures_util::TryStreamExt;
+        let action = format!("count the changes on {ns} in the oplog");
+        let oplog = self
+            .client
+            .database("local")
+            .collection::<Document>("oplog.rs");
+        let pipeline = vec![
+            doc! { "$match": {
+                "ns": ns.to_string(),
+                "ts": { "$gte": bson::Timestamp::from(from), "$lte": bson::Timestamp::from(to) },
+            } },
+            doc! { "$limit": i64::try_from(limit.max(1)).unwrap_or(i64::MAX) },
+            doc! { "$count": "n" },
+        ];
+        let replies: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
+            oplog
+                .aggregate(pipeline.clone())
+                .max_time(self.timeout())
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&action, OPLOG_HINT))?;
+        match replies.first() {
+            None => Ok(0),
+            Some(reply) => {
+                let n = reply.get("n").ok_or_else(|| StoreError::Malformed {
+                    what: "oplog count".into(),
+                    detail: "field n: missing".into(),
+                })?;
+                let n = super::codec::integer("oplog count", n, "n")?;
+                Ok(u64::try_from(n).unwrap_or(0))
+            }
+        }
+    }
 }
 
 /// A change stream opened by [`ChangeFeed::open`].

@@ -16,8 +16,9 @@ use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, Call
 use super::MongoStore;
 use crate::model::{AuditRecord, ClusterTime, Lease, LockKind};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, AuditContext, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
-    OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
+    LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult,
+    SwapOutcome, Tenure, TenureWrite,
 };
 
 /// Milliseconds as the int64 `$add` takes them.
@@ -107,6 +108,108 @@ impl MongoStore {
         error.into_store_hinted(action, &self.lease_hint())
     }
 
+    fn operator_hint(&self) -> String {
+        format!(
+            "readWrite on the {} database (the streamwardOperator role in docs/permissions.md)",
+            self.settings.leases.db
+        )
+    }
+
+    /// The operator compare-and-swap: `findAndModify {_id, version}` returning the old
+    /// document, then a read of the new one in the same session, whose `operationTime`
+    /// is the write's cluster time.
+    async fn swap(&self, change: &OperatorChange, what: &str) -> StoreResult<SwapOutcome> {
+        let action = format!("{what} on lease {}", change.resource);
+        let hint = self.operator_hint();
+        let fail = |e: CallError| e.into_store_hinted(&action, &hint);
+        let mut session = bounded(self.timeout(), &action, async {
+            self.client.start_session().await
+        })
+        .await
+        .map_err(fail)?;
+        let leases = self.leases();
+        // Not retried: after a lost reply we cannot tell "applied" from "changed", and
+        // the operator's re-plan is the safe way forward.
+        let before = bounded(self.timeout(), &action, async {
+            leases
+                .find_one_and_update(
+                    doc! { "_id": &change.resource, "version": change.expected_version },
+                    operator_pipeline(change),
+                )
+                .return_document(ReturnDocument::Before)
+                .write_concern(self.majority())
+                .session(&mut session)
+                .await
+        })
+        .await
+        .map_err(fail)?;
+        let Some(before) = before else {
+            return Ok(SwapOutcome::Changed {
+                current: self.get(&change.resource).await?,
+            });
+        };
+        let before = lease_from_document(&before)?;
+        let operation_time = session
+            .operation_time()
+            .map(ClusterTime::from)
+            .ok_or_else(|| StoreError::Malformed {
+                what: "findAndModify reply".into(),
+                detail: "no operationTime (is this a replica set?)".into(),
+            })?;
+        let after = bounded(self.timeout(), &action, async {
+            leases
+                .find_one(doc! { "_id": &change.resource })
+                .session(&mut session)
+                .await
+        })
+        .await
+        .map_err(fail)?
+        .ok_or_else(|| StoreError::Malformed {
+            what: "lease document".into(),
+            detail: format!("{} vanished right after {what}", change.resource),
+        })?;
+        Ok(SwapOutcome::Applied {
+            before,
+            after: lease_from_document(&after)?,
+            operation_time,
+        })
+    }
+
+    /// `insert` into the audit collection, majority. Idempotent by `_id`, so retried once:
+    /// a retry that finds its own first attempt gets 11000, which is success.
+    async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
+        let id = ObjectId::new();
+        let record = AuditRecord {
+            id: id.to_hex(),
+            operator: entry.context.operator.clone(),
+            at: Utc::now(),
+            action: entry.context.action.clone(),
+            resource: entry.resource.clone(),
+            before: entry.before.clone(),
+            after: entry.after.clone(),
+            reason: entry.context.reason.clone(),
+            outcome: entry.outcome.clone(),
+        };
+        let record_doc = audit_to_document(&record, Bson::ObjectId(id));
+        let audit_coll = self.audit();
+        let action = format!(
+            "record the audit of {} on lease {} (the lease change itself was applied)",
+            entry.context.action, entry.resource
+        );
+        let inserted = with_one_retry(self.timeout(), &action, || {
+            audit_coll
+                .insert_one(record_doc.clone())
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await;
+        match inserted {
+            Ok(_) => Ok(record.id),
+            Err(CallError::Driver(e)) if is_duplicate_key(&e) => Ok(record.id),
+            Err(e) => Err(e.into_store_hinted(&action, &self.operator_hint())),
+        }
+    }
+
     /// updateOne filtered on the tenure, majority; matched 0 is a lost lock.
     async fn tenure_update(
         &self,
@@ -177,6 +280,15 @@ impl LeaseStore for MongoStore {
         self.tenure_update(tenure, pipeline, &action).await
     }
 
+    async fn renew(&self, tenure: &Tenure, lease: Duration) -> StoreResult<TenureWrite> {
+        let pipeline = vec![doc! { "$set": {
+            "expiresAt": { "$add": ["$$NOW", millis(lease)] },
+            "renewedAt": "$$NOW",
+        } }];
+        let action = format!("renew lease {}", tenure.resource);
+        self.tenure_update(tenure, pipeline, &action).await
+    }
+
     async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
         let pipeline = vec![doc! { "$set": { "listenerId": null, "expiresAt": "$$NOW" } }];
         let action = format!("release lease {}", tenure.resource);
@@ -236,98 +348,47 @@ impl LeaseStore for MongoStore {
         required_date("hello reply", &reply, "localTime")
     }
 
+    /// Not atomic: the compare-and-swap and the audit insert are two writes. If the
+    /// insert fails after the swap applied, the error says so (the lease changed, the
+    /// record is missing); `ops::execute` reads the lease back to tell the operator.
+    /// A transaction would close that gap at the cost of a `WriteConflict` retry loop
+    /// around the one write whose "changed since planned" answer must stay exact.
     async fn operator_update(
         &self,
         change: &OperatorChange,
         audit: &AuditContext,
     ) -> StoreResult<OperatorOutcome> {
-        let action = format!("{} on lease {}", audit.action, change.resource);
-        let hint = format!(
-            "readWrite on the {} database (the streamwardOperator role in docs/permissions.md)",
-            self.settings.leases.db
-        );
-        let fail = |e: CallError| e.into_store_hinted(&action, &hint);
-        let mut session = bounded(self.timeout(), &action, async {
-            self.client.start_session().await
-        })
-        .await
-        .map_err(fail)?;
-        let leases = self.leases();
-        // Not retried: after a lost reply we cannot tell "applied" from "changed", and
-        // the operator's re-plan is the safe way forward.
-        let before = bounded(self.timeout(), &action, async {
-            leases
-                .find_one_and_update(
-                    doc! { "_id": &change.resource, "version": change.expected_version },
-                    operator_pipeline(change),
-                )
-                .return_document(ReturnDocument::Before)
-                .write_concern(self.majority())
-                .session(&mut session)
-                .await
-        })
-        .await
-        .map_err(fail)?;
-        let Some(before) = before else {
-            return Ok(OperatorOutcome::Changed {
-                current: self.get(&change.resource).await?,
-            });
+        let (before, after, operation_time) = match self.swap(change, &audit.action).await? {
+            SwapOutcome::Applied {
+                before,
+                after,
+                operation_time,
+            } => (before, after, operation_time),
+            SwapOutcome::Changed { current } => return Ok(OperatorOutcome::Changed { current }),
         };
-        let before = lease_from_document(&before)?;
-        let operation_time = session
-            .operation_time()
-            .map(ClusterTime::from)
-            .ok_or_else(|| StoreError::Malformed {
-                what: "findAndModify reply".into(),
-                detail: "no operationTime (is this a replica set?)".into(),
-            })?;
-        let after = bounded(self.timeout(), &action, async {
-            leases
-                .find_one(doc! { "_id": &change.resource })
-                .session(&mut session)
-                .await
-        })
-        .await
-        .map_err(fail)?
-        .ok_or_else(|| StoreError::Malformed {
-            what: "lease document".into(),
-            detail: format!("{} vanished right after {}", change.resource, audit.action),
-        })?;
-        let after = lease_from_document(&after)?;
-        let id = ObjectId::new();
-        let record = AuditRecord {
-            id: id.to_hex(),
-            operator: audit.operator.clone(),
-            at: Utc::now(),
-            action: audit.action.clone(),
-            resource: change.resource.clone(),
-            before: Some(before.clone()),
-            after: Some(after.clone()),
-            reason: audit.reason.clone(),
-            outcome: "applied".into(),
-        };
-        let record_doc = audit_to_document(&record, Bson::ObjectId(id));
-        let audit_coll = self.audit();
-        let audit_action = format!("record the audit of {action}");
-        // Idempotent by `_id`: a retry that finds its own first attempt gets 11000.
-        let inserted = with_one_retry(self.timeout(), &audit_action, || {
-            audit_coll
-                .insert_one(record_doc.clone())
-                .write_concern(self.majority())
-                .into_future()
-        })
-        .await;
-        match inserted {
-            Ok(_) => {}
-            Err(CallError::Driver(e)) if is_duplicate_key(&e) => {}
-            Err(e) => return Err(fail(e)),
-        }
+        let audit_id = self
+            .insert_audit(&AuditEntry {
+                resource: change.resource.clone(),
+                context: audit.clone(),
+                before: Some(before.clone()),
+                after: Some(after.clone()),
+                outcome: "applied".into(),
+            })
+            .await?;
         Ok(OperatorOutcome::Applied {
             before,
             after,
             operation_time,
-            audit_id: record.id,
+            audit_id,
         })
+    }
+
+    async fn operator_swap(&self, change: &OperatorChange) -> StoreResult<SwapOutcome> {
+        self.swap(change, &change.note).await
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
+        self.insert_audit(entry).await
     }
 
     async fn audit_log(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
@@ -346,6 +407,21 @@ impl LeaseStore for MongoStore {
         .await
         .map_err(|e| e.into_store(action))?;
         documents.iter().map(audit_from_document).collect()
+    }
+
+    async fn audit_record(&self, id: &str) -> StoreResult<Option<AuditRecord>> {
+        // Records this program writes have ObjectId ids; anything else names none of them.
+        let Ok(oid) = ObjectId::parse_str(id) else {
+            return Ok(None);
+        };
+        let action = "read an audit record";
+        let audit = self.audit();
+        let found = with_one_retry(self.timeout(), action, || {
+            audit.find_one(doc! { "_id": oid }).into_future()
+        })
+        .await
+        .map_err(|e| e.into_store(action))?;
+        found.as_ref().map(audit_from_document).transpose()
     }
 }
 

@@ -140,6 +140,29 @@ impl ChangeLog {
         Ok(next)
     }
 
+    /// Entries on `ns` with a time in `from..=to` still in the log, counting at most `limit`.
+    pub fn count_between(
+        &self,
+        ns: &crate::store::Namespace,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> u64 {
+        let start = self
+            .entries
+            .partition_point(|e| e.event.cluster_time < from);
+        let mut counted = 0;
+        for entry in self.entries.range(start..) {
+            if counted >= limit || entry.event.cluster_time > to {
+                break;
+            }
+            if entry.event.ns == *ns {
+                counted += 1;
+            }
+        }
+        counted
+    }
+
     /// The sequence number of the oldest entry still held.
     pub fn first_seq(&self) -> u64 {
         self.entries.front().map_or(self.next_seq, |e| e.seq)
@@ -204,6 +227,38 @@ mod tests {
         assert_eq!(log.read_from(2, 10, |_| true, &mut out), Err(HistoryLost));
         assert_eq!(log.read_from(3, 10, |_| true, &mut out), Ok(6));
         assert_eq!(out.len(), 3);
+    }
+
+    #[test]
+    fn counts_are_bounded_by_range_namespace_and_limit() {
+        let mut log = filled(100, 10);
+        let other = ChangeEvent {
+            ns: Namespace::new("db", "other"),
+            ..event(log.next_time(100))
+        };
+        log.append(other);
+        let ns = Namespace::new("db", "c");
+        let all = log.count_between(
+            &ns,
+            ClusterTime::new(0, 0),
+            ClusterTime::new(u32::MAX, 0),
+            100,
+        );
+        assert_eq!(all, 10, "the other namespace is not counted");
+        assert_eq!(
+            log.count_between(&ns, ClusterTime::new(100, 3), ClusterTime::new(100, 5), 100),
+            3,
+            "both ends inclusive"
+        );
+        assert_eq!(
+            log.count_between(
+                &ns,
+                ClusterTime::new(0, 0),
+                ClusterTime::new(u32::MAX, 0),
+                4
+            ),
+            4
+        );
     }
 
     #[test]

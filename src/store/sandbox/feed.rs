@@ -81,6 +81,18 @@ impl ChangeFeed for SandboxStore {
             .last_time()
             .max(ClusterTime::new(wall_secs, 0)))
     }
+
+    async fn count_changes(
+        &self,
+        ns: &Namespace,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        count(&self.inner.calls.count_changes);
+        self.require_oplog()?;
+        Ok(self.lock().log.count_between(ns, from, to, limit))
+    }
 }
 
 /// One open change stream on a namespace.

@@ -6,11 +6,13 @@ use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::broadcast;
 
 use super::history::{HistoryEntry, StartMark};
+use super::state::State;
 use super::{count, SandboxStore};
 use crate::model::{AuditRecord, Lease, LockKind, ResumeToken};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, AuditContext, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
-    OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
+    LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult,
+    SwapOutcome, Tenure, TenureWrite,
 };
 
 fn after(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
@@ -135,6 +137,23 @@ impl LeaseStore for SandboxStore {
         ))
     }
 
+    async fn renew(&self, tenure: &Tenure, lease: Duration) -> StoreResult<TenureWrite> {
+        count(&self.inner.calls.renew);
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        let Some(held) = state
+            .leases
+            .get_mut(&tenure.resource)
+            .filter(|l| holds(Some(l), tenure))
+        else {
+            return Ok(TenureWrite::LostLock);
+        };
+        held.expires_at = Some(after(now, lease));
+        held.renewed_at = Some(now);
+        self.publish_lease(held);
+        Ok(TenureWrite::Done)
+    }
+
     async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.release);
         Ok(self.tenure_write(
@@ -182,59 +201,47 @@ impl LeaseStore for SandboxStore {
     ) -> StoreResult<OperatorOutcome> {
         count(&self.inner.calls.operator_update);
         let now = self.inner.clock.now();
+        // The swap and its audit record under one lock: atomic, like a transaction.
         let mut state = self.lock();
-        let current = state.leases.get(&change.resource).cloned();
-        let Some(before) = current
-            .clone()
-            .filter(|l| l.version == change.expected_version)
-        else {
-            return Ok(OperatorOutcome::Changed { current });
-        };
-        let mut after_lease = before.clone();
-        after_lease.version += 1;
-        after_lease.holder = change.holder.clone();
-        after_lease.expires_at = Some(after(now, change.expires_in));
-        after_lease.kind = change.kind;
-        after_lease.note = Some(change.note.clone());
-        if change.holder.is_some() && change.holder != before.holder {
-            after_lease.acquired_at = Some(now);
-        }
-        if let ResumeChange::Set { token, at } = &change.resume {
-            after_lease.resume_token = token.clone();
-            after_lease.resume_at = *at;
-        }
-        state
-            .leases
-            .insert(change.resource.clone(), after_lease.clone());
-        // The lease write itself is a change with its own cluster time (rebuild's T0).
-        let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
-        let operation_time = state.log.next_time(wall_secs);
-        let audit_id = format!("{}-{}", now.timestamp_millis(), state.audit.len() + 1);
-        state.audit.push(AuditRecord {
-            id: audit_id.clone(),
-            operator: audit.operator.clone(),
-            at: now,
-            action: audit.action.clone(),
-            resource: change.resource.clone(),
-            before: Some(before.clone()),
-            after: Some(after_lease.clone()),
-            reason: audit.reason.clone(),
-            outcome: "applied".into(),
-        });
-        state.record(|| HistoryEntry::OperatorChanged {
-            resource: change.resource.clone(),
-            version: after_lease.version,
-            holder: after_lease.holder.clone(),
-            start: StartMark::of(&after_lease),
-        });
-        self.publish_lease(&after_lease);
-        drop(state);
-        Ok(OperatorOutcome::Applied {
-            before,
-            after: after_lease,
-            operation_time,
-            audit_id,
+        Ok(match self.swap_locked(&mut state, change, now) {
+            SwapOutcome::Changed { current } => OperatorOutcome::Changed { current },
+            SwapOutcome::Applied {
+                before,
+                after,
+                operation_time,
+            } => {
+                let audit_id = push_audit(
+                    &mut state,
+                    &AuditEntry {
+                        resource: change.resource.clone(),
+                        context: audit.clone(),
+                        before: Some(before.clone()),
+                        after: Some(after.clone()),
+                        outcome: "applied".into(),
+                    },
+                    now,
+                );
+                OperatorOutcome::Applied {
+                    before,
+                    after,
+                    operation_time,
+                    audit_id,
+                }
+            }
         })
+    }
+
+    async fn operator_swap(&self, change: &OperatorChange) -> StoreResult<SwapOutcome> {
+        count(&self.inner.calls.operator_swap);
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        Ok(self.swap_locked(&mut state, change, now))
+    }
+
+    async fn append_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
+        count(&self.inner.calls.append_audit);
+        let now = self.inner.clock.now();
+        Ok(push_audit(&mut self.lock(), entry, now))
     }
 
     async fn audit_log(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
@@ -246,6 +253,77 @@ impl LeaseStore for SandboxStore {
             .take(limit)
             .cloned()
             .collect())
+    }
+
+    async fn audit_record(&self, id: &str) -> StoreResult<Option<AuditRecord>> {
+        Ok(self.lock().audit.iter().find(|r| r.id == id).cloned())
+    }
+}
+
+fn push_audit(state: &mut State, entry: &AuditEntry, now: DateTime<Utc>) -> String {
+    let id = format!("{}-{}", now.timestamp_millis(), state.audit.len() + 1);
+    state.audit.push(AuditRecord {
+        id: id.clone(),
+        operator: entry.context.operator.clone(),
+        at: now,
+        action: entry.context.action.clone(),
+        resource: entry.resource.clone(),
+        before: entry.before.clone(),
+        after: entry.after.clone(),
+        reason: entry.context.reason.clone(),
+        outcome: entry.outcome.clone(),
+    });
+    id
+}
+
+impl SandboxStore {
+    /// The compare-and-swap of an operator change, under the caller's lock.
+    fn swap_locked(
+        &self,
+        state: &mut State,
+        change: &OperatorChange,
+        now: DateTime<Utc>,
+    ) -> SwapOutcome {
+        let current = state.leases.get(&change.resource).cloned();
+        let Some(before) = current
+            .clone()
+            .filter(|l| l.version == change.expected_version)
+        else {
+            return SwapOutcome::Changed { current };
+        };
+        let mut after_lease = before.clone();
+        after_lease.version += 1;
+        after_lease.holder = change.holder.clone();
+        after_lease.expires_at = Some(after(now, change.expires_in));
+        after_lease.kind = change.kind;
+        after_lease.note = Some(change.note.clone());
+        // Like the adapter: naming a holder is an acquire for that holder.
+        if change.holder.is_some() {
+            after_lease.acquired_at = Some(now);
+            after_lease.renewed_at = Some(now);
+        }
+        if let ResumeChange::Set { token, at } = &change.resume {
+            after_lease.resume_token = token.clone();
+            after_lease.resume_at = *at;
+        }
+        state
+            .leases
+            .insert(change.resource.clone(), after_lease.clone());
+        // The lease write itself is a change with its own cluster time (rebuild's T0).
+        let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
+        let operation_time = state.log.next_time(wall_secs);
+        state.record(|| HistoryEntry::OperatorChanged {
+            resource: change.resource.clone(),
+            version: after_lease.version,
+            holder: after_lease.holder.clone(),
+            start: StartMark::of(&after_lease),
+        });
+        self.publish_lease(&after_lease);
+        SwapOutcome::Applied {
+            before,
+            after: after_lease,
+            operation_time,
+        }
     }
 }
 

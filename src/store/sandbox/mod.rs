@@ -49,15 +49,19 @@ pub struct CallCounts {
     pub acquire: AtomicU64,
     pub commit: AtomicU64,
     pub release: AtomicU64,
+    pub renew: AtomicU64,
     pub get: AtomicU64,
     pub list: AtomicU64,
     pub watch: AtomicU64,
     pub server_now: AtomicU64,
     pub operator_update: AtomicU64,
+    pub operator_swap: AtomicU64,
+    pub append_audit: AtomicU64,
     pub open: AtomicU64,
     pub next_batch: AtomicU64,
     pub oplog_window: AtomicU64,
     pub cluster_time: AtomicU64,
+    pub count_changes: AtomicU64,
     pub documents: AtomicU64,
 }
 
@@ -67,11 +71,27 @@ impl CallCounts {
             &self.acquire,
             &self.commit,
             &self.release,
+            &self.renew,
             &self.get,
             &self.list,
             &self.watch,
             &self.server_now,
             &self.operator_update,
+            &self.operator_swap,
+            &self.append_audit,
+        ]
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .sum()
+    }
+
+    /// Calls by which operator actions write, or try to (a compare-and-swap that finds
+    /// another version still counts): a dry run must make none.
+    pub fn operator_writes(&self) -> u64 {
+        [
+            &self.operator_update,
+            &self.operator_swap,
+            &self.append_audit,
         ]
         .iter()
         .map(|c| c.load(Ordering::Relaxed))

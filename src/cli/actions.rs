@@ -1,0 +1,493 @@
+//! The guarded actions on the command line: `takeover`, `rewind`, `reset`, `rebuild`,
+//! `abort-bulk`, `undo`, and `audit`. A dry run by default that prints the plan;
+//! `--execute` applies it. The command logic is generic over the store, so the same
+//! code runs against a cluster (`--uri`) and, in tests, against the sandbox.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{ArgGroup, Args};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::lease_table::render_columns;
+use super::settings::{OutputFormat, Settings};
+use crate::model::text::escape_control;
+use crate::ops::{
+    self, describe, ActionRequest, GatherOptions, OpsError, Plan, Progress, RebuildDefinition,
+    RebuildProgress, RebuildTarget, ResetTarget, RewindTarget, TimeSpec,
+};
+use crate::store::{ChangeFeed, LeaseStore};
+
+/// What every action takes besides its target.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ActionOptions {
+    /// Apply the plan. Without it the command is a dry run: it prints the plan and writes nothing.
+    #[arg(long)]
+    pub execute: bool,
+    /// Why, for the audit record.
+    #[arg(long)]
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TakeoverArgs {
+    /// The lease (resource) to take over.
+    pub resource: String,
+    /// Hand it to this listener instead of releasing it to any standby.
+    #[arg(long, value_name = "LISTENER", conflicts_with = "hold")]
+    pub to: Option<String>,
+    /// Hold it as the operator for this long (pauses processing).
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub hold: Option<Duration>,
+    #[command(flatten)]
+    pub options: ActionOptions,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["to", "by", "to_token"])))]
+pub struct RewindArgs {
+    /// The lease (resource) to act on.
+    pub resource: String,
+    /// Start again at this time: RFC 3339, Timestamp(SECS, INC) or SECS:INC.
+    #[arg(long, value_name = "TIME")]
+    pub to: Option<TimeSpec>,
+    /// Go back this long from the current resume point, e.g. 10m.
+    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    pub by: Option<Duration>,
+    /// Resume after this token (its _data hex, or {"_data": "…"}).
+    #[arg(long, value_name = "TOKEN", value_parser = ops::parse_token)]
+    pub to_token: Option<crate::model::ResumeToken>,
+    #[command(flatten)]
+    pub options: ActionOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    /// The lease (resource) to act on.
+    pub resource: String,
+    /// oldest: bootstrap from the oldest oplog entry; now: skip to the newest entry.
+    #[arg(long, value_name = "oldest|now")]
+    pub to: ResetTarget,
+    /// Accept that --to now skips changes the listener has not processed.
+    #[arg(long)]
+    pub accept_skip: bool,
+    #[command(flatten)]
+    pub options: ActionOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct RebuildArgs {
+    /// The rebuild's name: a [rebuilds.NAME] table of the config file.
+    pub name: String,
+    #[command(flatten)]
+    pub options: ActionOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct AbortBulkArgs {
+    /// The lease (resource) to act on.
+    pub resource: String,
+    #[command(flatten)]
+    pub options: ActionOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct UndoArgs {
+    /// The audit record whose prior resume point to restore (streamward audit lists them).
+    pub audit_id: String,
+    #[command(flatten)]
+    pub options: ActionOptions,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// How many records, newest first.
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+}
+
+impl TakeoverArgs {
+    pub fn request(&self) -> ActionRequest {
+        ActionRequest::Takeover {
+            resource: self.resource.clone(),
+            to: self.to.clone(),
+            hold: self.hold,
+        }
+    }
+}
+
+impl RewindArgs {
+    pub fn request(&self) -> anyhow::Result<ActionRequest> {
+        let to = match (&self.to, self.by, &self.to_token) {
+            (Some(time), None, None) => RewindTarget::Time(*time),
+            (None, Some(by), None) => RewindTarget::By(by),
+            (None, None, Some(token)) => RewindTarget::Token(token.clone()),
+            _ => anyhow::bail!(crate::store::StoreError::InvalidArgument(
+                "rewind takes exactly one of --to, --by, --to-token".into()
+            )),
+        };
+        Ok(ActionRequest::Rewind {
+            resource: self.resource.clone(),
+            to,
+        })
+    }
+}
+
+impl ResetArgs {
+    pub fn request(&self) -> ActionRequest {
+        ActionRequest::Reset {
+            resource: self.resource.clone(),
+            to: self.to,
+            accept_skip: self.accept_skip,
+        }
+    }
+}
+
+/// How a rebuild shows its progress.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProgressDisplay {
+    /// A progress bar on standard error (a terminal).
+    Bar,
+    /// One plain line per step on standard error (pipes, logs, CI).
+    Lines,
+    Off,
+}
+
+impl ProgressDisplay {
+    pub fn for_stderr() -> Self {
+        if std::io::stderr().is_terminal() {
+            ProgressDisplay::Bar
+        } else {
+            ProgressDisplay::Lines
+        }
+    }
+}
+
+/// What the command line knows that the store does not.
+#[derive(Debug, Clone)]
+pub struct ActionSettings {
+    pub gather: GatherOptions,
+    pub output: OutputFormat,
+}
+
+impl ActionSettings {
+    pub fn from(settings: &Settings) -> Self {
+        let mut gather = GatherOptions::new(settings.operator.clone());
+        gather.read_only = settings.read_only;
+        Self {
+            gather,
+            output: settings.output,
+        }
+    }
+}
+
+fn print_plan(out: &mut dyn Write, plan: &Plan, output: OutputFormat) -> anyhow::Result<()> {
+    if output == OutputFormat::Table {
+        write!(out, "{}", describe::plan_text(plan))?;
+    }
+    Ok(())
+}
+
+fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    Ok(())
+}
+
+/// Plans `request`; prints the plan; with `--execute` applies it. A refused plan is
+/// printed and returned as `OpsError::Refused` (exit 3) without writing anything.
+pub async fn run_action<S: LeaseStore + ChangeFeed>(
+    store: &S,
+    request: ActionRequest,
+    settings: &ActionSettings,
+    options: &ActionOptions,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let facts = ops::gather(store, &request, &settings.gather)
+        .await
+        .with_context(|| format!("reading what {} needs", request.kind()))?;
+    let plan = ops::plan(&request, &facts);
+    print_plan(out, &plan, settings.output)?;
+    if let Some(refusal) = &plan.refusal {
+        if settings.output == OutputFormat::Json {
+            print_json(
+                out,
+                serde_json::json!({ "plan": describe::plan_json(&plan), "written": false }),
+            )?;
+        }
+        return Err(OpsError::Refused(refusal.clone()).into());
+    }
+    if !options.execute {
+        match settings.output {
+            OutputFormat::Table => {
+                writeln!(out, "\nnothing written; re-run with --execute to apply")?
+            }
+            OutputFormat::Json => print_json(
+                out,
+                serde_json::json!({ "plan": describe::plan_json(&plan), "written": false }),
+            )?,
+        }
+        return Ok(());
+    }
+    let done = ops::execute(store, &plan, options.reason.clone()).await?;
+    match settings.output {
+        OutputFormat::Table => write!(out, "\n{}", describe::executed_text(&done))?,
+        OutputFormat::Json => print_json(
+            out,
+            serde_json::json!({
+                "plan": describe::plan_json(&plan),
+                "written": true,
+                "outcome": describe::executed_json(&done),
+            }),
+        )?,
+    }
+    Ok(())
+}
+
+/// Plans a rebuild of `name` (`definition` is `None` when no such rebuild is defined:
+/// the plan is refused); with `--execute` runs it under the bulk lock, showing progress;
+/// Ctrl-C cancels it (the lease then stays STUCK BULK, and the error says how to recover).
+#[allow(clippy::too_many_arguments)]
+pub async fn run_rebuild<S, D>(
+    store: &S,
+    name: &str,
+    definition: Option<(&D, RebuildTarget)>,
+    settings: &ActionSettings,
+    options: &ActionOptions,
+    display: ProgressDisplay,
+    cancel: &CancellationToken,
+    out: &mut dyn Write,
+) -> anyhow::Result<()>
+where
+    S: LeaseStore + ChangeFeed,
+    D: RebuildDefinition<S>,
+{
+    let request = ActionRequest::Rebuild { name: name.into() };
+    let mut gather = settings.gather.clone();
+    gather.rebuild = definition.as_ref().map(|(_, target)| target.clone());
+    let facts = ops::gather(store, &request, &gather)
+        .await
+        .context("reading what the rebuild needs")?;
+    let plan = ops::plan(&request, &facts);
+    print_plan(out, &plan, settings.output)?;
+    let not_written =
+        || serde_json::json!({ "plan": describe::plan_json(&plan), "written": false });
+    if let Some(refusal) = &plan.refusal {
+        if settings.output == OutputFormat::Json {
+            print_json(out, not_written())?;
+        }
+        return Err(OpsError::Refused(refusal.clone()).into());
+    }
+    let Some((definition, _)) = definition else {
+        return Err(OpsError::WrongPlan(format!("no rebuild named {name}")).into());
+    };
+    if !options.execute {
+        match settings.output {
+            OutputFormat::Table => {
+                writeln!(out, "\nnothing written; re-run with --execute to apply")?
+            }
+            OutputFormat::Json => print_json(out, not_written())?,
+        }
+        return Ok(());
+    }
+    out.flush()?;
+    let (progress, receiver) = Progress::channel();
+    let shown = tokio::spawn(show_progress(receiver, display, name.to_string()));
+    let result = ops::rebuild(
+        store,
+        &plan,
+        definition,
+        &progress,
+        cancel,
+        options.reason.clone(),
+    )
+    .await;
+    drop(progress);
+    let _ = shown.await;
+    let done = result?;
+    match settings.output {
+        OutputFormat::Table => write!(
+            out,
+            "\n{}rebuilt: {}; listeners replay from {}\n",
+            describe::executed_text(&done.executed),
+            escape_control(&done.report.summary),
+            done.t0
+        )?,
+        OutputFormat::Json => print_json(
+            out,
+            serde_json::json!({
+                "plan": describe::plan_json(&plan),
+                "written": true,
+                "outcome": describe::executed_json(&done.executed),
+                "t0": { "t": done.t0.secs, "i": done.t0.inc },
+                "summary": done.report.summary,
+            }),
+        )?,
+    }
+    Ok(())
+}
+
+/// Draws progress until the sender is dropped.
+async fn show_progress(
+    mut receiver: watch::Receiver<RebuildProgress>,
+    display: ProgressDisplay,
+    name: String,
+) {
+    let bar = (display == ProgressDisplay::Bar).then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(format!("rebuild {}", escape_control(&name)));
+        bar
+    });
+    let mut last_line = String::new();
+    while receiver.changed().await.is_ok() {
+        let p = receiver.borrow_and_update().clone();
+        match (&bar, display) {
+            (Some(bar), _) => {
+                bar.set_length(p.total.unwrap_or(0));
+                bar.set_position(p.done);
+                bar.set_message(escape_control(&p.stage));
+            }
+            (None, ProgressDisplay::Lines) => {
+                let total = p.total.map_or_else(|| "?".into(), |t| t.to_string());
+                let line = format!(
+                    "rebuild {}: {}/{total} {}",
+                    escape_control(&name),
+                    p.done,
+                    escape_control(&p.stage)
+                );
+                if line != last_line {
+                    eprintln!("{line}");
+                    last_line = line;
+                }
+            }
+            _ => {}
+        }
+    }
+    if let Some(bar) = bar {
+        bar.finish();
+    }
+}
+
+/// `audit`: the most recent records, newest first.
+pub async fn run_audit<S: LeaseStore>(
+    store: &S,
+    limit: usize,
+    output: OutputFormat,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let records = store
+        .audit_log(limit)
+        .await
+        .context("reading the audit log")?;
+    match output {
+        OutputFormat::Json => print_json(
+            out,
+            serde_json::Value::Array(records.iter().map(describe::audit_json).collect()),
+        ),
+        OutputFormat::Table => {
+            if records.is_empty() {
+                writeln!(out, "no audit records")?;
+                return Ok(());
+            }
+            let version = |l: &Option<crate::model::Lease>| {
+                l.as_ref()
+                    .map_or_else(|| "-".into(), |l| l.version.to_string())
+            };
+            let rows: Vec<[String; 8]> = records
+                .iter()
+                .map(|r| {
+                    [
+                        escape_control(&r.id),
+                        r.at.format("%Y-%m-%d %H:%M:%S").to_string(),
+                        escape_control(&r.operator),
+                        escape_control(&r.action),
+                        escape_control(&r.resource),
+                        format!("{} → {}", version(&r.before), version(&r.after)),
+                        escape_control(&r.outcome),
+                        r.reason
+                            .as_deref()
+                            .map_or_else(|| "-".into(), escape_control),
+                    ]
+                })
+                .collect();
+            write!(
+                out,
+                "{}",
+                render_columns(
+                    [
+                        "ID", "AT", "OPERATOR", "ACTION", "RESOURCE", "VERSION", "OUTCOME",
+                        "REASON"
+                    ],
+                    &rows
+                )
+            )?;
+            Ok(())
+        }
+    }
+}
+
+// ---------------------------------------------------------------- against a cluster
+
+/// Runs one action against `--uri`.
+pub async fn action(
+    settings: &Settings,
+    request: ActionRequest,
+    options: &ActionOptions,
+) -> anyhow::Result<()> {
+    let store = super::cluster::connect(settings).await?;
+    let mut out = std::io::stdout().lock();
+    run_action(
+        &store,
+        request,
+        &ActionSettings::from(settings),
+        options,
+        &mut out,
+    )
+    .await
+}
+
+pub async fn rebuild(settings: &Settings, args: &RebuildArgs) -> anyhow::Result<()> {
+    let store = super::cluster::connect(settings).await?;
+    let definition = settings.rebuilds.get(&args.name).map(|r| {
+        (
+            &r.definition,
+            RebuildTarget {
+                name: args.name.clone(),
+                resource: r.resource.clone(),
+                description: r.definition.describe(),
+            },
+        )
+    });
+    let cancel = CancellationToken::new();
+    let on_ctrl_c = cancel.clone();
+    let watcher = tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_ctrl_c.cancel();
+        }
+    });
+    let result = run_rebuild(
+        &store,
+        &args.name,
+        definition,
+        &ActionSettings::from(settings),
+        &args.options,
+        ProgressDisplay::for_stderr(),
+        &cancel,
+        &mut std::io::stdout(),
+    )
+    .await;
+    watcher.abort();
+    result
+}
+
+pub async fn audit(settings: &Settings, args: &AuditArgs) -> anyhow::Result<()> {
+    let store = super::cluster::connect(settings).await?;
+    let mut out = std::io::stdout().lock();
+    run_audit(&store, args.limit, settings.output, &mut out).await
+}

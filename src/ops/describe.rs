@@ -1,0 +1,275 @@
+//! Plans, outcomes and audit records for people (text) and programs (JSON). Strings from
+//! the database go through `escape_control` in text; JSON keeps them raw.
+
+use std::fmt::Write;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use super::execute::Executed;
+use super::plan::{Direction, Plan, RefusalKind};
+use crate::model::text::{escape_control, short_duration};
+use crate::model::{AuditRecord, ClusterTime, Lease};
+use crate::store::ResumeChange;
+
+/// One lease field before and after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldRow {
+    pub field: &'static str,
+    pub before: String,
+    pub after: String,
+    pub changed: bool,
+}
+
+fn when(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match at {
+        None => "null".into(),
+        Some(at) if at > now => format!(
+            "{} (in {})",
+            at.format("%H:%M:%S"),
+            short_duration((at - now).to_std().unwrap_or_default())
+        ),
+        Some(at) if at == now => format!("{} (now)", at.format("%H:%M:%S")),
+        Some(at) => format!(
+            "{} ({} ago)",
+            at.format("%H:%M:%S"),
+            short_duration((now - at).to_std().unwrap_or_default())
+        ),
+    }
+}
+
+fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 10] {
+    let text = |s: &Option<String>| s.as_deref().map_or_else(|| "null".into(), escape_control);
+    [
+        ("listenerId", text(&lease.holder)),
+        ("expiresAt", when(lease.expires_at, now)),
+        ("version", lease.version.to_string()),
+        ("kind", lease.kind.to_string()),
+        (
+            "resumeToken",
+            lease.resume_token.as_ref().map_or_else(
+                || "null".into(),
+                |t| match t.time() {
+                    Some(time) => format!("{} ({time})", escape_control(&t.to_string())),
+                    None => escape_control(&t.to_string()),
+                },
+            ),
+        ),
+        (
+            "resumeAt",
+            lease
+                .resume_at
+                .map_or_else(|| "null".into(), |t| t.to_string()),
+        ),
+        ("acquiredAt", when(lease.acquired_at, now)),
+        ("renewedAt", when(lease.renewed_at, now)),
+        ("committedAt", when(lease.committed_at, now)),
+        ("note", text(&lease.note)),
+    ]
+}
+
+/// Every field of the lease document, before and after, in DESIGN §3 order.
+pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<FieldRow> {
+    fields(before, now)
+        .into_iter()
+        .zip(fields(after, now))
+        .map(|((field, before), (_, after))| FieldRow {
+            field,
+            changed: before != after,
+            before,
+            after,
+        })
+        .collect()
+}
+
+fn diff_table(before: &Lease, after: &Lease, now: DateTime<Utc>) -> String {
+    let rows = lease_diff(before, after, now);
+    let width = rows
+        .iter()
+        .map(|r| r.before.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(6);
+    let mut out = format!("  {:<12} {:<width$}   after\n", "field", "before");
+    for row in rows {
+        let mark = if row.changed { "→" } else { " " };
+        let after = if row.changed {
+            row.after
+        } else {
+            "(unchanged)".into()
+        };
+        let _ = writeln!(
+            out,
+            "  {:<12} {:<width$} {mark} {after}",
+            row.field, row.before
+        );
+    }
+    out
+}
+
+/// The dry-run text of a plan.
+pub fn plan_text(plan: &Plan) -> String {
+    let resource = plan
+        .resource
+        .as_deref()
+        .map_or_else(|| "?".into(), escape_control);
+    let mut out = match &plan.captured {
+        Some(c) => format!(
+            "{} {resource}: planned against version {} held by {}\n",
+            plan.action,
+            c.version,
+            c.holder
+                .as_deref()
+                .map_or_else(|| "nobody".into(), escape_control)
+        ),
+        None => format!("{} {resource}\n", plan.action),
+    };
+    if let Some(refusal) = &plan.refusal {
+        let _ = writeln!(out, "\nREFUSED: {}", escape_control(&refusal.reason));
+        return out;
+    }
+    if let (Some(before), Some(after)) = (&plan.before, &plan.after) {
+        out.push('\n');
+        out.push_str(&diff_table(before, after, plan.planned_at));
+        out.push_str("  (times are the server's at execution; shown relative to now)\n");
+    }
+    if !plan.effect.lines.is_empty() {
+        out.push_str("\neffect:\n");
+        for line in &plan.effect.lines {
+            let _ = writeln!(out, "  - {}", escape_control(line));
+        }
+    }
+    if !plan.warnings.is_empty() {
+        out.push_str("\nwarnings:\n");
+        for warning in &plan.warnings {
+            let _ = writeln!(out, "  ! {}", escape_control(warning));
+        }
+    }
+    if let Some(why) = &plan.confirmation {
+        let _ = writeln!(
+            out,
+            "\nconfirmation: {why}; the console asks to type {resource}"
+        );
+    }
+    out
+}
+
+/// The text of an applied action.
+pub fn executed_text(done: &Executed) -> String {
+    format!(
+        "applied: {} {}, version {} → {}, audit record {}\n",
+        done.action,
+        escape_control(&done.resource),
+        done.before.version,
+        done.after.version,
+        escape_control(&done.audit_id)
+    )
+}
+
+fn time_json(time: Option<ClusterTime>) -> Value {
+    time.map_or(
+        Value::Null,
+        |t| json!({ "t": t.secs, "i": t.inc, "iso": t.to_datetime().map(|d| d.to_rfc3339()) }),
+    )
+}
+
+pub fn lease_json(lease: &Lease) -> Value {
+    let date = |d: Option<DateTime<Utc>>| d.map(|d| d.to_rfc3339());
+    json!({
+        "resource": lease.resource,
+        "listenerId": lease.holder,
+        "expiresAt": date(lease.expires_at),
+        "version": lease.version,
+        "kind": lease.kind.as_str(),
+        "resumeToken": lease.resume_token.as_ref().map(|t| t.to_string()),
+        "resumeAt": time_json(lease.resume_at),
+        "acquiredAt": date(lease.acquired_at),
+        "renewedAt": date(lease.renewed_at),
+        "committedAt": date(lease.committed_at),
+        "note": lease.note,
+    })
+}
+
+fn refusal_kind(kind: RefusalKind) -> String {
+    format!("{kind:?}")
+}
+
+pub fn plan_json(plan: &Plan) -> Value {
+    let change = plan.change.as_ref().map(|c| {
+        let resume = match &c.resume {
+            ResumeChange::Keep => Value::String("keep".into()),
+            ResumeChange::Set { token, at } => json!({
+                "resumeToken": token.as_ref().map(|t| t.to_string()),
+                "resumeAt": time_json(*at),
+            }),
+        };
+        json!({
+            "filter": { "_id": c.resource, "version": c.expected_version },
+            "listenerId": c.holder,
+            "expiresInSecs": c.expires_in.as_secs_f64(),
+            "kind": c.kind.as_str(),
+            "version": c.expected_version + 1,
+            "resume": resume,
+            "note": c.note,
+        })
+    });
+    let resume = plan.effect.resume.as_ref().map(|m| {
+        json!({
+            "direction": match m.direction { Direction::Replay => "replay", Direction::Skip => "skip" },
+            "ns": m.ns.as_ref().map(|ns| ns.to_string()),
+            "from": time_json(Some(m.from)),
+            "to": time_json(Some(m.to)),
+            "spanSecs": m.span.as_secs(),
+            "counted": m.count.as_ref().map(|c| c.counted),
+            "atLeast": m.count.as_ref().map(|c| c.at_least()),
+            "text": m.describe(),
+        })
+    });
+    json!({
+        "action": plan.action.name(),
+        "resource": plan.resource,
+        "operator": plan.operator,
+        "plannedAt": plan.planned_at.to_rfc3339(),
+        "captured": plan.captured.as_ref().map(|c| json!({ "holder": c.holder, "version": c.version })),
+        "before": plan.before.as_ref().map(lease_json),
+        "after": plan.after.as_ref().map(lease_json),
+        "change": change,
+        "effect": {
+            "fencesOut": plan.effect.fences_out,
+            "resume": resume,
+            "lines": plan.effect.lines,
+        },
+        "warnings": plan.warnings,
+        "confirmation": plan.confirmation,
+        "refusal": plan.refusal.as_ref().map(|r| json!({
+            "kind": refusal_kind(r.kind),
+            "reason": r.reason,
+            "exitCode": r.exit_code(),
+        })),
+    })
+}
+
+pub fn executed_json(done: &Executed) -> Value {
+    json!({
+        "action": done.action.name(),
+        "resource": done.resource,
+        "auditId": done.audit_id,
+        "operationTime": time_json(Some(done.operation_time)),
+        "before": lease_json(&done.before),
+        "after": lease_json(&done.after),
+    })
+}
+
+pub fn audit_json(record: &AuditRecord) -> Value {
+    json!({
+        "id": record.id,
+        "at": record.at.to_rfc3339(),
+        "operator": record.operator,
+        "action": record.action,
+        "resource": record.resource,
+        "reason": record.reason,
+        "outcome": record.outcome,
+        "before": record.before.as_ref().map(lease_json),
+        "after": record.after.as_ref().map(lease_json),
+    })
+}

@@ -1,0 +1,159 @@
+//! What planning needs to know, and reading it from a store (the only I/O before execute).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::plan::affected_range;
+use super::{ActionRequest, OpsError};
+use crate::model::{AuditRecord, ClusterTime, Lease, OplogWindow};
+use crate::store::{ChangeFeed, LeaseStore, Namespace, StoreError};
+
+/// The changes between two points of one namespace's history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeRange {
+    pub ns: Namespace,
+    /// Inclusive.
+    pub from: ClusterTime,
+    /// Inclusive.
+    pub to: ClusterTime,
+}
+
+/// A bounded count of the changes in a range.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeCount {
+    pub range: ChangeRange,
+    pub counted: u64,
+    /// The count stopped here; `counted == limit` means "at least".
+    pub limit: u64,
+}
+
+impl ChangeCount {
+    pub fn at_least(&self) -> bool {
+        self.counted >= self.limit
+    }
+}
+
+/// A rebuild definition as planning sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RebuildTarget {
+    pub name: String,
+    /// The lease the rebuild takes with kind bulk.
+    pub resource: String,
+    /// What it does, for the plan ("aggregation pipeline on shop.orders ending in $merge").
+    pub description: String,
+}
+
+/// Everything `plan` reads. Build it with [`gather`], or by hand in tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanFacts {
+    /// The lease of the affected resource, as read (`None`: no such lease).
+    pub lease: Option<Lease>,
+    /// `None` when the oplog may not be read.
+    pub window: Option<OplogWindow>,
+    /// The server's clock when the facts were read.
+    pub now: DateTime<Utc>,
+    /// The changes a move of the resume point replays or skips, counted with a bound.
+    pub changes: Option<ChangeCount>,
+    pub read_only: bool,
+    /// The audit record an undo names, if it exists.
+    pub audit: Option<AuditRecord>,
+    /// The rebuild definition a rebuild names, if one exists.
+    pub rebuild: Option<RebuildTarget>,
+    /// Who acts: the holder of a `--hold` or a rebuild, and the audit's operator.
+    pub operator: String,
+    /// `expiresAt = now + this` when a takeover hands the lease to a named listener.
+    pub handover_lease: Duration,
+    /// How long the bulk lease lasts between a rebuild's renewals.
+    pub bulk_lease: Duration,
+}
+
+/// Settings for [`gather`] that come from the caller, not the store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatherOptions {
+    pub read_only: bool,
+    pub operator: String,
+    /// The count of changes stops here.
+    pub count_limit: u64,
+    /// The definition of the rebuild the request names (`None`: not defined).
+    pub rebuild: Option<RebuildTarget>,
+    pub handover_lease: Duration,
+    pub bulk_lease: Duration,
+}
+
+impl GatherOptions {
+    pub const DEFAULT_COUNT_LIMIT: u64 = 10_000;
+    pub const DEFAULT_HANDOVER_LEASE: Duration = Duration::from_secs(10);
+    pub const DEFAULT_BULK_LEASE: Duration = Duration::from_secs(30);
+
+    pub fn new(operator: impl Into<String>) -> Self {
+        Self {
+            read_only: false,
+            operator: operator.into(),
+            count_limit: Self::DEFAULT_COUNT_LIMIT,
+            rebuild: None,
+            handover_lease: Self::DEFAULT_HANDOVER_LEASE,
+            bulk_lease: Self::DEFAULT_BULK_LEASE,
+        }
+    }
+}
+
+/// Reads the facts `request` needs: the audit record (undo), the lease, the server's
+/// clock, the oplog window (absent when not permitted) and, for actions that move a
+/// resume point, a bounded count of the changes replayed or skipped. Reads only.
+pub async fn gather<S: LeaseStore + ChangeFeed>(
+    store: &S,
+    request: &ActionRequest,
+    options: &GatherOptions,
+) -> Result<PlanFacts, OpsError> {
+    let audit = match request {
+        ActionRequest::Undo { audit_id } => store.audit_record(audit_id).await?,
+        _ => None,
+    };
+    let resource = match request {
+        ActionRequest::Undo { .. } => audit.as_ref().map(|r| r.resource.clone()),
+        ActionRequest::Rebuild { .. } => options.rebuild.as_ref().map(|r| r.resource.clone()),
+        other => other.named_resource().map(str::to_string),
+    };
+    let lease = match &resource {
+        Some(resource) => store.get(resource).await?,
+        None => None,
+    };
+    let now = store.server_now().await?;
+    let window = match store.oplog_window().await {
+        Ok(window) => Some(window),
+        Err(StoreError::NotPermitted { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut facts = PlanFacts {
+        lease,
+        window,
+        now,
+        changes: None,
+        read_only: options.read_only,
+        audit,
+        rebuild: options.rebuild.clone(),
+        operator: options.operator.clone(),
+        handover_lease: options.handover_lease,
+        bulk_lease: options.bulk_lease,
+    };
+    if let Some(range) = affected_range(request, &facts) {
+        let limit = options.count_limit.max(1);
+        match store
+            .count_changes(&range.ns, range.from, range.to, limit)
+            .await
+        {
+            Ok(counted) => {
+                facts.changes = Some(ChangeCount {
+                    range,
+                    counted,
+                    limit,
+                })
+            }
+            // The plan says the count is unknown; whether the action may go ahead is planning's call.
+            Err(StoreError::NotPermitted { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(facts)
+}

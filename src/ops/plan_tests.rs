@@ -1,0 +1,699 @@
+//! Planning without I/O: every action, every refusal.
+
+use std::time::Duration;
+
+use bson::doc;
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::*;
+use crate::model::{AuditRecord, TokenKind, WatchTarget};
+use crate::ops::facts::{ChangeCount, ChangeRange, PlanFacts, RebuildTarget};
+use crate::ops::request::TimeSpec;
+
+const BASE: u32 = 1_700_000_000;
+
+fn at(secs: u32) -> ClusterTime {
+    ClusterTime::new(BASE + secs, 1)
+}
+
+fn wall(secs: u32) -> DateTime<Utc> {
+    at(secs).to_datetime().unwrap()
+}
+
+fn token(secs: u32) -> ResumeToken {
+    ResumeToken::encode(at(secs), TokenKind::Event, 7)
+}
+
+fn orders() -> Namespace {
+    Namespace::new("shop", "orders")
+}
+
+/// A lease held by w1 (renewed 3 s ago, expires in 8 s), token at +3000 s.
+fn live_lease() -> Lease {
+    let now = wall(3600);
+    let mut lease = Lease::vacant("shop.orders");
+    lease.holder = Some("w1".into());
+    lease.version = 12;
+    lease.expires_at = Some(now + TimeDelta::seconds(8));
+    lease.renewed_at = Some(now - TimeDelta::seconds(3));
+    lease.resume_token = Some(token(3000));
+    lease.watch = Some(WatchTarget {
+        db: "shop".into(),
+        coll: "orders".into(),
+        pipeline: String::new(),
+    });
+    lease
+}
+
+fn expired(mut lease: Lease) -> Lease {
+    lease.expires_at = Some(wall(3600) - TimeDelta::seconds(300));
+    lease
+}
+
+fn facts(lease: Option<Lease>) -> PlanFacts {
+    PlanFacts {
+        lease,
+        window: Some(OplogWindow::new(at(0), at(3600))),
+        now: wall(3600),
+        changes: None,
+        read_only: false,
+        audit: None,
+        rebuild: None,
+        operator: "ann@host".into(),
+        handover_lease: Duration::from_secs(10),
+        bulk_lease: Duration::from_secs(30),
+    }
+}
+
+/// Facts with the count `gather` would have made for `request`.
+fn counted(request: &ActionRequest, mut facts: PlanFacts, counted: u64, limit: u64) -> PlanFacts {
+    let range = affected_range(request, &facts).expect("a range to count");
+    facts.changes = Some(ChangeCount {
+        range,
+        counted,
+        limit,
+    });
+    facts
+}
+
+fn takeover(to: Option<&str>, hold: Option<Duration>) -> ActionRequest {
+    ActionRequest::Takeover {
+        resource: "shop.orders".into(),
+        to: to.map(str::to_string),
+        hold,
+    }
+}
+
+fn rewind(to: RewindTarget) -> ActionRequest {
+    ActionRequest::Rewind {
+        resource: "shop.orders".into(),
+        to,
+    }
+}
+
+fn reset(to: ResetTarget, accept_skip: bool) -> ActionRequest {
+    ActionRequest::Reset {
+        resource: "shop.orders".into(),
+        to,
+        accept_skip,
+    }
+}
+
+fn refusal(plan: &Plan) -> RefusalKind {
+    assert!(
+        plan.change.is_none(),
+        "a refused plan has nothing to execute"
+    );
+    assert!(plan.after.is_none());
+    plan.refusal.as_ref().expect("refused").kind
+}
+
+fn accepted(plan: &Plan) -> &OperatorChange {
+    assert!(plan.refusal.is_none(), "refused: {:?}", plan.refusal);
+    plan.change.as_ref().expect("a change")
+}
+
+fn rebuild_target() -> RebuildTarget {
+    RebuildTarget {
+        name: "orders-rollup".into(),
+        resource: "shop.orders".into(),
+        description: "a pipeline".into(),
+    }
+}
+
+fn record(before: Option<Lease>) -> AuditRecord {
+    AuditRecord {
+        id: "a1".into(),
+        operator: "bob".into(),
+        at: wall(3500),
+        action: "rewind".into(),
+        resource: "shop.orders".into(),
+        before,
+        after: None,
+        reason: None,
+        outcome: "applied".into(),
+    }
+}
+
+// ------------------------------------------------------------------ takeover
+
+#[test]
+fn takeover_of_a_live_holder_fences_it_out_and_needs_typing() {
+    let p = plan(&takeover(None, None), &facts(Some(live_lease())));
+    let change = accepted(&p);
+    assert_eq!(change.expected_version, 12, "CAS on the captured version");
+    assert_eq!(change.holder, None);
+    assert_eq!(change.expires_in, Duration::ZERO);
+    assert_eq!(change.kind, LockKind::Update);
+    assert_eq!(change.resume, ResumeChange::Keep);
+    assert_eq!(
+        p.captured,
+        Some(Captured {
+            holder: Some("w1".into()),
+            version: 12
+        })
+    );
+    let after = p.after.as_ref().unwrap();
+    assert_eq!(after.version, 13);
+    assert_eq!(after.holder, None);
+    assert_eq!(after.expires_at, Some(wall(3600)));
+    assert_eq!(after.resume_token, Some(token(3000)), "resume point kept");
+    assert_eq!(after.note.as_deref(), Some("takeover by ann@host"));
+    assert_eq!(p.effect.fences_out.as_deref(), Some("w1"));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w == "holder w1 renewed 3s ago: it looks alive"),
+        "{:?}",
+        p.warnings
+    );
+    assert!(p.confirmation.is_some());
+    assert_eq!(p.confirm_text(), Some("shop.orders"));
+}
+
+#[test]
+fn takeover_of_an_expired_holder_needs_no_typing() {
+    let p = plan(&takeover(None, None), &facts(Some(expired(live_lease()))));
+    accepted(&p);
+    assert_eq!(p.effect.fences_out, None);
+    assert_eq!(p.confirmation, None);
+    assert!(p
+        .warnings
+        .iter()
+        .any(|w| w == "holder w1 expired 5m00s ago"));
+}
+
+#[test]
+fn takeover_to_a_listener_or_held_by_the_operator() {
+    let to = plan(&takeover(Some("w2"), None), &facts(Some(live_lease())));
+    let change = accepted(&to);
+    assert_eq!(change.holder.as_deref(), Some("w2"));
+    assert_eq!(change.expires_in, Duration::from_secs(10));
+    let after = to.after.as_ref().unwrap();
+    assert_eq!(after.acquired_at, Some(wall(3600)), "an acquire for w2");
+    assert_eq!(after.expires_at, Some(wall(3610)));
+
+    let hold = plan(
+        &takeover(None, Some(Duration::from_secs(600))),
+        &facts(Some(live_lease())),
+    );
+    let change = accepted(&hold);
+    assert_eq!(change.holder.as_deref(), Some("ann@host"));
+    assert_eq!(change.expires_in, Duration::from_secs(600));
+    assert_eq!(change.note, "hold 10m00s by ann@host");
+}
+
+#[test]
+fn takeover_refuses_both_options_and_a_bulk_lease() {
+    let both = plan(
+        &takeover(Some("w2"), Some(Duration::from_secs(1))),
+        &facts(Some(live_lease())),
+    );
+    assert_eq!(refusal(&both), RefusalKind::ConflictingOptions);
+    let mut bulk = live_lease();
+    bulk.kind = LockKind::Bulk;
+    let p = plan(&takeover(None, None), &facts(Some(bulk)));
+    assert_eq!(refusal(&p), RefusalKind::BulkHeld);
+    assert_eq!(p.refusal.unwrap().exit_code(), 3);
+}
+
+#[test]
+fn takeover_of_a_lost_lease_warns_that_it_will_not_help() {
+    let mut lease = live_lease();
+    lease.resume_token = None;
+    lease.resume_at = Some(ClusterTime::new(BASE - 10, 1));
+    let p = plan(&takeover(None, None), &facts(Some(lease)));
+    accepted(&p);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("LOST")),
+        "{:?}",
+        p.warnings
+    );
+}
+
+// ------------------------------------------------------------------ rewind
+
+#[test]
+fn rewind_by_ten_minutes_replays_from_the_resume_point_back() {
+    let request = rewind(RewindTarget::By(Duration::from_secs(600)));
+    let f = counted(&request, facts(Some(live_lease())), 1234, 10_000);
+    let range = f.changes.as_ref().unwrap().range.clone();
+    assert_eq!(
+        range,
+        ChangeRange {
+            ns: orders(),
+            from: at(2400),
+            to: at(3000),
+        },
+        "from the target to the committed change, both inclusive"
+    );
+    let p = plan(&request, &f);
+    let change = accepted(&p);
+    assert_eq!(
+        change.resume,
+        ResumeChange::Set {
+            token: None,
+            at: Some(at(2400))
+        }
+    );
+    assert_eq!(change.holder, None, "fences out");
+    let after = p.after.as_ref().unwrap();
+    assert_eq!(
+        (after.resume_token.clone(), after.resume_at),
+        (None, Some(at(2400)))
+    );
+    let moved = p.effect.resume.as_ref().unwrap();
+    assert_eq!(moved.direction, Direction::Replay);
+    assert_eq!(moved.span, Duration::from_secs(600));
+    assert_eq!(moved.count.as_ref().unwrap().counted, 1234);
+    assert!(
+        moved
+            .describe()
+            .starts_with("1 234 changes on shop.orders will be replayed, 10m00s of history"),
+        "{}",
+        moved.describe()
+    );
+    assert!(p.confirmation.is_some(), "moves a resume point");
+}
+
+#[test]
+fn a_count_that_hit_its_bound_says_at_least() {
+    let request = rewind(RewindTarget::Time(TimeSpec::Cluster(at(100))));
+    let p = plan(
+        &request,
+        &counted(&request, facts(Some(live_lease())), 10_000, 10_000),
+    );
+    accepted(&p);
+    assert!(p
+        .warnings
+        .iter()
+        .any(|w| w == "counted at least 10 000 changes: the count stops there"));
+    assert!(p
+        .effect
+        .resume
+        .unwrap()
+        .describe()
+        .starts_with("at least 10 000 changes"));
+}
+
+#[test]
+fn a_count_for_another_range_is_not_shown_as_this_one() {
+    let request = rewind(RewindTarget::Time(TimeSpec::Cluster(at(100))));
+    let mut f = facts(Some(live_lease()));
+    f.changes = Some(ChangeCount {
+        range: ChangeRange {
+            ns: orders(),
+            from: at(5),
+            to: at(6),
+        },
+        counted: 3,
+        limit: 10,
+    });
+    let p = plan(&request, &f);
+    assert_eq!(p.effect.resume.unwrap().count, None);
+    assert!(p.warnings.iter().any(|w| w.contains("not counted")));
+}
+
+#[test]
+fn rewind_outside_the_oplog_window_is_refused() {
+    for target in [
+        TimeSpec::Cluster(ClusterTime::new(BASE - 1, 1)),
+        TimeSpec::Cluster(at(3601)),
+        TimeSpec::Wall(wall(0) - TimeDelta::seconds(60)),
+    ] {
+        let p = plan(
+            &rewind(RewindTarget::Time(target)),
+            &facts(Some(live_lease())),
+        );
+        assert_eq!(refusal(&p), RefusalKind::OutsideWindow, "{target:?}");
+        assert!(p
+            .refusal
+            .unwrap()
+            .reason
+            .contains("outside the oplog window"));
+    }
+    let too_far = plan(
+        &rewind(RewindTarget::By(Duration::from_secs(4000))),
+        &facts(Some(live_lease())),
+    );
+    assert_eq!(refusal(&too_far), RefusalKind::OutsideWindow);
+    let old_token = plan(
+        &rewind(RewindTarget::Token(ResumeToken::encode(
+            ClusterTime::new(BASE - 5, 1),
+            TokenKind::Event,
+            0,
+        ))),
+        &facts(Some(live_lease())),
+    );
+    assert_eq!(refusal(&old_token), RefusalKind::OutsideWindow);
+}
+
+#[test]
+fn rewind_forward_is_a_skip_and_refused() {
+    let p = plan(
+        &rewind(RewindTarget::Time(TimeSpec::Cluster(at(3500)))),
+        &facts(Some(live_lease())),
+    );
+    assert_eq!(refusal(&p), RefusalKind::WouldSkip);
+    assert!(p.refusal.unwrap().reason.contains("--accept-skip"));
+}
+
+#[test]
+fn rewind_to_a_token_sets_the_token_and_clears_resume_at() {
+    let mut lease = live_lease();
+    lease.resume_at = Some(at(3100));
+    let p = plan(
+        &rewind(RewindTarget::Token(token(1000))),
+        &facts(Some(lease)),
+    );
+    assert_eq!(
+        accepted(&p).resume,
+        ResumeChange::Set {
+            token: Some(token(1000)),
+            at: None
+        }
+    );
+    let moved = p.effect.resume.unwrap();
+    assert_eq!(
+        (moved.from, moved.to),
+        (ClusterTime::from_u64(at(1000).as_u64() + 1), at(3000))
+    );
+    let garbage = ResumeToken::from_document(doc! {"_data": "zz"});
+    let p = plan(
+        &rewind(RewindTarget::Token(garbage)),
+        &facts(Some(live_lease())),
+    );
+    assert_eq!(refusal(&p), RefusalKind::UndecodableToken);
+}
+
+#[test]
+fn rewind_without_oplog_access_is_refused_as_not_permitted() {
+    let mut f = facts(Some(live_lease()));
+    f.window = None;
+    let p = plan(&rewind(RewindTarget::By(Duration::from_secs(60))), &f);
+    assert_eq!(refusal(&p), RefusalKind::NoOplogAccess);
+    assert_eq!(p.refusal.unwrap().exit_code(), 5);
+    assert_eq!(
+        affected_range(&rewind(RewindTarget::By(Duration::from_secs(60))), &f),
+        None
+    );
+}
+
+// ------------------------------------------------------------------ reset
+
+#[test]
+fn reset_to_now_needs_accept_skip_and_says_what_is_skipped() {
+    let refused = reset(ResetTarget::Now, false);
+    let p = plan(
+        &refused,
+        &counted(&refused, facts(Some(live_lease())), 42, 10_000),
+    );
+    assert_eq!(refusal(&p), RefusalKind::SkipNotAccepted);
+    let reason = p.refusal.unwrap().reason;
+    assert!(
+        reason.contains("42 changes on shop.orders will be skipped"),
+        "{reason}"
+    );
+    assert!(reason.contains("--accept-skip"));
+
+    let request = reset(ResetTarget::Now, true);
+    let f = counted(&request, facts(Some(live_lease())), 42, 10_000);
+    let p = plan(&request, &f);
+    assert_eq!(
+        accepted(&p).resume,
+        ResumeChange::Set {
+            token: None,
+            at: Some(at(3600))
+        }
+    );
+    let moved = p.effect.resume.as_ref().unwrap();
+    assert_eq!(moved.direction, Direction::Skip);
+    assert_eq!(
+        (moved.from, moved.to),
+        (
+            ClusterTime::from_u64(at(3000).as_u64() + 1),
+            ClusterTime::from_u64(at(3600).as_u64() - 1)
+        )
+    );
+}
+
+#[test]
+fn reset_to_oldest_clears_both_fields_and_replays_the_window() {
+    let request = reset(ResetTarget::Oldest, false);
+    let p = plan(
+        &request,
+        &counted(&request, facts(Some(live_lease())), 9, 100),
+    );
+    assert_eq!(
+        accepted(&p).resume,
+        ResumeChange::Set {
+            token: None,
+            at: None
+        }
+    );
+    let moved = p.effect.resume.unwrap();
+    assert_eq!(moved.direction, Direction::Replay);
+    assert_eq!(moved.from, at(0));
+}
+
+#[test]
+fn reset_of_a_lost_lease_warns_that_history_is_gone() {
+    let mut lease = live_lease();
+    lease.resume_token = Some(ResumeToken::encode(
+        ClusterTime::new(BASE - 100, 1),
+        TokenKind::Event,
+        0,
+    ));
+    let p = plan(&reset(ResetTarget::Oldest, false), &facts(Some(lease)));
+    accepted(&p);
+    assert!(
+        p.warnings.iter().any(|w| w.contains("LOST")),
+        "{:?}",
+        p.warnings
+    );
+}
+
+// ------------------------------------------------------------------ rebuild and abort-bulk
+
+#[test]
+fn rebuild_with_no_definition_is_refused() {
+    let p = plan(
+        &ActionRequest::Rebuild {
+            name: "nope".into(),
+        },
+        &facts(Some(live_lease())),
+    );
+    assert_eq!(refusal(&p), RefusalKind::NoRebuildDefinition);
+    assert!(p.refusal.unwrap().reason.contains("[rebuilds.nope]"));
+}
+
+#[test]
+fn rebuild_takes_the_lease_bulk_for_the_operator() {
+    let mut f = facts(Some(live_lease()));
+    f.rebuild = Some(rebuild_target());
+    let request = ActionRequest::Rebuild {
+        name: "orders-rollup".into(),
+    };
+    let p = plan(&request, &f);
+    let change = accepted(&p);
+    assert_eq!(change.kind, LockKind::Bulk);
+    assert_eq!(change.holder.as_deref(), Some("ann@host"));
+    assert_eq!(change.expires_in, Duration::from_secs(30));
+    assert_eq!(
+        change.resume,
+        ResumeChange::Keep,
+        "resumeAt = T0 only at the end"
+    );
+    assert_eq!(p.resource.as_deref(), Some("shop.orders"));
+    assert!(p.confirmation.is_some());
+    assert!(p.effect.lines.iter().any(|l| l.contains("resumeAt = T0")));
+
+    let mut running = live_lease();
+    running.kind = LockKind::Bulk;
+    f.lease = Some(running.clone());
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::RebuildRunning);
+
+    f.lease = Some(expired(running));
+    let stuck = plan(&request, &f);
+    accepted(&stuck);
+    assert!(stuck.warnings.iter().any(|w| w.contains("STUCK BULK")));
+}
+
+#[test]
+fn abort_bulk_gives_the_lease_back_and_warns() {
+    let request = ActionRequest::AbortBulk {
+        resource: "shop.orders".into(),
+    };
+    assert_eq!(
+        refusal(&plan(&request, &facts(Some(live_lease())))),
+        RefusalKind::NotBulk
+    );
+    let mut stuck = expired(live_lease());
+    stuck.kind = LockKind::Bulk;
+    let p = plan(&request, &facts(Some(stuck)));
+    let change = accepted(&p);
+    assert_eq!(
+        (change.kind, change.holder.as_ref()),
+        (LockKind::Update, None)
+    );
+    assert_eq!(change.resume, ResumeChange::Keep);
+    assert!(p
+        .warnings
+        .iter()
+        .any(|w| w.starts_with("the aggregate may be inconsistent after abort-bulk")));
+    assert_eq!(p.confirmation, None, "nobody live is fenced out");
+}
+
+// ------------------------------------------------------------------ undo
+
+#[test]
+fn undo_restores_the_recorded_resume_point() {
+    let mut before = live_lease();
+    before.resume_token = Some(token(2000));
+    let mut f = facts(Some(live_lease()));
+    f.audit = Some(record(Some(before)));
+    let request = ActionRequest::Undo {
+        audit_id: "a1".into(),
+    };
+    let p = plan(&request, &f);
+    assert_eq!(
+        accepted(&p).resume,
+        ResumeChange::Set {
+            token: Some(token(2000)),
+            at: None
+        }
+    );
+    assert_eq!(p.resource.as_deref(), Some("shop.orders"));
+    assert_eq!(
+        p.effect.resume.as_ref().unwrap().direction,
+        Direction::Replay
+    );
+    assert!(p.effect.lines[0].contains("recorded before rewind by bob"));
+
+    // Undoing a rewind goes forward: said, not refused.
+    let mut later = live_lease();
+    later.resume_token = Some(token(3500));
+    f.audit = Some(record(Some(later)));
+    let p = plan(&request, &f);
+    accepted(&p);
+    assert!(p.warnings.iter().any(|w| w.contains("forward")));
+}
+
+#[test]
+fn undo_refusals() {
+    let request = ActionRequest::Undo {
+        audit_id: "a1".into(),
+    };
+    let mut f = facts(Some(live_lease()));
+    assert_eq!(
+        refusal(&plan(&request, &f)),
+        RefusalKind::UnknownAuditRecord
+    );
+
+    f.audit = Some(record(None));
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::NothingToRestore);
+    let mut no_point = live_lease();
+    no_point.resume_token = None;
+    f.audit = Some(record(Some(no_point)));
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::NothingToRestore);
+
+    let mut gone = live_lease();
+    gone.resume_token = Some(ResumeToken::encode(
+        ClusterTime::new(BASE - 1, 1),
+        TokenKind::Event,
+        0,
+    ));
+    f.audit = Some(record(Some(gone)));
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::OutsideWindow);
+
+    let mut fine = live_lease();
+    fine.resume_at = Some(at(10));
+    f.audit = Some(record(Some(fine)));
+    f.lease = None;
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::UnknownResource);
+}
+
+// ------------------------------------------------------------------ every action
+
+fn every_request() -> Vec<ActionRequest> {
+    vec![
+        takeover(None, None),
+        takeover(Some("w2"), None),
+        takeover(None, Some(Duration::from_secs(60))),
+        rewind(RewindTarget::By(Duration::from_secs(60))),
+        reset(ResetTarget::Oldest, false),
+        reset(ResetTarget::Now, true),
+        ActionRequest::Rebuild {
+            name: "orders-rollup".into(),
+        },
+        ActionRequest::AbortBulk {
+            resource: "shop.orders".into(),
+        },
+        ActionRequest::Undo {
+            audit_id: "a1".into(),
+        },
+    ]
+}
+
+#[test]
+fn read_only_refuses_every_action() {
+    let mut before = live_lease();
+    before.resume_token = Some(token(2000));
+    for request in every_request() {
+        let mut f = facts(Some(live_lease()));
+        f.read_only = true;
+        f.rebuild = Some(rebuild_target());
+        f.audit = Some(record(Some(before.clone())));
+        let p = plan(&request, &f);
+        assert_eq!(refusal(&p), RefusalKind::ReadOnly, "{request:?}");
+        assert_eq!(p.refusal.unwrap().exit_code(), 3);
+    }
+}
+
+#[test]
+fn an_unknown_resource_refuses_every_action_that_names_one() {
+    for request in every_request() {
+        let mut f = facts(None);
+        f.rebuild = Some(rebuild_target());
+        f.audit = Some(record(Some(live_lease())));
+        let p = plan(&request, &f);
+        assert_eq!(refusal(&p), RefusalKind::UnknownResource, "{request:?}");
+        assert!(p
+            .refusal
+            .unwrap()
+            .reason
+            .contains("no lease \"shop.orders\""));
+    }
+}
+
+#[test]
+fn every_accepted_plan_predicts_version_plus_one_and_keeps_the_id() {
+    let mut before = live_lease();
+    before.resume_token = Some(token(2000));
+    for request in every_request() {
+        let mut f = facts(Some(live_lease()));
+        f.rebuild = Some(rebuild_target());
+        f.audit = Some(record(Some(before.clone())));
+        if matches!(request, ActionRequest::AbortBulk { .. }) {
+            let mut bulk = expired(live_lease());
+            bulk.kind = LockKind::Bulk;
+            f.lease = Some(bulk);
+        }
+        let p = plan(&request, &f);
+        let change = accepted(&p);
+        assert_eq!(change.expected_version, 12, "{request:?}");
+        let after = p.after.as_ref().unwrap();
+        assert_eq!(after.version, 13);
+        assert_eq!(after.resource, "shop.orders");
+        assert_eq!(after.note.as_deref(), Some(change.note.as_str()));
+        assert!(change.note.contains("ann@host"), "{}", change.note);
+    }
+}
+
+#[test]
+fn digits_are_grouped_by_thousands() {
+    assert_eq!(group_digits(0), "0");
+    assert_eq!(group_digits(999), "999");
+    assert_eq!(group_digits(1000), "1 000");
+    assert_eq!(group_digits(1_234_567), "1 234 567");
+}

@@ -1,0 +1,472 @@
+//! The guarded actions against MongoDB as a user runs them: the real binary, the real
+//! driver, over TCP to the scripted wire-protocol server, which applies the lease
+//! commands to one lease document with `mini_mongo`. Asserts the exact command
+//! documents, that a compare-and-swap conflict exits 4 with nothing written, and that
+//! a dry run sends no write at all.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use assert_cmd::Command;
+use bson::{doc, Bson, Document, Timestamp};
+use support::mini_mongo;
+use support::wire::{Action, WireServer};
+
+/// The server's clock: 2023-02-10T03:28:32Z, the newest oplog entry's second.
+const NOW_SECS: u32 = 0x63E5_B9E0;
+/// The committed token: 14 s before the newest entry.
+const TOKEN: &str = "8263E5B9D2000000012B042C0100296E5A1004";
+const WRITES: [&str; 4] = ["findAndModify", "insert", "update", "delete"];
+
+fn streamward() -> Command {
+    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
+    cmd.env("NO_COLOR", "1")
+        .env_remove("STREAMWARD_URI")
+        .current_dir(std::env::temp_dir())
+        .timeout(Duration::from_secs(30));
+    cmd
+}
+
+async fn run(cmd: Command) -> assert_cmd::assert::Assert {
+    let mut cmd = cmd;
+    tokio::task::spawn_blocking(move || cmd.assert())
+        .await
+        .expect("command ran")
+}
+
+fn now() -> bson::DateTime {
+    bson::DateTime::from_millis(i64::from(NOW_SECS) * 1000)
+}
+
+fn cursor(ns: &str, docs: Vec<Document>) -> Action {
+    Action::ok(doc! { "cursor": { "id": 0_i64, "ns": ns, "firstBatch": docs } })
+}
+
+/// Held by w1 at version 12, renewed 3 s ago, expiring in 7 s.
+fn live_lease() -> Document {
+    doc! {
+        "_id": "shop.orders",
+        "listenerId": "w1",
+        "expiresAt": bson::DateTime::from_millis((i64::from(NOW_SECS) + 7) * 1000),
+        "renewedAt": bson::DateTime::from_millis((i64::from(NOW_SECS) - 3) * 1000),
+        "version": 12_i64,
+        "resumeToken": { "_data": TOKEN },
+        "kind": "update",
+        "resumeAt": null,
+        "watch": { "db": "shop", "coll": "orders", "pipeline": "" },
+    }
+}
+
+/// A cluster with one lease: `find` reads it (and the oplog's edges), `findAndModify`
+/// applies the filter and pipeline to it, `aggregate` on the oplog counts 7 changes.
+/// `interfere` runs on the lease just before each findAndModify (another writer).
+fn cluster(
+    server: &WireServer,
+    lease: Document,
+    interfere: impl Fn(&mut Document) + Send + Sync + 'static,
+) -> Arc<Mutex<Document>> {
+    server.set_local_time(now());
+    server.set_operation_time(Timestamp {
+        time: NOW_SECS,
+        increment: 9,
+    });
+    let state = Arc::new(Mutex::new(lease));
+    let read = state.clone();
+    server.on("find", move |cmd| {
+        let coll = cmd.get_str("find").unwrap_or_default();
+        match coll {
+            "oplog.rs" => {
+                let first = cmd.get_document("sort").and_then(|s| s.get_i32("$natural")) == Ok(1);
+                let ts = if first {
+                    Timestamp {
+                        time: 0x63E5_B000,
+                        increment: 1,
+                    }
+                } else {
+                    Timestamp {
+                        time: NOW_SECS,
+                        increment: 4,
+                    }
+                };
+                cursor("local.oplog.rs", vec![doc! { "ts": ts }])
+            }
+            "leases" => {
+                let lease = read.lock().unwrap().clone();
+                let filter = cmd.get_document("filter").cloned().unwrap_or_default();
+                let found = mini_mongo::matches(&filter, Some(&lease), now());
+                cursor(
+                    "streamward.leases",
+                    if found { vec![lease] } else { vec![] },
+                )
+            }
+            other => cursor(&format!("streamward.{other}"), vec![]),
+        }
+    });
+    let write = state.clone();
+    server.on("findAndModify", move |cmd| {
+        let mut lease = write.lock().unwrap();
+        interfere(&mut lease);
+        let query = cmd.get_document("query").cloned().unwrap_or_default();
+        if !mini_mongo::matches(&query, Some(&lease), now()) {
+            return Action::ok(doc! { "value": null });
+        }
+        let before = lease.clone();
+        let pipeline = cmd.get_array("update").cloned().unwrap_or_default();
+        *lease = mini_mongo::apply_pipeline(&pipeline, &before, now());
+        Action::ok(doc! { "value": before })
+    });
+    server.on("aggregate", |cmd| match cmd.get_str("aggregate") {
+        Ok("oplog.rs") => cursor("local.oplog.rs", vec![doc! { "n": 7 }]),
+        // A rebuild pipeline ending in $merge returns no documents.
+        _ => cursor("shop.orders", vec![]),
+    });
+    server.on("insert", |_| Action::ok(doc! { "n": 1 }));
+    state
+}
+
+fn writes(server: &WireServer) -> Vec<String> {
+    server
+        .received()
+        .into_iter()
+        .filter(|r| WRITES.contains(&r.name.as_str()))
+        .map(|r| r.name)
+        .collect()
+}
+
+fn majority() -> Document {
+    doc! { "w": "majority", "wtimeout": 10_000 }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn takeover_executes_one_version_cas_with_majority_then_one_audit_insert() {
+    let server = WireServer::start().await;
+    let lease = cluster(&server, live_lease(), |_| {});
+    let mut cmd = streamward();
+    cmd.args([
+        "takeover",
+        "shop.orders",
+        "--execute",
+        "--reason",
+        "w1 hung",
+        "--operator",
+        "ann",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(
+        out.contains("planned against version 12 held by w1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("holder w1 renewed 3s ago: it looks alive"),
+        "{out}"
+    );
+    assert!(
+        out.contains("applied: takeover shop.orders, version 12 → 13"),
+        "{out}"
+    );
+
+    assert_eq!(
+        writes(&server),
+        ["findAndModify", "insert"],
+        "one CAS, one audit insert"
+    );
+    assert_eq!(
+        server.commands_stripped("findAndModify").remove(0),
+        doc! {
+            "findAndModify": "leases",
+            "query": { "_id": "shop.orders", "version": 12_i64 },
+            "update": [{ "$set": {
+                "listenerId": null,
+                "expiresAt": { "$add": ["$$NOW", 0_i64] },
+                "kind": "update",
+                "version": { "$add": ["$version", 1_i64] },
+                "note": { "$literal": "takeover by ann" },
+            } }],
+            "new": false,
+            "writeConcern": majority(),
+            "$db": "streamward",
+        }
+    );
+    let insert = server.commands_stripped("insert").remove(0);
+    assert_eq!(insert.get_str("insert"), Ok("audit"));
+    assert_eq!(insert.get_str("$db"), Ok("streamward"));
+    assert_eq!(insert.get_document("writeConcern"), Ok(&majority()));
+    let record = insert.get_array("documents").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(record.get_str("operator"), Ok("ann"));
+    assert_eq!(record.get_str("action"), Ok("takeover"));
+    assert_eq!(record.get_str("reason"), Ok("w1 hung"));
+    assert_eq!(record.get_str("outcome"), Ok("applied"));
+    let before = record.get_document("before").unwrap();
+    assert_eq!(before.get_i64("version"), Ok(12));
+    assert_eq!(before.get_str("listenerId"), Ok("w1"));
+    assert_eq!(
+        before.get_document("resumeToken").unwrap().get_str("_data"),
+        Ok(TOKEN),
+        "the full prior resume point, for undo"
+    );
+    let after = record.get_document("after").unwrap();
+    assert_eq!(after.get_i64("version"), Ok(13));
+    assert_eq!(after.get("listenerId"), Some(&Bson::Null));
+    assert_eq!(lease.lock().unwrap().get_i64("version"), Ok(13));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing() {
+    let server = WireServer::start().await;
+    // A standby takes the lease between the plan and the swap.
+    let lease = cluster(&server, live_lease(), |lease| {
+        lease.insert("version", 13_i64);
+        lease.insert("listenerId", "w2");
+    });
+    let mut cmd = streamward();
+    cmd.args([
+        "takeover",
+        "shop.orders",
+        "--execute",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.code(4);
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(
+        err.contains("shop.orders changed since it was planned (planned against version 12, now version 13 held by w2): nothing was written; plan again"),
+        "{err}"
+    );
+    assert_eq!(
+        writes(&server),
+        ["findAndModify"],
+        "the CAS matched nothing; no audit"
+    );
+    assert_eq!(lease.lock().unwrap().get_str("listenerId"), Ok("w2"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dry_run_reads_and_counts_but_sends_no_write() {
+    let server = WireServer::start().await;
+    let lease = cluster(&server, live_lease(), |_| {});
+    let mut cmd = streamward();
+    cmd.args([
+        "rewind",
+        "shop.orders",
+        "--by",
+        "10s",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(
+        out.contains("7 changes on shop.orders will be replayed, 10s of history"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("nothing written; re-run with --execute to apply\n"),
+        "{out}"
+    );
+    assert!(
+        writes(&server).is_empty(),
+        "a dry run sends no write: {:?}",
+        writes(&server)
+    );
+    assert_eq!(*lease.lock().unwrap(), live_lease());
+    // The count: one bounded aggregate on the oplog, from the target to the committed change.
+    let count = server.commands_stripped("aggregate").remove(0);
+    let mut count = count;
+    count.remove("maxTimeMS");
+    assert_eq!(
+        count,
+        doc! {
+            "aggregate": "oplog.rs",
+            "pipeline": [
+                { "$match": {
+                    "ns": "shop.orders",
+                    "ts": {
+                        "$gte": Timestamp { time: 0x63E5_B9D2 - 10, increment: 1 },
+                        "$lte": Timestamp { time: 0x63E5_B9D2, increment: 1 },
+                    },
+                } },
+                { "$limit": 10_000_i64 },
+                { "$count": "n" },
+            ],
+            "cursor": {},
+            "$db": "local",
+        }
+    );
+
+    // The same dry run as JSON is a plan a program can read.
+    let mut cmd = streamward();
+    cmd.args([
+        "rewind",
+        "shop.orders",
+        "--by",
+        "10s",
+        "--output",
+        "json",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.success();
+    let json: serde_json::Value = serde_json::from_slice(&assert.get_output().stdout).unwrap();
+    assert_eq!(json["written"], false);
+    assert_eq!(json["plan"]["change"]["filter"]["version"], 12);
+    assert_eq!(json["plan"]["change"]["version"], 13);
+    assert_eq!(json["plan"]["effect"]["resume"]["counted"], 7);
+    assert!(writes(&server).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_and_guard_refusals_exit_3_without_a_write() {
+    let server = WireServer::start().await;
+    cluster(&server, live_lease(), |_| {});
+    for args in [
+        vec!["takeover", "shop.orders", "--execute", "--read-only"],
+        vec!["reset", "shop.orders", "--to", "now", "--execute"],
+        vec![
+            "rewind",
+            "shop.orders",
+            "--to",
+            "Timestamp(1, 1)",
+            "--execute",
+        ],
+        vec!["rebuild", "nothing-defined", "--execute"],
+    ] {
+        let mut cmd = streamward();
+        cmd.args(&args).args(["--uri", &server.uri()]);
+        let assert = run(cmd).await.code(3);
+        let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+        assert!(err.starts_with("error: refused: "), "{args:?}: {err}");
+    }
+    assert!(writes(&server).is_empty(), "{:?}", writes(&server));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attached_rebuild_takes_the_bulk_lease_runs_the_merge_and_gives_it_back_at_t0() {
+    let server = WireServer::start().await;
+    let mut expired = live_lease();
+    expired.insert("expiresAt", now());
+    let lease = cluster(&server, expired, |_| {});
+    let config =
+        std::env::temp_dir().join(format!("streamward-ops-mongo-{}.toml", std::process::id()));
+    std::fs::write(
+        &config,
+        r#"[rebuilds.rollup]
+resource = "shop.orders"
+db = "shop"
+collection = "orders"
+pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into": "order_counts"}}]'
+"#,
+    )
+    .unwrap();
+    let mut cmd = streamward();
+    cmd.args([
+        "rebuild",
+        "rollup",
+        "--execute",
+        "--operator",
+        "ann",
+        "--uri",
+        &server.uri(),
+    ])
+    .arg("--config")
+    .arg(&config);
+    let assert = run(cmd).await.success();
+    std::fs::remove_file(&config).unwrap();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    assert!(
+        out.contains(
+            "runs a 2-stage aggregation pipeline on shop.orders merging into order_counts"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("applied: rebuild shop.orders, version 12 → 14"),
+        "{out}"
+    );
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(
+        err.contains("rebuild rollup: 1/1"),
+        "plain progress lines off a terminal: {err}"
+    );
+
+    assert_eq!(
+        writes(&server),
+        ["findAndModify", "findAndModify", "insert"],
+        "bulk, give back, one audit"
+    );
+    let swaps = server.commands_stripped("findAndModify");
+    let set = |i: usize| {
+        swaps[i].get_array("update").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .get_document("$set")
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(
+        swaps[0].get_document("query"),
+        Ok(&doc! { "_id": "shop.orders", "version": 12_i64 })
+    );
+    assert_eq!(set(0).get_str("kind"), Ok("bulk"));
+    assert_eq!(
+        set(0).get_document("listenerId"),
+        Ok(&doc! { "$literal": "ann" })
+    );
+    assert_eq!(
+        swaps[1].get_document("query"),
+        Ok(&doc! { "_id": "shop.orders", "version": 13_i64 })
+    );
+    assert_eq!(swaps[1].get_document("writeConcern"), Ok(&majority()));
+    assert_eq!(set(1).get_str("kind"), Ok("update"));
+    assert_eq!(set(1).get("listenerId"), Some(&Bson::Null));
+    assert_eq!(
+        set(1).get_document("resumeToken"),
+        Ok(&doc! { "$literal": null })
+    );
+    assert_eq!(
+        set(1).get_document("resumeAt"),
+        Ok(&doc! { "$literal": Timestamp { time: NOW_SECS, increment: 9 } }),
+        "resumeAt = T0, the operation time of the bulk write"
+    );
+    let merge = server
+        .commands_stripped("aggregate")
+        .into_iter()
+        .find(|c| c.get_str("aggregate") == Ok("orders"))
+        .expect("the rebuild pipeline ran");
+    assert_eq!(merge.get_str("$db"), Ok("shop"));
+    assert_eq!(merge.get_document("writeConcern"), Ok(&majority()));
+    assert_eq!(merge.get_array("pipeline").unwrap().len(), 2);
+    let record = server
+        .commands_stripped("insert")
+        .remove(0)
+        .get_array("documents")
+        .unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(record.get_str("action"), Ok("rebuild"));
+    assert_eq!(
+        record.get_document("before").unwrap().get_i64("version"),
+        Ok(12)
+    );
+    assert_eq!(
+        record.get_document("after").unwrap().get_i64("version"),
+        Ok(14)
+    );
+    assert!(record
+        .get_str("outcome")
+        .unwrap()
+        .starts_with("applied: ran the pipeline on shop.orders"));
+    let now = lease.lock().unwrap().clone();
+    assert_eq!(
+        (now.get_str("kind"), now.get("listenerId")),
+        (Ok("update"), Some(&Bson::Null))
+    );
+}
