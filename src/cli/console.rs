@@ -53,6 +53,7 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
         )));
     }
     let theme = resolve_theme(&args.view, settings)?;
+    require_terminal()?;
     let store = MongoStore::connect(settings.mongo()?)
         .await
         .context("connecting to the cluster")?;
@@ -72,7 +73,17 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
     outcome
 }
 
-/// Runs the console on `store` until the operator quits.
+/// The console draws on stdout and reads keys from stdin; say so before starting anything.
+pub fn require_terminal() -> anyhow::Result<()> {
+    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
+        anyhow::bail!(
+            "the console needs a terminal; for scripts use `streamward leases` or `streamward demo --plain`"
+        );
+    }
+    Ok(())
+}
+
+/// Runs the console on `store` until the operator quits. Call [`require_terminal`] first.
 pub async fn interactive<S: ClusterProbe>(
     store: S,
     mode: Mode,
@@ -81,11 +92,6 @@ pub async fn interactive<S: ClusterProbe>(
     theme: ResolvedTheme,
     settings: &Settings,
 ) -> anyhow::Result<()> {
-    if !std::io::stdout().is_terminal() || !std::io::stdin().is_terminal() {
-        anyhow::bail!(
-            "the console needs a terminal; for scripts use `streamward leases` or `streamward demo --plain`"
-        );
-    }
     let state = ConsoleState::new(ConsoleSetup {
         mode,
         cluster: store.describe(),

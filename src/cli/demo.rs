@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::console::{interactive, listener_source, resolve_theme, ViewArgs};
+use super::console::{interactive, listener_source, require_terminal, resolve_theme, ViewArgs};
 use super::lease_table::{render_leases, render_listeners, LeaseRow};
 use super::settings::Settings;
 use crate::console::state::Mode;
@@ -84,6 +84,7 @@ pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
         return plain(args, &config, settings).await;
     }
     let theme = resolve_theme(&args.view, settings)?;
+    require_terminal()?;
     let demo = DemoRuntime::start(&config);
     let outcome = interactive(
         demo.store.clone(),

@@ -23,6 +23,9 @@ use super::data::{DataEvent, DataSource, MemberRow};
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, HealthThresholds, Lease, OplogWindow};
 
+/// Statuses are re-assessed at least this often, so expiries show without data.
+const REASSESS_AFTER: Duration = Duration::from_millis(900);
+
 /// How long a notice stays in the footer.
 pub const NOTICE_FOR: Duration = Duration::from_secs(6);
 
@@ -147,6 +150,8 @@ pub struct ConsoleState {
     pub now: DateTime<Utc>,
     /// Terminal size (width, height).
     pub size: (u16, u16),
+    /// Local time statuses were last re-assessed.
+    assessed_at: DateTime<Utc>,
 }
 
 impl ConsoleState {
@@ -183,6 +188,7 @@ impl ConsoleState {
             notice: None,
             now: setup.now,
             size: (0, 0),
+            assessed_at: setup.now,
         }
     }
 
@@ -226,7 +232,7 @@ impl ConsoleState {
                 self.window = Some(window);
                 self.ops_per_sec = ops_per_sec;
                 if !self.frozen {
-                    self.leases.set_context(self.health_context());
+                    self.reassess();
                 }
                 self.history
                     .record(window.length().as_secs(), ops_per_sec, &self.leases);
@@ -253,8 +259,10 @@ impl ConsoleState {
     /// The clock moved: expiries count down, statuses follow, notices time out.
     pub fn tick(&mut self, local_now: DateTime<Utc>) {
         self.now = local_now;
-        if !self.frozen {
-            self.leases.set_context(self.health_context());
+        // An oplog read re-assesses too; a tick only does when none came lately.
+        let since = (local_now - self.assessed_at).to_std().unwrap_or_default();
+        if !self.frozen && since >= REASSESS_AFTER {
+            self.reassess();
         }
         if self.notice.as_ref().is_some_and(|n| n.until <= local_now) {
             self.notice = None;
@@ -285,7 +293,7 @@ impl ConsoleState {
             for (_, lease) in self.pending_changes.drain() {
                 self.leases.upsert(lease, now);
             }
-            self.leases.set_context(self.health_context());
+            self.reassess();
         }
     }
 
@@ -302,6 +310,11 @@ impl ConsoleState {
             View::Audit => super::layout::table_rows(super::layout::split_list(body).0).1,
             _ => super::layout::table_rows(body).1,
         }
+    }
+
+    fn reassess(&mut self) {
+        self.assessed_at = self.now;
+        self.leases.set_context(self.health_context());
     }
 
     fn health_context(&self) -> HealthContext {

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow};
+use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow};
 
 /// Holder and version changes kept per lease for the detail view.
 const CHANGES_KEPT: usize = 32;
@@ -162,7 +162,12 @@ pub struct LeaseTable {
     /// First row drawn.
     offset: usize,
     context: HealthContext,
+    /// Leases per status (indexed by `LeaseStatus as usize`), kept with every change so
+    /// the header costs nothing per frame.
+    status_counts: [usize; STATUSES],
 }
+
+const STATUSES: usize = LeaseStatus::Ok as usize + 1;
 
 impl LeaseTable {
     pub fn new(context: HealthContext) -> Self {
@@ -176,6 +181,19 @@ impl LeaseTable {
             selected: 0,
             offset: 0,
             context,
+            status_counts: [0; STATUSES],
+        }
+    }
+
+    /// How many leases have `status` (filtered or not).
+    pub fn count(&self, status: LeaseStatus) -> usize {
+        self.status_counts[status as usize]
+    }
+
+    fn recount(&mut self) {
+        self.status_counts = [0; STATUSES];
+        for entry in &self.entries {
+            self.status_counts[entry.health.status as usize] += 1;
         }
     }
 
@@ -257,6 +275,7 @@ impl LeaseTable {
                 changes,
             });
         }
+        self.recount();
         self.rebuild_order();
         self.reselect(keep.as_deref());
     }
@@ -271,17 +290,20 @@ impl LeaseTable {
                 }
                 let entry = &mut self.entries[index];
                 note_change(&mut entry.changes, &entry.lease, &lease, seen_at);
+                self.status_counts[entry.health.status as usize] -= 1;
                 entry.health = LeaseHealth::assess(
                     &lease,
                     self.context.window.as_ref(),
                     self.context.now,
                     &self.context.thresholds,
                 );
+                self.status_counts[entry.health.status as usize] += 1;
                 entry.lease = lease;
                 index
             }
             None => {
                 let health = self.assess(&lease);
+                self.status_counts[health.status as usize] += 1;
                 let index = self.entries.len();
                 self.by_resource.insert(lease.resource.clone(), index);
                 self.entries.push(LeaseEntry {
@@ -313,7 +335,16 @@ impl LeaseTable {
                 &context.thresholds,
             );
         }
-        self.rebuild_order();
+        self.recount();
+        if self.filter.is_empty() {
+            // Nothing enters or leaves the order, and from one second to the next
+            // few rows move: a stable sort of the old order is close to linear.
+            let mut order = std::mem::take(&mut self.order);
+            order.sort_by(|&a, &b| self.compare(a, b));
+            self.order = order;
+        } else {
+            self.rebuild_order();
+        }
         self.reselect(keep.as_deref());
     }
 
@@ -492,7 +523,7 @@ fn note_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{ClusterTime, LeaseStatus};
+    use crate::model::ClusterTime;
     use chrono::TimeZone;
 
     fn now() -> DateTime<Utc> {
@@ -567,6 +598,30 @@ mod tests {
         assert_eq!(shown(&table), ["pet-aggregates"]);
         table.set_filter(Filter::new("expired"));
         assert_eq!(shown(&table), ["shop.carts"]);
+    }
+
+    #[test]
+    fn status_counts_follow_every_change() {
+        let mut table = table_of(&["a", "b"]);
+        assert_eq!(table.count(LeaseStatus::Ok), 2);
+        let mut lost = lease("a", Some("h"), 2);
+        lost.resume_at = Some(ClusterTime::new(1_794_999_000, 1));
+        table.upsert(lost, now());
+        assert_eq!(
+            (table.count(LeaseStatus::Ok), table.count(LeaseStatus::Lost)),
+            (1, 1)
+        );
+        table.upsert(lease("c", None, 0), now());
+        assert_eq!(table.count(LeaseStatus::Expired), 1);
+        let mut later = context();
+        later.now = now() + chrono::Duration::seconds(60);
+        table.set_context(later);
+        assert_eq!(
+            table.count(LeaseStatus::Expired),
+            2,
+            "b's holder expired too"
+        );
+        assert_eq!(table.count(LeaseStatus::Lost), 1);
     }
 
     #[test]

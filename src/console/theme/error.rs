@@ -87,18 +87,17 @@ pub enum ThemeError {
     /// Following `parent` came back to a theme already on the way.
     #[error("theme parents form a cycle: {}", .chain.join(" -> "))]
     ParentCycle { chain: Vec<String> },
-    /// The user's theme file exists but cannot be read.
+    /// The user's theme file exists but cannot be read. The cause is in the message,
+    /// not a `source`, so an error chain printed with `{:#}` says it once.
     #[error("cannot read theme file {}: {error}", .path.display())]
     Read {
         path: PathBuf,
-        #[source]
         error: std::io::Error,
     },
     /// The theme named by `by` could not be had.
     #[error("theme from {by}: {error}")]
     Chosen {
         by: ChosenBy,
-        #[source]
         error: Box<ThemeError>,
     },
 }

@@ -110,15 +110,10 @@ fn oplog_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
         }
         None => spans.push(Span::styled("window not read yet", theme.muted)),
     }
-    let (mut lost, mut risk, mut total) = (0, 0, 0);
-    for entry in state.leases.entries() {
-        total += 1;
-        match entry.health.status {
-            LeaseStatus::Lost | LeaseStatus::StuckBulk => lost += 1,
-            LeaseStatus::AtRisk => risk += 1,
-            _ => {}
-        }
-    }
+    let table = &state.leases;
+    let total = table.len();
+    let lost = table.count(LeaseStatus::Lost) + table.count(LeaseStatus::StuckBulk);
+    let risk = table.count(LeaseStatus::AtRisk);
     spans.push(Span::styled(format!("   leases {total}"), theme.base));
     if lost > 0 {
         spans.push(Span::styled(

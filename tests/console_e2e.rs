@@ -1,0 +1,514 @@
+//! `streamward demo` as an operator runs it: in a real pseudo-terminal (120×40,
+//! `TERM=xterm-256color`), typing keys and reading the screen through a terminal
+//! emulator (`vt100`), then checking that the terminal is given back as it was.
+//!
+//! Synchronisation is by polling the emulated screen against a deadline, never by
+//! sleeping for a fixed time.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtySize};
+use predicates::prelude::*;
+
+const ROWS: u16 = 40;
+const COLS: u16 = 120;
+/// How long any one expected change may take to show on a loaded 2-core machine.
+const DEADLINE: Duration = Duration::from_secs(30);
+const POLL: Duration = Duration::from_millis(50);
+
+/// A directory under the system temp dir, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "streamward-e2e-{label}-{}-{nanos}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).expect("create a temp dir");
+        TempDir(path)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Where the binary looks for configuration, themes, state and logs: all inside `home`,
+/// so nothing of the user running the tests takes part.
+struct Sandbox {
+    home: TempDir,
+}
+
+impl Sandbox {
+    fn new(label: &str) -> Sandbox {
+        let home = TempDir::new(label);
+        for dir in ["config", "state", "cache", "work"] {
+            std::fs::create_dir_all(home.path().join(dir)).expect("create a sandbox dir");
+        }
+        Sandbox { home }
+    }
+
+    fn log(&self) -> PathBuf {
+        self.home.path().join("streamward.log")
+    }
+
+    fn theme_dir(&self) -> PathBuf {
+        self.home
+            .path()
+            .join("config")
+            .join("streamward")
+            .join("themes")
+    }
+
+    fn env(&self) -> Vec<(&'static str, PathBuf)> {
+        let home = self.home.path();
+        vec![
+            ("HOME", home.to_path_buf()),
+            ("XDG_CONFIG_HOME", home.join("config")),
+            ("XDG_STATE_HOME", home.join("state")),
+            ("XDG_CACHE_HOME", home.join("cache")),
+            ("STREAMWARD_LOG", self.log()),
+        ]
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log()).unwrap_or_else(|e| format!("(no log: {e})"))
+    }
+
+    /// `streamward ARGS` for `assert_cmd`: no terminal at all.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::cargo_bin("streamward").expect("binary built");
+        cmd.args(args)
+            .current_dir(self.home.path().join("work"))
+            .env_remove("NO_COLOR")
+            .env_remove("STREAMWARD_THEME")
+            .env_remove("STREAMWARD_URI")
+            .env("TERM", "xterm-256color")
+            .timeout(Duration::from_secs(60));
+        for (key, value) in self.env() {
+            cmd.env(key, value);
+        }
+        cmd
+    }
+}
+
+/// The binary running in a pty, its output drained on a background thread into a
+/// terminal emulator and a copy of the raw bytes.
+struct PtySession {
+    master: Box<dyn MasterPty + Send>,
+    writer: Box<dyn Write + Send>,
+    child: Box<dyn Child + Send + Sync>,
+    parser: Arc<Mutex<vt100::Parser>>,
+    raw: Arc<Mutex<Vec<u8>>>,
+    reader: Option<JoinHandle<()>>,
+    /// The pty's local modes before the program started.
+    #[cfg(unix)]
+    initial_modes: Vec<String>,
+}
+
+impl PtySession {
+    fn spawn(sandbox: &Sandbox, args: &[&str], extra_env: &[(&str, &str)]) -> PtySession {
+        let pair = native_pty_system()
+            .openpty(PtySize {
+                rows: ROWS,
+                cols: COLS,
+                pixel_width: 0,
+                pixel_height: 0,
+            })
+            .expect("open a pty");
+        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_streamward"));
+        cmd.args(args);
+        cmd.cwd(sandbox.home.path().join("work"));
+        for key in [
+            "NO_COLOR",
+            "STREAMWARD_THEME",
+            "STREAMWARD_URI",
+            "STREAMWARD_LOG_LEVEL",
+        ] {
+            cmd.env_remove(key);
+        }
+        cmd.env("TERM", "xterm-256color");
+        for (key, value) in sandbox.env() {
+            cmd.env(key, value);
+        }
+        for (key, value) in extra_env {
+            cmd.env(key, value);
+        }
+        // Read before the child exists, so it cannot have switched to raw mode yet.
+        #[cfg(unix)]
+        let initial_modes = local_modes(pair.master.as_ref());
+        let child = pair.slave.spawn_command(cmd).expect("spawn streamward");
+        // Only the child holds the slave now: when it exits, reading the master ends.
+        drop(pair.slave);
+
+        let parser = Arc::new(Mutex::new(vt100::Parser::new(ROWS, COLS, 0)));
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        let mut output = pair.master.try_clone_reader().expect("pty reader");
+        let reader = {
+            let (parser, raw) = (Arc::clone(&parser), Arc::clone(&raw));
+            std::thread::spawn(move || {
+                let mut buffer = [0u8; 8192];
+                loop {
+                    match output.read(&mut buffer) {
+                        // EOF, or EIO once the last slave descriptor closed (Linux).
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            raw.lock().unwrap().extend_from_slice(&buffer[..n]);
+                            parser.lock().unwrap().process(&buffer[..n]);
+                        }
+                    }
+                }
+            })
+        };
+        let writer = pair.master.take_writer().expect("pty writer");
+        PtySession {
+            master: pair.master,
+            writer,
+            child,
+            parser,
+            raw,
+            reader: Some(reader),
+            #[cfg(unix)]
+            initial_modes,
+        }
+    }
+
+    fn contents(&self) -> String {
+        self.parser.lock().unwrap().screen().contents()
+    }
+
+    fn raw(&self) -> Vec<u8> {
+        self.raw.lock().unwrap().clone()
+    }
+
+    fn send(&mut self, keys: &str) {
+        self.writer
+            .write_all(keys.as_bytes())
+            .expect("type into the pty");
+        self.writer.flush().expect("flush the pty");
+    }
+
+    /// Polls the screen until `done` holds; fails with the screen and the log if the
+    /// deadline passes or the program exits first.
+    fn wait_for(&mut self, what: &str, sandbox: &Sandbox, done: impl Fn(&str) -> bool) {
+        let started = Instant::now();
+        loop {
+            let screen = self.contents();
+            if done(&screen) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                // One last look: the final frame may have arrived with the exit.
+                self.finish_reading(Duration::from_secs(2));
+                let screen = self.contents();
+                assert!(
+                    done(&screen),
+                    "streamward exited ({status:?}) before {what}:\n{screen}\n--- log ---\n{}",
+                    sandbox.log_text()
+                );
+                return;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = self.child.kill();
+                panic!(
+                    "timed out after {DEADLINE:?} waiting for {what}:\n{screen}\n--- log ---\n{}",
+                    sandbox.log_text()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    fn wait_exit(&mut self, sandbox: &Sandbox) -> portable_pty::ExitStatus {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("poll the child") {
+                self.finish_reading(Duration::from_secs(10));
+                return status;
+            }
+            if started.elapsed() > DEADLINE {
+                let _ = self.child.kill();
+                panic!(
+                    "streamward did not exit within {DEADLINE:?}:\n{}\n--- log ---\n{}",
+                    self.contents(),
+                    sandbox.log_text()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Waits (bounded) for the reader to reach the end of the output.
+    fn finish_reading(&mut self, limit: Duration) {
+        let started = Instant::now();
+        while self.reader.as_ref().is_some_and(|r| !r.is_finished()) {
+            if started.elapsed() > limit {
+                return;
+            }
+            std::thread::sleep(POLL);
+        }
+        if let Some(reader) = self.reader.take() {
+            reader.join().expect("the pty reader thread");
+        }
+    }
+
+    /// The pty's local modes now, by name (e.g. `ICANON`, `ECHO`).
+    #[cfg(unix)]
+    fn local_modes(&self) -> Vec<String> {
+        local_modes(self.master.as_ref())
+    }
+}
+
+/// The local modes of the pty behind `master`, by name. (`get_termios` returns nix's
+/// `Termios`; this crate does not depend on nix, so the set flags are read from
+/// their `Debug` form, `LocalFlags(ISIG | ICANON | ECHO | …)`.)
+#[cfg(unix)]
+fn local_modes(master: &dyn MasterPty) -> Vec<String> {
+    let termios = master.get_termios().expect("the pty's termios");
+    format!("{:?}", termios.local_flags)
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|word| !word.is_empty() && *word != "LocalFlags")
+        .map(str::to_string)
+        .collect()
+}
+
+impl Drop for PtySession {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The table rows of the leases view: the lines between the table's top and bottom border.
+fn table(screen: &str) -> String {
+    screen
+        .lines()
+        .skip_while(|line| !line.starts_with('┌'))
+        .skip(1)
+        .take_while(|line| !line.starts_with('└'))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+fn rfind(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).rposition(|w| w == needle)
+}
+
+#[test]
+fn demo_console_filters_shows_help_quits_and_restores_the_terminal() {
+    let sandbox = Sandbox::new("demo");
+    let mut session = PtySession::spawn(&sandbox, &["demo"], &[]);
+    #[cfg(unix)]
+    let cooked = session.initial_modes.clone();
+
+    session.wait_for("lease rows", &sandbox, |screen| {
+        let rows = table(screen);
+        rows.contains("pet-aggregates") && rows.contains("shop.orders")
+    });
+    {
+        let parser = session.parser.lock().unwrap();
+        let screen = parser.screen();
+        assert!(
+            screen.alternate_screen(),
+            "the console draws on the alternate screen"
+        );
+        assert!(
+            screen.hide_cursor(),
+            "the cursor is hidden while the console runs"
+        );
+        assert_ne!(
+            screen.mouse_protocol_mode(),
+            vt100::MouseProtocolMode::None,
+            "mouse capture is on by default"
+        );
+    }
+    #[cfg(unix)]
+    {
+        let running = session.local_modes();
+        assert!(
+            cooked.iter().any(|m| m == "ICANON") && cooked.iter().any(|m| m == "ECHO"),
+            "the pty starts cooked: {cooked:?}"
+        );
+        assert!(
+            !running.iter().any(|m| m == "ICANON" || m == "ECHO"),
+            "raw mode while the console runs: {running:?}"
+        );
+    }
+
+    session.send("/shop\r");
+    session.wait_for("the /shop filter to apply", &sandbox, |screen| {
+        let rows = table(screen);
+        screen.contains("filter /shop")
+            && rows.contains("shop.orders")
+            && !rows.contains("pet-aggregates")
+    });
+    // The filter is kept after Enter: the footer is back to key hints.
+    session.wait_for("the filter prompt to close", &sandbox, |screen| {
+        screen.contains("? help") && !screen.contains("enter keep")
+    });
+
+    session.send("?");
+    session.wait_for("the help", &sandbox, |screen| screen.contains("Help —"));
+    session.send("q");
+    session.wait_for("the help to close", &sandbox, |screen| {
+        !screen.contains("Help —") && table(screen).contains("shop.orders")
+    });
+    session.send("q");
+    let status = session.wait_exit(&sandbox);
+    assert!(
+        status.success(),
+        "q quits cleanly: {status:?}\n{}\n--- log ---\n{}",
+        session.contents(),
+        sandbox.log_text()
+    );
+
+    // The terminal is given back: after the last frame (each frame ends with an SGR
+    // reset), mouse capture off, the main screen back, the cursor shown.
+    let raw = session.raw();
+    let last_frame = rfind(&raw, b"\x1b[0m").expect("at least one frame was drawn");
+    let tail = &raw[last_frame..];
+    let shown = String::from_utf8_lossy(tail).into_owned();
+    for (what, sequence) in [
+        ("mouse capture off", &b"\x1b[?1000l"[..]),
+        ("SGR mouse reports off", &b"\x1b[?1006l"[..]),
+        ("the alternate screen left", &b"\x1b[?1049l"[..]),
+        ("the cursor shown", &b"\x1b[?25h"[..]),
+    ] {
+        assert!(
+            find(tail, sequence).is_some(),
+            "{what}: {sequence:?} missing after the last frame: {shown:?}"
+        );
+    }
+    let left = rfind(&raw, b"\x1b[?1049l").unwrap();
+    let entered = rfind(&raw, b"\x1b[?1049h").expect("the alternate screen was entered");
+    assert!(
+        entered < left,
+        "nothing re-entered the alternate screen after leaving it"
+    );
+    {
+        let parser = session.parser.lock().unwrap();
+        let screen = parser.screen();
+        assert!(!screen.alternate_screen(), "back on the main screen");
+        assert!(!screen.hide_cursor(), "the cursor is visible again");
+        assert_eq!(
+            screen.mouse_protocol_mode(),
+            vt100::MouseProtocolMode::None,
+            "no mouse capture left on"
+        );
+    }
+    #[cfg(unix)]
+    {
+        let after = session.local_modes();
+        for mode in ["ICANON", "ECHO"] {
+            assert!(
+                after.iter().any(|m| m == mode),
+                "raw mode is off again: {mode} missing from {after:?}"
+            );
+        }
+        assert_eq!(after, cooked, "the pty's local modes are exactly as before");
+    }
+}
+
+/// A user theme with a TOML syntax error on line 3.
+const BROKEN_THEME: &str = "# a theme with a typo\n[selection]\nfg = \"black\nbg = \"cyan\"\n";
+
+fn write_broken_theme(sandbox: &Sandbox) -> PathBuf {
+    let dir = sandbox.theme_dir();
+    std::fs::create_dir_all(&dir).expect("create the user theme dir");
+    let file = dir.join("broken.toml");
+    std::fs::write(&file, BROKEN_THEME).expect("write the broken theme");
+    file
+}
+
+#[test]
+fn a_broken_theme_file_stops_the_demo_before_it_takes_the_terminal() {
+    let sandbox = Sandbox::new("theme-pty");
+    let file = write_broken_theme(&sandbox);
+    let mut session = PtySession::spawn(&sandbox, &["demo"], &[("STREAMWARD_THEME", "broken")]);
+    #[cfg(unix)]
+    let cooked = session.initial_modes.clone();
+    let status = session.wait_exit(&sandbox);
+    let screen = session.contents();
+    assert!(
+        !status.success(),
+        "a broken theme is an error: {status:?}\n{screen}"
+    );
+    assert_eq!(status.exit_code(), 1, "{screen}");
+    let message = screen.split_whitespace().collect::<Vec<_>>().join(" ");
+    for expected in ["STREAMWARD_THEME", &file.display().to_string(), "line 3"] {
+        // The message may wrap at 120 columns: compare with whitespace folded, and
+        // the path (which has no spaces) with the line breaks taken out.
+        let unwrapped = screen.replace('\n', "");
+        assert!(
+            message.contains(expected) || unwrapped.contains(expected),
+            "the error names {expected:?}:\n{screen}"
+        );
+    }
+    let raw = session.raw();
+    assert!(
+        find(&raw, b"\x1b[?1049h").is_none(),
+        "the alternate screen was never entered: {:?}",
+        String::from_utf8_lossy(&raw)
+    );
+    assert!(
+        find(&raw, b"\x1b[?1000h").is_none(),
+        "mouse capture never turned on"
+    );
+    #[cfg(unix)]
+    assert_eq!(
+        session.local_modes(),
+        cooked,
+        "raw mode was never turned on"
+    );
+}
+
+#[test]
+fn a_broken_theme_file_is_reported_before_the_missing_terminal() {
+    let sandbox = Sandbox::new("theme-pipe");
+    let file = write_broken_theme(&sandbox);
+    sandbox
+        .command(&["demo", "--theme", "broken"])
+        .assert()
+        .code(1)
+        .stderr(predicate::str::contains(file.display().to_string()))
+        .stderr(predicate::str::contains("line 3"))
+        .stderr(predicate::str::contains("--theme"))
+        .stderr(predicate::str::contains("needs a terminal").not())
+        .stderr(
+            predicate::function(|err: &str| err.matches("line 3").count() == 1)
+                .name("says where the error is once, not once per error in the chain"),
+        );
+}
+
+#[test]
+fn demo_without_a_terminal_points_to_plain() {
+    let sandbox = Sandbox::new("no-tty");
+    sandbox
+        .command(&["demo"])
+        .assert()
+        .failure()
+        .stdout(predicate::str::is_empty())
+        .stderr(predicate::str::contains("needs a terminal"))
+        .stderr(predicate::str::contains("streamward demo --plain"));
+}
