@@ -19,7 +19,12 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            // Errors can quote database strings (a holder, a resource): escape them.
+            let message = format!("{error:#}");
+            eprintln!(
+                "error: {}",
+                streamward::model::text::escape_control(&message)
+            );
             exit::code_for(&error)
         }
     }

@@ -245,3 +245,12 @@ async fn a_malformed_config_file_names_the_file_and_line() {
         .code(2)
         .stderr(predicate::str::contains("broken.toml").and(predicate::str::contains("line 2")));
 }
+
+#[test]
+fn a_hold_too_long_for_date_arithmetic_is_a_usage_error() {
+    streamward()
+        .args(["takeover", "shop.orders", "--hold", "1000000y"])
+        .assert()
+        .code(2)
+        .stderr(predicates::str::contains("at most 30 days"));
+}

@@ -38,8 +38,8 @@ pub struct TakeoverArgs {
     /// Hand it to this listener instead of releasing it to any standby.
     #[arg(long, value_name = "LISTENER", conflicts_with = "hold")]
     pub to: Option<String>,
-    /// Hold it as the operator for this long (pauses processing).
-    #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+    /// Hold it as the operator for this long (pauses processing), at most 30 days.
+    #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
     pub hold: Option<Duration>,
     #[command(flatten)]
     pub options: ActionOptions,
@@ -490,4 +490,15 @@ pub async fn audit(settings: &Settings, args: &AuditArgs) -> anyhow::Result<()> 
     let store = super::cluster::connect(settings).await?;
     let mut out = std::io::stdout().lock();
     run_audit(&store, args.limit, settings.output, &mut out).await
+}
+
+/// The longest `--hold`: long enough for any pause, far from date arithmetic limits.
+const MAX_HOLD: Duration = Duration::from_secs(30 * 24 * 3600);
+
+fn parse_hold(text: &str) -> Result<Duration, String> {
+    let hold = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if hold > MAX_HOLD {
+        return Err(format!("at most 30 days, got {text}"));
+    }
+    Ok(hold)
 }

@@ -26,7 +26,10 @@ impl TerminalGuard {
             return Err(error);
         }
         if mouse {
-            set_mouse(true)?;
+            if let Err(error) = set_mouse(true) {
+                let _ = restore();
+                return Err(error);
+            }
         }
         match Terminal::new(CrosstermBackend::new(stdout)) {
             Ok(terminal) => Ok(TerminalGuard { terminal }),

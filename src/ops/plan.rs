@@ -861,7 +861,12 @@ pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>)
     let mut after = lease.clone();
     after.version = lease.version + 1;
     after.holder = change.holder.clone();
-    after.expires_at = Some(now + TimeDelta::from_std(change.expires_in).unwrap_or(TimeDelta::MAX));
+    after.expires_at = Some(
+        TimeDelta::from_std(change.expires_in)
+            .ok()
+            .and_then(|d| now.checked_add_signed(d))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC),
+    );
     after.kind = change.kind;
     after.note = Some(change.note.clone());
     if change.holder.is_some() {

@@ -125,6 +125,11 @@ where
         _ => String::new(),
     };
     let context = audit_context(plan, reason);
+    if cancel.is_cancelled() {
+        return Err(OpsError::WrongPlan(
+            "the rebuild was cancelled before it started; nothing was written".into(),
+        ));
+    }
     let (original, bulk, t0) = match store.operator_swap(change).await? {
         SwapOutcome::Applied {
             before,

@@ -16,7 +16,10 @@ use crate::store::{
 };
 
 fn after(now: DateTime<Utc>, lease: Duration) -> DateTime<Utc> {
-    now + TimeDelta::from_std(lease).unwrap_or(TimeDelta::MAX)
+    TimeDelta::from_std(lease)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// The acquire filter and update on one (possibly missing) document.
