@@ -154,6 +154,7 @@ fn console(leases: Vec<Lease>) -> (ConsoleState, Duration) {
         theme: "default".into(),
         mouse: true,
         now: now(),
+        rebuilds: Vec::new(),
     });
     state.apply(window_event(), now());
     state.on_resize(WIDTH, HEIGHT);

@@ -66,6 +66,7 @@ fn state() -> ConsoleState {
         theme: "monochrome".into(),
         mouse: true,
         now: now(),
+        rebuilds: Vec::new(),
     });
     state.apply(
         DataEvent::Window {

@@ -129,6 +129,7 @@ fn state(mode: Mode) -> ConsoleState {
         theme: "default".into(),
         mouse: true,
         now: now(),
+        rebuilds: Vec::new(),
     });
     for offset in 0..30 {
         state.apply(window_at(offset), now());
@@ -316,6 +317,7 @@ fn read_only_shows_a_lock() {
         theme: "default".into(),
         mouse: true,
         now: now(),
+        rebuilds: Vec::new(),
     });
     state.apply(DataEvent::LeaseSnapshot(Vec::new()), now());
     insta::assert_snapshot!(screen(&mut state, 80, 24));
@@ -411,4 +413,60 @@ fn control_characters_from_the_database_are_escaped() {
     press(&mut state, KeyCode::Char('4'));
     let text = screen(&mut state, 120, 40);
     assert!(text.contains("holder hung\\u{7}"), "{text}");
+}
+
+fn takeover_plan() -> streamward::ops::Plan {
+    let lease = leases().remove(0);
+    let facts = streamward::ops::PlanFacts {
+        lease: Some(lease.clone()),
+        window: Some(OplogWindow::new(
+            ClusterTime::new(secs(now()) - 3600, 1),
+            ClusterTime::new(secs(now()), 1),
+        )),
+        now: now(),
+        changes: None,
+        read_only: false,
+        audit: None,
+        rebuild: None,
+        operator: "ann@bastion".into(),
+        handover_lease: Duration::from_secs(10),
+        bulk_lease: Duration::from_secs(30),
+    };
+    streamward::ops::plan(
+        &streamward::ops::ActionRequest::Takeover {
+            resource: lease.resource,
+            to: None,
+            hold: None,
+        },
+        &facts,
+    )
+}
+
+#[test]
+fn action_dialog_preview_and_progress() {
+    snapshot_both_sizes("dialog_preview", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        for c in "shop.ord".chars() {
+            press(state, KeyCode::Char(c));
+        }
+    });
+    snapshot_both_sizes("dialog_rebuild", |state| {
+        state.dialog = Some(streamward::console::state::Dialog::Running {
+            action: streamward::ops::ActionKind::Rebuild,
+            resource: "pet-aggregates".into(),
+            progress: None,
+            cancelling: false,
+        });
+        state.apply(
+            DataEvent::RebuildProgress(streamward::ops::RebuildProgress {
+                done: 3,
+                total: Some(7),
+                stage: "writing tag documents".into(),
+                finished: false,
+            }),
+            now(),
+        );
+    });
 }

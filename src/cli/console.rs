@@ -11,6 +11,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::settings::Settings;
+use std::sync::Arc;
+
+use crate::console::actions::{ActionCommand, ActionRunner};
 use crate::console::app::{self, AppContext};
 use crate::console::data::DataEvent;
 use crate::console::feed::{self, FeedIntervals, ListenerSource};
@@ -18,7 +21,9 @@ use crate::console::probe::ClusterProbe;
 use crate::console::state::{ConsoleSetup, ConsoleState, Mode};
 use crate::console::terminal::{self, TerminalGuard};
 use crate::console::theme::ThemeChoice;
+use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
+use crate::ops::{GatherOptions, RebuildDefinition, RebuildTarget};
 use crate::store::mongo::MongoStore;
 
 /// How the interactive console looks and behaves.
@@ -66,7 +71,30 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
         .run
         .then(|| DemoRuntime::start_on(store.clone(), &DemoConfig::default()));
     let listeners = demo.as_ref().map(listener_source);
-    let outcome = interactive(store, mode, listeners, &args.view, theme, settings).await;
+    let outcome = if args.run {
+        let rebuilds = vec![(PetRebuild::target(), Arc::new(PetRebuild::default()))];
+        interactive(
+            store, mode, listeners, &args.view, theme, settings, rebuilds,
+        )
+        .await
+    } else {
+        let rebuilds = settings
+            .rebuilds
+            .iter()
+            .map(|(name, r)| {
+                let target = RebuildTarget {
+                    name: name.clone(),
+                    resource: r.resource.clone(),
+                    description: r.definition.describe(),
+                };
+                (target, Arc::new(r.definition.clone()))
+            })
+            .collect();
+        interactive(
+            store, mode, listeners, &args.view, theme, settings, rebuilds,
+        )
+        .await
+    };
     if let Some(demo) = demo {
         demo.stop().await;
     }
@@ -84,14 +112,34 @@ pub fn require_terminal() -> anyhow::Result<()> {
 }
 
 /// Runs the console on `store` until the operator quits. Call [`require_terminal`] first.
-pub async fn interactive<S: ClusterProbe>(
+pub async fn interactive<S, D>(
     store: S,
     mode: Mode,
     listeners: Option<ListenerSource>,
     view: &ViewArgs,
     theme: ResolvedTheme,
     settings: &Settings,
-) -> anyhow::Result<()> {
+    rebuilds: Vec<(RebuildTarget, Arc<D>)>,
+) -> anyhow::Result<()>
+where
+    S: ClusterProbe,
+    D: RebuildDefinition<S> + 'static,
+{
+    let (events, data) = mpsc::channel(DATA_CHANNEL);
+    let runner = ActionRunner {
+        store: store.clone(),
+        options: GatherOptions::new(settings.operator.clone()),
+        rebuilds,
+        reason: "from the console".into(),
+    };
+    let rebuild_names = runner.rebuild_names();
+    // Read-only: no runner exists, so nothing the console does can write.
+    let (actions, runner_task) = if settings.read_only {
+        (None, None)
+    } else {
+        let (actions, commands) = mpsc::channel(16);
+        (Some(actions), Some(runner.spawn(commands, events.clone())))
+    };
     let state = ConsoleState::new(ConsoleSetup {
         mode,
         cluster: store.describe(),
@@ -100,8 +148,8 @@ pub async fn interactive<S: ClusterProbe>(
         theme: theme.name.clone(),
         mouse: !view.no_mouse,
         now: chrono::Utc::now(),
+        rebuilds: rebuild_names,
     });
-    let (events, data) = mpsc::channel(DATA_CHANNEL);
     let cancel = CancellationToken::new();
     let tasks = feed::spawn(
         store,
@@ -110,9 +158,14 @@ pub async fn interactive<S: ClusterProbe>(
         events,
         cancel.clone(),
     );
-    let result = drive(state, theme, !view.no_mouse, data).await;
+    let result = drive(state, theme, !view.no_mouse, data, actions).await;
     cancel.cancel();
     for task in tasks {
+        let _ = task.await;
+    }
+    // The runner ends when the console's sender is dropped (a running rebuild goes on
+    // to its end on its own task only while the runtime lives).
+    if let Some(task) = runner_task {
         let _ = task.await;
     }
     result
@@ -123,12 +176,14 @@ async fn drive(
     theme: ResolvedTheme,
     mouse: bool,
     data: mpsc::Receiver<DataEvent>,
+    actions: Option<mpsc::Sender<ActionCommand>>,
 ) -> anyhow::Result<()> {
     let mut guard = TerminalGuard::enter(mouse).context("setting up the terminal")?;
     let mut context = AppContext {
         theme: theme.theme,
         user_theme_dir: theme.user_dir,
         no_color: theme.no_color,
+        actions,
         set_mouse: terminal::set_mouse,
     };
     let ended = tokio::select! {

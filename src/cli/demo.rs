@@ -10,6 +10,7 @@ use super::console::{interactive, listener_source, require_terminal, resolve_the
 use super::lease_table::{render_leases, render_listeners, LeaseRow};
 use super::settings::Settings;
 use crate::console::state::Mode;
+use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
 use crate::demo::workload::WorkloadConfig;
 use crate::model::text::short_duration;
@@ -86,6 +87,11 @@ pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
     let theme = resolve_theme(&args.view, settings)?;
     require_terminal()?;
     let demo = DemoRuntime::start(&config);
+    // A pause per document so the rebuild's progress gauge can be watched.
+    let rebuild = PetRebuild {
+        step_delay: Duration::from_millis(300),
+        fail_after: None,
+    };
     let outcome = interactive(
         demo.store.clone(),
         Mode::Demo,
@@ -93,6 +99,7 @@ pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
         &args.view,
         theme,
         settings,
+        vec![(PetRebuild::target(), std::sync::Arc::new(rebuild))],
     )
     .await;
     demo.stop().await;

@@ -13,6 +13,7 @@ use ratatui::Terminal;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::actions::ActionCommand;
 use super::data::DataEvent;
 use super::state::{ConsoleState, Effect, NoticeLevel};
 use super::theme::Theme;
@@ -30,6 +31,8 @@ pub struct AppContext<M: FnMut(bool) -> std::io::Result<()>> {
     pub user_theme_dir: Option<PathBuf>,
     /// NO_COLOR is set: every theme switched to loses its colours, keeps its modifiers.
     pub no_color: bool,
+    /// Where confirmed actions go (`None` in read-only mode: nothing is ever sent).
+    pub actions: Option<mpsc::Sender<ActionCommand>>,
     pub set_mouse: M,
 }
 
@@ -132,6 +135,9 @@ fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(
             }
             Err(error) => state.notify(NoticeLevel::Error, error.to_string()),
         },
+        Effect::Plan(request) => send_action(state, context, ActionCommand::Plan(request)),
+        Effect::Execute(plan) => send_action(state, context, ActionCommand::Execute(plan)),
+        Effect::CancelRebuild => send_action(state, context, ActionCommand::CancelRebuild),
         Effect::SetMouse(on) => {
             if let Err(error) = (context.set_mouse)(on) {
                 state.notify(
@@ -151,4 +157,23 @@ fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(
         }
     }
     None
+}
+
+/// Hands an action to the runner without waiting; a full or closed runner is reported.
+fn send_action<M: FnMut(bool) -> std::io::Result<()>>(
+    state: &mut ConsoleState,
+    context: &mut AppContext<M>,
+    command: ActionCommand,
+) {
+    let sent = match &context.actions {
+        Some(actions) => actions.try_send(command).map_err(|e| e.to_string()),
+        None => Err("read-only: actions are off".to_string()),
+    };
+    if let Err(error) = sent {
+        state.dialog = None;
+        state.notify(
+            NoticeLevel::Error,
+            format!("the action was not started ({error}); nothing was written"),
+        );
+    }
 }

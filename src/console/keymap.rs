@@ -12,6 +12,10 @@ pub enum Scope {
     Lists,
     /// The leases table.
     Leases,
+    /// Guarded actions on the selected lease (absent in read-only mode).
+    LeaseActions,
+    /// Guarded actions on the selected audit record (absent in read-only mode).
+    AuditActions,
 }
 
 impl Scope {
@@ -20,6 +24,8 @@ impl Scope {
             Scope::Global => "Anywhere",
             Scope::Lists => "Lists",
             Scope::Leases => "Leases",
+            Scope::LeaseActions => "Actions on the selected lease (leases and detail views)",
+            Scope::AuditActions => "Actions in the audit view",
         }
     }
 }
@@ -48,6 +54,12 @@ pub enum Command {
     ToggleFreeze,
     SortNext,
     SortReverse,
+    Takeover,
+    Rewind,
+    Reset,
+    Rebuild,
+    AbortBulk,
+    Undo,
 }
 
 /// One key: a code plus whether Ctrl is held (Shift is part of the character).
@@ -130,7 +142,7 @@ pub const BINDINGS: &[Binding] = &[
         keys: &[key('q'), code(KeyCode::Esc)],
         command: Command::Back,
         scope: Scope::Global,
-        help: "back; quit from the leases view",
+        help: "back (q quits from the leases view; esc there clears the filter)",
         hint: Some("quit"),
     },
     Binding {
@@ -273,6 +285,48 @@ pub const BINDINGS: &[Binding] = &[
         help: "reverse the sort order",
         hint: None,
     },
+    Binding {
+        keys: &[key('t')],
+        command: Command::Takeover,
+        scope: Scope::LeaseActions,
+        help: "takeover: fence out the holder; a standby takes over",
+        hint: Some("takeover"),
+    },
+    Binding {
+        keys: &[key('w')],
+        command: Command::Rewind,
+        scope: Scope::LeaseActions,
+        help: "rewind the resume point by a duration (changes are replayed)",
+        hint: Some("rewind"),
+    },
+    Binding {
+        keys: &[key('x')],
+        command: Command::Reset,
+        scope: Scope::LeaseActions,
+        help: "reset the resume point to the oldest oplog entry",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('b')],
+        command: Command::Rebuild,
+        scope: Scope::LeaseActions,
+        help: "rebuild the derived data under the bulk lock",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('a')],
+        command: Command::AbortBulk,
+        scope: Scope::LeaseActions,
+        help: "abort a stuck bulk lease without rebuilding",
+        hint: None,
+    },
+    Binding {
+        keys: &[key('u')],
+        command: Command::Undo,
+        scope: Scope::AuditActions,
+        help: "undo: restore the resume point from before the selected action",
+        hint: Some("undo"),
+    },
 ];
 
 /// The command bound to `event` in any of `scopes`.
@@ -285,22 +339,30 @@ pub fn lookup(event: &KeyEvent, scopes: &[Scope]) -> Option<Command> {
         .map(|b| b.command)
 }
 
-/// Help lines grouped by scope: (scope title, [(keys, help)]).
-pub fn help_sections() -> Vec<(&'static str, Vec<(String, &'static str)>)> {
-    [Scope::Global, Scope::Lists, Scope::Leases]
-        .into_iter()
-        .map(|scope| {
-            let lines = BINDINGS
-                .iter()
-                .filter(|b| b.scope == scope)
-                .map(|b| {
-                    let keys: Vec<String> = b.keys.iter().map(Key::label).collect();
-                    (keys.join(" "), b.help)
-                })
-                .collect();
-            (scope.title(), lines)
-        })
-        .collect()
+/// Help lines grouped by scope: (scope title, [(keys, help)]). In read-only mode the
+/// action keys are not bound, so help does not list them.
+pub fn help_sections(read_only: bool) -> Vec<(&'static str, Vec<(String, &'static str)>)> {
+    [
+        Scope::Global,
+        Scope::Lists,
+        Scope::Leases,
+        Scope::LeaseActions,
+        Scope::AuditActions,
+    ]
+    .into_iter()
+    .filter(|scope| !(read_only && matches!(scope, Scope::LeaseActions | Scope::AuditActions)))
+    .map(|scope| {
+        let lines = BINDINGS
+            .iter()
+            .filter(|b| b.scope == scope)
+            .map(|b| {
+                let keys: Vec<String> = b.keys.iter().map(Key::label).collect();
+                (keys.join(" "), b.help)
+            })
+            .collect();
+        (scope.title(), lines)
+    })
+    .collect()
 }
 
 /// Footer hints for the scopes in force: (first key, hint).
@@ -329,8 +391,14 @@ mod tests {
 
     #[test]
     fn help_lists_every_binding() {
-        let lines: usize = help_sections().iter().map(|(_, l)| l.len()).sum();
+        let lines: usize = help_sections(false).iter().map(|(_, l)| l.len()).sum();
         assert_eq!(lines, BINDINGS.len());
+        let read_only: usize = help_sections(true).iter().map(|(_, l)| l.len()).sum();
+        assert_eq!(
+            read_only,
+            BINDINGS.len() - 6,
+            "no action keys in read-only help"
+        );
     }
 
     #[test]

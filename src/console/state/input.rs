@@ -4,10 +4,12 @@ use crossterm::event::{
     KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 
+use super::dialog::{request_for, rewind_request, Button, Dialog, Target};
 use super::table::{Column, Filter};
 use super::{ConsoleState, NoticeLevel, View};
 use crate::console::keymap::{self, Command, Scope};
 use crate::console::layout;
+use crate::ops::{ActionKind, ActionRequest, Plan};
 
 /// Rows one wheel notch scrolls.
 const WHEEL_ROWS: isize = 3;
@@ -22,12 +24,17 @@ pub enum Input {
     Command(String),
 }
 
-/// What the app must do for the state: things that need a terminal or a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What the app must do for the state: things that need a terminal, a file or the store.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     Quit,
     LoadTheme(String),
     SetMouse(bool),
+    /// Read the facts and plan this action (the dialog waits for `Planned`).
+    Plan(ActionRequest),
+    /// The operator confirmed this plan: execute it (or run the rebuild).
+    Execute(Box<Plan>),
+    CancelRebuild,
 }
 
 impl ConsoleState {
@@ -38,6 +45,9 @@ impl ConsoleState {
         let ctrl = event.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && event.code == KeyCode::Char('c') {
             return vec![Effect::Quit];
+        }
+        if self.dialog.is_some() {
+            return self.dialog_key(event.code);
         }
         match &self.input {
             Input::Filter(_) => return self.edit_filter(event.code),
@@ -59,19 +69,30 @@ impl ConsoleState {
             }
             return Vec::new();
         }
-        match keymap::lookup(&event, &self.scopes()) {
+        let effects = match keymap::lookup(&event, &self.scopes()) {
             Some(command) => self.run(command),
             None => Vec::new(),
-        }
+        };
+        self.normalise_scroll();
+        effects
     }
 
     /// The keymap scopes in force in the current view.
     pub fn scopes(&self) -> Vec<Scope> {
-        match self.view {
+        let mut scopes = match self.view {
             View::Leases => vec![Scope::Global, Scope::Lists, Scope::Leases],
             View::Detail | View::Listeners | View::Audit => vec![Scope::Global, Scope::Lists],
             View::Oplog => vec![Scope::Global],
+        };
+        // Read-only: the action keys are not bound at all.
+        if !self.read_only {
+            match self.view {
+                View::Leases | View::Detail => scopes.push(Scope::LeaseActions),
+                View::Audit => scopes.push(Scope::AuditActions),
+                _ => {}
+            }
         }
+        scopes
     }
 
     fn run(&mut self, command: Command) -> Vec<Effect> {
@@ -112,6 +133,170 @@ impl ConsoleState {
             Command::ToggleFreeze => self.set_frozen(!self.frozen),
             Command::SortNext => self.leases.sort_next(),
             Command::SortReverse => self.leases.sort_reverse(),
+            Command::Takeover => return self.open_action(ActionKind::Takeover),
+            Command::Rewind => return self.open_action(ActionKind::Rewind),
+            Command::Reset => return self.open_action(ActionKind::Reset),
+            Command::Rebuild => return self.open_action(ActionKind::Rebuild),
+            Command::AbortBulk => return self.open_action(ActionKind::AbortBulk),
+            Command::Undo => return self.open_undo(),
+        }
+        Vec::new()
+    }
+
+    /// Opens the dialog for `action` on the selected lease, capturing who holds which
+    /// version right now.
+    fn open_action(&mut self, action: ActionKind) -> Vec<Effect> {
+        if self.read_only {
+            return Vec::new();
+        }
+        let Some(entry) = self.leases.selected() else {
+            self.notify(NoticeLevel::Error, "select a lease first");
+            return Vec::new();
+        };
+        let target = Target {
+            resource: entry.lease.resource.clone(),
+            holder: entry.lease.holder.clone(),
+            version: entry.lease.version,
+        };
+        let request = match action {
+            ActionKind::Rewind => {
+                self.dialog = Some(Dialog::Ask {
+                    target,
+                    text: String::new(),
+                });
+                return Vec::new();
+            }
+            ActionKind::Rebuild => {
+                let name = self
+                    .rebuilds
+                    .iter()
+                    .find(|(resource, _)| *resource == target.resource)
+                    .map(|(_, name)| name.clone());
+                match name {
+                    Some(name) => ActionRequest::Rebuild { name },
+                    None => {
+                        let defined: Vec<&str> =
+                            self.rebuilds.iter().map(|(r, _)| r.as_str()).collect();
+                        self.notify(
+                            NoticeLevel::Error,
+                            format!(
+                                "no rebuild is defined for {} (defined for: {}); attached, add [rebuilds.NAME] to streamward.toml",
+                                crate::model::text::escape_control(&target.resource),
+                                if defined.is_empty() { "none".to_string() } else { defined.join(", ") }
+                            ),
+                        );
+                        return Vec::new();
+                    }
+                }
+            }
+            other => match request_for(other, &target) {
+                Some(request) => request,
+                None => return Vec::new(),
+            },
+        };
+        self.dialog = Some(Dialog::Planning {
+            target: Some(target),
+            request: request.clone(),
+        });
+        vec![Effect::Plan(request)]
+    }
+
+    fn open_undo(&mut self) -> Vec<Effect> {
+        let Some(record) = self.audit.get(self.audit_cursor.selected) else {
+            self.notify(NoticeLevel::Error, "no audit record selected");
+            return Vec::new();
+        };
+        let request = ActionRequest::Undo {
+            audit_id: record.id.clone(),
+        };
+        self.dialog = Some(Dialog::Planning {
+            target: None,
+            request: request.clone(),
+        });
+        vec![Effect::Plan(request)]
+    }
+
+    fn dialog_key(&mut self, code: KeyCode) -> Vec<Effect> {
+        let Some(dialog) = &mut self.dialog else {
+            return Vec::new();
+        };
+        match dialog {
+            Dialog::Ask { target, text } => match code {
+                KeyCode::Esc => self.dialog = None,
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() => text.push(c),
+                KeyCode::Enter => match rewind_request(target, text) {
+                    Ok(request) => {
+                        let target = target.clone();
+                        self.dialog = Some(Dialog::Planning {
+                            target: Some(target),
+                            request: request.clone(),
+                        });
+                        return vec![Effect::Plan(request)];
+                    }
+                    Err(error) => self.notify(NoticeLevel::Error, error),
+                },
+                _ => {}
+            },
+            Dialog::Planning { .. } => {
+                if code == KeyCode::Esc {
+                    self.dialog = None;
+                }
+            }
+            Dialog::Preview {
+                target,
+                plan,
+                focus,
+                typed,
+            } => match code {
+                KeyCode::Esc => self.dialog = None,
+                KeyCode::Tab | KeyCode::BackTab | KeyCode::Left | KeyCode::Right => {
+                    *focus = match focus {
+                        Button::Cancel => Button::Apply,
+                        Button::Apply => Button::Cancel,
+                    }
+                }
+                KeyCode::Backspace => {
+                    typed.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() && plan.confirm_text().is_some() => {
+                    typed.push(c)
+                }
+                KeyCode::Enter if *focus == Button::Cancel => self.dialog = None,
+                KeyCode::Enter => {
+                    if let Some(reason) = Dialog::blocked(target.as_ref(), plan) {
+                        self.notify(NoticeLevel::Error, reason);
+                    } else if let Some(expected) =
+                        plan.confirm_text().filter(|expected| typed != expected)
+                    {
+                        let expected = crate::model::text::escape_control(expected);
+                        self.notify(
+                            NoticeLevel::Error,
+                            format!("type {expected} to confirm; nothing was written"),
+                        );
+                    } else {
+                        let plan: Box<Plan> = plan.clone();
+                        self.dialog = Some(Dialog::Running {
+                            action: plan.action,
+                            resource: plan.resource.clone().unwrap_or_default(),
+                            progress: None,
+                            cancelling: false,
+                        });
+                        return vec![Effect::Execute(plan)];
+                    }
+                }
+                _ => {}
+            },
+            Dialog::Running {
+                action, cancelling, ..
+            } => {
+                if code == KeyCode::Esc && *action == ActionKind::Rebuild && !*cancelling {
+                    *cancelling = true;
+                    return vec![Effect::CancelRebuild];
+                }
+            }
         }
         Vec::new()
     }
@@ -206,7 +391,10 @@ impl ConsoleState {
             ("theme", [theme]) => return vec![Effect::LoadTheme((*theme).to_string())],
             ("freeze", []) => self.set_frozen(true),
             ("unfreeze", []) => self.set_frozen(false),
-            ("filter", words) => self.leases.set_filter(Filter::new(&words.join(" "))),
+            ("filter", words) => {
+                self.leases.set_filter(Filter::new(&words.join(" ")));
+                self.normalise_scroll();
+            }
             ("mouse", ["on"]) => {
                 self.mouse = true;
                 return vec![Effect::SetMouse(true)];
@@ -260,7 +448,9 @@ impl ConsoleState {
                     _ => self.step(delta, height),
                 }
             }
-            MouseEventKind::Down(MouseButton::Left) if self.help.is_none() => {
+            MouseEventKind::Down(MouseButton::Left)
+                if self.help.is_none() && self.dialog.is_none() =>
+            {
                 self.click(event.column, event.row, height)
             }
             _ => {}

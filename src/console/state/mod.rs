@@ -2,6 +2,7 @@
 //! mouse, data events and clock ticks change it; drawing only reads it. No terminal,
 //! no network, no clock of its own: tests drive it directly.
 
+mod dialog;
 mod history;
 mod input;
 mod lists;
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+pub use dialog::{request_for, rewind_request, Button, Dialog, Target};
 pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};
 pub use input::{Effect, Input};
 pub use lists::ListCursor;
@@ -114,6 +116,8 @@ pub struct ConsoleSetup {
     pub theme: String,
     pub mouse: bool,
     pub now: DateTime<Utc>,
+    /// Rebuilds defined here, as (resource, rebuild name).
+    pub rebuilds: Vec<(String, String)>,
 }
 
 #[derive(Debug, Clone)]
@@ -127,6 +131,10 @@ pub struct ConsoleState {
     pub view: View,
     /// Help is open, scrolled this many lines.
     pub help: Option<usize>,
+    /// A guarded action in progress.
+    pub dialog: Option<Dialog>,
+    /// Rebuilds defined here, as (resource, rebuild name).
+    pub rebuilds: Vec<(String, String)>,
     pub input: Input,
     pub leases: LeaseTable,
     pub frozen: bool,
@@ -165,6 +173,8 @@ impl ConsoleState {
             mouse: setup.mouse,
             view: View::Leases,
             help: None,
+            dialog: None,
+            rebuilds: setup.rebuilds,
             input: Input::Normal,
             leases: LeaseTable::new(HealthContext {
                 window: None,
@@ -197,9 +207,10 @@ impl ConsoleState {
         self.now + self.server_offset
     }
 
-    /// Some source is failing: the data on screen may be old.
+    /// The lease feed is failing: the leases on screen may be old. (A failing oplog or
+    /// audit read is reported in the header but does not make the leases stale.)
     pub fn is_stale(&self) -> bool {
-        !self.failures.is_empty()
+        self.failures.contains_key(&DataSource::Leases)
     }
 
     pub fn apply(&mut self, event: DataEvent, local_now: DateTime<Utc>) {
@@ -244,8 +255,37 @@ impl ConsoleState {
             }
             DataEvent::Audit(records) => {
                 self.recovered(DataSource::Audit);
+                let selected = self
+                    .audit
+                    .get(self.audit_cursor.selected)
+                    .map(|r| r.id.clone());
                 self.audit = records;
+                if let Some(position) =
+                    selected.and_then(|id| self.audit.iter().position(|r| r.id == id))
+                {
+                    self.audit_cursor.selected = position;
+                }
                 self.audit_cursor.clamp(self.audit.len());
+            }
+            DataEvent::Planned(result) => {
+                self.planned(result);
+                return;
+            }
+            DataEvent::ActionDone(result) => {
+                if matches!(self.dialog, Some(Dialog::Running { .. })) {
+                    self.dialog = None;
+                }
+                match result {
+                    Ok(text) => self.notify(NoticeLevel::Info, text),
+                    Err(text) => self.notify(NoticeLevel::Error, text),
+                }
+                return;
+            }
+            DataEvent::RebuildProgress(update) => {
+                if let Some(Dialog::Running { progress, .. }) = &mut self.dialog {
+                    *progress = Some(update);
+                }
+                return;
             }
             DataEvent::SourceFailed { source, error } => {
                 let since = self.failures.get(&source).map_or(local_now, |f| f.since);
@@ -254,6 +294,26 @@ impl ConsoleState {
             }
         }
         self.data_as_of = Some(local_now);
+        self.normalise_scroll();
+    }
+
+    /// Keeps each list's stored offset equal to the first row drawn, so a click or a
+    /// wheel notch lands on the row under the pointer after rows moved.
+    pub fn normalise_scroll(&mut self) {
+        let height = self.table_height();
+        self.leases.scroll_into_view(height);
+        self.listener_cursor.offset = visible_start(
+            self.listener_cursor.selected,
+            self.listener_cursor.offset,
+            height,
+            self.listeners.len(),
+        );
+        self.audit_cursor.offset = visible_start(
+            self.audit_cursor.selected,
+            self.audit_cursor.offset,
+            height,
+            self.audit.len(),
+        );
     }
 
     /// The clock moved: expiries count down, statuses follow, notices time out.
@@ -263,6 +323,7 @@ impl ConsoleState {
         let since = (local_now - self.assessed_at).to_std().unwrap_or_default();
         if !self.frozen && since >= REASSESS_AFTER {
             self.reassess();
+            self.normalise_scroll();
         }
         if self.notice.as_ref().is_some_and(|n| n.until <= local_now) {
             self.notice = None;
@@ -309,6 +370,27 @@ impl ConsoleState {
         match self.view {
             View::Audit => super::layout::table_rows(super::layout::split_list(body).0).1,
             _ => super::layout::table_rows(body).1,
+        }
+    }
+
+    fn planned(&mut self, result: Result<Box<crate::ops::Plan>, String>) {
+        let Some(Dialog::Planning { target, .. }) = &self.dialog else {
+            return; // the operator closed the dialog meanwhile
+        };
+        let target = target.clone();
+        match result {
+            Ok(plan) => {
+                self.dialog = Some(Dialog::Preview {
+                    target,
+                    plan,
+                    focus: Button::Cancel,
+                    typed: String::new(),
+                })
+            }
+            Err(error) => {
+                self.dialog = None;
+                self.notify(NoticeLevel::Error, error);
+            }
         }
     }
 

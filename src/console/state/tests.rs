@@ -17,6 +17,7 @@ fn state() -> ConsoleState {
         theme: "default".into(),
         mouse: true,
         now: now(),
+        rebuilds: Vec::new(),
     });
     state.on_resize(120, 40);
     state
@@ -285,4 +286,195 @@ fn ctrl_c_quits_from_anywhere() {
     press(&mut state, KeyCode::Char(':'));
     let effects = state.on_key(KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL));
     assert_eq!(effects, vec![Effect::Quit]);
+}
+
+// ---------------------------------------------------------------- guarded actions
+
+fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
+    let t = now().timestamp() as u32;
+    crate::ops::PlanFacts {
+        lease: Some(lease.clone()),
+        window: Some(OplogWindow::new(
+            ClusterTime::new(t - 600, 1),
+            ClusterTime::new(t, 1),
+        )),
+        now: now(),
+        changes: None,
+        read_only: false,
+        audit: None,
+        rebuild: None,
+        operator: "ann@ops".into(),
+        handover_lease: Duration::from_secs(10),
+        bulk_lease: Duration::from_secs(30),
+    }
+}
+
+fn planned(state: &mut ConsoleState, request: &crate::ops::ActionRequest, lease: &Lease) {
+    let plan = crate::ops::plan(request, &facts_for(lease));
+    state.apply(DataEvent::Planned(Ok(Box::new(plan))), now());
+}
+
+fn takeover_of(resource: &str) -> crate::ops::ActionRequest {
+    crate::ops::ActionRequest::Takeover {
+        resource: resource.into(),
+        to: None,
+        hold: None,
+    }
+}
+
+#[test]
+fn an_action_key_captures_the_lease_and_asks_for_a_plan() {
+    let mut state = loaded();
+    let effects = press(&mut state, KeyCode::Char('t'));
+    assert_eq!(effects, vec![Effect::Plan(takeover_of("pet-aggregates"))]);
+    let Some(Dialog::Planning {
+        target: Some(target),
+        ..
+    }) = &state.dialog
+    else {
+        panic!("planning: {:?}", state.dialog)
+    };
+    assert_eq!(
+        (target.holder.as_deref(), target.version),
+        (Some("pet-aggregates-holder"), 7)
+    );
+    assert!(
+        press(&mut state, KeyCode::Char('q')).is_empty(),
+        "keys go to the dialog"
+    );
+    press(&mut state, KeyCode::Esc);
+    assert_eq!(state.dialog, None);
+}
+
+#[test]
+fn cancel_is_focused_and_the_resource_must_be_typed() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('t'));
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 7),
+    );
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Preview {
+            focus: Button::Cancel,
+            ..
+        })
+    ));
+    // Enter on the focused Cancel closes it: nothing runs.
+    assert!(press(&mut state, KeyCode::Enter).is_empty());
+    assert_eq!(state.dialog, None);
+
+    press(&mut state, KeyCode::Char('t'));
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 7),
+    );
+    press(&mut state, KeyCode::Tab);
+    type_text(&mut state, "pet-aggregate");
+    assert!(
+        press(&mut state, KeyCode::Enter).is_empty(),
+        "one letter short"
+    );
+    assert!(state
+        .notice
+        .clone()
+        .unwrap()
+        .text
+        .contains("type pet-aggregates"));
+    press(&mut state, KeyCode::Char('s'));
+    let effects = press(&mut state, KeyCode::Enter);
+    let [Effect::Execute(plan)] = effects.as_slice() else {
+        panic!("execute: {effects:?}")
+    };
+    assert_eq!(plan.captured.as_ref().map(|c| c.version), Some(7));
+    assert!(matches!(state.dialog, Some(Dialog::Running { .. })));
+    state.apply(DataEvent::ActionDone(Ok("applied".into())), now());
+    assert_eq!(state.dialog, None);
+    assert_eq!(state.notice.clone().unwrap().text, "applied");
+}
+
+#[test]
+fn a_plan_read_against_another_version_cannot_be_confirmed() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('t'));
+    // The holder changed between the key press (version 7) and the read (version 8).
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 8),
+    );
+    press(&mut state, KeyCode::Tab);
+    type_text(&mut state, "pet-aggregates");
+    assert!(press(&mut state, KeyCode::Enter).is_empty());
+    assert!(state
+        .notice
+        .clone()
+        .unwrap()
+        .text
+        .contains("changed since this dialog opened"));
+}
+
+#[test]
+fn read_only_binds_no_action_key() {
+    let mut state = loaded();
+    state.read_only = true;
+    for key in ['t', 'w', 'x', 'b', 'a'] {
+        assert!(press(&mut state, KeyCode::Char(key)).is_empty());
+        assert_eq!(state.dialog, None, "{key}");
+    }
+    press(&mut state, KeyCode::Char('4'));
+    assert!(press(&mut state, KeyCode::Char('u')).is_empty());
+    assert_eq!(state.dialog, None);
+}
+
+#[test]
+fn rewind_asks_how_far_then_plans() {
+    let mut state = loaded();
+    assert!(press(&mut state, KeyCode::Char('w')).is_empty());
+    type_text(&mut state, "ten");
+    assert!(press(&mut state, KeyCode::Enter).is_empty());
+    assert!(state.notice.clone().unwrap().text.contains("10m"));
+    for _ in 0..3 {
+        press(&mut state, KeyCode::Backspace);
+    }
+    type_text(&mut state, "10m");
+    let effects = press(&mut state, KeyCode::Enter);
+    assert_eq!(
+        effects,
+        vec![Effect::Plan(crate::ops::ActionRequest::Rewind {
+            resource: "pet-aggregates".into(),
+            to: crate::ops::RewindTarget::By(Duration::from_secs(600)),
+        })]
+    );
+}
+
+#[test]
+fn a_rebuild_needs_a_definition_and_can_be_cancelled() {
+    let mut state = loaded();
+    assert!(press(&mut state, KeyCode::Char('b')).is_empty());
+    assert!(state
+        .notice
+        .clone()
+        .unwrap()
+        .text
+        .contains("no rebuild is defined"));
+    state.rebuilds = vec![("pet-aggregates".into(), "pets".into())];
+    let effects = press(&mut state, KeyCode::Char('b'));
+    assert_eq!(
+        effects,
+        vec![Effect::Plan(crate::ops::ActionRequest::Rebuild {
+            name: "pets".into()
+        })]
+    );
+    state.dialog = Some(Dialog::Running {
+        action: crate::ops::ActionKind::Rebuild,
+        resource: "pet-aggregates".into(),
+        progress: None,
+        cancelling: false,
+    });
+    assert_eq!(press(&mut state, KeyCode::Esc), vec![Effect::CancelRebuild]);
+    assert!(press(&mut state, KeyCode::Esc).is_empty(), "cancelled once");
 }

@@ -24,7 +24,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             Span::styled("   enter run · esc cancel", theme.muted),
         ]),
         (Input::Normal, Some(notice)) => Line::styled(
-            format!(" {}", notice.text),
+            format!(" {}", crate::model::text::escape_control(&notice.text)),
             match notice.level {
                 NoticeLevel::Info => theme.notice,
                 NoticeLevel::Error => theme.danger,

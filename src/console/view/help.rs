@@ -24,7 +24,7 @@ const COMMANDS: &[(&str, &str)] = &[
 
 pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
-    for (title, bindings) in keymap::help_sections() {
+    for (title, bindings) in keymap::help_sections(state.read_only) {
         lines.push(Line::styled(title.to_string(), theme.title));
         for (keys, help) in bindings {
             lines.push(Line::from(vec![

@@ -3,6 +3,7 @@
 
 mod audit;
 mod detail;
+mod dialog;
 mod footer;
 mod format;
 mod header;
@@ -41,6 +42,7 @@ pub fn draw(frame: &mut Frame, state: &ConsoleState, theme: &Theme) {
         View::Audit => audit::draw(frame, areas.body, state, theme),
     }
     footer::draw(frame, areas.footer, state, theme);
+    dialog::draw(frame, area, state, theme);
     if let Some(scroll) = state.help {
         help::draw(frame, area, scroll, state, theme);
     }

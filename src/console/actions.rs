@@ -1,0 +1,165 @@
+//! The task that carries out the console's guarded actions: it reads the facts and
+//! plans (reads only), and executes a plan only when the operator confirmed it. The
+//! UI hands it commands without waiting and hears back through the data channel.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::data::DataEvent;
+use crate::ops::{
+    self, describe, ActionKind, ActionRequest, GatherOptions, Plan, Progress, RebuildDefinition,
+    RebuildTarget,
+};
+use crate::store::{ChangeFeed, LeaseStore};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ActionCommand {
+    Plan(ActionRequest),
+    Execute(Box<Plan>),
+    CancelRebuild,
+}
+
+/// What the runner needs besides the store.
+pub struct ActionRunner<S, D> {
+    pub store: S,
+    /// Operator, count limit and leases (never read-only: in read-only mode no runner exists).
+    pub options: GatherOptions,
+    /// The rebuilds defined here.
+    pub rebuilds: Vec<(RebuildTarget, Arc<D>)>,
+    /// Recorded as the reason of every action taken from the console.
+    pub reason: String,
+}
+
+impl<S, D> ActionRunner<S, D>
+where
+    S: LeaseStore + ChangeFeed + Clone + 'static,
+    D: RebuildDefinition<S> + 'static,
+{
+    /// (resource, name) of each rebuild, for the console state.
+    pub fn rebuild_names(&self) -> Vec<(String, String)> {
+        self.rebuilds
+            .iter()
+            .map(|(t, _)| (t.resource.clone(), t.name.clone()))
+            .collect()
+    }
+
+    pub fn spawn(
+        self,
+        mut commands: mpsc::Receiver<ActionCommand>,
+        events: mpsc::Sender<DataEvent>,
+    ) -> JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut running: Option<CancellationToken> = None;
+            while let Some(command) = commands.recv().await {
+                let reply = match command {
+                    ActionCommand::Plan(request) => {
+                        Some(DataEvent::Planned(self.plan(&request).await))
+                    }
+                    ActionCommand::Execute(plan) if plan.action == ActionKind::Rebuild => {
+                        running = Some(self.start_rebuild(*plan, events.clone()));
+                        None
+                    }
+                    ActionCommand::Execute(plan) => {
+                        let done = ops::execute(&self.store, &plan, Some(self.reason.clone()))
+                            .await
+                            .map(|done| describe::executed_text(&done).trim_end().to_string())
+                            .map_err(|e| format!("{} failed: {e}", plan.action));
+                        Some(DataEvent::ActionDone(done))
+                    }
+                    ActionCommand::CancelRebuild => {
+                        if let Some(cancel) = running.take() {
+                            cancel.cancel();
+                        }
+                        None
+                    }
+                };
+                if let Some(reply) = reply {
+                    if events.send(reply).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+    }
+
+    async fn plan(&self, request: &ActionRequest) -> Result<Box<Plan>, String> {
+        let mut options = self.options.clone();
+        if let ActionRequest::Rebuild { name } = request {
+            options.rebuild = self
+                .rebuilds
+                .iter()
+                .find(|(t, _)| t.name == *name)
+                .map(|(t, _)| t.clone());
+        }
+        let facts = ops::gather(&self.store, request, &options)
+            .await
+            .map_err(|e| format!("cannot plan {}: {e}", request.kind()))?;
+        Ok(Box::new(ops::plan(request, &facts)))
+    }
+
+    /// Runs the rebuild on its own task, forwarding progress; the token cancels it.
+    fn start_rebuild(&self, plan: Plan, events: mpsc::Sender<DataEvent>) -> CancellationToken {
+        let cancel = CancellationToken::new();
+        let name = match &plan.request {
+            ActionRequest::Rebuild { name } => name.clone(),
+            _ => String::new(),
+        };
+        let definition = self
+            .rebuilds
+            .iter()
+            .find(|(t, _)| t.name == name)
+            .map(|(_, d)| d.clone());
+        let store = self.store.clone();
+        let reason = self.reason.clone();
+        let token = cancel.clone();
+        tokio::spawn(async move {
+            let Some(definition) = definition else {
+                let _ = events
+                    .send(DataEvent::ActionDone(Err(format!(
+                        "no rebuild named {name}; nothing was written"
+                    ))))
+                    .await;
+                return;
+            };
+            let (progress, mut updates) = Progress::channel();
+            let forward_events = events.clone();
+            let forward = tokio::spawn(async move {
+                while updates.changed().await.is_ok() {
+                    let update = updates.borrow_and_update().clone();
+                    if forward_events
+                        .send(DataEvent::RebuildProgress(update))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            let result = ops::rebuild(
+                &store,
+                &plan,
+                definition.as_ref(),
+                &progress,
+                &token,
+                Some(reason),
+            )
+            .await;
+            drop(progress);
+            let _ = forward.await;
+            let done = result
+                .map(|outcome| {
+                    format!(
+                        "{} — {}",
+                        describe::executed_text(&outcome.executed).trim_end(),
+                        outcome.report.summary
+                    )
+                })
+                .map_err(|e| format!("rebuild {name}: {e}"));
+            let _ = events.send(DataEvent::ActionDone(done)).await;
+        });
+        cancel
+    }
+}

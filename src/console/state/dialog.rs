@@ -1,0 +1,129 @@
+//! The guarded-action dialog: ask (for a rewind, how far), plan, preview with Cancel
+//! focused and the resource name to type for destructive actions, run, report.
+//! The target (resource, holder, version) is captured when the dialog opens; a plan
+//! read against any other version is not offered for confirmation.
+
+use std::time::Duration;
+
+use crate::ops::{ActionKind, ActionRequest, Plan, RebuildProgress, ResetTarget, RewindTarget};
+
+/// What the operator pointed at when the dialog opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub resource: String,
+    pub holder: Option<String>,
+    pub version: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Button {
+    Cancel,
+    Apply,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dialog {
+    /// A rewind needs to know how far back: a duration such as `10m`.
+    Ask { target: Target, text: String },
+    /// The facts are being read.
+    Planning {
+        target: Option<Target>,
+        request: ActionRequest,
+    },
+    Preview {
+        target: Option<Target>,
+        plan: Box<Plan>,
+        focus: Button,
+        typed: String,
+    },
+    /// Executing; a rebuild reports progress and can be cancelled.
+    Running {
+        action: ActionKind,
+        resource: String,
+        progress: Option<RebuildProgress>,
+        cancelling: bool,
+    },
+}
+
+impl Dialog {
+    /// Why the plan must not be confirmed: refused, or the lease is not the one the
+    /// dialog opened on.
+    pub fn blocked(target: Option<&Target>, plan: &Plan) -> Option<String> {
+        if let Some(refusal) = &plan.refusal {
+            return Some(refusal.reason.clone());
+        }
+        let (Some(target), Some(captured)) = (target, plan.captured.as_ref()) else {
+            return None;
+        };
+        (captured.version != target.version).then(|| {
+            format!(
+                "the lease changed since this dialog opened (version {} → {}): nothing will be written; close and press the key again to re-plan",
+                target.version, captured.version
+            )
+        })
+    }
+}
+
+/// The request an action key makes for `target`; `None` for a rewind, which asks first.
+pub fn request_for(action: ActionKind, target: &Target) -> Option<ActionRequest> {
+    let resource = target.resource.clone();
+    match action {
+        ActionKind::Takeover => Some(ActionRequest::Takeover {
+            resource,
+            to: None,
+            hold: None,
+        }),
+        ActionKind::Reset => Some(ActionRequest::Reset {
+            resource,
+            to: ResetTarget::Oldest,
+            accept_skip: false,
+        }),
+        ActionKind::AbortBulk => Some(ActionRequest::AbortBulk { resource }),
+        ActionKind::Rewind | ActionKind::Rebuild | ActionKind::Undo => None,
+    }
+}
+
+/// A rewind by the duration typed into the ask dialog.
+pub fn rewind_request(target: &Target, text: &str) -> Result<ActionRequest, String> {
+    let by: Duration = humantime::parse_duration(text.trim()).map_err(|e| {
+        format!(
+            "{:?} is not a duration such as 10m or 1h30m: {e}",
+            text.trim()
+        )
+    })?;
+    if by.is_zero() {
+        return Err("a rewind by 0s changes nothing".into());
+    }
+    Ok(ActionRequest::Rewind {
+        resource: target.resource.clone(),
+        to: RewindTarget::By(by),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target() -> Target {
+        Target {
+            resource: "shop.orders".into(),
+            holder: Some("w1".into()),
+            version: 4,
+        }
+    }
+
+    #[test]
+    fn rewind_durations_are_checked() {
+        assert!(matches!(
+            rewind_request(&target(), " 10m "),
+            Ok(ActionRequest::Rewind {
+                to: RewindTarget::By(d),
+                ..
+            }) if d == Duration::from_secs(600)
+        ));
+        assert!(rewind_request(&target(), "soon")
+            .unwrap_err()
+            .contains("10m"));
+        assert!(rewind_request(&target(), "0s").is_err());
+    }
+}
