@@ -512,3 +512,49 @@ fn demo_without_a_terminal_points_to_plain() {
         .stderr(predicate::str::contains("needs a terminal"))
         .stderr(predicate::str::contains("streamward demo --plain"));
 }
+
+/// The operator's path through a guarded action, as typed: take over a lease from the
+/// table, see it in the audit view, open the undo of it and cancel.
+#[test]
+fn a_takeover_from_the_console_is_confirmed_applied_and_audited() {
+    let sandbox = Sandbox::new("takeover");
+    let mut session = PtySession::spawn(&sandbox, &["demo", "--mailer-delay", "0s"], &[]);
+    session.wait_for("lease rows", &sandbox, |screen| {
+        let rows = table(screen);
+        rows.contains("pet-aggregates") && rows.contains("shop.orders")
+    });
+    session.send(":filter pet-aggregates\r");
+    session.wait_for("one row", &sandbox, |screen| {
+        !table(screen).contains("shop.orders")
+    });
+    session.send("t");
+    session.wait_for("the plan", &sandbox, |screen| {
+        screen.contains("type pet-aggregates to confirm") && screen.contains("[ Cancel ]")
+    });
+    // Apply without the name is refused; with it, applied.
+    session.send("\t\r");
+    session.wait_for("the refusal", &sandbox, |screen| {
+        screen.contains("type pet-aggregates to confirm; nothing was written")
+    });
+    session.send("pet-aggregates\r");
+    session.wait_for("the outcome", &sandbox, |screen| {
+        screen.contains("applied: takeover pet-aggregates")
+    });
+    session.send("4");
+    session.wait_for("the audit record", &sandbox, |screen| {
+        screen.contains("takeover") && screen.contains("from the console")
+    });
+    session.send("u");
+    session.wait_for("the undo plan", &sandbox, |screen| {
+        screen.contains(" undo ") && screen.contains("[ Cancel ]")
+    });
+    // Enter on the focused Cancel closes the dialog and writes nothing.
+    session.send("\r");
+    session.wait_for("the dialog to close", &sandbox, |screen| {
+        !screen.contains("[ Cancel ]")
+    });
+    session.send("1");
+    session.send("q");
+    let status = session.wait_exit(&sandbox);
+    assert!(status.success(), "{status:?}");
+}
