@@ -179,31 +179,55 @@ impl MongoStore {
     }
 
     /// How many oplog entries (`op != "n"`) were written after `after`, counting at
-    /// most `limit`. A `ts` range query on the oplog starts at that position instead of
+    /// most `limit`. A `ts` range on the oplog starts at that position instead of
     /// scanning from the oldest entry, so a short interval costs little.
     pub async fn oplog_entries_after(&self, after: ClusterTime, limit: u32) -> StoreResult<u64> {
-        use futures_util::TryStreamExt;
-        let action = "count recent oplog entries (local.oplog.rs)";
-        let oplog = self
-            .client
-            .database("local")
-            .collection::<Document>("oplog.rs");
         let filter = doc! {
             "ts": { "$gt": bson::Timestamp::from(after) },
             "op": { "$ne": "n" },
         };
-        let entries: Vec<Document> = with_one_retry(self.timeout(), action, || async {
+        self.count_oplog(
+            filter,
+            u64::from(limit),
+            "count recent oplog entries (local.oplog.rs)",
+        )
+        .await
+    }
+
+    /// One `aggregate` on `local.oplog.rs`: `$match filter`, `$limit`, `$count`, bounded
+    /// server-side by `maxTimeMS`; only the count crosses the network.
+    async fn count_oplog(&self, filter: Document, limit: u64, action: &str) -> StoreResult<u64> {
+        use futures_util::TryStreamExt;
+        let oplog = self
+            .client
+            .database("local")
+            .collection::<Document>("oplog.rs");
+        let pipeline = vec![
+            doc! { "$match": filter },
+            doc! { "$limit": i64::try_from(limit.max(1)).unwrap_or(i64::MAX) },
+            doc! { "$count": "n" },
+        ];
+        let replies: Vec<Document> = with_one_retry(self.timeout(), action, || async {
             oplog
-                .find(filter.clone())
-                .projection(doc! { "ts": 1, "_id": 0 })
-                .limit(i64::from(limit))
+                .aggregate(pipeline.clone())
+                .max_time(self.timeout())
                 .await?
                 .try_collect()
                 .await
         })
         .await
         .map_err(|e| e.into_store_hinted(action, OPLOG_HINT))?;
-        Ok(entries.len() as u64)
+        match replies.first() {
+            None => Ok(0),
+            Some(reply) => {
+                let n = reply.get("n").ok_or_else(|| StoreError::Malformed {
+                    what: "oplog count".into(),
+                    detail: "field n: missing".into(),
+                })?;
+                let n = super::codec::integer("oplog count", n, "n")?;
+                Ok(u64::try_from(n).unwrap_or(0))
+            }
+        }
     }
 }
 
@@ -287,41 +311,16 @@ impl ChangeFeed for MongoStore {
         to: ClusterTime,
         limit: u64,
     ) -> StoreResult<u64> {
-        use futures_util::TryStreamExt;
-        let action = format!("count the changes on {ns} in the oplog");
-        let oplog = self
-            .client
-            .database("local")
-            .collection::<Document>("oplog.rs");
-        let pipeline = vec![
-            doc! { "$match": {
-                "ns": ns.to_string(),
-                "ts": { "$gte": bson::Timestamp::from(from), "$lte": bson::Timestamp::from(to) },
-            } },
-            doc! { "$limit": i64::try_from(limit.max(1)).unwrap_or(i64::MAX) },
-            doc! { "$count": "n" },
-        ];
-        let replies: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
-            oplog
-                .aggregate(pipeline.clone())
-                .max_time(self.timeout())
-                .await?
-                .try_collect()
-                .await
-        })
+        let filter = doc! {
+            "ns": ns.to_string(),
+            "ts": { "$gte": bson::Timestamp::from(from), "$lte": bson::Timestamp::from(to) },
+        };
+        self.count_oplog(
+            filter,
+            limit,
+            &format!("count the changes on {ns} in the oplog"),
+        )
         .await
-        .map_err(|e| e.into_store_hinted(&action, OPLOG_HINT))?;
-        match replies.first() {
-            None => Ok(0),
-            Some(reply) => {
-                let n = reply.get("n").ok_or_else(|| StoreError::Malformed {
-                    what: "oplog count".into(),
-                    detail: "field n: missing".into(),
-                })?;
-                let n = super::codec::integer("oplog count", n, "n")?;
-                Ok(u64::try_from(n).unwrap_or(0))
-            }
-        }
     }
 }
 
