@@ -63,8 +63,11 @@ mod tests {
             name: "n".into(),
             resource: "r".into(),
             what: "failed: x".into(),
-            audit_id: None,
+            audit_id: Err("timeout".into()),
         });
+        assert!(stuck
+            .to_string()
+            .contains("NO audit record was written (timeout)"));
         assert_eq!(code_for(&stuck), ExitCode::from(ERROR));
     }
 }

@@ -71,11 +71,17 @@ pub fn restore() -> io::Result<()> {
 }
 
 /// Restores the terminal before the panic message prints, then lets the previous
-/// hook (the default one prints the message and backtrace) run.
+/// hook (the default one prints the message and backtrace) run. Only a panic on the
+/// thread that draws ends the console: tokio catches a panic in a background task (a
+/// data task, an in-process listener), and restoring the terminal under a console that
+/// keeps drawing would leave frames on the shell's screen.
 fn install_panic_hook() {
     let previous = std::panic::take_hook();
+    let ui_thread = std::thread::current().id();
     std::panic::set_hook(Box::new(move |info| {
-        let _ = restore();
+        if std::thread::current().id() == ui_thread {
+            let _ = restore();
+        }
         previous(info);
     }));
 }

@@ -35,14 +35,34 @@ pub enum OpsError {
         "rebuild {name} {what}; the lease {resource} stays bulk (STUCK BULK) and incremental listeners stay out. \
          Recover by running the rebuild again (streamward rebuild {name} --execute) or by giving the lease back \
          without rebuilding (streamward abort-bulk {resource} --execute){}",
-        audit_id.as_deref().map(|id| format!("; audit record {id}")).unwrap_or_default()
+        match audit_id {
+            Ok(id) => format!("; audit record {id}"),
+            Err(e) => format!("; NO audit record was written ({e})"),
+        }
     )]
     StuckBulk {
         name: String,
         resource: String,
         /// "failed: …" or "was cancelled".
         what: String,
-        audit_id: Option<String>,
+        /// The failure's audit record, or why it could not be written.
+        audit_id: Result<String, String>,
+    },
+    /// A rebuild ran to its end, but its bulk lease was taken away before it could be
+    /// given back: the derived data was rebuilt, the lease is whatever the other writer
+    /// left, and listeners do not replay from the rebuild's T0.
+    #[error(
+        "rebuild {name} {what}; check the lease of {resource} (streamward leases) and, if the listeners must replay from the rebuild, rewind it{}",
+        match audit_id {
+            Ok(id) => format!("; audit record {id}"),
+            Err(e) => format!("; NO audit record was written ({e})"),
+        }
+    )]
+    BulkTakenAway {
+        name: String,
+        resource: String,
+        what: String,
+        audit_id: Result<String, String>,
     },
     /// The plan is for another way of executing (a rebuild plan given to `execute`).
     #[error("{0}")]
@@ -74,6 +94,7 @@ impl OpsError {
             OpsError::Store(StoreError::InvalidArgument(_)) => exit::USAGE,
             OpsError::AuditMissing { .. }
             | OpsError::StuckBulk { .. }
+            | OpsError::BulkTakenAway { .. }
             | OpsError::WrongPlan(_)
             | OpsError::Store(_) => exit::ERROR,
         }

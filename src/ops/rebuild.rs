@@ -173,7 +173,7 @@ where
                     format!("{what}; the lease stays bulk (STUCK BULK)"),
                 ))
                 .await
-                .ok();
+                .map_err(|e| e.to_string());
             return Err(OpsError::StuckBulk {
                 name,
                 resource: bulk.resource.clone(),
@@ -227,10 +227,16 @@ where
                 report.summary,
                 current.as_ref().map_or_else(|| "missing".into(), |l| l.version.to_string())
             );
-            let _ = store
+            let audit_id = store
                 .append_audit(&audit(current.clone(), format!("failed: {what}")))
-                .await;
-            Err(changed(&give_back, current))
+                .await
+                .map_err(|e| e.to_string());
+            Err(OpsError::BulkTakenAway {
+                name,
+                resource: bulk.resource.clone(),
+                what,
+                audit_id,
+            })
         }
         Err(e) => {
             let _ = store.release(&tenure).await;
@@ -245,7 +251,7 @@ where
                     format!("failed: {what}"),
                 ))
                 .await
-                .ok();
+                .map_err(|e| e.to_string());
             Err(OpsError::StuckBulk {
                 name,
                 resource: bulk.resource.clone(),
