@@ -339,6 +339,30 @@ pub fn lookup(event: &KeyEvent, scopes: &[Scope]) -> Option<Command> {
         .map(|b| b.command)
 }
 
+/// The `:` commands, for the help screen.
+pub const COMMAND_HELP: &[(&str, &str)] = &[
+    (":leases :oplog :listeners :audit", "switch view"),
+    (":filter TEXT", "filter the leases (same as /)"),
+    (":sort COLUMN [asc|desc]", "sort the leases by a column"),
+    (":freeze  :unfreeze", "stop / resume table updates"),
+    (
+        ":theme NAME",
+        "switch theme (default dark light high-contrast monochrome, or yours)",
+    ),
+    (":mouse on|off", "mouse capture"),
+    (":q", "quit"),
+];
+
+/// Lines the help screen has: each section's title, bindings and blank line, then the
+/// commands' title, lines and blank line, and the status line.
+pub fn help_height(read_only: bool) -> usize {
+    let sections: usize = help_sections(read_only)
+        .iter()
+        .map(|(_, lines)| lines.len() + 2)
+        .sum();
+    sections + COMMAND_HELP.len() + 3
+}
+
 /// Help lines grouped by scope: (scope title, [(keys, help)]). In read-only mode the
 /// action keys are not bound, so help does not list them.
 pub fn help_sections(read_only: bool) -> Vec<(&'static str, Vec<(String, &'static str)>)> {

@@ -57,7 +57,9 @@ impl ConsoleState {
         if let Some(scroll) = self.help {
             match event.code {
                 KeyCode::Esc | KeyCode::Char('q') | KeyCode::Char('?') => self.help = None,
-                KeyCode::Down | KeyCode::Char('j') => self.help = Some(scroll + 1),
+                KeyCode::Down | KeyCode::Char('j') => {
+                    self.help = Some((scroll + 1).min(self.help_max_scroll()))
+                }
                 KeyCode::Up | KeyCode::Char('k') => self.help = Some(scroll.saturating_sub(1)),
                 _ => {}
             }
@@ -75,6 +77,13 @@ impl ConsoleState {
         };
         self.normalise_scroll();
         effects
+    }
+
+    /// How far help scrolls: its lines less those the popup shows (it is the screen
+    /// height less its margin and borders).
+    fn help_max_scroll(&self) -> usize {
+        let visible = usize::from(self.size.1.saturating_sub(4));
+        keymap::help_height(self.read_only).saturating_sub(visible)
     }
 
     /// The keymap scopes in force in the current view.
@@ -440,7 +449,8 @@ impl ConsoleState {
                     -WHEEL_ROWS
                 };
                 if let Some(scroll) = self.help {
-                    self.help = Some(scroll.saturating_add_signed(delta));
+                    let max = self.help_max_scroll();
+                    self.help = Some(scroll.saturating_add_signed(delta).min(max));
                     return;
                 }
                 match self.view {

@@ -478,3 +478,21 @@ fn a_rebuild_needs_a_definition_and_can_be_cancelled() {
     assert_eq!(press(&mut state, KeyCode::Esc), vec![Effect::CancelRebuild]);
     assert!(press(&mut state, KeyCode::Esc).is_empty(), "cancelled once");
 }
+
+#[test]
+fn help_scrolls_no_further_than_its_last_line() {
+    let mut state = loaded();
+    state.on_resize(80, 24);
+    press(&mut state, KeyCode::Char('?'));
+    for _ in 0..500 {
+        press(&mut state, KeyCode::Char('j'));
+    }
+    let bottom = state.help.unwrap();
+    assert!(bottom > 0 && bottom < 100, "{bottom}");
+    press(&mut state, KeyCode::Char('k'));
+    assert_eq!(
+        state.help,
+        Some(bottom - 1),
+        "one key press scrolls back up"
+    );
+}

@@ -9,19 +9,6 @@ use crate::console::keymap;
 use crate::console::state::ConsoleState;
 use crate::console::theme::Theme;
 
-const COMMANDS: &[(&str, &str)] = &[
-    (":leases :oplog :listeners :audit", "switch view"),
-    (":filter TEXT", "filter the leases (same as /)"),
-    (":sort COLUMN [asc|desc]", "sort the leases by a column"),
-    (":freeze  :unfreeze", "stop / resume table updates"),
-    (
-        ":theme NAME",
-        "switch theme (default dark light high-contrast monochrome, or yours)",
-    ),
-    (":mouse on|off", "mouse capture"),
-    (":q", "quit"),
-];
-
 pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for (title, bindings) in keymap::help_sections(state.read_only) {
@@ -35,7 +22,7 @@ pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
         lines.push(Line::raw(""));
     }
     lines.push(Line::styled("Commands", theme.title));
-    for (command, help) in COMMANDS {
+    for (command, help) in keymap::COMMAND_HELP {
         lines.push(Line::from(vec![
             Span::styled(format!("  {command:<34}"), theme.key_hint),
             Span::styled(help.to_string(), theme.base),
@@ -79,4 +66,28 @@ pub fn draw(frame: &mut Frame, area: Rect, scroll: usize, state: &ConsoleState, 
             ),
         popup,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::state::{ConsoleSetup, Mode};
+
+    #[test]
+    fn the_keymap_knows_how_long_help_is() {
+        for read_only in [false, true] {
+            let state = ConsoleState::new(ConsoleSetup {
+                mode: Mode::Demo,
+                cluster: String::new(),
+                read_only,
+                thresholds: Default::default(),
+                theme: "default".into(),
+                mouse: true,
+                now: chrono::Utc::now(),
+                rebuilds: Vec::new(),
+            });
+            let theme = Theme::by_name("default", None).expect("built-in");
+            assert_eq!(lines(&state, &theme).len(), keymap::help_height(read_only));
+        }
+    }
 }
