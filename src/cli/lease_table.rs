@@ -3,7 +3,7 @@
 use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
-use crate::model::text::{escape_control, short_duration};
+use crate::model::text::{escape_control, relative_time, short_duration};
 use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow};
 
 /// One lease, as its table row shows it.
@@ -40,17 +40,9 @@ impl LeaseRow {
                 escape_control,
             ),
             version: lease.version.to_string(),
-            expires: match lease.expires_at {
-                Some(at) if at > now => format!(
-                    "in {}",
-                    short_duration((at - now).to_std().unwrap_or_default())
-                ),
-                Some(at) => format!(
-                    "{} ago",
-                    short_duration((now - at).to_std().unwrap_or_default())
-                ),
-                None => dash(),
-            },
+            expires: lease
+                .expires_at
+                .map_or_else(dash, |at| relative_time(at, now)),
             token_time: match (&lease.resume_token, health.token_time) {
                 (_, Some(time)) => time
                     .to_datetime()

@@ -3,6 +3,8 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 /// Replaces control characters (and other non-printing ones) with visible escapes, so a
 /// string from the database cannot move the cursor, clear the screen or forge a line.
 pub fn escape_control(text: &str) -> String {
@@ -34,6 +36,31 @@ pub fn short_duration(duration: Duration) -> String {
     }
 }
 
+/// `at` against `now`: "in 8s" for the future, "3s ago" for the past.
+pub fn relative_time(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
+    if at > now {
+        format!(
+            "in {}",
+            short_duration((at - now).to_std().unwrap_or_default())
+        )
+    } else {
+        format!(
+            "{} ago",
+            short_duration((now - at).to_std().unwrap_or_default())
+        )
+    }
+}
+
+/// A stored date as the lease document views show it: "03:14:08 (in 8s)", "03:14:00
+/// (now)", or "null" when the field is not set.
+pub fn clock_and_relative(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
+    match at {
+        None => "null".into(),
+        Some(at) if at == now => format!("{} (now)", at.format("%H:%M:%S")),
+        Some(at) => format!("{} ({})", at.format("%H:%M:%S"), relative_time(at, now)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,6 +71,19 @@ mod tests {
         assert_eq!(escape_control("x\ny\r\t"), "x\\ny\\r\\t");
         assert_eq!(escape_control("evil\u{202e}txt"), "evil\\u{202e}txt");
         assert_eq!(escape_control("host-1 ünïcode"), "host-1 ünïcode");
+    }
+
+    #[test]
+    fn times_read_relative_to_now() {
+        use chrono::TimeZone;
+        let now = Utc.with_ymd_and_hms(2026, 11, 22, 3, 14, 0).unwrap();
+        let later = now + chrono::Duration::seconds(8);
+        let earlier = now - chrono::Duration::seconds(65);
+        assert_eq!(relative_time(later, now), "in 8s");
+        assert_eq!(relative_time(earlier, now), "1m05s ago");
+        assert_eq!(clock_and_relative(Some(later), now), "03:14:08 (in 8s)");
+        assert_eq!(clock_and_relative(Some(now), now), "03:14:00 (now)");
+        assert_eq!(clock_and_relative(None, now), "null");
     }
 
     #[test]

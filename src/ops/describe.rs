@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 
 use super::execute::Executed;
 use super::plan::{Direction, Plan, RefusalKind};
-use crate::model::text::{escape_control, short_duration};
+use crate::model::text::{clock_and_relative, escape_control};
 use crate::model::{AuditRecord, ClusterTime, Lease};
 use crate::store::ResumeChange;
 
@@ -21,28 +21,11 @@ pub struct FieldRow {
     pub changed: bool,
 }
 
-fn when(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> String {
-    match at {
-        None => "null".into(),
-        Some(at) if at > now => format!(
-            "{} (in {})",
-            at.format("%H:%M:%S"),
-            short_duration((at - now).to_std().unwrap_or_default())
-        ),
-        Some(at) if at == now => format!("{} (now)", at.format("%H:%M:%S")),
-        Some(at) => format!(
-            "{} ({} ago)",
-            at.format("%H:%M:%S"),
-            short_duration((now - at).to_std().unwrap_or_default())
-        ),
-    }
-}
-
 fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 10] {
     let text = |s: &Option<String>| s.as_deref().map_or_else(|| "null".into(), escape_control);
     [
         ("listenerId", text(&lease.holder)),
-        ("expiresAt", when(lease.expires_at, now)),
+        ("expiresAt", clock_and_relative(lease.expires_at, now)),
         ("version", lease.version.to_string()),
         ("kind", lease.kind.to_string()),
         (
@@ -61,9 +44,9 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 10] {
                 .resume_at
                 .map_or_else(|| "null".into(), |t| t.to_string()),
         ),
-        ("acquiredAt", when(lease.acquired_at, now)),
-        ("renewedAt", when(lease.renewed_at, now)),
-        ("committedAt", when(lease.committed_at, now)),
+        ("acquiredAt", clock_and_relative(lease.acquired_at, now)),
+        ("renewedAt", clock_and_relative(lease.renewed_at, now)),
+        ("committedAt", clock_and_relative(lease.committed_at, now)),
         ("note", text(&lease.note)),
     ]
 }

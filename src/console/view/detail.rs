@@ -6,10 +6,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
-use super::format::{cluster_clock, duration, relative, status_style, DASH};
+use super::format::{cluster_clock, duration, status_style, DASH};
 use crate::console::state::{ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
-use crate::model::text::escape_control;
+use crate::model::text::{clock_and_relative, escape_control};
 use crate::model::{ResumeToken, TokenVersion};
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
@@ -61,12 +61,7 @@ fn field<'a>(name: &'static str, value: String, theme: &Theme) -> Line<'a> {
 fn document_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
     let lease = &entry.lease;
     let now = state.server_now();
-    let date = |value: Option<chrono::DateTime<chrono::Utc>>| {
-        value.map_or_else(
-            || DASH.to_string(),
-            |at| format!("{} ({})", at.format("%H:%M:%S"), relative(at, now)),
-        )
-    };
+    let date = |value| clock_and_relative(value, now);
     vec![
         field("_id", escape_control(&lease.resource), theme),
         field(

@@ -19,21 +19,6 @@ pub fn cluster_clock(time: ClusterTime) -> String {
     time.to_datetime().map_or_else(|| time.to_string(), clock)
 }
 
-/// "in 8s" for the future, "3s ago" for the past.
-pub fn relative(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
-    if at > now {
-        format!(
-            "in {}",
-            short_duration((at - now).to_std().unwrap_or_default())
-        )
-    } else {
-        format!(
-            "{} ago",
-            short_duration((now - at).to_std().unwrap_or_default())
-        )
-    }
-}
-
 pub fn duration(value: Option<Duration>) -> String {
     value.map_or_else(|| DASH.to_string(), short_duration)
 }

@@ -5,10 +5,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use super::format::{cluster_clock, rate, relative};
+use super::format::{cluster_clock, rate};
 use crate::console::state::ConsoleState;
 use crate::console::theme::Theme;
-use crate::model::text::{escape_control, short_duration};
+use crate::model::text::{escape_control, relative_time, short_duration};
 use crate::model::LeaseStatus;
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
@@ -45,7 +45,7 @@ fn title_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
             format!(
                 " ⚠ {} lost {}{as_of}: {}",
                 source.label(),
-                relative(failure.since, state.now),
+                relative_time(failure.since, state.now),
                 escape_control(&failure.error)
             ),
             theme.danger,

@@ -6,11 +6,11 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::format::{bar, cluster_clock, duration, relative, status_style, DASH};
+use super::format::{bar, cluster_clock, duration, status_style, DASH};
 use crate::console::layout;
 use crate::console::state::{visible_start, Column, ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
-use crate::model::text::escape_control;
+use crate::model::text::{escape_control, relative_time};
 
 /// Widths of the fixed columns; resource and holder share what is left.
 fn width_of(column: Column, wide: bool) -> u16 {
@@ -158,12 +158,12 @@ fn row<'a>(
             Column::Expires => Cell::from(
                 lease
                     .expires_at
-                    .map_or_else(|| DASH.to_string(), |at| relative(at, now)),
+                    .map_or_else(|| DASH.to_string(), |at| relative_time(at, now)),
             ),
             Column::LastCommit => Cell::from(
                 lease
                     .committed_at
-                    .map_or_else(|| DASH.to_string(), |at| relative(at, now)),
+                    .map_or_else(|| DASH.to_string(), |at| relative_time(at, now)),
             ),
             Column::TokenTime => Cell::from(match (&lease.resume_token, health.token_time) {
                 (_, Some(time)) => cluster_clock(time),
