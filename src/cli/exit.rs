@@ -6,11 +6,7 @@ use std::process::ExitCode;
 use crate::ops::OpsError;
 use crate::store::StoreError;
 
-pub const ERROR: u8 = 1;
-pub const USAGE: u8 = 2;
-pub const REFUSED: u8 = 3;
-pub const CHANGED: u8 = 4;
-pub const CANNOT_CONNECT: u8 = 5;
+pub use crate::ops::exit::{CANNOT_CONNECT, CHANGED, ERROR, REFUSED, USAGE};
 
 /// The exit code for a failed command: a guarded action's own, else from the store
 /// error at its root if any.
@@ -18,15 +14,10 @@ pub fn code_for(error: &anyhow::Error) -> ExitCode {
     if let Some(ops) = error.chain().find_map(|e| e.downcast_ref::<OpsError>()) {
         return ExitCode::from(ops.exit_code());
     }
-    let code = match error.chain().find_map(|e| e.downcast_ref::<StoreError>()) {
-        Some(
-            StoreError::Unreachable(_)
-            | StoreError::NotPermitted { .. }
-            | StoreError::Authentication(_),
-        ) => CANNOT_CONNECT,
-        Some(StoreError::InvalidArgument(_)) => USAGE,
-        _ => ERROR,
-    };
+    let code = error
+        .chain()
+        .find_map(|e| e.downcast_ref::<StoreError>())
+        .map_or(ERROR, crate::ops::exit::for_store);
     ExitCode::from(code)
 }
 

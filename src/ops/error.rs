@@ -71,12 +71,27 @@ pub enum OpsError {
     Store(#[from] StoreError),
 }
 
+/// Exit codes of DESIGN §7 (0 is success). Defined here, below the command line, so
+/// the guarded actions can say which code an outcome means; `cli::exit` uses them.
 pub mod exit {
+    use crate::store::StoreError;
+
     pub const ERROR: u8 = 1;
     pub const USAGE: u8 = 2;
     pub const REFUSED: u8 = 3;
     pub const CHANGED: u8 = 4;
     pub const CANNOT_CONNECT: u8 = 5;
+
+    /// What a store error at the root of a failure means for the exit code.
+    pub fn for_store(error: &StoreError) -> u8 {
+        match error {
+            StoreError::Unreachable(_)
+            | StoreError::NotPermitted { .. }
+            | StoreError::Authentication(_) => CANNOT_CONNECT,
+            StoreError::InvalidArgument(_) => USAGE,
+            _ => ERROR,
+        }
+    }
 }
 
 impl OpsError {
@@ -86,17 +101,11 @@ impl OpsError {
         match self {
             OpsError::Refused(refusal) => refusal.exit_code(),
             OpsError::Changed { .. } => exit::CHANGED,
-            OpsError::Store(
-                StoreError::Unreachable(_)
-                | StoreError::NotPermitted { .. }
-                | StoreError::Authentication(_),
-            ) => exit::CANNOT_CONNECT,
-            OpsError::Store(StoreError::InvalidArgument(_)) => exit::USAGE,
+            OpsError::Store(error) => exit::for_store(error),
             OpsError::AuditMissing { .. }
             | OpsError::StuckBulk { .. }
             | OpsError::BulkTakenAway { .. }
-            | OpsError::WrongPlan(_)
-            | OpsError::Store(_) => exit::ERROR,
+            | OpsError::WrongPlan(_) => exit::ERROR,
         }
     }
 }
