@@ -367,6 +367,24 @@ fn script_bootstrap(routes: &Routes) {
     routes.then("aggregate orders", [stream_opened(77)]);
 }
 
+/// Bootstrap, two orders streamed and published; the first commit lands, the second
+/// matches nothing: someone took the lease in between.
+fn script_two_orders_then_lost_commit(routes: &Routes, e1: &ResumeToken, e2: &ResumeToken) {
+    script_bootstrap(routes);
+    routes.then(
+        "getMore orders",
+        [
+            next_batch(77, vec![order_event(e1, T1, "insert", "placed")]),
+            next_batch(77, vec![order_event(e2, T2, "update", "paid")]),
+        ],
+    );
+    routes.then(
+        "update outbox",
+        [upserted(&message_id(T1)), upserted(&message_id(T2))],
+    );
+    routes.then("update leases", [matched(1), matched(0)]);
+}
+
 // ---------------------------------------------------------------- tests
 
 #[tokio::test]
@@ -375,20 +393,7 @@ async fn a_commit_matching_nothing_is_a_lost_lock_and_the_listener_stands_by() {
     let server = WireServer::start().await;
     let routes = Routes::install(&server);
     let (e1, e2) = (token(T1, 0), token(T2, 0));
-    script_bootstrap(&routes);
-    routes.then(
-        "getMore orders",
-        [
-            next_batch(77, vec![order_event(&e1, T1, "insert", "placed")]),
-            next_batch(77, vec![order_event(&e2, T2, "update", "paid")]),
-        ],
-    );
-    routes.then(
-        "update outbox",
-        [upserted(&message_id(T1)), upserted(&message_id(T2))],
-    );
-    // The first commit lands; the second matches nothing: someone took the lease.
-    routes.then("update leases", [matched(1), matched(0)]);
+    script_two_orders_then_lost_commit(&routes, &e1, &e2);
     // Back to acquiring: held by someone else, so standby.
     routes.then("findAndModify leases", [duplicate_key("sw.leases")]);
     script_standby(&routes);
@@ -600,19 +605,7 @@ async fn after_a_lost_lock_the_next_tenure_resumes_after_the_committed_token() {
     let server = WireServer::start().await;
     let routes = Routes::install(&server);
     let (e1, e2) = (token(T1, 0), token(T2, 0));
-    script_bootstrap(&routes);
-    routes.then(
-        "getMore orders",
-        [
-            next_batch(77, vec![order_event(&e1, T1, "insert", "placed")]),
-            next_batch(77, vec![order_event(&e2, T2, "update", "paid")]),
-        ],
-    );
-    routes.then(
-        "update outbox",
-        [upserted(&message_id(T1)), upserted(&message_id(T2))],
-    );
-    routes.then("update leases", [matched(1), matched(0)]);
+    script_two_orders_then_lost_commit(&routes, &e1, &e2);
     // Meanwhile an operator took the lease (version 1) and gave it back: this
     // listener's next acquire is a new tenure, version 2, with the token it committed.
     routes.then("findAndModify leases", [acquired(2, Some(&e1))]);

@@ -171,27 +171,18 @@ async fn fenced_writes_refuse_stale_writers() {
                 version: v,
             })
         };
-        assert_eq!(
-            store
-                .fenced_upsert(&out, &id, &fence(2), doc! {"x": 1})
+        // (lease version, value written, expected outcome), in order.
+        for (version, x, expected) in [
+            (2, 1, WriteOutcome::Applied),
+            (2, 2, WriteOutcome::Applied),
+            (1, 3, WriteOutcome::Stale),
+        ] {
+            let outcome = store
+                .fenced_upsert(&out, &id, &fence(version), doc! {"x": x})
                 .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
-        assert_eq!(
-            store
-                .fenced_upsert(&out, &id, &fence(2), doc! {"x": 2})
-                .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
-        assert_eq!(
-            store
-                .fenced_upsert(&out, &id, &fence(1), doc! {"x": 3})
-                .await
-                .unwrap(),
-            WriteOutcome::Stale
-        );
+                .unwrap();
+            assert_eq!(outcome, expected, "lease version {version} writing x = {x}");
+        }
         assert_eq!(
             store
                 .find_one(&out, &id)
@@ -205,64 +196,37 @@ async fn fenced_writes_refuse_stale_writers() {
 
         let animals = live.ns("animals");
         let source = |v| WriteFence::SourceVersion(v);
-        assert_eq!(
-            store
-                .fenced_upsert(&animals, &id, &source(3), doc! {"n": 3})
+        // (source version, value written, expected outcome), in order.
+        for (version, n, expected) in [
+            (3, 3, WriteOutcome::Applied),
+            (3, 9, WriteOutcome::Stale),
+            (2, 9, WriteOutcome::Stale),
+            (4, 4, WriteOutcome::Applied),
+        ] {
+            let outcome = store
+                .fenced_upsert(&animals, &id, &source(version), doc! {"n": n})
                 .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
-        assert_eq!(
-            store
-                .fenced_upsert(&animals, &id, &source(3), doc! {"n": 9})
-                .await
-                .unwrap(),
-            WriteOutcome::Stale
-        );
-        assert_eq!(
-            store
-                .fenced_upsert(&animals, &id, &source(2), doc! {"n": 9})
-                .await
-                .unwrap(),
-            WriteOutcome::Stale
-        );
-        assert_eq!(
-            store
-                .fenced_upsert(&animals, &id, &source(4), doc! {"n": 4})
-                .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
+                .unwrap();
+            assert_eq!(
+                outcome, expected,
+                "source version {version} writing n = {n}"
+            );
+        }
 
         let agg = live.ns("aggregates");
-        assert_eq!(
-            store
-                .fenced_member_upsert(&agg, "cute", "a.b$c", 1, Some("house"))
+        // (member, its version, its location, expected outcome), in order.
+        for (member, version, location, expected) in [
+            ("a.b$c", 1, "house", WriteOutcome::Applied),
+            ("rex", 1, "house", WriteOutcome::Applied),
+            ("rex", 1, "yard", WriteOutcome::Stale),
+            ("rex", 2, "backyard", WriteOutcome::Applied),
+        ] {
+            let outcome = store
+                .fenced_member_upsert(&agg, "cute", member, version, Some(location))
                 .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
-        assert_eq!(
-            store
-                .fenced_member_upsert(&agg, "cute", "rex", 1, Some("house"))
-                .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
-        assert_eq!(
-            store
-                .fenced_member_upsert(&agg, "cute", "rex", 1, Some("yard"))
-                .await
-                .unwrap(),
-            WriteOutcome::Stale
-        );
-        assert_eq!(
-            store
-                .fenced_member_upsert(&agg, "cute", "rex", 2, Some("backyard"))
-                .await
-                .unwrap(),
-            WriteOutcome::Applied
-        );
+                .unwrap();
+            assert_eq!(outcome, expected, "{member} v{version} at {location}");
+        }
         let tag = store
             .find_one(&agg, &Bson::String("cute".into()))
             .await
