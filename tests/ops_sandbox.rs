@@ -117,6 +117,21 @@ async fn act(store: &SandboxStore, request: ActionRequest) -> Result<Executed, O
     result
 }
 
+/// Stops the workload, lets the listeners catch up, checks the aggregates against a
+/// recomputation, then stops the listeners.
+async fn settle_and_check_aggregates(
+    store: &SandboxStore,
+    writer: Writer,
+    listeners: impl IntoIterator<Item = ListenerHandle>,
+) {
+    writer.stop().await;
+    tokio::time::sleep(30 * SECOND).await;
+    assert_aggregates_exact(store).await;
+    for handle in listeners {
+        handle.stop().await;
+    }
+}
+
 async fn assert_aggregates_exact(store: &SandboxStore) {
     let animals = read_animals(store).await.unwrap();
     assert!(!animals.is_empty(), "the workload wrote animals");
@@ -540,12 +555,7 @@ async fn d_a_rebuild_while_the_workload_runs_keeps_listeners_out_and_ends_exact(
     })
     .await;
     tokio::time::sleep(30 * SECOND).await;
-    writer.stop().await;
-    tokio::time::sleep(30 * SECOND).await;
-    assert_aggregates_exact(&store).await;
-    for handle in pets {
-        handle.stop().await;
-    }
+    settle_and_check_aggregates(&store, writer, pets).await;
 }
 
 // ---------------------------------------------------------------- (e) stuck bulk
@@ -633,12 +643,7 @@ async fn e_a_rebuild_failing_half_way_is_stuck_bulk_and_both_recoveries_work() {
             "processing resumed after {recovery}"
         );
     }
-    writer.stop().await;
-    tokio::time::sleep(30 * SECOND).await;
-    assert_aggregates_exact(&store).await;
-    for handle in pets {
-        handle.stop().await;
-    }
+    settle_and_check_aggregates(&store, writer, pets).await;
 }
 
 // ---------------------------------------------------------------- (f) undo
