@@ -18,9 +18,7 @@ use streamward::console::data::DataEvent;
 use streamward::console::state::{ConsoleSetup, ConsoleState, Mode};
 use streamward::console::theme::Theme;
 use streamward::console::view;
-use streamward::model::{
-    ClusterTime, HealthThresholds, Lease, LockKind, OplogWindow, ResumeToken, TokenKind,
-};
+use streamward::model::{ClusterTime, Lease, LockKind, OplogWindow, ResumeToken, TokenKind};
 
 const SMALL: usize = 100;
 const LARGE: usize = 100_000;
@@ -146,16 +144,11 @@ fn window_event() -> DataEvent {
 /// A console that has read the window, then the snapshot of `leases`; returns the
 /// time the snapshot took to apply.
 fn console(leases: Vec<Lease>) -> (ConsoleState, Duration) {
-    let mut state = ConsoleState::new(ConsoleSetup {
-        mode: Mode::Attached,
-        cluster: "mongodb://db1.example:27017/?replicaSet=rs0".into(),
-        read_only: false,
-        thresholds: HealthThresholds::default(),
-        theme: "default".into(),
-        mouse: true,
-        now: now(),
-        rebuilds: Vec::new(),
-    });
+    let mut state = ConsoleState::new(ConsoleSetup::new(
+        Mode::Attached,
+        "mongodb://db1.example:27017/?replicaSet=rs0",
+        now(),
+    ));
     state.apply(window_event(), now());
     state.on_resize(WIDTH, HEIGHT);
     let started = Instant::now();

@@ -26,9 +26,7 @@ use streamward::console::layout;
 use streamward::console::state::{ConsoleSetup, ConsoleState, Mode};
 use streamward::console::theme::{Theme, ThemeChoice};
 use streamward::console::view;
-use streamward::model::{
-    ClusterTime, HealthThresholds, Lease, LockKind, OplogWindow, ResumeToken, TokenKind,
-};
+use streamward::model::{ClusterTime, Lease, LockKind, OplogWindow, ResumeToken, TokenKind};
 
 const WIDTH: u16 = 120;
 const HEIGHT: u16 = 40;
@@ -59,14 +57,8 @@ fn lease(resource: &str, holder: Option<&str>, version: i64, token_age: u32) -> 
 /// danger cells (each with its own modifiers) under the selection.
 fn state() -> ConsoleState {
     let mut state = ConsoleState::new(ConsoleSetup {
-        mode: Mode::Demo,
-        cluster: "sandbox".into(),
-        read_only: false,
-        thresholds: HealthThresholds::default(),
         theme: "monochrome".into(),
-        mouse: true,
-        now: now(),
-        rebuilds: Vec::new(),
+        ..ConsoleSetup::new(Mode::Demo, "sandbox", now())
     });
     state.apply(
         DataEvent::Window {

@@ -15,8 +15,7 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, ClusterTime, HealthThresholds, Lease, LockKind, OplogWindow, ResumeToken,
-    TokenKind, WatchTarget,
+    AuditRecord, ClusterTime, Lease, LockKind, OplogWindow, ResumeToken, TokenKind, WatchTarget,
 };
 
 fn now() -> DateTime<Utc> {
@@ -121,16 +120,11 @@ fn audit() -> Vec<AuditRecord> {
 }
 
 fn state(mode: Mode) -> ConsoleState {
-    let mut state = ConsoleState::new(ConsoleSetup {
+    let mut state = ConsoleState::new(ConsoleSetup::new(
         mode,
-        cluster: "mongodb://ops:****@db1.example:27017,db2.example:27017/?replicaSet=rs0".into(),
-        read_only: false,
-        thresholds: HealthThresholds::default(),
-        theme: "default".into(),
-        mouse: true,
-        now: now(),
-        rebuilds: Vec::new(),
-    });
+        "mongodb://ops:****@db1.example:27017,db2.example:27017/?replicaSet=rs0",
+        now(),
+    ));
     for offset in 0..30 {
         state.apply(window_at(offset), now());
     }
@@ -310,14 +304,8 @@ fn lost_connection_marks_the_data_stale() {
 #[test]
 fn read_only_shows_a_lock() {
     let mut state = ConsoleState::new(ConsoleSetup {
-        mode: Mode::Attached,
-        cluster: "mongodb://db1.example:27017".into(),
         read_only: true,
-        thresholds: HealthThresholds::default(),
-        theme: "default".into(),
-        mouse: true,
-        now: now(),
-        rebuilds: Vec::new(),
+        ..ConsoleSetup::new(Mode::Attached, "mongodb://db1.example:27017", now())
     });
     state.apply(DataEvent::LeaseSnapshot(Vec::new()), now());
     insta::assert_snapshot!(screen(&mut state, 80, 24));

@@ -145,7 +145,7 @@ where
         cluster: store.describe(),
         read_only: settings.read_only,
         thresholds: settings.thresholds,
-        theme: theme.name.clone(),
+        theme: theme.theme.name.clone(),
         mouse: !view.no_mouse,
         now: chrono::Utc::now(),
         rebuilds: rebuild_names,
@@ -217,7 +217,6 @@ async fn terminate_signal() {
 }
 
 pub struct ResolvedTheme {
-    pub name: String,
     pub theme: crate::console::theme::Theme,
     pub user_dir: Option<PathBuf>,
     pub no_color: bool,
@@ -229,7 +228,6 @@ pub fn resolve_theme(view: &ViewArgs, settings: &Settings) -> anyhow::Result<Res
     let choice = ThemeChoice::from_env(view.theme.clone(), settings.theme.clone());
     let theme = choice.resolve().context("choosing the console theme")?;
     Ok(ResolvedTheme {
-        name: theme.name.clone(),
         theme,
         user_dir: choice.user_dir.clone(),
         no_color: choice.no_color,

@@ -120,6 +120,23 @@ pub struct ConsoleSetup {
     pub rebuilds: Vec<(String, String)>,
 }
 
+impl ConsoleSetup {
+    /// What a caller does not choose: writable, the default thresholds and theme,
+    /// mouse on, no rebuilds. Set the rest with struct-update syntax.
+    pub fn new(mode: Mode, cluster: impl Into<String>, now: DateTime<Utc>) -> Self {
+        Self {
+            mode,
+            cluster: cluster.into(),
+            read_only: false,
+            thresholds: HealthThresholds::default(),
+            theme: "default".into(),
+            mouse: true,
+            now,
+            rebuilds: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ConsoleState {
     pub mode: Mode,

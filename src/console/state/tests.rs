@@ -9,16 +9,7 @@ fn now() -> DateTime<Utc> {
 }
 
 fn state() -> ConsoleState {
-    let mut state = ConsoleState::new(ConsoleSetup {
-        mode: Mode::Demo,
-        cluster: "sandbox".into(),
-        read_only: false,
-        thresholds: HealthThresholds::default(),
-        theme: "default".into(),
-        mouse: true,
-        now: now(),
-        rebuilds: Vec::new(),
-    });
+    let mut state = ConsoleState::new(ConsoleSetup::new(Mode::Demo, "sandbox", now()));
     state.on_resize(120, 40);
     state
 }

@@ -77,14 +77,8 @@ mod tests {
     fn the_keymap_knows_how_long_help_is() {
         for read_only in [false, true] {
             let state = ConsoleState::new(ConsoleSetup {
-                mode: Mode::Demo,
-                cluster: String::new(),
                 read_only,
-                thresholds: Default::default(),
-                theme: "default".into(),
-                mouse: true,
-                now: chrono::Utc::now(),
-                rebuilds: Vec::new(),
+                ..ConsoleSetup::new(Mode::Demo, "", chrono::Utc::now())
             });
             let theme = Theme::by_name("default", None).expect("built-in");
             assert_eq!(lines(&state, &theme).len(), keymap::help_height(read_only));
