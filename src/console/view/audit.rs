@@ -123,14 +123,7 @@ fn lease_summary<'a>(lease: Option<&Lease>, theme: &Theme) -> Vec<Line<'a>> {
         line("kind", lease.kind.to_string()),
         line(
             "resume",
-            match lease.resume_point() {
-                crate::model::ResumePoint::Token(t) => t.time().map_or_else(
-                    || "token (undecodable)".to_string(),
-                    |t| format!("token at {t}"),
-                ),
-                crate::model::ResumePoint::At(t) => format!("resumeAt {t}"),
-                crate::model::ResumePoint::Oldest => "oldest entry".into(),
-            },
+            escape_control(&crate::ops::describe_point(&lease.resume_point())),
         ),
     ]
 }
