@@ -1,5 +1,5 @@
 //! The MongoDB adapter against a real replica set. Runs only when
-//! `STREAMWARD_TEST_URI` is set (e.g. from `scripts/mongo-replset.sh`); otherwise each
+//! `STREAMWARD_TEST_URI` is set (by `scripts/test.sh`); otherwise each
 //! test prints why it is skipped and returns. Every test uses its own database and
 //! drops it afterwards.
 
@@ -259,7 +259,7 @@ async fn fenced_writes_refuse_stale_writers() {
 }
 
 #[tokio::test]
-async fn change_feed_delivers_changes_and_reports_lost_history() {
+async fn change_feed_delivers_changes_with_full_documents() {
     live("change_feed", |live| async move {
         let store = &live.store;
         let animals = live.ns("animals");
@@ -305,22 +305,61 @@ async fn change_feed_delivers_changes_and_reports_lost_history() {
             "rex"
         );
         assert!(event.token.time().is_some(), "real tokens decode");
+    })
+    .await;
+}
 
-        // A resume point before the oldest oplog entry: history is lost, on the
-        // aggregate or on the first getMore.
-        let ancient = ResumeToken::encode(
-            ClusterTime::new(window.first.secs.saturating_sub(3600).max(1), 1),
-            TokenKind::Event,
-            0,
-        );
-        let lost = match store
-            .open(&animals, StartPoint::After(ancient), options)
+/// Writes about 100 KB documents into `ns` until the oplog's first entry has passed `time`.
+async fn roll_oplog_past(store: &MongoStore, ns: &Namespace, time: ClusterTime) {
+    let filler = "x".repeat(100_000);
+    for i in 0..2_000 {
+        if store.oplog_window().await.unwrap().first > time {
+            return;
+        }
+        store
+            .put(ns, doc! {"_id": format!("filler-{i}"), "pad": &filler})
             .await
-        {
-            Err(e) => e,
-            Ok(mut s) => s.next_batch().await.unwrap_err(),
+            .unwrap();
+    }
+    panic!("the oplog did not roll over past {time:?} after 200 MB of writes");
+}
+
+#[tokio::test]
+async fn history_that_fell_off_the_oplog_is_reported_lost() {
+    support::live::live_small_oplog("history_lost", |live| async move {
+        let store = &live.store;
+        let animals = live.ns("animals");
+        let options = FeedOptions {
+            batch_size: 10,
+            max_await: Duration::from_millis(500),
         };
-        assert!(matches!(lost, StoreError::HistoryLost { .. }), "{lost:?}");
+        // A token the server issued, then the history behind it overwritten.
+        let start = store.cluster_time().await.unwrap();
+        let mut stream = store
+            .open(&animals, StartPoint::At(start), options)
+            .await
+            .unwrap();
+        store.put(&animals, doc! {"_id": 1}).await.unwrap();
+        let token = loop {
+            let batch = stream.next_batch().await.unwrap();
+            if let Some(event) = batch.events.first() {
+                break event.token.clone();
+            }
+        };
+        drop(stream);
+        let token_time = token.time().unwrap();
+        roll_oplog_past(store, &live.ns("filler"), token_time).await;
+
+        for start in [StartPoint::After(token), StartPoint::At(token_time)] {
+            let lost = match store.open(&animals, start.clone(), options).await {
+                Err(e) => e,
+                Ok(mut s) => s.next_batch().await.unwrap_err(),
+            };
+            assert!(
+                matches!(lost, StoreError::HistoryLost { .. }),
+                "{start:?}: {lost:?}"
+            );
+        }
     })
     .await;
 }

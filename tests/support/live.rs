@@ -7,8 +7,27 @@ use std::future::Future;
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::Namespace;
 
-const SKIPPED: &str =
-    "skipped: STREAMWARD_TEST_URI is not set (see README: scripts/mongo-replset.sh)";
+/// Where the live suites find their servers (set by `scripts/test.sh`).
+pub const URI_VAR: &str = "STREAMWARD_TEST_URI";
+/// A replica set with a 1 MB oplog, for history that really falls off.
+pub const SMALL_OPLOG_URI_VAR: &str = "STREAMWARD_TEST_URI_SMALL_OPLOG";
+
+/// The URI in `var`, or `None` after saying the test is skipped. Where a skip would
+/// prove nothing (`CI=true`, or `STREAMWARD_REQUIRE_LIVE=1` from `scripts/test.sh`) a
+/// missing URI fails the test instead.
+pub fn live_uri(test: &str, var: &str) -> Option<String> {
+    if let Ok(uri) = std::env::var(var) {
+        return Some(uri);
+    }
+    let required = std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("STREAMWARD_REQUIRE_LIVE").is_ok_and(|v| v == "1");
+    assert!(
+        !required,
+        "{test}: {var} is not set, and a live test may not skip here (CI or STREAMWARD_REQUIRE_LIVE): run scripts/test.sh"
+    );
+    eprintln!("{test} skipped: {var} is not set (run scripts/test.sh for the live suites)");
+    None
+}
 
 /// A connected store whose leases live in the test's own database.
 #[derive(Clone)]
@@ -30,8 +49,24 @@ where
     F: FnOnce(LiveDb) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let Ok(uri) = std::env::var("STREAMWARD_TEST_URI") else {
-        eprintln!("{test} {SKIPPED}");
+    live_on(URI_VAR, test, body).await
+}
+
+/// Like [`live`], on the replica set whose oplog holds about 1 MB.
+pub async fn live_small_oplog<F, Fut>(test: &str, body: F)
+where
+    F: FnOnce(LiveDb) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    live_on(SMALL_OPLOG_URI_VAR, test, body).await
+}
+
+async fn live_on<F, Fut>(var: &str, test: &str, body: F)
+where
+    F: FnOnce(LiveDb) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Some(uri) = live_uri(test, var) else {
         return;
     };
     // Database names are at most 63 bytes.
@@ -41,7 +76,7 @@ where
     settings.leases = Namespace::new(db.clone(), "leases");
     let store = MongoStore::connect(settings)
         .await
-        .expect("connect to STREAMWARD_TEST_URI");
+        .expect("connect to the live replica set");
     let outcome = tokio::spawn(body(LiveDb {
         store: store.clone(),
         db: db.clone(),

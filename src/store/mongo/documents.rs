@@ -37,9 +37,15 @@ pub(super) fn fenced_upsert_command(
     (filter, doc! { "$set": set })
 }
 
-/// Filter and pipeline of a member upsert: the per-member source-version fence in a
-/// `$expr` filter, then `members.<member>` set and `counts` recomputed in one write.
-/// `$getField`/`$setField` with `$literal` keep member names containing `.` or `$` safe.
+/// Temporary field holding the fence's decision between the pipeline's stages.
+const ADMITTED: &str = "__streamwardAdmitted";
+
+/// Filter and pipeline of a member upsert. The filter is `_id` alone: MongoDB refuses
+/// `$expr` in an upsert's query (code 224), so the per-member source-version fence is
+/// decided inside the pipeline, which leaves the document unchanged when it refuses
+/// (the caller reads "modified nothing" as stale). `members.<member>` is set and
+/// `counts` recomputed in the same write. `$getField`/`$setField` with `$literal` keep
+/// member names containing `.` or `$` safe.
 pub(super) fn member_upsert_command(
     id: &str,
     member: &str,
@@ -48,19 +54,23 @@ pub(super) fn member_upsert_command(
 ) -> (Document, Vec<Document>) {
     let stored_member =
         doc! { "$getField": { "field": { "$literal": member }, "input": "$members" } };
-    let filter = doc! {
-        "_id": id,
-        // A missing member (or document) reads as null, which sorts below any number.
-        "$expr": { "$lt": [ { "$getField": { "field": "v", "input": stored_member } }, version ] },
-    };
+    let filter = doc! { "_id": id };
+    // A missing member (or document) reads as null, which sorts below any number.
+    let admitted = doc! { "$set": { ADMITTED:
+        { "$lt": [ { "$getField": { "field": "v", "input": stored_member } }, version ] },
+    } };
     let value = value
         .map(|v| Bson::String(v.to_string()))
         .unwrap_or(Bson::Null);
-    let set_member = doc! { "$set": { "members": { "$setField": {
-        "field": { "$literal": member },
-        "input": { "$ifNull": ["$members", {}] },
-        "value": { "$literal": { "v": version, "value": value } },
-    } } } };
+    let set_member = doc! { "$set": { "members": { "$cond": [
+        format!("${ADMITTED}"),
+        { "$setField": {
+            "field": { "$literal": member },
+            "input": { "$ifNull": ["$members", {}] },
+            "value": { "$literal": { "v": version, "value": value } },
+        } },
+        "$members",
+    ] } } };
     let held_values = doc! { "$filter": {
         "input": { "$map": {
             "input": { "$objectToArray": "$members" },
@@ -82,7 +92,28 @@ pub(super) fn member_upsert_command(
             } } },
         },
     } } } } };
-    (filter, vec![set_member, recount])
+    (
+        filter,
+        vec![admitted, set_member, recount, doc! { "$unset": ADMITTED }],
+    )
+}
+
+/// Where a fenced write's fence is evaluated, which decides how a refusal shows.
+#[derive(Clone, Copy)]
+enum FenceIn {
+    /// In the filter: a refusal matches nothing.
+    Filter,
+    /// In the pipeline: a refusal matches the document and leaves it unchanged.
+    Pipeline,
+}
+
+impl FenceIn {
+    fn refused(self, matched: u64, modified: u64) -> bool {
+        match self {
+            FenceIn::Filter => matched == 0,
+            FenceIn::Pipeline => modified == 0,
+        }
+    }
 }
 
 impl MongoStore {
@@ -90,12 +121,13 @@ impl MongoStore {
         error.into_store_hinted(action, &format!("readWrite on the {} database", ns.db))
     }
 
-    /// An upsert whose filter carries a fence: 11000 or nothing matched/upserted is stale.
+    /// A fenced upsert: 11000, or nothing `changed` and nothing upserted, is stale.
     async fn fenced(
         &self,
         ns: &Namespace,
         filter: Document,
         update: mongodb::options::UpdateModifications,
+        fence_in: FenceIn,
         action: &str,
     ) -> StoreResult<WriteOutcome> {
         let collection = self.collection(ns);
@@ -108,7 +140,12 @@ impl MongoStore {
         })
         .await;
         match result {
-            Ok(r) if r.matched_count == 0 && r.upserted_id.is_none() => Ok(WriteOutcome::Stale),
+            Ok(r)
+                if r.upserted_id.is_none()
+                    && fence_in.refused(r.matched_count, r.modified_count) =>
+            {
+                Ok(WriteOutcome::Stale)
+            }
             Ok(_) => Ok(WriteOutcome::Applied),
             Err(CallError::Driver(e)) if is_duplicate_key(&e) => Ok(WriteOutcome::Stale),
             Err(e) => Err(self.document_error(e, action, ns)),
@@ -131,7 +168,8 @@ impl DocumentStore for MongoStore {
         }
         let (filter, update) = fenced_upsert_command(id, fence, fields);
         let action = format!("fenced write to {ns}");
-        self.fenced(ns, filter, update.into(), &action).await
+        self.fenced(ns, filter, update.into(), FenceIn::Filter, &action)
+            .await
     }
 
     async fn fenced_member_upsert(
@@ -144,7 +182,8 @@ impl DocumentStore for MongoStore {
     ) -> StoreResult<WriteOutcome> {
         let (filter, pipeline) = member_upsert_command(id, member, version, value);
         let action = format!("fenced member write to {ns}");
-        self.fenced(ns, filter, pipeline.into(), &action).await
+        self.fenced(ns, filter, pipeline.into(), FenceIn::Pipeline, &action)
+            .await
     }
 
     async fn find_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<Option<Document>> {

@@ -26,43 +26,69 @@ fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
-/// The filter of `acquire`: mine, or expired (missing, null or `<= $$NOW`); and for
-/// incremental listeners never a bulk lease.
+/// The filter of `acquire`: `_id` alone. MongoDB refuses `$expr` in an upsert's query
+/// (code 224), and any filter beyond `_id` turns an insert race into 11000; whether the
+/// caller may take the lease is decided inside the pipeline instead.
 pub(super) fn acquire_filter(request: &AcquireRequest) -> Document {
-    let mut filter = doc! {
-        "_id": &request.resource,
-        "$or": [
-            { "listenerId": &request.listener },
-            { "expiresAt": null },
-            { "$expr": { "$lte": ["$expiresAt", "$$NOW"] } },
-        ],
-    };
-    if request.kind == LockKind::Update {
-        filter.insert("kind", doc! { "$ne": "bulk" });
-    }
-    filter
+    doc! { "_id": &request.resource }
 }
 
-/// The pipeline update of `acquire`: the version moves only when the holder changes
-/// (0 on insert); all times are the server's `$$NOW`.
+/// Temporary field holding the eligibility decision between the pipeline's stages.
+const ELIGIBLE: &str = "__streamwardEligible";
+
+/// The pipeline update of `acquire`. Stage 1 decides eligibility: the lease is mine,
+/// or it has expired (a missing or null `expiresAt` sorts below every date); and an
+/// incremental listener never takes a bulk lease. Stage 2 changes every field only
+/// when eligible (each keeps its value otherwise), so the returned document says who
+/// holds the lease. The version moves only when the holder changes (0 on insert); all
+/// times are the server's `$$NOW`.
 pub(super) fn acquire_pipeline(request: &AcquireRequest) -> Vec<Document> {
-    let same_holder = doc! { "$eq": ["$listenerId", { "$literal": &request.listener }] };
+    let mine = doc! { "$eq": ["$listenerId", { "$literal": &request.listener }] };
+    let expired = doc! { "$lte": ["$expiresAt", "$$NOW"] };
+    let holder_ok = doc! { "$or": [mine.clone(), expired] };
+    let eligible = match request.kind {
+        LockKind::Update => doc! { "$and": [holder_ok, { "$ne": ["$kind", "bulk"] }] },
+        LockKind::Bulk => holder_ok,
+    };
+    let when_eligible = |value: Bson, field: &str| -> Bson {
+        Bson::Document(doc! { "$cond": [format!("${ELIGIBLE}"), value, format!("${field}")] })
+    };
     let mut set = doc! {
-        "listenerId": { "$literal": &request.listener },
-        "kind": request.kind.as_str(),
-        "version": { "$cond": [
-            same_holder.clone(),
-            "$version",
-            { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] },
-        ] },
-        "acquiredAt": { "$cond": [same_holder, "$acquiredAt", "$$NOW"] },
-        "expiresAt": { "$add": ["$$NOW", millis(request.lease)] },
-        "renewedAt": "$$NOW",
+        "listenerId": when_eligible(doc! { "$literal": &request.listener }.into(), "listenerId"),
+        "kind": when_eligible(request.kind.as_str().into(), "kind"),
+        "version": when_eligible(
+            doc! { "$cond": [
+                mine.clone(),
+                "$version",
+                { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] },
+            ] }
+            .into(),
+            "version",
+        ),
+        "acquiredAt": when_eligible(
+            doc! { "$cond": [mine, "$acquiredAt", "$$NOW"] }.into(),
+            "acquiredAt",
+        ),
+        "expiresAt": when_eligible(
+            doc! { "$add": ["$$NOW", millis(request.lease)] }.into(),
+            "expiresAt",
+        ),
+        "renewedAt": when_eligible("$$NOW".into(), "renewedAt"),
     };
     if let Some(watch) = &request.watch {
-        set.insert("watch", doc! { "$literal": watch_to_document(watch) });
+        set.insert(
+            "watch",
+            when_eligible(
+                doc! { "$literal": watch_to_document(watch) }.into(),
+                "watch",
+            ),
+        );
     }
-    vec![doc! { "$set": set }]
+    vec![
+        doc! { "$set": { ELIGIBLE: eligible } },
+        doc! { "$set": set },
+        doc! { "$unset": ELIGIBLE },
+    ]
 }
 
 pub(super) fn tenure_filter(tenure: &Tenure) -> Document {
@@ -243,8 +269,8 @@ impl LeaseStore for MongoStore {
         let leases = self.leases();
         let filter = acquire_filter(request);
         let pipeline = acquire_pipeline(request);
-        // Retrying is safe: after a first attempt that was applied, the filter matches
-        // on `listenerId = me` and the pipeline keeps the version, so it only refreshes.
+        // Retrying is safe: after a first attempt that was applied, the lease is mine, so
+        // the pipeline keeps the version and only refreshes.
         let reply = with_one_retry(self.timeout(), &action, || {
             leases
                 .find_one_and_update(filter.clone(), pipeline.clone())
@@ -255,7 +281,14 @@ impl LeaseStore for MongoStore {
         })
         .await;
         match reply {
-            Ok(Some(document)) => Ok(AcquireOutcome::Acquired(lease_from_document(&document)?)),
+            Ok(Some(document)) => {
+                let lease = lease_from_document(&document)?;
+                if lease.holder.as_deref() == Some(request.listener.as_str()) {
+                    Ok(AcquireOutcome::Acquired(lease))
+                } else {
+                    Ok(AcquireOutcome::HeldByOther)
+                }
+            }
             Ok(None) => Err(StoreError::Malformed {
                 what: "findAndModify reply".into(),
                 detail: format!("{action}: an upsert returned no document"),
