@@ -55,31 +55,10 @@ fn token(hex: &str) -> ResumeToken {
     ResumeToken::from_document(doc! { "_data": hex })
 }
 
-fn expected_acquire_filter(bulk_excluded: bool) -> Document {
-    let mut filter = doc! {
-        "_id": "shop.orders",
-        "$or": [
-            { "listenerId": "worker-1" },
-            { "expiresAt": null },
-            { "$expr": { "$lte": ["$expiresAt", "$$NOW"] } },
-        ],
-    };
-    if bulk_excluded {
-        filter.insert("kind", doc! { "$ne": "bulk" });
-    }
-    filter
-}
-
-fn expected_acquire_pipeline(kind: &str) -> Bson {
-    let same = doc! { "$eq": ["$listenerId", { "$literal": "worker-1" }] };
-    bson::bson!([{ "$set": {
-        "listenerId": { "$literal": "worker-1" },
-        "kind": kind,
-        "version": { "$cond": [same.clone(), "$version", { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] }] },
-        "acquiredAt": { "$cond": [same, "$acquiredAt", "$$NOW"] },
-        "expiresAt": { "$add": ["$$NOW", 30_000_i64] },
-        "renewedAt": "$$NOW",
-    } }])
+/// What acquire filters on: `_id` alone. A real server refuses `$expr` in an upsert's
+/// query (224), and more fields turn an insert race into 11000.
+fn expected_acquire_filter() -> Document {
+    doc! { "_id": "shop.orders" }
 }
 
 // ---------------------------------------------------------------- acquire
@@ -102,21 +81,33 @@ async fn acquire_is_one_find_and_modify_with_the_design_filter_and_pipeline() {
     let sent = server.commands_stripped("findAndModify");
     assert_eq!(sent.len(), 1);
     assert_eq!(
-        sent[0],
-        doc! {
-            "findAndModify": "leases",
-            "query": expected_acquire_filter(true),
-            "update": expected_acquire_pipeline("update"),
-            "new": true,
-            "upsert": true,
-            "writeConcern": majority(),
-            "$db": "sw",
-        }
+        sent[0].get_document("query").unwrap(),
+        &expected_acquire_filter()
+    );
+    assert_eq!(sent[0].get_bool("upsert"), Ok(true));
+    assert_eq!(sent[0].get_bool("new"), Ok(true));
+    assert_eq!(sent[0].get_document("writeConcern").unwrap(), &majority());
+    // The pipeline's meaning is proven on a real server (tests/mongo_live.rs and the
+    // contract suite); this pins its rendering so a change to it is seen in review.
+    insta::assert_snapshot!(support::command_json(&sent[0]));
+}
+
+#[tokio::test]
+async fn a_lease_held_by_another_comes_back_unchanged_and_means_held_by_other() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "findAndModify",
+        [Action::ok(doc! { "value": lease_doc("worker-2", 3) })],
+    );
+    assert_eq!(
+        store.acquire(&request(LockKind::Update)).await.unwrap(),
+        AcquireOutcome::HeldByOther
     );
 }
 
 #[tokio::test]
-async fn bulk_acquire_has_no_kind_filter_and_keeps_the_watch_target_literal() {
+async fn bulk_acquire_may_take_a_bulk_lease_and_keeps_the_watch_target_literal() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
     let mut bulk = lease_doc("worker-1", 3);
@@ -135,19 +126,9 @@ async fn bulk_acquire_has_no_kind_filter_and_keeps_the_watch_target_literal() {
     let sent = server.commands_stripped("findAndModify").remove(0);
     assert_eq!(
         sent.get_document("query").unwrap(),
-        &expected_acquire_filter(false)
+        &expected_acquire_filter()
     );
-    let set = sent.get_array("update").unwrap()[0]
-        .as_document()
-        .unwrap()
-        .get_document("$set")
-        .unwrap()
-        .clone();
-    assert_eq!(set.get_str("kind").unwrap(), "bulk");
-    assert_eq!(
-        set.get_document("watch").unwrap(),
-        &doc! { "$literal": { "db": "shop", "coll": "orders", "pipeline": "$match" } }
-    );
+    insta::assert_snapshot!(support::command_json(&sent));
 }
 
 #[tokio::test]
@@ -197,9 +178,9 @@ async fn dropped_connection_after_the_server_applied_acquire_retries_the_same_co
     let server = WireServer::start().await;
     let store = connected(&server).await;
     // The server applied the first attempt (worker-1 now holds version 5) but the
-    // reply never arrived. The retry is the same command: its filter matches
-    // `listenerId = worker-1` and its pipeline keeps `version` when the holder is
-    // unchanged, so applying it again only refreshes: version stays 5.
+    // reply never arrived. The retry is the same command: its pipeline finds the
+    // lease is worker-1's and keeps `version`, so applying it again only refreshes:
+    // version stays 5 (tests/mongo_retry.rs applies both attempts to a document).
     server.script(
         "findAndModify",
         [
@@ -230,11 +211,7 @@ async fn dropped_connection_after_the_server_applied_acquire_retries_the_same_co
     );
     assert_eq!(
         sent[1].get_document("query").unwrap(),
-        &expected_acquire_filter(true)
-    );
-    assert_eq!(
-        sent[1].get("update").unwrap(),
-        &expected_acquire_pipeline("update")
+        &expected_acquire_filter()
     );
 }
 

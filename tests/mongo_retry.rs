@@ -15,7 +15,7 @@ use streamward::model::{LockKind, ResumeToken};
 
 use streamward::store::{AcquireOutcome, AcquireRequest, LeaseStore, Tenure, TenureWrite};
 use support::connected;
-use support::mini_mongo::{apply_pipeline, matches};
+use support::mini_mongo::{apply_pipeline, matches, upsert_query_error};
 use support::wire::{Action, WireServer};
 
 /// The server's one lease document, and how often a write was applied to it.
@@ -34,6 +34,11 @@ fn serve_leases(server: &WireServer, held: Arc<Mutex<Held>>) {
         held.calls += 1;
         let now = DateTime::now();
         let filter = cmd.get_document("query").expect("query");
+        if cmd.get_bool("upsert").unwrap_or(false) {
+            if let Some((code, message)) = upsert_query_error(filter) {
+                return Action::error(code, "QueryFeatureNotAllowed", message);
+            }
+        }
         let pipeline = cmd.get_array("update").expect("pipeline update");
         let updated = match &held.lease {
             current @ Some(_) if matches(filter, current.as_ref(), now) => {

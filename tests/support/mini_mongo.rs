@@ -1,8 +1,11 @@
 //! Just enough of MongoDB's query and aggregation-expression semantics to apply the
 //! adapter's lease commands to a document held by a scripted server: equality,
-//! `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$cond`, `$add`, `$ifNull`, `$literal`,
-//! field paths and `$$NOW`. Anything else panics, so a test never passes by
-//! silently ignoring an operator it does not understand.
+//! `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$and`, `$cond`, `$add`, `$ifNull`,
+//! `$literal`, field paths and `$$NOW`; `$set` and `$unset` stages. Anything else
+//! panics, so a test never passes by silently ignoring an operator it does not
+//! understand. Where it answers, it answers as a real 6.0 server did: an upsert whose
+//! query holds `$expr` is refused with code 224 ([`upsert_query_error`]), and a field
+//! path to a missing field stays missing when `$set` (it is not stored as null).
 // Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
@@ -37,20 +40,66 @@ fn field_matches(value: Option<&Bson>, condition: &Bson) -> bool {
     }
 }
 
-/// Applies a pipeline of `$set` stages to `doc`.
+/// The error a real server gives an upsert whose query it refuses: `$expr` anywhere in
+/// the predicate, code 224 (seen on 6.0.5: "$expr is not allowed in the query
+/// predicate for an upsert").
+pub fn upsert_query_error(filter: &Document) -> Option<(i32, &'static str)> {
+    fn has_expr(filter: &Document) -> bool {
+        filter.iter().any(|(key, value)| {
+            key == "$expr"
+                || (key == "$or" || key == "$and")
+                    && value.as_array().is_some_and(|branches| {
+                        branches
+                            .iter()
+                            .any(|b| b.as_document().is_some_and(has_expr))
+                    })
+        })
+    }
+    has_expr(filter).then_some((
+        224,
+        "$expr is not allowed in the query predicate for an upsert",
+    ))
+}
+
+/// Applies a pipeline of `$set` and `$unset` stages to `doc`.
 pub fn apply_pipeline(pipeline: &[Bson], doc: &Document, now: DateTime) -> Document {
     let mut out = doc.clone();
     for stage in pipeline {
         let stage = stage.as_document().expect("pipeline stage");
-        let set = stage
-            .get_document("$set")
-            .unwrap_or_else(|_| panic!("mini_mongo: only $set stages are supported, got {stage}"));
+        if let Ok(field) = stage.get_str("$unset") {
+            out.remove(field);
+            continue;
+        }
+        let set = stage.get_document("$set").unwrap_or_else(|_| {
+            panic!("mini_mongo: only $set and $unset stages are supported, got {stage}")
+        });
         let before = out.clone();
         for (field, expression) in set {
-            out.insert(field, eval(expression, &before, now));
+            match eval_field(expression, &before, now) {
+                Some(value) => out.insert(field, value),
+                None => out.remove(field),
+            };
         }
     }
     out
+}
+
+/// Evaluates an expression whose result may be "missing" (a field path to a field
+/// the document lacks, directly or through `$cond`), which `$set` leaves unset.
+fn eval_field(expression: &Bson, doc: &Document, now: DateTime) -> Option<Bson> {
+    match expression {
+        Bson::String(s) if s.starts_with('$') && !s.starts_with("$$") => doc.get(&s[1..]).cloned(),
+        Bson::Document(d) if d.len() == 1 && d.contains_key("$cond") => {
+            let parts = d.get_array("$cond").expect("$cond array");
+            let branch = if truthy(&eval(&parts[0], doc, now)) {
+                &parts[1]
+            } else {
+                &parts[2]
+            };
+            eval_field(branch, doc, now)
+        }
+        other => Some(eval(other, doc, now)),
+    }
 }
 
 /// Evaluates an aggregation expression against `doc`.
@@ -73,6 +122,12 @@ pub fn eval(expression: &Bson, doc: &Document, now: DateTime) -> Bson {
                     let a = args();
                     Bson::Boolean(equal(&a[0], &a[1]))
                 }
+                "$ne" => {
+                    let a = args();
+                    Bson::Boolean(!equal(&a[0], &a[1]))
+                }
+                "$and" => Bson::Boolean(args().iter().all(truthy)),
+                "$or" => Bson::Boolean(args().iter().any(truthy)),
                 "$lte" => {
                     let a = args();
                     Bson::Boolean(compare(&a[0], &a[1]).is_some_and(|o| o.is_le()))
@@ -135,6 +190,10 @@ fn equal(a: &Bson, b: &Bson) -> bool {
 
 fn compare(a: &Bson, b: &Bson) -> Option<std::cmp::Ordering> {
     match (a, b) {
+        // Missing and null sort below every other value.
+        (Bson::Null, Bson::Null) => Some(std::cmp::Ordering::Equal),
+        (Bson::Null, _) => Some(std::cmp::Ordering::Less),
+        (_, Bson::Null) => Some(std::cmp::Ordering::Greater),
         (Bson::DateTime(x), Bson::DateTime(y)) => Some(x.cmp(y)),
         (Bson::Int32(_) | Bson::Int64(_), Bson::Int32(_) | Bson::Int64(_)) => {
             Some(number(a).cmp(&number(b)))

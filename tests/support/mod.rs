@@ -28,3 +28,9 @@ pub async fn connected(server: &wire::WireServer) -> MongoStore {
 pub fn majority() -> Document {
     doc! { "w": "majority", "wtimeout": 2000 }
 }
+
+/// A command as pretty relaxed extended JSON, for snapshots that pin what is sent.
+pub fn command_json(command: &Document) -> String {
+    let value = bson::Bson::Document(command.clone()).into_relaxed_extjson();
+    serde_json::to_string_pretty(&value).unwrap_or_else(|e| format!("unprintable: {e}"))
+}
