@@ -34,6 +34,8 @@ pub fn live_uri(test: &str, var: &str) -> Option<String> {
 pub struct LiveDb {
     pub store: MongoStore,
     pub db: String,
+    /// The replica set's URI, for running the binary against it.
+    pub uri: String,
 }
 
 impl LiveDb {
@@ -72,7 +74,7 @@ where
     // Database names are at most 63 bytes.
     let name: String = test.chars().take(40).collect();
     let db = format!("sw_{name}_{:08x}", rand::random::<u32>());
-    let mut settings = MongoSettings::new(uri);
+    let mut settings = MongoSettings::new(uri.clone());
     settings.leases = Namespace::new(db.clone(), "leases");
     let store = MongoStore::connect(settings)
         .await
@@ -80,6 +82,7 @@ where
     let outcome = tokio::spawn(body(LiveDb {
         store: store.clone(),
         db: db.clone(),
+        uri,
     }))
     .await;
     let dropped = store.client().database(&db).drop().await;

@@ -1,0 +1,281 @@
+//! The binary as an operator runs it, against the real replica set of
+//! `STREAMWARD_TEST_URI`: listing, the oplog, and the guarded actions' dry runs,
+//! refusals, executions, audit records and undo. Each test keeps its leases in its
+//! own database and reads the outcome back through the store, not from the binary.
+
+mod support;
+
+use std::time::Duration;
+
+use assert_cmd::Command;
+use bson::doc;
+use serde_json::Value;
+use streamward::model::{LockKind, ResumeToken};
+use streamward::store::mongo::MongoStore;
+use streamward::store::*;
+use support::live::{live, LiveDb};
+
+const RESOURCE: &str = "shop.orders";
+
+fn streamward(live: &LiveDb) -> Command {
+    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
+    cmd.env("NO_COLOR", "1")
+        .env_remove("STREAMWARD_URI")
+        .current_dir(std::env::temp_dir())
+        .args([
+            "--uri",
+            &live.uri,
+            "--leases",
+            &format!("{}.leases", live.db),
+            "--operator",
+            "oncall@test",
+        ])
+        .timeout(Duration::from_secs(60));
+    cmd
+}
+
+/// Runs the binary off the async runtime; returns (exit code, stdout, stderr).
+async fn run(mut cmd: Command) -> (i32, String, String) {
+    let output = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("command ran")
+        .expect("binary started");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A real token on the watched collection, committed by a live holder `worker-1`.
+async fn held_lease_with_a_real_token(live: &LiveDb) -> (Tenure, ResumeToken) {
+    let store = &live.store;
+    let orders = live.ns("orders");
+    let start = store.cluster_time().await.unwrap();
+    let mut stream = store
+        .open(
+            &orders,
+            StartPoint::At(start),
+            FeedOptions {
+                batch_size: 10,
+                max_await: Duration::from_millis(300),
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .put(&orders, doc! {"_id": "o1", "status": "new"})
+        .await
+        .unwrap();
+    let token = loop {
+        let batch = stream.next_batch().await.unwrap();
+        if let Some(event) = batch.events.first() {
+            break event.token.clone();
+        }
+    };
+    let request = AcquireRequest {
+        resource: RESOURCE.into(),
+        listener: "worker-1".into(),
+        kind: LockKind::Update,
+        lease: Duration::from_secs(60),
+        watch: None,
+    };
+    let AcquireOutcome::Acquired(lease) = store.acquire(&request).await.unwrap() else {
+        panic!("worker-1 should acquire a new lease");
+    };
+    let tenure = Tenure::of(&lease).unwrap();
+    assert_eq!(
+        store
+            .commit(&tenure, &token, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        TenureWrite::Done
+    );
+    (tenure, token)
+}
+
+async fn audit_count(store: &MongoStore) -> usize {
+    store.audit_log(100).await.unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_and_oplog_describe_the_real_cluster() {
+    live("cli_leases", |live| async move {
+        let (_, token) = held_lease_with_a_real_token(&live).await;
+        let mut cmd = streamward(&live);
+        cmd.args(["leases", "--output", "json"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let rows: Value = serde_json::from_str(&out).expect("leases --output json is JSON");
+        let row = &rows[0];
+        assert_eq!(row["resource"], RESOURCE);
+        assert_eq!(row["holder"], "worker-1");
+        assert_eq!(row["version"], 0);
+        assert_eq!(row["status"], "OK", "{row}");
+        assert_eq!(
+            row["tokenTime"]["t"].as_u64(),
+            token.time().map(|t| u64::from(t.secs)),
+            "the token time is decoded from the real token"
+        );
+
+        let mut cmd = streamward(&live);
+        cmd.arg("oplog");
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("oplog window"), "{out}");
+        assert!(out.contains("PRIMARY"), "members are listed: {out}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_takeover_dry_run_writes_nothing_and_execute_writes_once_with_its_audit() {
+    live("cli_takeover", |live| async move {
+        let (tenure, _) = held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+        let before = store.get(RESOURCE).await.unwrap().unwrap();
+
+        let mut cmd = streamward(&live);
+        cmd.args(["takeover", RESOURCE]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("worker-1"), "the plan names the holder: {out}");
+        assert_eq!(store.get(RESOURCE).await.unwrap().unwrap(), before);
+        assert_eq!(audit_count(store).await, 0, "a dry run audits nothing");
+
+        let mut cmd = streamward(&live);
+        cmd.args(["--read-only", "takeover", RESOURCE, "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 3, "read-only refuses: {err}");
+        assert_eq!(store.get(RESOURCE).await.unwrap().unwrap(), before);
+        assert_eq!(audit_count(store).await, 0);
+
+        let mut cmd = streamward(&live);
+        cmd.args(["takeover", RESOURCE, "--execute", "--reason", "hung holder"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let after = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(after.version, before.version + 1);
+        assert_eq!(after.holder, None);
+        assert_eq!(
+            after.resume_token, before.resume_token,
+            "a takeover keeps the resume point"
+        );
+        assert_eq!(
+            store
+                .commit(
+                    &tenure,
+                    before.resume_token.as_ref().unwrap(),
+                    Duration::from_secs(60)
+                )
+                .await
+                .unwrap(),
+            TenureWrite::LostLock,
+            "the fenced-out holder's next commit is refused by the server"
+        );
+        let records = store.audit_log(10).await.unwrap();
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].action, "takeover");
+        assert_eq!(records[0].operator, "oncall@test");
+        assert_eq!(records[0].reason.as_deref(), Some("hung holder"));
+        assert_eq!(
+            records[0].before.as_ref().map(|l| l.version),
+            Some(before.version)
+        );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rewind_refuses_outside_the_window_applies_inside_it_and_undo_restores_the_token() {
+    live("cli_rewind", |live| async move {
+        let (_, token) = held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+        let window = store.oplog_window().await.unwrap();
+
+        let before_window = format!("{}:1", window.first.secs.saturating_sub(3600));
+        let mut cmd = streamward(&live);
+        cmd.args(["rewind", RESOURCE, "--to", &before_window, "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 3, "outside the oplog window is refused: {err}");
+        assert_eq!(audit_count(store).await, 0);
+
+        let target = token.time().unwrap();
+        let to = format!("{}:{}", target.secs, target.inc);
+        let mut cmd = streamward(&live);
+        cmd.args([
+            "rewind",
+            RESOURCE,
+            "--to",
+            &to,
+            "--execute",
+            "--output",
+            "json",
+        ]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let rewound = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(rewound.resume_token, None);
+        assert_eq!(rewound.resume_at, Some(target));
+        let reply: Value = serde_json::from_str(&out).expect("JSON");
+        let audit_id = reply["outcome"]["auditId"]
+            .as_str()
+            .expect("the outcome names its audit record")
+            .to_string();
+        assert!(store.audit_record(&audit_id).await.unwrap().is_some());
+
+        let mut cmd = streamward(&live);
+        cmd.args(["undo", &audit_id, "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let undone = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(undone.resume_token, Some(token), "undo restores the token");
+        assert_eq!(undone.version, rewound.version + 1);
+        assert_eq!(audit_count(store).await, 2, "the undo is audited too");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reset_to_now_needs_accept_skip_and_unknown_resources_are_refused() {
+    live("cli_reset", |live| async move {
+        held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+        let before = store.get(RESOURCE).await.unwrap().unwrap();
+
+        let mut cmd = streamward(&live);
+        cmd.args(["reset", RESOURCE, "--to", "now", "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 3, "skipping changes needs --accept-skip: {err}");
+        assert_eq!(store.get(RESOURCE).await.unwrap().unwrap(), before);
+
+        let mut cmd = streamward(&live);
+        cmd.args(["takeover", "no.such.resource", "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_ne!(code, 0, "an unknown resource is refused");
+        assert!(err.contains("no.such.resource"), "{err}");
+        assert_eq!(store.list().await.unwrap().len(), 1, "nothing was created");
+
+        let mut cmd = streamward(&live);
+        cmd.args([
+            "reset",
+            RESOURCE,
+            "--to",
+            "now",
+            "--accept-skip",
+            "--execute",
+        ]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let reset = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(reset.resume_token, None);
+        let last = store.oplog_window().await.unwrap().last;
+        let at = reset.resume_at.expect("reset to now sets resumeAt");
+        assert!(
+            at > before.resume_token.as_ref().unwrap().time().unwrap() && at <= last,
+            "resumeAt {at:?} is the last oplog entry at the time of the reset"
+        );
+        assert_eq!(audit_count(store).await, 1);
+    })
+    .await;
+}
