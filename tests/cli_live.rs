@@ -279,3 +279,135 @@ async fn reset_to_now_needs_accept_skip_and_unknown_resources_are_refused() {
     })
     .await;
 }
+
+/// A config file in its own directory naming an attached `$merge` rebuild of `resource`.
+fn rebuild_config(live: &LiveDb) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        r#"[rebuilds.order-counts]
+resource = "{RESOURCE}"
+db = "{db}"
+collection = "orders"
+pipeline = '[{{"$group": {{"_id": "$status", "n": {{"$sum": 1}}}}}}, {{"$merge": {{"into": "order_counts", "whenMatched": "replace"}}}}]'
+timeout = "60s"
+"#,
+        db = live.db
+    );
+    std::fs::write(dir.path().join("streamward.toml"), config).unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attached_rebuild_merges_under_the_bulk_lease_and_gives_it_back_at_t0() {
+    live("cli_rebuild", |live| async move {
+        let (tenure, _) = held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+        let orders = live.ns("orders");
+        for (id, status) in [("o2", "new"), ("o3", "paid"), ("o4", "paid")] {
+            store
+                .put(&orders, doc! {"_id": id, "status": status})
+                .await
+                .unwrap();
+        }
+        let before = store.get(RESOURCE).await.unwrap().unwrap();
+        let config = rebuild_config(&live);
+
+        let mut cmd = streamward(&live);
+        cmd.current_dir(config.path()).args([
+            "rebuild",
+            "order-counts",
+            "--execute",
+            "--reason",
+            "fix",
+        ]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{out}\n{err}");
+
+        let counts = store.find_all(&live.ns("order_counts")).await.unwrap();
+        assert_eq!(
+            counts,
+            vec![doc! {"_id": "new", "n": 2}, doc! {"_id": "paid", "n": 2}],
+            "the pipeline ran on the real server"
+        );
+        let after = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(
+            after.kind,
+            LockKind::Update,
+            "the bulk lease was given back"
+        );
+        assert_eq!(after.holder, None);
+        assert_eq!(after.resume_token, None);
+        let t0 = after.resume_at.expect("listeners replay from T0");
+        assert!(
+            t0 > before.resume_token.as_ref().unwrap().time().unwrap(),
+            "T0 is the cluster time of the bulk swap, after the last commit"
+        );
+        assert!(after.version >= before.version + 2, "swap in, swap out");
+        assert_eq!(
+            store
+                .commit(
+                    &tenure,
+                    before.resume_token.as_ref().unwrap(),
+                    Duration::from_secs(60)
+                )
+                .await
+                .unwrap(),
+            TenureWrite::LostLock
+        );
+        let records = store.audit_log(10).await.unwrap();
+        assert_eq!(records.len(), 1, "one audit record for the whole rebuild");
+        assert_eq!(records[0].action, "rebuild");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn abort_bulk_gives_a_stuck_bulk_lease_back_to_the_listeners() {
+    live("cli_abort_bulk", |live| async move {
+        held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+        let current = store.get(RESOURCE).await.unwrap().unwrap();
+        // A rebuild that died after taking the bulk lease.
+        let swapped = store
+            .operator_swap(&OperatorChange {
+                resource: RESOURCE.into(),
+                expected_version: current.version,
+                holder: Some("rebuild@gone".into()),
+                expires_in: Duration::ZERO,
+                kind: LockKind::Bulk,
+                resume: ResumeChange::Keep,
+                note: "rebuild by rebuild@gone".into(),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(swapped, SwapOutcome::Applied { .. }));
+        let incremental = AcquireRequest {
+            resource: RESOURCE.into(),
+            listener: "worker-2".into(),
+            kind: LockKind::Update,
+            lease: Duration::from_secs(60),
+            watch: None,
+        };
+        assert_eq!(
+            store.acquire(&incremental).await.unwrap(),
+            AcquireOutcome::HeldByOther,
+            "an expired bulk lease is never taken by an incremental listener"
+        );
+
+        let mut cmd = streamward(&live);
+        cmd.args(["leases", "--output", "json"]);
+        let (_, out, _) = run(cmd).await;
+        let rows: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(rows[0]["status"], "STUCK BULK", "{out}");
+
+        let mut cmd = streamward(&live);
+        cmd.args(["abort-bulk", RESOURCE, "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(matches!(
+            store.acquire(&incremental).await.unwrap(),
+            AcquireOutcome::Acquired(_)
+        ));
+    })
+    .await;
+}
