@@ -588,7 +588,7 @@ async fn e_a_rebuild_failing_half_way_is_stuck_bulk_and_both_recoveries_work() {
             message.contains("streamward abort-bulk pet-aggregates --execute"),
             "{message}"
         );
-        assert_eq!(error.exit_code(), 1);
+        assert_eq!(streamward::cli::exit::for_ops(&error), 1);
         let stuck = lease(&store, PET_RESOURCE).await;
         assert_eq!(stuck.kind, LockKind::Bulk);
         assert_eq!(
@@ -915,7 +915,7 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
     let moved_on = written(&store).await;
     let error = ops::execute(&store, &stale, None).await.unwrap_err();
     assert!(matches!(error, OpsError::Changed { .. }), "{error}");
-    assert_eq!(error.exit_code(), 4);
+    assert_eq!(streamward::cli::exit::for_ops(&error), 4);
     assert!(
         error
             .to_string()

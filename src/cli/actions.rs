@@ -11,6 +11,7 @@ use clap::{ArgGroup, Args};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::exit;
 use super::lease_table::render_columns;
 use super::settings::{OutputFormat, Settings};
 use crate::model::text::escape_control;
@@ -197,6 +198,18 @@ fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<(
 
 /// Plans `request`; prints the plan; with `--execute` applies it. A refused plan is
 /// printed and returned as `OpsError::Refused` (exit 3) without writing anything.
+/// The plan as JSON, with the exit code its refusal (if any) means.
+fn plan_json(plan: &Plan) -> serde_json::Value {
+    let mut json = describe::plan_json(plan);
+    if let (Some(refusal), Some(shown)) = (
+        &plan.refusal,
+        json.get_mut("refusal").and_then(|r| r.as_object_mut()),
+    ) {
+        shown.insert("exitCode".into(), exit::for_refusal(refusal).into());
+    }
+    json
+}
+
 pub async fn run_action<S: LeaseStore + ChangeFeed>(
     store: &S,
     request: ActionRequest,
@@ -213,7 +226,7 @@ pub async fn run_action<S: LeaseStore + ChangeFeed>(
         if settings.output == OutputFormat::Json {
             print_json(
                 out,
-                serde_json::json!({ "plan": describe::plan_json(&plan), "written": false }),
+                serde_json::json!({ "plan": plan_json(&plan), "written": false }),
             )?;
         }
         return Err(OpsError::Refused(refusal.clone()).into());
@@ -225,7 +238,7 @@ pub async fn run_action<S: LeaseStore + ChangeFeed>(
             }
             OutputFormat::Json => print_json(
                 out,
-                serde_json::json!({ "plan": describe::plan_json(&plan), "written": false }),
+                serde_json::json!({ "plan": plan_json(&plan), "written": false }),
             )?,
         }
         return Ok(());
@@ -236,7 +249,7 @@ pub async fn run_action<S: LeaseStore + ChangeFeed>(
         OutputFormat::Json => print_json(
             out,
             serde_json::json!({
-                "plan": describe::plan_json(&plan),
+                "plan": plan_json(&plan),
                 "written": true,
                 "outcome": describe::executed_json(&done),
             }),
@@ -271,8 +284,7 @@ where
         .context("reading what the rebuild needs")?;
     let plan = ops::plan(&request, &facts);
     print_plan(out, &plan, settings.output)?;
-    let not_written =
-        || serde_json::json!({ "plan": describe::plan_json(&plan), "written": false });
+    let not_written = || serde_json::json!({ "plan": plan_json(&plan), "written": false });
     if let Some(refusal) = &plan.refusal {
         if settings.output == OutputFormat::Json {
             print_json(out, not_written())?;
@@ -317,7 +329,7 @@ where
         OutputFormat::Json => print_json(
             out,
             serde_json::json!({
-                "plan": describe::plan_json(&plan),
+                "plan": plan_json(&plan),
                 "written": true,
                 "outcome": describe::executed_json(&done.executed),
                 "t0": { "t": done.t0.secs, "i": done.t0.inc },

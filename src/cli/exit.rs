@@ -1,23 +1,59 @@
-//! Exit codes of DESIGN §7. 0 is `ExitCode::SUCCESS`; 3 (refused by a guard) and
-//! 4 (lease changed since planned) come from the guarded actions' `OpsError`.
+//! Exit codes of DESIGN §7, and which failure means which. 0 is `ExitCode::SUCCESS`.
 
 use std::process::ExitCode;
 
-use crate::ops::OpsError;
+use crate::ops::{OpsError, Refusal, RefusalKind};
 use crate::store::StoreError;
 
-pub use crate::ops::exit::{CANNOT_CONNECT, CHANGED, ERROR, REFUSED, USAGE};
+pub const ERROR: u8 = 1;
+pub const USAGE: u8 = 2;
+pub const REFUSED: u8 = 3;
+pub const CHANGED: u8 = 4;
+pub const CANNOT_CONNECT: u8 = 5;
+
+/// What a store error at the root of a failure means for the exit code.
+pub fn for_store(error: &StoreError) -> u8 {
+    match error {
+        StoreError::Unreachable(_)
+        | StoreError::NotPermitted { .. }
+        | StoreError::Authentication(_) => CANNOT_CONNECT,
+        StoreError::InvalidArgument(_) => USAGE,
+        _ => ERROR,
+    }
+}
+
+/// 3 for a guard; 5 when the refusal is a missing privilege.
+pub fn for_refusal(refusal: &Refusal) -> u8 {
+    match refusal.kind {
+        RefusalKind::NoOplogAccess => CANNOT_CONNECT,
+        _ => REFUSED,
+    }
+}
+
+/// Refused by a guard → 3, changed since planned → 4, cannot connect or not
+/// permitted → 5, anything else → 1.
+pub fn for_ops(error: &OpsError) -> u8 {
+    match error {
+        OpsError::Refused(refusal) => for_refusal(refusal),
+        OpsError::Changed { .. } => CHANGED,
+        OpsError::Store(error) => for_store(error),
+        OpsError::AuditMissing { .. }
+        | OpsError::StuckBulk { .. }
+        | OpsError::BulkTakenAway { .. }
+        | OpsError::WrongPlan(_) => ERROR,
+    }
+}
 
 /// The exit code for a failed command: a guarded action's own, else from the store
 /// error at its root if any.
 pub fn code_for(error: &anyhow::Error) -> ExitCode {
     if let Some(ops) = error.chain().find_map(|e| e.downcast_ref::<OpsError>()) {
-        return ExitCode::from(ops.exit_code());
+        return ExitCode::from(for_ops(ops));
     }
     let code = error
         .chain()
         .find_map(|e| e.downcast_ref::<StoreError>())
-        .map_or(ERROR, crate::ops::exit::for_store);
+        .map_or(ERROR, for_store);
     ExitCode::from(code)
 }
 
@@ -32,6 +68,26 @@ mod tests {
         assert_eq!(code_for(&unreachable), ExitCode::from(CANNOT_CONNECT));
         let other = anyhow::anyhow!("boom");
         assert_eq!(code_for(&other), ExitCode::from(ERROR));
+    }
+
+    #[test]
+    fn refusals_are_3_except_a_missing_oplog_privilege_which_is_5() {
+        let refusal = |kind| Refusal {
+            kind,
+            reason: String::new(),
+        };
+        for kind in [
+            RefusalKind::ReadOnly,
+            RefusalKind::BulkHeld,
+            RefusalKind::OutsideWindow,
+            RefusalKind::SkipNotAccepted,
+        ] {
+            assert_eq!(for_refusal(&refusal(kind)), REFUSED, "{kind:?}");
+        }
+        assert_eq!(
+            for_refusal(&refusal(RefusalKind::NoOplogAccess)),
+            CANNOT_CONNECT
+        );
     }
 
     #[test]

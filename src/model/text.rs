@@ -61,6 +61,19 @@ pub fn clock_and_relative(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Stri
     }
 }
 
+/// `12345` → `12 345`.
+pub fn group_digits(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,9 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::execute::Executed;
-use super::plan::{Direction, Plan, RefusalKind};
+use super::plan::Plan;
+use super::refusal::RefusalKind;
+use super::resume::Direction;
 use crate::model::text::{clock_and_relative, escape_control};
 use crate::model::{AuditRecord, ClusterTime, Lease};
 use crate::store::ResumeChange;
@@ -227,7 +229,6 @@ pub fn plan_json(plan: &Plan) -> Value {
         "refusal": plan.refusal.as_ref().map(|r| json!({
             "kind": refusal_kind(r.kind),
             "reason": r.reason,
-            "exitCode": r.exit_code(),
         })),
     })
 }

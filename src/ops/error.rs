@@ -1,8 +1,9 @@
-//! Why an action did not happen (or did only in part), with the exit code of DESIGN §7.
+//! Why an action did not happen (or did only in part). Each variant is a kind of
+//! failure; which exit code it means is decided by the command line (`cli::exit`).
 
 use thiserror::Error;
 
-use super::plan::Refusal;
+use super::refusal::Refusal;
 use crate::store::StoreError;
 
 #[derive(Debug, Error)]
@@ -69,43 +70,4 @@ pub enum OpsError {
     WrongPlan(String),
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// Exit codes of DESIGN §7 (0 is success). Defined here, below the command line, so
-/// the guarded actions can say which code an outcome means; `cli::exit` uses them.
-pub mod exit {
-    use crate::store::StoreError;
-
-    pub const ERROR: u8 = 1;
-    pub const USAGE: u8 = 2;
-    pub const REFUSED: u8 = 3;
-    pub const CHANGED: u8 = 4;
-    pub const CANNOT_CONNECT: u8 = 5;
-
-    /// What a store error at the root of a failure means for the exit code.
-    pub fn for_store(error: &StoreError) -> u8 {
-        match error {
-            StoreError::Unreachable(_)
-            | StoreError::NotPermitted { .. }
-            | StoreError::Authentication(_) => CANNOT_CONNECT,
-            StoreError::InvalidArgument(_) => USAGE,
-            _ => ERROR,
-        }
-    }
-}
-
-impl OpsError {
-    /// Refused by a guard → 3, changed since planned → 4, cannot connect or not
-    /// permitted → 5, anything else → 1.
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            OpsError::Refused(refusal) => refusal.exit_code(),
-            OpsError::Changed { .. } => exit::CHANGED,
-            OpsError::Store(error) => exit::for_store(error),
-            OpsError::AuditMissing { .. }
-            | OpsError::StuckBulk { .. }
-            | OpsError::BulkTakenAway { .. }
-            | OpsError::WrongPlan(_) => exit::ERROR,
-        }
-    }
 }

@@ -1,13 +1,11 @@
-//! What planning needs to know, and reading it from a store (the only I/O before execute).
+//! What planning needs to know. Read from a store by [`super::gather`], or built by hand in tests.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::plan::affected_range;
-use super::{ActionRequest, OpsError};
 use crate::model::{AuditRecord, ClusterTime, Lease, OplogWindow};
-use crate::store::{ChangeFeed, LeaseStore, Namespace, StoreError};
+use crate::store::Namespace;
 
 /// The changes between two points of one namespace's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +42,7 @@ pub struct RebuildTarget {
     pub description: String,
 }
 
-/// Everything `plan` reads. Build it with [`gather`], or by hand in tests.
+/// Everything `plan` reads. Build it with [`super::gather`], or by hand in tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanFacts {
     /// The lease of the affected resource, as read (`None`: no such lease).
@@ -68,7 +66,7 @@ pub struct PlanFacts {
     pub bulk_lease: Duration,
 }
 
-/// Settings for [`gather`] that come from the caller, not the store.
+/// Settings for [`super::gather`] that come from the caller, not the store.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatherOptions {
     pub read_only: bool,
@@ -96,64 +94,4 @@ impl GatherOptions {
             bulk_lease: Self::DEFAULT_BULK_LEASE,
         }
     }
-}
-
-/// Reads the facts `request` needs: the audit record (undo), the lease, the server's
-/// clock, the oplog window (absent when not permitted) and, for actions that move a
-/// resume point, a bounded count of the changes replayed or skipped. Reads only.
-pub async fn gather<S: LeaseStore + ChangeFeed>(
-    store: &S,
-    request: &ActionRequest,
-    options: &GatherOptions,
-) -> Result<PlanFacts, OpsError> {
-    let audit = match request {
-        ActionRequest::Undo { audit_id } => store.audit_record(audit_id).await?,
-        _ => None,
-    };
-    let resource = match request {
-        ActionRequest::Undo { .. } => audit.as_ref().map(|r| r.resource.clone()),
-        ActionRequest::Rebuild { .. } => options.rebuild.as_ref().map(|r| r.resource.clone()),
-        other => other.named_resource().map(str::to_string),
-    };
-    let lease = match &resource {
-        Some(resource) => store.get(resource).await?,
-        None => None,
-    };
-    let now = store.server_now().await?;
-    let window = match store.oplog_window().await {
-        Ok(window) => Some(window),
-        Err(StoreError::NotPermitted { .. }) => None,
-        Err(e) => return Err(e.into()),
-    };
-    let mut facts = PlanFacts {
-        lease,
-        window,
-        now,
-        changes: None,
-        read_only: options.read_only,
-        audit,
-        rebuild: options.rebuild.clone(),
-        operator: options.operator.clone(),
-        handover_lease: options.handover_lease,
-        bulk_lease: options.bulk_lease,
-    };
-    if let Some(range) = affected_range(request, &facts) {
-        let limit = options.count_limit.max(1);
-        match store
-            .count_changes(&range.ns, range.from, range.to, limit)
-            .await
-        {
-            Ok(counted) => {
-                facts.changes = Some(ChangeCount {
-                    range,
-                    counted,
-                    limit,
-                })
-            }
-            // The plan says the count is unknown; whether the action may go ahead is planning's call.
-            Err(StoreError::NotPermitted { .. }) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(facts)
 }

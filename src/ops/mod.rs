@@ -1,6 +1,6 @@
 //! Guarded operator actions (DESIGN §5): plan → preview → confirm → execute → audit.
 //!
-//! - [`gather`] reads what planning needs from a store (reads only);
+//! - [`gather`] reads what planning needs ([`PlanFacts`]) from a store (reads only);
 //! - [`plan`] is pure: the exact lease change, its effect, warnings, whether the
 //!   console must ask for the resource name, and any refusal;
 //! - [`execute`] applies a plan with one compare-and-swap on the version captured when
@@ -8,27 +8,35 @@
 //!   bulk lock with progress and cancellation;
 //! - [`describe`] renders plans and outcomes as text and JSON.
 //!
+//! Underneath, `resume` is the resume-point arithmetic and `target` the resume point a
+//! request asks for, checked against the oplog window; planning and gathering share them.
+//!
 //! Refused plans and dry runs write nothing, not even an audit record.
 
 pub mod describe;
 mod error;
 mod execute;
 mod facts;
+mod gather;
 mod pipeline;
 mod plan;
 mod rebuild;
+mod refusal;
 mod request;
+mod resume;
+mod target;
 
-pub use error::{exit, OpsError};
+pub use error::OpsError;
 pub use execute::{audit_context, execute, Executed};
-pub use facts::{gather, ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
+pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
+pub use gather::gather;
 pub use pipeline::PipelineRebuild;
-pub use plan::{
-    affected_range, describe_point, group_digits, plan, predict_after, Captured, Direction, Effect,
-    Plan, Refusal, RefusalKind, ResumeMove,
-};
+pub use plan::{plan, predict_after, Captured, Effect, Plan};
 pub use rebuild::{
     rebuild, Progress, RebuildDefinition, RebuildFailure, RebuildOutcome, RebuildProgress,
     RebuildReport,
 };
+pub use refusal::{Refusal, RefusalKind};
 pub use request::{parse_token, ActionKind, ActionRequest, ResetTarget, RewindTarget, TimeSpec};
+pub use resume::{describe_point, Direction, ResumeMove};
+pub use target::affected_range;

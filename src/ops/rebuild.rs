@@ -114,16 +114,13 @@ where
     D: RebuildDefinition<S>,
 {
     let change = executable(plan)?;
-    if plan.action != ActionKind::Rebuild {
+    let super::ActionRequest::Rebuild { name } = &plan.request else {
         return Err(OpsError::WrongPlan(format!(
             "a {} plan runs through ops::execute",
             plan.action
         )));
-    }
-    let name = match &plan.request {
-        super::ActionRequest::Rebuild { name } => name.clone(),
-        _ => String::new(),
     };
+    let name = name.clone();
     let context = audit_context(plan, reason);
     if cancel.is_cancelled() {
         return Err(OpsError::WrongPlan(

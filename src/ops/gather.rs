@@ -1,0 +1,66 @@
+//! Reading what planning needs from a store: the only I/O before execute.
+
+use super::facts::{ChangeCount, GatherOptions, PlanFacts};
+use super::target::affected_range;
+use super::{ActionRequest, OpsError};
+use crate::store::{ChangeFeed, LeaseStore, StoreError};
+
+/// Reads the facts `request` needs: the audit record (undo), the lease, the server's
+/// clock, the oplog window (absent when not permitted) and, for actions that move a
+/// resume point, a bounded count of the changes replayed or skipped. Reads only.
+pub async fn gather<S: LeaseStore + ChangeFeed>(
+    store: &S,
+    request: &ActionRequest,
+    options: &GatherOptions,
+) -> Result<PlanFacts, OpsError> {
+    let audit = match request {
+        ActionRequest::Undo { audit_id } => store.audit_record(audit_id).await?,
+        _ => None,
+    };
+    let resource = match request {
+        ActionRequest::Undo { .. } => audit.as_ref().map(|r| r.resource.clone()),
+        ActionRequest::Rebuild { .. } => options.rebuild.as_ref().map(|r| r.resource.clone()),
+        other => other.named_resource().map(str::to_string),
+    };
+    let lease = match &resource {
+        Some(resource) => store.get(resource).await?,
+        None => None,
+    };
+    let now = store.server_now().await?;
+    let window = match store.oplog_window().await {
+        Ok(window) => Some(window),
+        Err(StoreError::NotPermitted { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut facts = PlanFacts {
+        lease,
+        window,
+        now,
+        changes: None,
+        read_only: options.read_only,
+        audit,
+        rebuild: options.rebuild.clone(),
+        operator: options.operator.clone(),
+        handover_lease: options.handover_lease,
+        bulk_lease: options.bulk_lease,
+    };
+    if let Some(range) = affected_range(request, &facts) {
+        let limit = options.count_limit.max(1);
+        match store
+            .count_changes(&range.ns, range.from, range.to, limit)
+            .await
+        {
+            Ok(counted) => {
+                facts.changes = Some(ChangeCount {
+                    range,
+                    counted,
+                    limit,
+                })
+            }
+            // The plan says the count is unknown; whether the action may go ahead is planning's call.
+            Err(StoreError::NotPermitted { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(facts)
+}

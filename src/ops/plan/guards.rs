@@ -1,0 +1,61 @@
+//! Checks and effect lines shared by several actions.
+
+use chrono::{DateTime, Utc};
+
+use super::super::refusal::{Refusal, RefusalKind};
+use super::super::request::ActionKind;
+use super::Effect;
+use crate::model::text::short_duration;
+use crate::model::{Lease, LockKind};
+
+pub(super) fn refuse_bulk(lease: &Lease, action: ActionKind) -> Result<(), Refusal> {
+    if lease.kind == LockKind::Bulk {
+        return Err(Refusal::new(
+            RefusalKind::BulkHeld,
+            format!(
+                "{} is held for a rebuild (kind bulk, holder {}): a {action} would not let listeners back in. \
+                 Re-run the rebuild, or give the lease back with abort-bulk {}",
+                lease.resource,
+                lease.holder.as_deref().unwrap_or("none"),
+                lease.resource
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// "holder X renewed 3s ago: it looks alive", or why there is no live holder.
+pub(super) fn holder_warning(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
+    let ago = |at: DateTime<Utc>| short_duration((now - at).to_std().unwrap_or_default());
+    match (lease.live_holder(now), &lease.holder) {
+        (Some(holder), _) => {
+            let last_sign = [lease.renewed_at, lease.committed_at, lease.acquired_at]
+                .into_iter()
+                .flatten()
+                .max();
+            Some(match last_sign {
+                Some(at) => format!("holder {holder} renewed {} ago: it looks alive", ago(at)),
+                None => format!("holder {holder} holds an unexpired lease: it may be alive"),
+            })
+        }
+        (None, Some(holder)) => lease
+            .expires_at
+            .map(|at| format!("holder {holder} expired {} ago", ago(at))),
+        (None, None) => None,
+    }
+}
+
+pub(super) fn fence_effect(
+    lease: &Lease,
+    now: DateTime<Utc>,
+    effect: &mut Effect,
+) -> Option<String> {
+    let live = lease.live_holder(now).map(str::to_string);
+    if let Some(holder) = &live {
+        effect.lines.push(format!(
+            "fences out {holder}: its next commit (and any lease-fenced write) is rejected and it stops"
+        ));
+    }
+    effect.fences_out = live.clone();
+    live.map(|h| format!("fences out the live holder {h}"))
+}

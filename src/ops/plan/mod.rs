@@ -1,0 +1,226 @@
+//! Pure planning: from a request and the facts read, the exact lease change, what it
+//! means, and any reason to refuse. No I/O, no clock: everything comes from `PlanFacts`.
+//! One module per family of actions; the checks they share are in `guards`.
+
+mod bulk;
+mod guards;
+mod resume_moves;
+mod takeover;
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::facts::PlanFacts;
+use super::refusal::{Refusal, RefusalKind};
+use super::request::{ActionKind, ActionRequest};
+use super::resume::ResumeMove;
+use crate::model::{Lease, LockKind};
+use crate::store::{OperatorChange, ResumeChange};
+
+/// The (holder, version) the plan was made against: execute swaps only if the lease
+/// still has this version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    pub holder: Option<String>,
+    pub version: i64,
+}
+
+/// What the action means, beyond the lease fields.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Effect {
+    /// The live holder this action fences out.
+    pub fences_out: Option<String>,
+    pub resume: Option<ResumeMove>,
+    /// One line each, for people.
+    pub lines: Vec<String>,
+}
+
+/// The outcome of planning: shown as the preview, executed as is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub request: ActionRequest,
+    pub action: ActionKind,
+    /// The affected resource (`None` when the request names no known one).
+    pub resource: Option<String>,
+    pub operator: String,
+    pub captured: Option<Captured>,
+    pub before: Option<Lease>,
+    /// The lease as the write will leave it; times are relative to `planned_at` (the
+    /// server sets them from its own clock when it executes). For a rebuild: the
+    /// lease while the rebuild runs.
+    pub after: Option<Lease>,
+    /// What execute sends: a compare-and-swap on `captured.version`, version + 1.
+    pub change: Option<OperatorChange>,
+    pub effect: Effect,
+    pub warnings: Vec<String>,
+    /// Why the console must make the operator type the resource name (fences out a live
+    /// holder, or moves a resume point); `None`: Cancel/OK is enough.
+    pub confirmation: Option<String>,
+    pub refusal: Option<Refusal>,
+    /// The server's clock when the facts were read.
+    pub planned_at: DateTime<Utc>,
+}
+
+impl Plan {
+    pub fn is_refused(&self) -> bool {
+        self.refusal.is_some()
+    }
+
+    /// The text the operator types to confirm, when one is needed.
+    pub fn confirm_text(&self) -> Option<&str> {
+        self.confirmation.as_ref().and(self.resource.as_deref())
+    }
+}
+
+/// What a decided action changes.
+pub(super) struct Decision {
+    pub(super) change: OperatorChange,
+    pub(super) effect: Effect,
+    pub(super) warnings: Vec<String>,
+    pub(super) confirmation: Option<String>,
+}
+
+/// Plans `request` against `facts`. Never fails: a plan that must not run carries a
+/// `refusal` and no `change`.
+pub fn plan(request: &ActionRequest, facts: &PlanFacts) -> Plan {
+    let resource = affected_resource(request, facts);
+    let lease = facts.lease.as_ref();
+    let mut plan = Plan {
+        request: request.clone(),
+        action: request.kind(),
+        resource: resource.clone(),
+        operator: facts.operator.clone(),
+        captured: lease.map(|l| Captured {
+            holder: l.holder.clone(),
+            version: l.version,
+        }),
+        before: facts.lease.clone(),
+        after: None,
+        change: None,
+        effect: Effect::default(),
+        warnings: Vec::new(),
+        confirmation: None,
+        refusal: None,
+        planned_at: facts.now,
+    };
+    let decided = if facts.read_only {
+        Err(Refusal::new(
+            RefusalKind::ReadOnly,
+            format!(
+                "read-only mode: {} is not allowed (drop --read-only / read_only = false to act)",
+                request.kind()
+            ),
+        ))
+    } else {
+        decide(request, facts, resource.as_deref())
+    };
+    match decided {
+        Ok(decision) => {
+            plan.after = lease.map(|l| predict_after(l, &decision.change, facts.now));
+            plan.change = Some(decision.change);
+            plan.effect = decision.effect;
+            plan.warnings = decision.warnings;
+            plan.confirmation = decision.confirmation;
+        }
+        Err(refusal) => plan.refusal = Some(refusal),
+    }
+    plan
+}
+
+fn affected_resource(request: &ActionRequest, facts: &PlanFacts) -> Option<String> {
+    match request {
+        ActionRequest::Undo { .. } => facts.audit.as_ref().map(|r| r.resource.clone()),
+        ActionRequest::Rebuild { .. } => facts.rebuild.as_ref().map(|r| r.resource.clone()),
+        other => other.named_resource().map(str::to_string),
+    }
+}
+
+fn decide(
+    request: &ActionRequest,
+    facts: &PlanFacts,
+    resource: Option<&str>,
+) -> Result<Decision, Refusal> {
+    // What names the resource must exist before the lease can be looked at.
+    match request {
+        ActionRequest::Undo { audit_id } if facts.audit.is_none() => {
+            return Err(Refusal::new(
+                RefusalKind::UnknownAuditRecord,
+                format!("there is no audit record {audit_id:?} (streamward audit lists them)"),
+            ))
+        }
+        ActionRequest::Rebuild { name } if facts.rebuild.is_none() => {
+            return Err(Refusal::new(
+                RefusalKind::NoRebuildDefinition,
+                format!(
+                    "no rebuild named {name:?} is defined: add [rebuilds.{name}] with resource, db, collection and pipeline to the config file"
+                ),
+            ))
+        }
+        _ => {}
+    }
+    let resource = resource.unwrap_or_default();
+    let Some(lease) = facts.lease.as_ref() else {
+        return Err(Refusal::new(
+            RefusalKind::UnknownResource,
+            format!(
+                "there is no lease {resource:?}: actions change existing leases only (streamward leases lists them)"
+            ),
+        ));
+    };
+    match request {
+        ActionRequest::Takeover { to, hold, .. } => {
+            takeover::takeover(lease, to.as_deref(), *hold, facts)
+        }
+        ActionRequest::Rewind { to, .. } => resume_moves::rewind(request, lease, to, facts),
+        ActionRequest::Reset {
+            to, accept_skip, ..
+        } => resume_moves::reset(request, lease, *to, *accept_skip, facts),
+        ActionRequest::Rebuild { name } => bulk::rebuild(lease, name, facts),
+        ActionRequest::AbortBulk { .. } => bulk::abort_bulk(lease, facts),
+        ActionRequest::Undo { audit_id } => resume_moves::undo(request, lease, audit_id, facts),
+    }
+}
+
+pub(super) fn change(
+    lease: &Lease,
+    holder: Option<String>,
+    expires_in: Duration,
+) -> OperatorChange {
+    OperatorChange {
+        resource: lease.resource.clone(),
+        expected_version: lease.version,
+        holder,
+        expires_in,
+        kind: LockKind::Update,
+        resume: ResumeChange::Keep,
+        note: String::new(),
+    }
+}
+
+/// The lease as the store will leave it, with `now` for the server's `$$NOW`.
+pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>) -> Lease {
+    let mut after = lease.clone();
+    after.version = lease.version + 1;
+    after.holder = change.holder.clone();
+    after.expires_at = Some(
+        TimeDelta::from_std(change.expires_in)
+            .ok()
+            .and_then(|d| now.checked_add_signed(d))
+            .unwrap_or(DateTime::<Utc>::MAX_UTC),
+    );
+    after.kind = change.kind;
+    after.note = Some(change.note.clone());
+    if change.holder.is_some() {
+        after.acquired_at = Some(now);
+        after.renewed_at = Some(now);
+    }
+    if let ResumeChange::Set { token, at } = &change.resume {
+        after.resume_token = token.clone();
+        after.resume_at = *at;
+    }
+    after
+}
+
+#[cfg(test)]
+mod tests;

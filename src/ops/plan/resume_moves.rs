@@ -1,0 +1,214 @@
+//! The actions that move a resume point: rewind, reset and undo. Each fences out the
+//! holder and sets `resumeToken`/`resumeAt`; they differ in their target and guards.
+
+use std::time::Duration;
+
+use super::guards::{fence_effect, holder_warning, refuse_bulk};
+use super::{change, Decision, Effect};
+use crate::model::text::{group_digits, short_duration};
+use crate::model::OplogWindow;
+use crate::model::{Lease, ResumePoint};
+use crate::ops::facts::PlanFacts;
+use crate::ops::refusal::{Refusal, RefusalKind};
+use crate::ops::request::{ActionRequest, ResetTarget, RewindTarget};
+use crate::ops::resume::{describe_point, movement, point_of, start_of, Direction, ResumeMove};
+use crate::ops::target::resume_target;
+use crate::store::{Namespace, ResumeChange};
+
+fn resume_move(
+    lease: &Lease,
+    new: &ResumePoint,
+    facts: &PlanFacts,
+    warnings: &mut Vec<String>,
+) -> Option<ResumeMove> {
+    if start_of(&lease.resume_point(), facts.window.as_ref()).is_none() {
+        warnings.push(
+            "the current resume token cannot be decoded: what is replayed or skipped cannot be told".into(),
+        );
+        return None;
+    }
+    let (direction, from, to) = movement(lease, new, facts.window.as_ref())?;
+    let ns = lease
+        .watch
+        .as_ref()
+        .map(|w| Namespace::new(w.db.clone(), w.coll.clone()));
+    let count = facts
+        .changes
+        .clone()
+        .filter(|c| c.range.from == from && c.range.to == to && Some(&c.range.ns) == ns.as_ref());
+    match &count {
+        Some(c) if c.at_least() => warnings.push(format!(
+            "counted at least {} changes: the count stops there",
+            group_digits(c.limit)
+        )),
+        Some(_) => {}
+        None if ns.is_none() => warnings.push(
+            "the lease does not say which collection it watches: the changes cannot be counted"
+                .into(),
+        ),
+        None => warnings.push("the changes were not counted (no access to the oplog?)".into()),
+    }
+    Some(ResumeMove {
+        direction,
+        ns,
+        from,
+        to,
+        span: to.saturating_since(from),
+        count,
+    })
+}
+
+/// The shared shape of rewind, reset and undo: fence out, set the resume point.
+fn move_resume(
+    request: &ActionRequest,
+    lease: &Lease,
+    facts: &PlanFacts,
+    note: String,
+) -> Result<(Decision, Option<ResumeMove>), Refusal> {
+    refuse_bulk(lease, request.kind())?;
+    let Some((token, at)) = resume_target(request, lease, facts)? else {
+        return Err(Refusal::new(
+            RefusalKind::ConflictingOptions,
+            format!("{} does not move a resume point", request.kind()),
+        ));
+    };
+    let mut effect = Effect::default();
+    let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
+    fence_effect(lease, facts.now, &mut effect);
+    let new_point = point_of(&token, at);
+    let moved = resume_move(lease, &new_point, facts, &mut warnings);
+    effect.lines.push(match &new_point {
+        ResumePoint::Token(t) => format!("the next holder resumes after token {t}"),
+        ResumePoint::At(t) => format!("the next holder starts at {t} (inclusive)"),
+        ResumePoint::Oldest => "the next holder starts from the oldest oplog entry".into(),
+    });
+    match &moved {
+        Some(m) => effect.lines.push(m.describe()),
+        None => effect
+            .lines
+            .push("the resume point does not move: nothing is replayed or skipped".into()),
+    }
+    if let Some(window) = &facts.window {
+        if lease
+            .resume_point()
+            .time()
+            .is_some_and(|t| t < window.first)
+        {
+            warnings.push(format!(
+                "the current resume point is LOST: changes before {} fell off the oplog and cannot be replayed; a rebuild of derived data may be needed",
+                window.first
+            ));
+        }
+    }
+    effect.resume = moved.clone();
+    let mut c = change(lease, None, Duration::ZERO);
+    c.resume = ResumeChange::Set { token, at };
+    c.note = note;
+    Ok((
+        Decision {
+            change: c,
+            effect,
+            warnings,
+            confirmation: Some("moves the resume point".into()),
+        },
+        moved,
+    ))
+}
+
+fn skipped_in_window(moved: Option<&ResumeMove>, window: Option<&OplogWindow>) -> bool {
+    match (moved, window) {
+        (Some(m), Some(w)) => m.direction == Direction::Skip && m.to >= w.first,
+        _ => false,
+    }
+}
+
+pub(super) fn rewind(
+    request: &ActionRequest,
+    lease: &Lease,
+    to: &RewindTarget,
+    facts: &PlanFacts,
+) -> Result<Decision, Refusal> {
+    let note = match to {
+        RewindTarget::Time(spec) => {
+            format!("rewind to {} by {}", spec.cluster_time(), facts.operator)
+        }
+        RewindTarget::By(by) => format!("rewind by {} by {}", short_duration(*by), facts.operator),
+        RewindTarget::Token(_) => format!("rewind to a token by {}", facts.operator),
+    };
+    let (decision, moved) = move_resume(request, lease, facts, note)?;
+    if skipped_in_window(moved.as_ref(), facts.window.as_ref()) {
+        let what = moved.map(|m| m.describe()).unwrap_or_default();
+        return Err(Refusal::new(
+            RefusalKind::WouldSkip,
+            format!(
+                "the target is after the current resume point, so nothing is replayed and {what}: \
+                 use reset --to now --accept-skip to skip on purpose"
+            ),
+        ));
+    }
+    Ok(decision)
+}
+
+pub(super) fn reset(
+    request: &ActionRequest,
+    lease: &Lease,
+    to: ResetTarget,
+    accept_skip: bool,
+    facts: &PlanFacts,
+) -> Result<Decision, Refusal> {
+    let note = match to {
+        ResetTarget::Oldest => format!("reset to oldest by {}", facts.operator),
+        ResetTarget::Now => format!("reset to now by {}", facts.operator),
+    };
+    let (mut decision, moved) = move_resume(request, lease, facts, note)?;
+    if to == ResetTarget::Now {
+        let what = moved
+            .as_ref()
+            .filter(|m| m.direction == Direction::Skip)
+            .map(ResumeMove::describe)
+            .unwrap_or_else(|| "unprocessed changes are skipped".into());
+        if !accept_skip {
+            return Err(Refusal::new(
+                RefusalKind::SkipNotAccepted,
+                format!("reset --to now skips what the listener has not processed ({what}): re-run with --accept-skip to accept that"),
+            ));
+        }
+        decision
+            .warnings
+            .push(format!("skipping on purpose (--accept-skip): {what}"));
+    }
+    Ok(decision)
+}
+
+pub(super) fn undo(
+    request: &ActionRequest,
+    lease: &Lease,
+    audit_id: &str,
+    facts: &PlanFacts,
+) -> Result<Decision, Refusal> {
+    let note = format!("undo {audit_id} by {}", facts.operator);
+    let (mut decision, moved) = move_resume(request, lease, facts, note)?;
+    if let Some(record) = &facts.audit {
+        decision.effect.lines.insert(
+            0,
+            format!(
+                "restores the resume point {} recorded before {} by {} at {}",
+                record
+                    .before
+                    .as_ref()
+                    .map(|b| describe_point(&b.resume_point()))
+                    .unwrap_or_default(),
+                record.action,
+                record.operator,
+                record.at.to_rfc3339()
+            ),
+        );
+    }
+    if moved.is_some_and(|m| m.direction == Direction::Skip) {
+        decision.warnings.push(
+            "undo moves the resume point forward: the changes in between are not processed (again)"
+                .into(),
+        );
+    }
+    Ok(decision)
+}

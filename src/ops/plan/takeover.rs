@@ -1,0 +1,79 @@
+//! Takeover: release to any standby, hand to one listener, or hold as the operator.
+
+use std::time::Duration;
+
+use super::guards::{fence_effect, holder_warning, refuse_bulk};
+use super::{change, Decision, Effect};
+use crate::model::text::short_duration;
+use crate::model::Lease;
+use crate::ops::facts::PlanFacts;
+use crate::ops::refusal::{Refusal, RefusalKind};
+use crate::ops::request::ActionKind;
+
+pub(super) fn takeover(
+    lease: &Lease,
+    to: Option<&str>,
+    hold: Option<Duration>,
+    facts: &PlanFacts,
+) -> Result<Decision, Refusal> {
+    refuse_bulk(lease, ActionKind::Takeover)?;
+    let mut effect = Effect::default();
+    let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
+    let confirmation = fence_effect(lease, facts.now, &mut effect);
+    let mut c = match (to, hold) {
+        (Some(_), Some(_)) => {
+            return Err(Refusal::new(
+                RefusalKind::ConflictingOptions,
+                "takeover takes either --to LISTENER or --hold DURATION, not both",
+            ))
+        }
+        (None, None) => {
+            effect
+                .lines
+                .push("releases the lease now: any standby takes it over".into());
+            change(lease, None, Duration::ZERO)
+        }
+        (Some(listener), None) => {
+            if lease.live_holder(facts.now) == Some(listener) {
+                warnings.push(format!(
+                    "{listener} already holds it: this only starts a new tenure for it"
+                ));
+            }
+            effect.lines.push(format!(
+                "hands the lease to {listener} for {}: it claims it at once if it is standing by",
+                short_duration(facts.handover_lease)
+            ));
+            change(lease, Some(listener.to_string()), facts.handover_lease)
+        }
+        (None, Some(hold)) => {
+            effect.lines.push(format!(
+                "{} holds it for {}: processing pauses until then, after which any standby takes it over",
+                facts.operator,
+                short_duration(hold)
+            ));
+            change(lease, Some(facts.operator.clone()), hold)
+        }
+    };
+    if let Some(window) = &facts.window {
+        if lease
+            .resume_point()
+            .time()
+            .is_some_and(|t| t < window.first)
+        {
+            warnings.push(
+                "the resume point has fallen off the oplog (LOST): the next holder stops with history lost; rewind or reset instead".into(),
+            );
+        }
+    }
+    c.note = match (to, hold) {
+        (Some(listener), _) => format!("takeover to {listener} by {}", facts.operator),
+        (_, Some(hold)) => format!("hold {} by {}", short_duration(hold), facts.operator),
+        _ => format!("takeover by {}", facts.operator),
+    };
+    Ok(Decision {
+        change: c,
+        effect,
+        warnings,
+        confirmation,
+    })
+}

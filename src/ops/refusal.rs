@@ -1,0 +1,50 @@
+//! Why a plan may not be executed. What a refusal means for a process's exit code is
+//! the command line's business (`cli::exit`).
+
+use std::fmt;
+
+/// Why a plan may not be executed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    ReadOnly,
+    UnknownResource,
+    UnknownAuditRecord,
+    NoRebuildDefinition,
+    /// The target is not in the oplog window.
+    OutsideWindow,
+    /// A rewind that would move forward over changes still in the oplog.
+    WouldSkip,
+    /// `reset --to now` without `--accept-skip`.
+    SkipNotAccepted,
+    /// The lease is bulk: only abort-bulk or the rebuild may change it.
+    BulkHeld,
+    NotBulk,
+    RebuildRunning,
+    /// The audit record has no prior resume point to restore.
+    NothingToRestore,
+    UndecodableToken,
+    ConflictingOptions,
+    /// The oplog window cannot be read, so the target cannot be checked.
+    NoOplogAccess,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub kind: RefusalKind,
+    pub reason: String,
+}
+
+impl Refusal {
+    pub(crate) fn new(kind: RefusalKind, reason: impl Into<String>) -> Self {
+        Self {
+            kind,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.reason)
+    }
+}

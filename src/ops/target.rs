@@ -1,0 +1,124 @@
+//! The resume point a request moves a lease to, checked against the oplog window, and
+//! the range of changes that move passes over (what [`super::gather`] counts).
+
+use super::facts::{ChangeRange, PlanFacts};
+use super::refusal::{Refusal, RefusalKind};
+use super::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
+use super::resume::{movement, point_of, NewResume};
+use crate::model::text::short_duration;
+use crate::model::{ClusterTime, Lease, OplogWindow};
+use crate::store::Namespace;
+
+pub(crate) fn require_window(
+    facts: &PlanFacts,
+    action: ActionKind,
+) -> Result<OplogWindow, Refusal> {
+    facts.window.ok_or_else(|| {
+        Refusal::new(
+            RefusalKind::NoOplogAccess,
+            format!(
+                "the oplog window cannot be read, so a {action} cannot be checked against it: \
+                 grant the clusterMonitor role (or read on the local database)"
+            ),
+        )
+    })
+}
+
+/// The new resume fields a resume-moving request sets, checked against the window.
+/// `Ok(None)` for requests that keep the resume point.
+pub(crate) fn resume_target(
+    request: &ActionRequest,
+    lease: &Lease,
+    facts: &PlanFacts,
+) -> Result<Option<NewResume>, Refusal> {
+    let in_window = |time: ClusterTime, what: &str, window: &OplogWindow| {
+        if time < window.first || time > window.last {
+            Err(Refusal::new(
+                RefusalKind::OutsideWindow,
+                format!(
+                    "{what} {time} is outside the oplog window ({} to {})",
+                    window.first, window.last
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    };
+    match request {
+        ActionRequest::Rewind { to, .. } => {
+            let window = require_window(facts, ActionKind::Rewind)?;
+            match to {
+                RewindTarget::Time(spec) => {
+                    let time = spec.cluster_time();
+                    in_window(time, "the target", &window)?;
+                    Ok(Some((None, Some(time))))
+                }
+                RewindTarget::By(by) => {
+                    let base = lease.resume_point().time().unwrap_or(window.last);
+                    let secs = u32::try_from(by.as_secs()).unwrap_or(u32::MAX);
+                    let time = ClusterTime::new(base.secs.saturating_sub(secs), base.inc);
+                    in_window(
+                        time,
+                        &format!("{} back from {base},", short_duration(*by)),
+                        &window,
+                    )?;
+                    Ok(Some((None, Some(time))))
+                }
+                RewindTarget::Token(token) => {
+                    let Some(time) = token.time() else {
+                        return Err(Refusal::new(
+                            RefusalKind::UndecodableToken,
+                            format!("resume token {token} cannot be decoded, so it cannot be checked against the oplog window"),
+                        ));
+                    };
+                    in_window(time, "the token's time", &window)?;
+                    Ok(Some((Some(token.clone()), None)))
+                }
+            }
+        }
+        ActionRequest::Reset { to, .. } => {
+            let window = require_window(facts, ActionKind::Reset)?;
+            Ok(Some(match to {
+                ResetTarget::Oldest => (None, None),
+                ResetTarget::Now => (None, Some(window.last)),
+            }))
+        }
+        ActionRequest::Undo { .. } => {
+            let window = require_window(facts, ActionKind::Undo)?;
+            let before = facts.audit.as_ref().and_then(|r| r.before.as_ref());
+            let Some(before) = before.filter(|b| b.resume_token.is_some() || b.resume_at.is_some())
+            else {
+                return Err(Refusal::new(
+                    RefusalKind::NothingToRestore,
+                    "that audit record has no prior resume point to restore (the lease had neither a token nor resumeAt): \
+                     use reset --to oldest or rewind instead",
+                ));
+            };
+            match before.resume_point().time() {
+                Some(time) => in_window(time, "the resume point recorded before that action,", &window)?,
+                None => {
+                    return Err(Refusal::new(
+                        RefusalKind::UndecodableToken,
+                        "the resume token recorded before that action cannot be decoded, so it cannot be checked against the oplog window",
+                    ))
+                }
+            }
+            Ok(Some((before.resume_token.clone(), before.resume_at)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// The changes a resume-moving request replays or skips: what [`super::gather`] counts.
+/// `None` for other requests, or when either end is unknown.
+pub fn affected_range(request: &ActionRequest, facts: &PlanFacts) -> Option<ChangeRange> {
+    let lease = facts.lease.as_ref()?;
+    let (token, at) = resume_target(request, lease, facts).ok()??;
+    let watch = lease.watch.as_ref()?;
+    let (_, from, to) = movement(lease, &point_of(&token, at), facts.window.as_ref())?;
+    Some(ChangeRange {
+        ns: Namespace::new(watch.db.clone(), watch.coll.clone()),
+        from,
+        to,
+    })
+}
