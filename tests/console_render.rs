@@ -445,7 +445,7 @@ fn action_dialog_preview_and_progress() {
             action: streamward::ops::ActionKind::Rebuild,
             resource: "pet-aggregates".into(),
             progress: None,
-            cancelling: false,
+            stage: streamward::console::state::RunningStage::Working,
         });
         state.apply(
             DataEvent::RebuildProgress(streamward::ops::RebuildProgress {
@@ -456,5 +456,14 @@ fn action_dialog_preview_and_progress() {
             }),
             now(),
         );
+    });
+    snapshot_both_sizes("dialog_rebuild_asks_before_quitting", |state| {
+        state.dialog = Some(streamward::console::state::Dialog::Running {
+            action: streamward::ops::ActionKind::Rebuild,
+            resource: "pet-aggregates".into(),
+            progress: None,
+            stage: streamward::console::state::RunningStage::Working,
+        });
+        press(state, KeyCode::Char('q'));
     });
 }

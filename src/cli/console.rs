@@ -23,6 +23,7 @@ use crate::console::terminal::{self, TerminalGuard};
 use crate::console::theme::ThemeChoice;
 use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
+use crate::model::text::escape_control;
 use crate::ops::{GatherOptions, RebuildDefinition, RebuildTarget};
 use crate::store::mongo::MongoStore;
 
@@ -163,10 +164,13 @@ where
     for task in tasks {
         let _ = task.await;
     }
-    // The runner ends when the console's sender is dropped (a running rebuild goes on
-    // to its end on its own task only while the runtime lives).
+    // The runner ends when the console's sender is dropped; a rebuild still running is
+    // cancelled and awaited first (its lease stays STUCK BULK, audited), and what it
+    // said is printed here, on the restored terminal.
     if let Some(task) = runner_task {
-        let _ = task.await;
+        if let Ok(Some(last_word)) = task.await {
+            eprintln!("{}", escape_control(&last_word));
+        }
     }
     result
 }

@@ -46,13 +46,16 @@ where
             .collect()
     }
 
+    /// Runs until the console drops its sender. A rebuild still running then is
+    /// cancelled and awaited, so its audited STUCK BULK path runs before the process
+    /// ends; the task's output is that rebuild's last word, for the operator's terminal.
     pub fn spawn(
         self,
         mut commands: mpsc::Receiver<ActionCommand>,
         events: mpsc::Sender<DataEvent>,
-    ) -> JoinHandle<()> {
+    ) -> JoinHandle<Option<String>> {
         tokio::spawn(async move {
-            let mut running: Option<CancellationToken> = None;
+            let mut running: Option<RunningRebuild> = None;
             while let Some(command) = commands.recv().await {
                 let reply = match command {
                     ActionCommand::Plan(request) => {
@@ -70,17 +73,24 @@ where
                         Some(DataEvent::ActionDone(done))
                     }
                     ActionCommand::CancelRebuild => {
-                        if let Some(cancel) = running.take() {
-                            cancel.cancel();
+                        if let Some(rebuild) = &running {
+                            rebuild.cancel.cancel();
                         }
                         None
                     }
                 };
                 if let Some(reply) = reply {
                     if events.send(reply).await.is_err() {
-                        return;
+                        break;
                     }
                 }
+            }
+            let rebuild = running.filter(|r| !r.task.is_finished())?;
+            rebuild.cancel.cancel();
+            match rebuild.task.await {
+                Ok(Ok(done)) => Some(done),
+                Ok(Err(failed)) => Some(failed),
+                Err(panicked) => Some(format!("the rebuild task ended abnormally: {panicked}")),
             }
         })
     }
@@ -100,29 +110,28 @@ where
         Ok(Box::new(ops::plan(request, &facts)))
     }
 
-    /// Runs the rebuild on its own task, forwarding progress; the token cancels it.
-    fn start_rebuild(&self, plan: Plan, events: mpsc::Sender<DataEvent>) -> CancellationToken {
+    /// Runs the rebuild on its own task, forwarding progress; its token cancels it.
+    fn start_rebuild(&self, plan: Plan, events: mpsc::Sender<DataEvent>) -> RunningRebuild {
         let cancel = CancellationToken::new();
-        let name = match &plan.request {
-            ActionRequest::Rebuild { name } => name.clone(),
-            _ => String::new(),
+        let definition = match &plan.request {
+            ActionRequest::Rebuild { name } => self
+                .rebuilds
+                .iter()
+                .find(|(t, _)| t.name == *name)
+                .map(|(_, d)| (name.clone(), d.clone())),
+            _ => None,
         };
-        let definition = self
-            .rebuilds
-            .iter()
-            .find(|(t, _)| t.name == name)
-            .map(|(_, d)| d.clone());
         let store = self.store.clone();
         let reason = self.reason.clone();
         let token = cancel.clone();
-        tokio::spawn(async move {
-            let Some(definition) = definition else {
-                let _ = events
-                    .send(DataEvent::ActionDone(Err(format!(
-                        "no rebuild named {name}; nothing was written"
-                    ))))
-                    .await;
-                return;
+        let task = tokio::spawn(async move {
+            let Some((name, definition)) = definition else {
+                let done = Err(format!(
+                    "no rebuild named in this {} plan is defined here; nothing was written",
+                    plan.action
+                ));
+                let _ = events.send(DataEvent::ActionDone(done.clone())).await;
+                return done;
             };
             let (progress, mut updates) = Progress::channel();
             let forward_events = events.clone();
@@ -158,8 +167,15 @@ where
                     )
                 })
                 .map_err(|e| format!("rebuild {name}: {e}"));
-            let _ = events.send(DataEvent::ActionDone(done)).await;
+            let _ = events.send(DataEvent::ActionDone(done.clone())).await;
+            done
         });
-        cancel
+        RunningRebuild { cancel, task }
     }
+}
+
+/// A rebuild on its own task; the task's output is its outcome as shown to the operator.
+struct RunningRebuild {
+    cancel: CancellationToken,
+    task: JoinHandle<Result<String, String>>,
 }

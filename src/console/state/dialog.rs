@@ -41,8 +41,20 @@ pub enum Dialog {
         action: ActionKind,
         resource: String,
         progress: Option<RebuildProgress>,
-        cancelling: bool,
+        stage: RunningStage,
     },
+}
+
+/// Where a running rebuild stands with the operator: cancelling or quitting leaves its
+/// lease STUCK BULK, so both ask first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunningStage {
+    Working,
+    /// `esc` was pressed: `y` cancels, anything else keeps it running.
+    ConfirmCancel,
+    /// `q` or Ctrl-C was pressed: `y` (or Ctrl-C again) cancels it and quits.
+    ConfirmQuit,
+    Cancelling,
 }
 
 impl Dialog {

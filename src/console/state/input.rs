@@ -4,7 +4,7 @@ use crossterm::event::{
     KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 
-use super::dialog::{request_for, rewind_request, Button, Dialog, Target};
+use super::dialog::{request_for, rewind_request, Button, Dialog, RunningStage, Target};
 use super::table::{Column, Filter};
 use super::{ConsoleState, NoticeLevel, View};
 use crate::console::keymap::{self, Command, Scope};
@@ -44,7 +44,7 @@ impl ConsoleState {
         }
         let ctrl = event.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && event.code == KeyCode::Char('c') {
-            return vec![Effect::Quit];
+            return self.quit_asking_for_a_running_rebuild();
         }
         if self.dialog.is_some() {
             return self.dialog_key(event.code);
@@ -291,23 +291,52 @@ impl ConsoleState {
                             action: plan.action,
                             resource: plan.resource.clone().unwrap_or_default(),
                             progress: None,
-                            cancelling: false,
+                            stage: RunningStage::Working,
                         });
                         return vec![Effect::Execute(plan)];
                     }
                 }
                 _ => {}
             },
-            Dialog::Running {
-                action, cancelling, ..
-            } => {
-                if code == KeyCode::Esc && *action == ActionKind::Rebuild && !*cancelling {
-                    *cancelling = true;
-                    return vec![Effect::CancelRebuild];
+            Dialog::Running { action, stage, .. } if *action == ActionKind::Rebuild => {
+                let answer_yes = code == KeyCode::Char('y');
+                match (*stage, code) {
+                    (RunningStage::Working, KeyCode::Esc) => *stage = RunningStage::ConfirmCancel,
+                    (RunningStage::Working | RunningStage::Cancelling, KeyCode::Char('q')) => {
+                        return self.quit_asking_for_a_running_rebuild();
+                    }
+                    (RunningStage::ConfirmCancel, _) if answer_yes => {
+                        *stage = RunningStage::Cancelling;
+                        return vec![Effect::CancelRebuild];
+                    }
+                    (RunningStage::ConfirmQuit, _) if answer_yes => return vec![Effect::Quit],
+                    (RunningStage::ConfirmCancel | RunningStage::ConfirmQuit, _) => {
+                        *stage = RunningStage::Working;
+                    }
+                    _ => {}
                 }
             }
+            Dialog::Running { .. } => {}
         }
         Vec::new()
+    }
+
+    /// Quits at once, unless a rebuild is running and the operator has not been asked
+    /// yet: then asks (quitting cancels it and leaves its lease STUCK BULK). A
+    /// rebuild already being cancelled is not asked about again.
+    fn quit_asking_for_a_running_rebuild(&mut self) -> Vec<Effect> {
+        if let Some(Dialog::Running {
+            action: ActionKind::Rebuild,
+            stage,
+            ..
+        }) = &mut self.dialog
+        {
+            if matches!(*stage, RunningStage::Working | RunningStage::ConfirmCancel) {
+                *stage = RunningStage::ConfirmQuit;
+                return Vec::new();
+            }
+        }
+        vec![Effect::Quit]
     }
 
     fn show(&mut self, view: View) {

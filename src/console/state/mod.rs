@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-pub use dialog::{request_for, rewind_request, Button, Dialog, Target};
+pub use dialog::{request_for, rewind_request, Button, Dialog, RunningStage, Target};
 pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};
 pub use input::{Effect, Input};
 pub use lists::ListCursor;

@@ -460,14 +460,72 @@ fn a_rebuild_needs_a_definition_and_can_be_cancelled() {
             name: "pets".into()
         })]
     );
-    state.dialog = Some(Dialog::Running {
+    state.dialog = Some(running_rebuild());
+    assert!(press(&mut state, KeyCode::Esc).is_empty(), "esc asks first");
+    assert!(
+        press(&mut state, KeyCode::Char('n')).is_empty(),
+        "n keeps it"
+    );
+    assert!(press(&mut state, KeyCode::Esc).is_empty());
+    assert_eq!(
+        press(&mut state, KeyCode::Char('y')),
+        vec![Effect::CancelRebuild]
+    );
+    assert!(press(&mut state, KeyCode::Esc).is_empty(), "cancelled once");
+    assert!(
+        press(&mut state, KeyCode::Char('y')).is_empty(),
+        "cancelled once"
+    );
+}
+
+fn running_rebuild() -> Dialog {
+    Dialog::Running {
         action: crate::ops::ActionKind::Rebuild,
         resource: "pet-aggregates".into(),
         progress: None,
-        cancelling: false,
+        stage: RunningStage::Working,
+    }
+}
+
+#[test]
+fn quitting_while_a_rebuild_runs_asks_first() {
+    let mut state = loaded();
+    state.dialog = Some(running_rebuild());
+    assert!(press(&mut state, KeyCode::Char('q')).is_empty(), "q asks");
+    assert!(
+        press(&mut state, KeyCode::Char('n')).is_empty(),
+        "n keeps running"
+    );
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Running {
+            stage: RunningStage::Working,
+            ..
+        })
+    ));
+    assert!(press(&mut state, KeyCode::Char('q')).is_empty());
+    assert_eq!(press(&mut state, KeyCode::Char('y')), vec![Effect::Quit]);
+
+    state.dialog = Some(running_rebuild());
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert!(state.on_key(ctrl_c).is_empty(), "Ctrl-C asks too");
+    assert_eq!(
+        state.on_key(ctrl_c),
+        vec![Effect::Quit],
+        "a second Ctrl-C quits"
+    );
+
+    state.dialog = Some(Dialog::Running {
+        action: crate::ops::ActionKind::Takeover,
+        resource: "shop.orders".into(),
+        progress: None,
+        stage: RunningStage::Working,
     });
-    assert_eq!(press(&mut state, KeyCode::Esc), vec![Effect::CancelRebuild]);
-    assert!(press(&mut state, KeyCode::Esc).is_empty(), "cancelled once");
+    assert_eq!(
+        state.on_key(ctrl_c),
+        vec![Effect::Quit],
+        "a one-write action does not ask"
+    );
 }
 
 #[test]

@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Gauge, Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::console::state::{Button, ConsoleState, Dialog, Target};
+use crate::console::state::{Button, ConsoleState, Dialog, RunningStage, Target};
 use crate::console::theme::Theme;
 use crate::model::text::escape_control;
 use crate::ops::describe::lease_diff;
@@ -91,19 +91,27 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             action,
             resource,
             progress,
-            cancelling,
+            stage,
         } => {
             let block = block(format!(" {action} {} ", escape_control(resource)), theme);
             let inner = block.inner(popup);
             frame.render_widget(block, popup);
             let [text, gauge] =
                 Layout::vertical([Constraint::Length(3), Constraint::Length(1)]).areas(inner);
-            let status = if *cancelling {
-                "cancelling: the lease stays bulk (STUCK BULK) until a re-run or abort-bulk"
-            } else if *action == ActionKind::Rebuild {
-                "rebuilding under the bulk lock · esc cancels (the lease then stays STUCK BULK)"
-            } else {
-                "writing…"
+            let status = match (action, stage) {
+                (ActionKind::Rebuild, RunningStage::Working) => {
+                    "rebuilding under the bulk lock · esc cancels · q quits (both ask first)"
+                }
+                (ActionKind::Rebuild, RunningStage::ConfirmCancel) => {
+                    "cancel it? the lease then stays bulk (STUCK BULK) until a re-run or abort-bulk · y cancels · n keeps it running"
+                }
+                (ActionKind::Rebuild, RunningStage::ConfirmQuit) => {
+                    "quit? the rebuild is cancelled first and its lease stays bulk (STUCK BULK) · y quits · n keeps it running"
+                }
+                (_, RunningStage::Cancelling) => {
+                    "cancelling: the lease stays bulk (STUCK BULK) until a re-run or abort-bulk"
+                }
+                _ => "writing…",
             };
             let stage = progress
                 .as_ref()
