@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::guards::{fence_effect, holder_warning};
-use super::{change, Decision, Effect};
+use super::{change, Decision, PlanEffect};
 use crate::model::{Lease, LockKind};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
@@ -35,7 +35,7 @@ pub(super) fn rebuild(lease: &Lease, name: &str, facts: &PlanFacts) -> Result<De
     } else if let Some(w) = holder_warning(lease, facts.now) {
         warnings.push(w);
     }
-    let mut effect = Effect::default();
+    let mut effect = PlanEffect::default();
     fence_effect(lease, facts.now, &mut effect);
     effect.lines.push(format!(
         "takes {} with kind bulk for {} (renewed while working): incremental listeners stay out",
@@ -72,7 +72,7 @@ pub(super) fn abort_bulk(lease: &Lease, facts: &PlanFacts) -> Result<Decision, R
             ),
         ));
     }
-    let mut effect = Effect::default();
+    let mut effect = PlanEffect::default();
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
     let confirmation = fence_effect(lease, facts.now, &mut effect);
     if confirmation.is_some() {

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 use super::super::refusal::{Refusal, RefusalKind};
 use super::super::request::ActionKind;
-use super::Effect;
+use super::PlanEffect;
 use crate::model::text::short_duration;
 use crate::model::{Lease, LockKind};
 
@@ -48,7 +48,7 @@ pub(super) fn holder_warning(lease: &Lease, now: DateTime<Utc>) -> Option<String
 pub(super) fn fence_effect(
     lease: &Lease,
     now: DateTime<Utc>,
-    effect: &mut Effect,
+    effect: &mut PlanEffect,
 ) -> Option<String> {
     let live = lease.live_holder(now).map(str::to_string);
     if let Some(holder) = &live {

@@ -28,7 +28,7 @@ pub struct Captured {
 
 /// What the action means, beyond the lease fields.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct Effect {
+pub struct PlanEffect {
     /// The live holder this action fences out.
     pub fences_out: Option<String>,
     pub resume: Option<ResumeMove>,
@@ -52,7 +52,7 @@ pub struct Plan {
     pub after: Option<Lease>,
     /// What execute sends: a compare-and-swap on `captured.version`, version + 1.
     pub change: Option<OperatorChange>,
-    pub effect: Effect,
+    pub effect: PlanEffect,
     pub warnings: Vec<String>,
     /// Why the console must make the operator type the resource name (fences out a live
     /// holder, or moves a resume point); `None`: Cancel/OK is enough.
@@ -76,7 +76,7 @@ impl Plan {
 /// What a decided action changes.
 pub(super) struct Decision {
     pub(super) change: OperatorChange,
-    pub(super) effect: Effect,
+    pub(super) effect: PlanEffect,
     pub(super) warnings: Vec<String>,
     pub(super) confirmation: Option<String>,
 }
@@ -98,7 +98,7 @@ pub fn plan(request: &ActionRequest, facts: &PlanFacts) -> Plan {
         before: facts.lease.clone(),
         after: None,
         change: None,
-        effect: Effect::default(),
+        effect: PlanEffect::default(),
         warnings: Vec::new(),
         confirmation: None,
         refusal: None,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::guards::{fence_effect, holder_warning, refuse_bulk};
-use super::{change, Decision, Effect};
+use super::{change, Decision, PlanEffect};
 use crate::model::text::{group_digits, short_duration};
 use crate::model::OplogWindow;
 use crate::model::{Lease, ResumePoint};
@@ -72,7 +72,7 @@ fn move_resume(
             format!("{} does not move a resume point", request.kind()),
         ));
     };
-    let mut effect = Effect::default();
+    let mut effect = PlanEffect::default();
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
     fence_effect(lease, facts.now, &mut effect);
     let new_point = point_of(&token, at);

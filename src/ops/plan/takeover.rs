@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::guards::{fence_effect, holder_warning, refuse_bulk};
-use super::{change, Decision, Effect};
+use super::{change, Decision, PlanEffect};
 use crate::model::text::short_duration;
 use crate::model::Lease;
 use crate::ops::facts::PlanFacts;
@@ -17,7 +17,7 @@ pub(super) fn takeover(
     facts: &PlanFacts,
 ) -> Result<Decision, Refusal> {
     refuse_bulk(lease, ActionKind::Takeover)?;
-    let mut effect = Effect::default();
+    let mut effect = PlanEffect::default();
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
     let confirmation = fence_effect(lease, facts.now, &mut effect);
     let mut c = match (to, hold) {
