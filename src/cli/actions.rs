@@ -125,7 +125,7 @@ impl RewindArgs {
             (Some(time), None, None) => RewindTarget::Time(*time),
             (None, Some(by), None) => RewindTarget::By(by),
             (None, None, Some(token)) => RewindTarget::Token(token.clone()),
-            _ => anyhow::bail!(crate::store::StoreError::InvalidArgument(
+            _ => anyhow::bail!(exit::UsageError(
                 "rewind takes exactly one of --to, --by, --to-token".into()
             )),
         };
@@ -453,7 +453,8 @@ pub async fn action(
     options: &ActionOptions,
 ) -> anyhow::Result<()> {
     let store = super::cluster::connect(settings).await?;
-    let mut out = std::io::stdout().lock();
+    // Unlocked: each write takes the lock for itself, none is held across an await.
+    let mut out = std::io::stdout();
     run_action(
         &store,
         request,
@@ -500,7 +501,7 @@ pub async fn rebuild(settings: &Settings, args: &RebuildArgs) -> anyhow::Result<
 
 pub async fn audit(settings: &Settings, args: &AuditArgs) -> anyhow::Result<()> {
     let store = super::cluster::connect(settings).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::stdout();
     run_audit(&store, args.limit, settings.output, &mut out).await
 }
 

@@ -54,7 +54,7 @@ const DATA_CHANNEL: usize = 1024;
 
 pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
     if args.run && settings.read_only {
-        return Err(anyhow::Error::new(crate::store::StoreError::InvalidArgument(
+        return Err(anyhow::Error::new(super::exit::UsageError(
             "--run writes (it runs listeners and a workload), but read-only mode is on: drop --run or --read-only".into(),
         )));
     }

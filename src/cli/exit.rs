@@ -2,8 +2,16 @@
 
 use std::process::ExitCode;
 
+use thiserror::Error;
+
 use crate::ops::{OpsError, Refusal, RefusalKind};
 use crate::store::StoreError;
+
+/// The command line was used wrongly (arguments, config file, missing URI): exit 2,
+/// found before anything is read or written.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
 
 pub const ERROR: u8 = 1;
 pub const USAGE: u8 = 2;
@@ -47,6 +55,9 @@ pub fn for_ops(error: &OpsError) -> u8 {
 /// The exit code for a failed command: a guarded action's own, else from the store
 /// error at its root if any.
 pub fn code_for(error: &anyhow::Error) -> ExitCode {
+    if error.chain().any(|e| e.is::<UsageError>()) {
+        return ExitCode::from(USAGE);
+    }
     if let Some(ops) = error.chain().find_map(|e| e.downcast_ref::<OpsError>()) {
         return ExitCode::from(for_ops(ops));
     }
@@ -68,6 +79,8 @@ mod tests {
         assert_eq!(code_for(&unreachable), ExitCode::from(CANNOT_CONNECT));
         let other = anyhow::anyhow!("boom");
         assert_eq!(code_for(&other), ExitCode::from(ERROR));
+        let usage = anyhow::Error::new(UsageError("--to and --by".into())).context("rewind");
+        assert_eq!(code_for(&usage), ExitCode::from(USAGE));
     }
 
     #[test]

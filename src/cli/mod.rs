@@ -63,38 +63,30 @@ impl Command {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    // Resolved once, before anything connects: a bad config file is a usage error.
+    let settings = Settings::resolve(&cli.global)?;
+    let settings = &settings;
     match cli.command {
-        Command::Demo(args) => demo::run(args, &Settings::resolve(&cli.global)?).await,
-        Command::Console(args) => console::run(args, &Settings::resolve(&cli.global)?).await,
-        Command::Leases => cluster::leases(&Settings::resolve(&cli.global)?).await,
-        Command::Oplog => cluster::oplog(&Settings::resolve(&cli.global)?).await,
-        Command::Takeover(args) => {
-            let settings = Settings::resolve(&cli.global)?;
-            actions::action(&settings, args.request(), &args.options).await
-        }
-        Command::Rewind(args) => {
-            let settings = Settings::resolve(&cli.global)?;
-            actions::action(&settings, args.request()?, &args.options).await
-        }
-        Command::Reset(args) => {
-            let settings = Settings::resolve(&cli.global)?;
-            actions::action(&settings, args.request(), &args.options).await
-        }
-        Command::Rebuild(args) => actions::rebuild(&Settings::resolve(&cli.global)?, &args).await,
+        Command::Demo(args) => demo::run(args, settings).await,
+        Command::Console(args) => console::run(args, settings).await,
+        Command::Leases => cluster::leases(settings).await,
+        Command::Oplog => cluster::oplog(settings).await,
+        Command::Takeover(args) => actions::action(settings, args.request(), &args.options).await,
+        Command::Rewind(args) => actions::action(settings, args.request()?, &args.options).await,
+        Command::Reset(args) => actions::action(settings, args.request(), &args.options).await,
+        Command::Rebuild(args) => actions::rebuild(settings, &args).await,
         Command::AbortBulk(args) => {
-            let settings = Settings::resolve(&cli.global)?;
             let request = crate::ops::ActionRequest::AbortBulk {
                 resource: args.resource.clone(),
             };
-            actions::action(&settings, request, &args.options).await
+            actions::action(settings, request, &args.options).await
         }
         Command::Undo(args) => {
-            let settings = Settings::resolve(&cli.global)?;
             let request = crate::ops::ActionRequest::Undo {
                 audit_id: args.audit_id.clone(),
             };
-            actions::action(&settings, request, &args.options).await
+            actions::action(settings, request, &args.options).await
         }
-        Command::Audit(args) => actions::audit(&Settings::resolve(&cli.global)?, &args).await,
+        Command::Audit(args) => actions::audit(settings, &args).await,
     }
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
+use super::exit::UsageError;
 use crate::model::HealthThresholds;
 use crate::ops::PipelineRebuild;
 use crate::store::mongo::MongoSettings;
-use crate::store::{Namespace, StoreError};
+use crate::store::Namespace;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -113,13 +114,13 @@ impl ConfigFile {
             }
         };
         let text = std::fs::read_to_string(&path).map_err(|e| {
-            anyhow::Error::new(StoreError::InvalidArgument(format!(
+            anyhow::Error::new(UsageError(format!(
                 "cannot read config file {}: {e}",
                 path.display()
             )))
         })?;
         let config = Self::parse(&text).map_err(|e| {
-            anyhow::Error::new(StoreError::InvalidArgument(format!(
+            anyhow::Error::new(UsageError(format!(
                 "config file {} is not valid: {e}",
                 path.display()
             )))
@@ -154,7 +155,7 @@ impl Settings {
                 .as_ref()
                 .map(|p| format!(" in {}", p.display()))
                 .unwrap_or_default();
-            anyhow::Error::new(StoreError::InvalidArgument(format!("{what}{place}")))
+            anyhow::Error::new(UsageError(format!("{what}{place}")))
         };
         let leases = match (&args.leases, &file.leases) {
             (Some(ns), _) => ns.clone(),
@@ -231,7 +232,7 @@ impl Settings {
     /// Settings for the MongoDB adapter; a missing URI is a usage error that says where to put one.
     pub fn mongo(&self) -> anyhow::Result<MongoSettings> {
         let uri = self.uri.clone().ok_or_else(|| {
-            anyhow::Error::new(StoreError::InvalidArgument(
+            anyhow::Error::new(UsageError(
                 "no cluster given: pass --uri, set STREAMWARD_URI, or put uri = \"mongodb://…\" in streamward.toml"
                     .into(),
             ))

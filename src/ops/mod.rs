@@ -31,7 +31,7 @@ pub use execute::{audit_context, execute, Executed};
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;
-pub use plan::{plan, predict_after, Captured, PlanEffect, Plan};
+pub use plan::{plan, predict_after, Captured, Plan, PlanEffect};
 pub use rebuild::{
     rebuild, Progress, RebuildDefinition, RebuildFailure, RebuildOutcome, RebuildProgress,
     RebuildReport,
