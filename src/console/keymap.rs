@@ -339,19 +339,125 @@ pub fn lookup(event: &KeyEvent, scopes: &[Scope]) -> Option<Command> {
         .map(|b| b.command)
 }
 
-/// The `:` commands, for the help screen.
-pub const COMMAND_HELP: &[(&str, &str)] = &[
-    (":leases :oplog :listeners :audit", "switch view"),
-    (":filter TEXT", "filter the leases (same as /)"),
-    (":sort COLUMN [asc|desc]", "sort the leases by a column"),
-    (":freeze  :unfreeze", "stop / resume table updates"),
-    (
-        ":theme NAME",
-        "switch theme (default dark light high-contrast monochrome, or yours)",
-    ),
-    (":mouse on|off", "mouse capture"),
-    (":q", "quit"),
+/// What a `:` command line does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineCommand {
+    Leases,
+    Oplog,
+    Listeners,
+    Audit,
+    Help,
+    Filter,
+    Sort,
+    Freeze,
+    Unfreeze,
+    Theme,
+    Mouse,
+    Quit,
+}
+
+/// One `:` command: the names it answers to, how it is written, what it does.
+pub struct LineCommandSpec {
+    /// The first name is the one help shows.
+    pub names: &'static [&'static str],
+    /// How it is written, arguments included (`:sort COLUMN [asc|desc]`).
+    pub usage: &'static str,
+    pub help: &'static str,
+    pub command: LineCommand,
+}
+
+/// Every `:` command: the one table parsing, help and the unknown-command hint read.
+pub const LINE_COMMANDS: &[LineCommandSpec] = &[
+    LineCommandSpec {
+        names: &["leases", "lease"],
+        usage: ":leases",
+        help: "the leases view",
+        command: LineCommand::Leases,
+    },
+    LineCommandSpec {
+        names: &["oplog"],
+        usage: ":oplog",
+        help: "the oplog view",
+        command: LineCommand::Oplog,
+    },
+    LineCommandSpec {
+        names: &["listeners", "listener"],
+        usage: ":listeners",
+        help: "the listeners view",
+        command: LineCommand::Listeners,
+    },
+    LineCommandSpec {
+        names: &["audit"],
+        usage: ":audit",
+        help: "the audit view",
+        command: LineCommand::Audit,
+    },
+    LineCommandSpec {
+        names: &["filter"],
+        usage: ":filter TEXT",
+        help: "filter the leases (same as /)",
+        command: LineCommand::Filter,
+    },
+    LineCommandSpec {
+        names: &["sort"],
+        usage: ":sort COLUMN [asc|desc]",
+        help: "sort the leases by a column",
+        command: LineCommand::Sort,
+    },
+    LineCommandSpec {
+        names: &["freeze"],
+        usage: ":freeze",
+        help: "stop table updates (they queue)",
+        command: LineCommand::Freeze,
+    },
+    LineCommandSpec {
+        names: &["unfreeze"],
+        usage: ":unfreeze",
+        help: "resume table updates",
+        command: LineCommand::Unfreeze,
+    },
+    LineCommandSpec {
+        names: &["theme"],
+        usage: ":theme NAME",
+        help: "switch theme (default dark light high-contrast monochrome, or yours)",
+        command: LineCommand::Theme,
+    },
+    LineCommandSpec {
+        names: &["mouse"],
+        usage: ":mouse on|off",
+        help: "mouse capture",
+        command: LineCommand::Mouse,
+    },
+    LineCommandSpec {
+        names: &["help"],
+        usage: ":help",
+        help: "this screen",
+        command: LineCommand::Help,
+    },
+    LineCommandSpec {
+        names: &["q", "q!", "quit"],
+        usage: ":q",
+        help: "quit",
+        command: LineCommand::Quit,
+    },
 ];
+
+/// The `:` command called `name`.
+pub fn line_command(name: &str) -> Option<LineCommand> {
+    LINE_COMMANDS
+        .iter()
+        .find(|spec| spec.names.contains(&name))
+        .map(|spec| spec.command)
+}
+
+/// How each `:` command is written, on one line: what an unknown command is told.
+pub fn line_command_usages() -> String {
+    LINE_COMMANDS
+        .iter()
+        .map(|spec| spec.usage)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 /// Lines the help screen has: each section's title, bindings and blank line, then the
 /// commands' title, lines and blank line, and the status line.
@@ -360,7 +466,7 @@ pub fn help_height(read_only: bool) -> usize {
         .iter()
         .map(|(_, lines)| lines.len() + 2)
         .sum();
-    sections + COMMAND_HELP.len() + 3
+    sections + LINE_COMMANDS.len() + 3
 }
 
 /// Help lines grouped by scope: (scope title, [(keys, help)]). In read-only mode the
@@ -423,6 +529,20 @@ mod tests {
             BINDINGS.len() - 6,
             "no action keys in read-only help"
         );
+    }
+
+    #[test]
+    fn every_line_command_is_found_by_each_of_its_names_and_no_name_twice() {
+        let mut seen = Vec::new();
+        for spec in LINE_COMMANDS {
+            assert!(spec.usage.starts_with(&format!(":{}", spec.names[0])));
+            for name in spec.names {
+                assert_eq!(line_command(name), Some(spec.command), "{name}");
+                assert!(!seen.contains(name), ":{name} is defined twice");
+                seen.push(*name);
+            }
+        }
+        assert_eq!(line_command("nope"), None);
     }
 
     #[test]

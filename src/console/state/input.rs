@@ -7,7 +7,7 @@ use crossterm::event::{
 use super::dialog::{request_for, rewind_request, Button, Dialog, RunningStage, Target};
 use super::table::{Column, Filter};
 use super::{ConsoleState, NoticeLevel, View};
-use crate::console::keymap::{self, Command, Scope};
+use crate::console::keymap::{self, Command, LineCommand, Scope};
 use crate::console::layout;
 use crate::ops::{ActionKind, ActionRequest, Plan};
 
@@ -416,51 +416,63 @@ impl ConsoleState {
     /// Runs one `:` command. Unknown commands leave a notice saying what exists.
     pub fn execute_command_line(&mut self, line: &str) -> Vec<Effect> {
         let mut words = line.split_whitespace();
-        let name = words.next().unwrap_or("");
+        let Some(name) = words.next() else {
+            return Vec::new();
+        };
         let argument: Vec<&str> = words.collect();
-        match (name, argument.as_slice()) {
-            ("", []) => {}
-            ("q" | "q!" | "quit", []) => return vec![Effect::Quit],
-            ("leases" | "lease", []) => self.show(View::Leases),
-            ("oplog", []) => self.show(View::Oplog),
-            ("listeners" | "listener", []) => self.show(View::Listeners),
-            ("audit", []) => self.show(View::Audit),
-            ("help", []) => self.help = Some(0),
-            ("theme", [theme]) => return vec![Effect::LoadTheme((*theme).to_string())],
-            ("freeze", []) => self.set_frozen(true),
-            ("unfreeze", []) => self.set_frozen(false),
-            ("filter", words) => {
+        let Some(command) = keymap::line_command(name) else {
+            self.notify(
+                NoticeLevel::Error,
+                format!(
+                    "unknown command :{line} — try {}",
+                    keymap::line_command_usages()
+                ),
+            );
+            return Vec::new();
+        };
+        let usage_error = |state: &mut Self, expected: String| {
+            state.notify(NoticeLevel::Error, format!(":{line}: expected {expected}"));
+        };
+        match (command, argument.as_slice()) {
+            (LineCommand::Quit, []) => return vec![Effect::Quit],
+            (LineCommand::Leases, []) => self.show(View::Leases),
+            (LineCommand::Oplog, []) => self.show(View::Oplog),
+            (LineCommand::Listeners, []) => self.show(View::Listeners),
+            (LineCommand::Audit, []) => self.show(View::Audit),
+            (LineCommand::Help, []) => self.help = Some(0),
+            (LineCommand::Theme, [theme]) => return vec![Effect::LoadTheme((*theme).to_string())],
+            (LineCommand::Freeze, []) => self.set_frozen(true),
+            (LineCommand::Unfreeze, []) => self.set_frozen(false),
+            (LineCommand::Filter, words) => {
                 self.leases.set_filter(Filter::new(&words.join(" ")));
                 self.normalise_scroll();
             }
-            ("mouse", ["on"]) => {
+            (LineCommand::Mouse, ["on"]) => {
                 self.mouse = true;
                 return vec![Effect::SetMouse(true)];
             }
-            ("mouse", ["off"]) => {
+            (LineCommand::Mouse, ["off"]) => {
                 self.mouse = false;
                 return vec![Effect::SetMouse(false)];
             }
-            ("sort", [column, order @ ..]) => match (Column::parse(column), order) {
-                (Some(column), []) | (Some(column), ["asc"]) => {
-                    self.leases.sort_by(column, false)
-                }
+            (LineCommand::Sort, [column, order @ ..]) => match (Column::parse(column), order) {
+                (Some(column), []) | (Some(column), ["asc"]) => self.leases.sort_by(column, false),
                 (Some(column), ["desc"]) => self.leases.sort_by(column, true),
-                _ => self.notify(
-                    NoticeLevel::Error,
+                _ => usage_error(
+                    self,
                     format!(
-                        ":sort {}: expected a column ({}) and optionally asc or desc",
-                        argument.join(" "),
+                        "a column ({}) and optionally asc or desc",
                         Column::ALL.map(|c| c.label().to_lowercase()).join(", ")
                     ),
                 ),
             },
-            _ => self.notify(
-                NoticeLevel::Error,
-                format!(
-                    "unknown command :{line} — try :leases :oplog :listeners :audit :theme NAME :sort COLUMN :filter TEXT :freeze :mouse on|off :q"
-                ),
-            ),
+            (other, _) => {
+                let usage = keymap::LINE_COMMANDS
+                    .iter()
+                    .find(|spec| spec.command == other)
+                    .map_or("", |spec| spec.usage);
+                usage_error(self, usage.to_string());
+            }
         }
         Vec::new()
     }

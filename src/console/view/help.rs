@@ -22,10 +22,10 @@ pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
         lines.push(Line::raw(""));
     }
     lines.push(Line::styled("Commands", theme.title));
-    for (command, help) in keymap::COMMAND_HELP {
+    for spec in keymap::LINE_COMMANDS {
         lines.push(Line::from(vec![
-            Span::styled(format!("  {command:<34}"), theme.key_hint),
-            Span::styled(help.to_string(), theme.base),
+            Span::styled(format!("  {:<26}", spec.usage), theme.key_hint),
+            Span::styled(spec.help.to_string(), theme.base),
         ]));
     }
     lines.push(Line::raw(""));
