@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use streamward::console::actions::{ActionCommand, ActionRunner};
+use streamward::console::action_runner::{ActionCommand, ActionRunner};
 use streamward::console::data::DataEvent;
 use streamward::demo::pets::PET_RESOURCE;
 use streamward::demo::rebuild::PetRebuild;

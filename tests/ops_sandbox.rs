@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{config, eventually, sandbox, state, Paused};
-use streamward::cli::actions::{
+use streamward::cli::guarded::{
     run_action, run_audit, run_rebuild, ActionOptions, ActionSettings, ProgressDisplay,
 };
 use streamward::cli::settings::OutputFormat;

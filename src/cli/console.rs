@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::settings::Settings;
 use std::sync::Arc;
 
-use crate::console::actions::{ActionCommand, ActionRunner};
+use crate::console::action_runner::{ActionCommand, ActionRunner};
 use crate::console::app::{self, AppContext};
 use crate::console::data::DataEvent;
 use crate::console::feed::{self, FeedIntervals, ListenerSource};

@@ -1,10 +1,10 @@
 //! The command line: clap definitions and the non-interactive subcommands.
 
-pub mod actions;
 pub mod cluster;
 pub mod console;
 pub mod demo;
 pub mod exit;
+pub mod guarded;
 pub mod lease_table;
 pub mod settings;
 
@@ -36,19 +36,19 @@ pub enum Command {
     /// Show the oplog window, the cluster time and the replica set members.
     Oplog,
     /// Fence out a lease's holder: release it to any standby, hand it to one (--to), or hold it (--hold).
-    Takeover(actions::TakeoverArgs),
+    Takeover(guarded::TakeoverArgs),
     /// Move a lease's resume point back to a time in the oplog window; the changes since are replayed.
-    Rewind(actions::RewindArgs),
+    Rewind(guarded::RewindArgs),
     /// Restart a lease from the oldest oplog entry, or skip to now (--accept-skip).
-    Reset(actions::ResetArgs),
+    Reset(guarded::ResetArgs),
     /// Recompute derived data under the bulk lock, then let listeners replay from its start.
-    Rebuild(actions::RebuildArgs),
+    Rebuild(guarded::RebuildArgs),
     /// Give a bulk lease back without rebuilding (recovers STUCK BULK).
-    AbortBulk(actions::AbortBulkArgs),
+    AbortBulk(guarded::AbortBulkArgs),
     /// Restore the resume point recorded before an audited action.
-    Undo(actions::UndoArgs),
+    Undo(guarded::UndoArgs),
     /// List the most recent operator actions.
-    Audit(actions::AuditArgs),
+    Audit(guarded::AuditArgs),
 }
 
 impl Command {
@@ -71,22 +71,22 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Console(args) => console::run(args, settings).await,
         Command::Leases => cluster::leases(settings).await,
         Command::Oplog => cluster::oplog(settings).await,
-        Command::Takeover(args) => actions::action(settings, args.request(), &args.options).await,
-        Command::Rewind(args) => actions::action(settings, args.request()?, &args.options).await,
-        Command::Reset(args) => actions::action(settings, args.request(), &args.options).await,
-        Command::Rebuild(args) => actions::rebuild(settings, &args).await,
+        Command::Takeover(args) => guarded::action(settings, args.request(), &args.options).await,
+        Command::Rewind(args) => guarded::action(settings, args.request()?, &args.options).await,
+        Command::Reset(args) => guarded::action(settings, args.request(), &args.options).await,
+        Command::Rebuild(args) => guarded::rebuild(settings, &args).await,
         Command::AbortBulk(args) => {
             let request = crate::ops::ActionRequest::AbortBulk {
                 resource: args.resource.clone(),
             };
-            actions::action(settings, request, &args.options).await
+            guarded::action(settings, request, &args.options).await
         }
         Command::Undo(args) => {
             let request = crate::ops::ActionRequest::Undo {
                 audit_id: args.audit_id.clone(),
             };
-            actions::action(settings, request, &args.options).await
+            guarded::action(settings, request, &args.options).await
         }
-        Command::Audit(args) => actions::audit(settings, &args).await,
+        Command::Audit(args) => guarded::audit(settings, &args).await,
     }
 }

@@ -13,7 +13,7 @@ use ratatui::Terminal;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::actions::ActionCommand;
+use super::action_runner::ActionCommand;
 use super::data::DataEvent;
 use super::state::{ConsoleState, Effect, NoticeLevel};
 use super::theme::Theme;

@@ -31,7 +31,7 @@ impl Scope {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Command {
+pub enum KeyCommand {
     Quit,
     Back,
     ToggleHelp,
@@ -123,7 +123,7 @@ impl Key {
 
 pub struct Binding {
     pub keys: &'static [Key],
-    pub command: Command,
+    pub command: KeyCommand,
     pub scope: Scope,
     pub help: &'static str,
     /// Shown in the footer of the views where it applies.
@@ -133,196 +133,196 @@ pub struct Binding {
 pub const BINDINGS: &[Binding] = &[
     Binding {
         keys: &[ctrl('c')],
-        command: Command::Quit,
+        command: KeyCommand::Quit,
         scope: Scope::Global,
         help: "quit",
         hint: None,
     },
     Binding {
         keys: &[key('q'), code(KeyCode::Esc)],
-        command: Command::Back,
+        command: KeyCommand::Back,
         scope: Scope::Global,
         help: "back (q quits from the leases view; esc there clears the filter)",
         hint: Some("quit"),
     },
     Binding {
         keys: &[key('?')],
-        command: Command::ToggleHelp,
+        command: KeyCommand::ToggleHelp,
         scope: Scope::Global,
         help: "this help",
         hint: Some("help"),
     },
     Binding {
         keys: &[key(':')],
-        command: Command::StartCommand,
+        command: KeyCommand::StartCommand,
         scope: Scope::Global,
         help: "command line (:leases :oplog :listeners :audit :theme NAME :sort COL :q)",
         hint: Some("command"),
     },
     Binding {
         keys: &[code(KeyCode::Tab)],
-        command: Command::NextView,
+        command: KeyCommand::NextView,
         scope: Scope::Global,
         help: "next view",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::BackTab)],
-        command: Command::PreviousView,
+        command: KeyCommand::PreviousView,
         scope: Scope::Global,
         help: "previous view",
         hint: None,
     },
     Binding {
         keys: &[key('1')],
-        command: Command::ShowLeases,
+        command: KeyCommand::ShowLeases,
         scope: Scope::Global,
         help: "leases view",
         hint: None,
     },
     Binding {
         keys: &[key('2')],
-        command: Command::ShowOplog,
+        command: KeyCommand::ShowOplog,
         scope: Scope::Global,
         help: "oplog view",
         hint: None,
     },
     Binding {
         keys: &[key('3')],
-        command: Command::ShowListeners,
+        command: KeyCommand::ShowListeners,
         scope: Scope::Global,
         help: "listeners view",
         hint: None,
     },
     Binding {
         keys: &[key('4')],
-        command: Command::ShowAudit,
+        command: KeyCommand::ShowAudit,
         scope: Scope::Global,
         help: "audit view",
         hint: None,
     },
     Binding {
         keys: &[key('m')],
-        command: Command::ToggleMouse,
+        command: KeyCommand::ToggleMouse,
         scope: Scope::Global,
         help: "mouse on/off (off lets the terminal select text)",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::Up), key('k')],
-        command: Command::Up,
+        command: KeyCommand::Up,
         scope: Scope::Lists,
         help: "move up",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::Down), key('j')],
-        command: Command::Down,
+        command: KeyCommand::Down,
         scope: Scope::Lists,
         help: "move down",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::PageUp), ctrl('b')],
-        command: Command::PageUp,
+        command: KeyCommand::PageUp,
         scope: Scope::Lists,
         help: "page up",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::PageDown), ctrl('f')],
-        command: Command::PageDown,
+        command: KeyCommand::PageDown,
         scope: Scope::Lists,
         help: "page down",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::Home), key('g')],
-        command: Command::Top,
+        command: KeyCommand::Top,
         scope: Scope::Lists,
         help: "first row",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::End), key('G')],
-        command: Command::Bottom,
+        command: KeyCommand::Bottom,
         scope: Scope::Lists,
         help: "last row",
         hint: None,
     },
     Binding {
         keys: &[code(KeyCode::Enter)],
-        command: Command::Open,
+        command: KeyCommand::Open,
         scope: Scope::Leases,
         help: "lease detail",
         hint: Some("detail"),
     },
     Binding {
         keys: &[key('/')],
-        command: Command::StartFilter,
+        command: KeyCommand::StartFilter,
         scope: Scope::Leases,
         help: "filter rows (substring; !text inverts; esc clears)",
         hint: Some("filter"),
     },
     Binding {
         keys: &[key('f')],
-        command: Command::ToggleFreeze,
+        command: KeyCommand::ToggleFreeze,
         scope: Scope::Leases,
         help: "freeze / unfreeze the table so rows stop moving",
         hint: Some("freeze"),
     },
     Binding {
         keys: &[key('s')],
-        command: Command::SortNext,
+        command: KeyCommand::SortNext,
         scope: Scope::Leases,
         help: "sort by the next column",
         hint: Some("sort"),
     },
     Binding {
         keys: &[key('S')],
-        command: Command::SortReverse,
+        command: KeyCommand::SortReverse,
         scope: Scope::Leases,
         help: "reverse the sort order",
         hint: None,
     },
     Binding {
         keys: &[key('t')],
-        command: Command::Takeover,
+        command: KeyCommand::Takeover,
         scope: Scope::LeaseActions,
         help: "takeover: fence out the holder; a standby takes over",
         hint: Some("takeover"),
     },
     Binding {
         keys: &[key('w')],
-        command: Command::Rewind,
+        command: KeyCommand::Rewind,
         scope: Scope::LeaseActions,
         help: "rewind the resume point by a duration (changes are replayed)",
         hint: Some("rewind"),
     },
     Binding {
         keys: &[key('x')],
-        command: Command::Reset,
+        command: KeyCommand::Reset,
         scope: Scope::LeaseActions,
         help: "reset the resume point to the oldest oplog entry",
         hint: None,
     },
     Binding {
         keys: &[key('b')],
-        command: Command::Rebuild,
+        command: KeyCommand::Rebuild,
         scope: Scope::LeaseActions,
         help: "rebuild the derived data under the bulk lock",
         hint: None,
     },
     Binding {
         keys: &[key('a')],
-        command: Command::AbortBulk,
+        command: KeyCommand::AbortBulk,
         scope: Scope::LeaseActions,
         help: "abort a stuck bulk lease without rebuilding",
         hint: None,
     },
     Binding {
         keys: &[key('u')],
-        command: Command::Undo,
+        command: KeyCommand::Undo,
         scope: Scope::AuditActions,
         help: "undo: restore the resume point from before the selected action",
         hint: Some("undo"),
@@ -330,7 +330,7 @@ pub const BINDINGS: &[Binding] = &[
 ];
 
 /// The command bound to `event` in any of `scopes`.
-pub fn lookup(event: &KeyEvent, scopes: &[Scope]) -> Option<Command> {
+pub fn lookup(event: &KeyEvent, scopes: &[Scope]) -> Option<KeyCommand> {
     let pressed = Key::of(event);
     BINDINGS
         .iter()
@@ -551,9 +551,9 @@ mod tests {
         let shifted = KeyEvent::new(KeyCode::Char('S'), KeyModifiers::SHIFT);
         let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
         let all = [Scope::Global, Scope::Lists, Scope::Leases];
-        assert_eq!(lookup(&plain, &all), Some(Command::SortNext));
-        assert_eq!(lookup(&shifted, &all), Some(Command::SortReverse));
-        assert_eq!(lookup(&ctrl_c, &all), Some(Command::Quit));
+        assert_eq!(lookup(&plain, &all), Some(KeyCommand::SortNext));
+        assert_eq!(lookup(&shifted, &all), Some(KeyCommand::SortReverse));
+        assert_eq!(lookup(&ctrl_c, &all), Some(KeyCommand::Quit));
         assert_eq!(lookup(&plain, &[Scope::Global]), None);
     }
 }

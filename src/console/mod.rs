@@ -3,7 +3,7 @@
 //! background tasks over a channel (`feed`); only `app` and `terminal` touch the
 //! terminal.
 
-pub mod actions;
+pub mod action_runner;
 pub mod app;
 pub mod data;
 pub mod feed;

@@ -5,6 +5,10 @@
 
 use std::time::Duration;
 
+use crossterm::event::KeyCode;
+
+use super::input::Effect;
+use crate::model::text::escape_control;
 use crate::ops::{ActionKind, ActionRequest, Plan, RebuildProgress, ResetTarget, RewindTarget};
 
 /// What the operator pointed at when the dialog opened.
@@ -57,7 +61,124 @@ pub enum RunningStage {
     Cancelling,
 }
 
+/// What a key did to a dialog, for the console state to carry out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DialogReply {
+    Nothing,
+    Close,
+    /// Stay open and tell the operator this.
+    Error(String),
+    /// Stay open (in its new step) and have the app do this.
+    Effect(Effect),
+}
+
 impl Dialog {
+    /// The dialog's transitions: ask → plan → preview → run, and back out with `esc`.
+    pub fn on_key(&mut self, code: KeyCode) -> DialogReply {
+        match self {
+            Dialog::Ask { target, text } => match code {
+                KeyCode::Esc => return DialogReply::Close,
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() => text.push(c),
+                KeyCode::Enter => match rewind_request(target, text) {
+                    Ok(request) => {
+                        *self = Dialog::Planning {
+                            target: Some(target.clone()),
+                            request: request.clone(),
+                        };
+                        return DialogReply::Effect(Effect::Plan(request));
+                    }
+                    Err(error) => return DialogReply::Error(error),
+                },
+                _ => {}
+            },
+            Dialog::Planning { .. } if code == KeyCode::Esc => return DialogReply::Close,
+            Dialog::Planning { .. } => {}
+            Dialog::Preview {
+                target,
+                plan,
+                focus,
+                typed,
+            } => match code {
+                KeyCode::Esc => return DialogReply::Close,
+                KeyCode::Tab | KeyCode::BackTab | KeyCode::Left | KeyCode::Right => {
+                    *focus = match focus {
+                        Button::Cancel => Button::Apply,
+                        Button::Apply => Button::Cancel,
+                    }
+                }
+                KeyCode::Backspace => {
+                    typed.pop();
+                }
+                KeyCode::Char(c) if !c.is_control() && plan.confirm_text().is_some() => {
+                    typed.push(c)
+                }
+                KeyCode::Enter if *focus == Button::Cancel => return DialogReply::Close,
+                KeyCode::Enter => {
+                    if let Some(reason) = Dialog::blocked(target.as_ref(), plan) {
+                        return DialogReply::Error(reason);
+                    }
+                    if let Some(expected) = plan.confirm_text().filter(|expected| typed != expected)
+                    {
+                        return DialogReply::Error(format!(
+                            "type {} to confirm; nothing was written",
+                            escape_control(expected)
+                        ));
+                    }
+                    let plan: Box<Plan> = plan.clone();
+                    *self = Dialog::Running {
+                        action: plan.action,
+                        resource: plan.resource.clone().unwrap_or_default(),
+                        progress: None,
+                        stage: RunningStage::Working,
+                    };
+                    return DialogReply::Effect(Effect::Execute(plan));
+                }
+                _ => {}
+            },
+            Dialog::Running { action, stage, .. } if *action == ActionKind::Rebuild => {
+                let answer_yes = code == KeyCode::Char('y');
+                match (*stage, code) {
+                    (RunningStage::Working, KeyCode::Esc) => *stage = RunningStage::ConfirmCancel,
+                    (RunningStage::Working | RunningStage::Cancelling, KeyCode::Char('q')) => {
+                        return self.ask_before_quitting();
+                    }
+                    (RunningStage::ConfirmCancel, _) if answer_yes => {
+                        *stage = RunningStage::Cancelling;
+                        return DialogReply::Effect(Effect::CancelRebuild);
+                    }
+                    (RunningStage::ConfirmQuit, _) if answer_yes => {
+                        return DialogReply::Effect(Effect::Quit)
+                    }
+                    (RunningStage::ConfirmCancel | RunningStage::ConfirmQuit, _) => {
+                        *stage = RunningStage::Working;
+                    }
+                    _ => {}
+                }
+            }
+            Dialog::Running { .. } => {}
+        }
+        DialogReply::Nothing
+    }
+
+    /// Quitting (`q`, Ctrl-C) with this dialog open: a running rebuild asks first
+    /// (quitting cancels it and leaves its lease STUCK BULK), and quits when asked
+    /// again; one already being cancelled is not asked about. Anything else quits.
+    pub fn ask_before_quitting(&mut self) -> DialogReply {
+        if let Dialog::Running {
+            action: ActionKind::Rebuild,
+            stage: stage @ (RunningStage::Working | RunningStage::ConfirmCancel),
+            ..
+        } = self
+        {
+            *stage = RunningStage::ConfirmQuit;
+            return DialogReply::Nothing;
+        }
+        DialogReply::Effect(Effect::Quit)
+    }
+
     /// Why the plan must not be confirmed: refused, or the lease is not the one the
     /// dialog opened on.
     pub fn blocked(target: Option<&Target>, plan: &Plan) -> Option<String> {

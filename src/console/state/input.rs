@@ -4,10 +4,10 @@ use crossterm::event::{
     KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 
-use super::dialog::{request_for, rewind_request, Button, Dialog, RunningStage, Target};
+use super::dialog::{request_for, Dialog, DialogReply, Target};
 use super::table::{Column, Filter};
 use super::{ConsoleState, NoticeLevel, View};
-use crate::console::keymap::{self, Command, LineCommand, Scope};
+use crate::console::keymap::{self, KeyCommand, LineCommand, Scope};
 use crate::console::layout;
 use crate::ops::{ActionKind, ActionRequest, Plan};
 
@@ -21,7 +21,7 @@ pub enum Input {
     /// `/` filter being edited; applied as it is typed.
     Filter(String),
     /// `:` command line.
-    Command(String),
+    CommandLine(String),
 }
 
 /// What the app must do for the state: things that need a terminal, a file or the store.
@@ -51,7 +51,7 @@ impl ConsoleState {
         }
         match &self.input {
             Input::Filter(_) => return self.edit_filter(event.code),
-            Input::Command(_) => return self.edit_command(event.code),
+            Input::CommandLine(_) => return self.edit_command(event.code),
             Input::Normal => {}
         }
         if let Some(scroll) = self.help {
@@ -104,50 +104,50 @@ impl ConsoleState {
         scopes
     }
 
-    fn run(&mut self, command: Command) -> Vec<Effect> {
+    fn run(&mut self, command: KeyCommand) -> Vec<Effect> {
         let height = self.table_height();
         let page = height.max(1) as isize;
         match command {
-            Command::Quit => return vec![Effect::Quit],
-            Command::Back => match self.view {
+            KeyCommand::Quit => return vec![Effect::Quit],
+            KeyCommand::Back => match self.view {
                 View::Leases => return vec![Effect::Quit],
                 _ => self.show(View::Leases),
             },
-            Command::ToggleHelp => self.help = Some(0),
-            Command::StartCommand => self.input = Input::Command(String::new()),
-            Command::NextView => self.show(View::from_tab(self.view.tab() + 1)),
-            Command::PreviousView => self.show(View::from_tab(self.view.tab() + 3)),
-            Command::ShowLeases => self.show(View::Leases),
-            Command::ShowOplog => self.show(View::Oplog),
-            Command::ShowListeners => self.show(View::Listeners),
-            Command::ShowAudit => self.show(View::Audit),
-            Command::ToggleMouse => {
+            KeyCommand::ToggleHelp => self.help = Some(0),
+            KeyCommand::StartCommand => self.input = Input::CommandLine(String::new()),
+            KeyCommand::NextView => self.show(View::from_tab(self.view.tab() + 1)),
+            KeyCommand::PreviousView => self.show(View::from_tab(self.view.tab() + 3)),
+            KeyCommand::ShowLeases => self.show(View::Leases),
+            KeyCommand::ShowOplog => self.show(View::Oplog),
+            KeyCommand::ShowListeners => self.show(View::Listeners),
+            KeyCommand::ShowAudit => self.show(View::Audit),
+            KeyCommand::ToggleMouse => {
                 self.mouse = !self.mouse;
                 return vec![Effect::SetMouse(self.mouse)];
             }
-            Command::Up => self.step(-1, height),
-            Command::Down => self.step(1, height),
-            Command::PageUp => self.step(-page, height),
-            Command::PageDown => self.step(page, height),
-            Command::Top => self.jump(false, height),
-            Command::Bottom => self.jump(true, height),
-            Command::Open => {
+            KeyCommand::Up => self.step(-1, height),
+            KeyCommand::Down => self.step(1, height),
+            KeyCommand::PageUp => self.step(-page, height),
+            KeyCommand::PageDown => self.step(page, height),
+            KeyCommand::Top => self.jump(false, height),
+            KeyCommand::Bottom => self.jump(true, height),
+            KeyCommand::Open => {
                 if self.leases.selected().is_some() {
                     self.view = View::Detail;
                 }
             }
-            Command::StartFilter => {
+            KeyCommand::StartFilter => {
                 self.input = Input::Filter(self.leases.filter().text().to_string());
             }
-            Command::ToggleFreeze => self.set_frozen(!self.frozen),
-            Command::SortNext => self.leases.sort_next(),
-            Command::SortReverse => self.leases.sort_reverse(),
-            Command::Takeover => return self.open_action(ActionKind::Takeover),
-            Command::Rewind => return self.open_action(ActionKind::Rewind),
-            Command::Reset => return self.open_action(ActionKind::Reset),
-            Command::Rebuild => return self.open_action(ActionKind::Rebuild),
-            Command::AbortBulk => return self.open_action(ActionKind::AbortBulk),
-            Command::Undo => return self.open_undo(),
+            KeyCommand::ToggleFreeze => self.set_frozen(!self.frozen),
+            KeyCommand::SortNext => self.leases.sort_next(),
+            KeyCommand::SortReverse => self.leases.sort_reverse(),
+            KeyCommand::Takeover => return self.open_action(ActionKind::Takeover),
+            KeyCommand::Rewind => return self.open_action(ActionKind::Rewind),
+            KeyCommand::Reset => return self.open_action(ActionKind::Reset),
+            KeyCommand::Rebuild => return self.open_action(ActionKind::Rebuild),
+            KeyCommand::AbortBulk => return self.open_action(ActionKind::AbortBulk),
+            KeyCommand::Undo => return self.open_undo(),
         }
         Vec::new()
     }
@@ -229,114 +229,27 @@ impl ConsoleState {
         let Some(dialog) = &mut self.dialog else {
             return Vec::new();
         };
-        match dialog {
-            Dialog::Ask { target, text } => match code {
-                KeyCode::Esc => self.dialog = None,
-                KeyCode::Backspace => {
-                    text.pop();
-                }
-                KeyCode::Char(c) if !c.is_control() => text.push(c),
-                KeyCode::Enter => match rewind_request(target, text) {
-                    Ok(request) => {
-                        let target = target.clone();
-                        self.dialog = Some(Dialog::Planning {
-                            target: Some(target),
-                            request: request.clone(),
-                        });
-                        return vec![Effect::Plan(request)];
-                    }
-                    Err(error) => self.notify(NoticeLevel::Error, error),
-                },
-                _ => {}
-            },
-            Dialog::Planning { .. } => {
-                if code == KeyCode::Esc {
-                    self.dialog = None;
-                }
+        match dialog.on_key(code) {
+            DialogReply::Nothing => Vec::new(),
+            DialogReply::Close => {
+                self.dialog = None;
+                Vec::new()
             }
-            Dialog::Preview {
-                target,
-                plan,
-                focus,
-                typed,
-            } => match code {
-                KeyCode::Esc => self.dialog = None,
-                KeyCode::Tab | KeyCode::BackTab | KeyCode::Left | KeyCode::Right => {
-                    *focus = match focus {
-                        Button::Cancel => Button::Apply,
-                        Button::Apply => Button::Cancel,
-                    }
-                }
-                KeyCode::Backspace => {
-                    typed.pop();
-                }
-                KeyCode::Char(c) if !c.is_control() && plan.confirm_text().is_some() => {
-                    typed.push(c)
-                }
-                KeyCode::Enter if *focus == Button::Cancel => self.dialog = None,
-                KeyCode::Enter => {
-                    if let Some(reason) = Dialog::blocked(target.as_ref(), plan) {
-                        self.notify(NoticeLevel::Error, reason);
-                    } else if let Some(expected) =
-                        plan.confirm_text().filter(|expected| typed != expected)
-                    {
-                        let expected = crate::model::text::escape_control(expected);
-                        self.notify(
-                            NoticeLevel::Error,
-                            format!("type {expected} to confirm; nothing was written"),
-                        );
-                    } else {
-                        let plan: Box<Plan> = plan.clone();
-                        self.dialog = Some(Dialog::Running {
-                            action: plan.action,
-                            resource: plan.resource.clone().unwrap_or_default(),
-                            progress: None,
-                            stage: RunningStage::Working,
-                        });
-                        return vec![Effect::Execute(plan)];
-                    }
-                }
-                _ => {}
-            },
-            Dialog::Running { action, stage, .. } if *action == ActionKind::Rebuild => {
-                let answer_yes = code == KeyCode::Char('y');
-                match (*stage, code) {
-                    (RunningStage::Working, KeyCode::Esc) => *stage = RunningStage::ConfirmCancel,
-                    (RunningStage::Working | RunningStage::Cancelling, KeyCode::Char('q')) => {
-                        return self.quit_asking_for_a_running_rebuild();
-                    }
-                    (RunningStage::ConfirmCancel, _) if answer_yes => {
-                        *stage = RunningStage::Cancelling;
-                        return vec![Effect::CancelRebuild];
-                    }
-                    (RunningStage::ConfirmQuit, _) if answer_yes => return vec![Effect::Quit],
-                    (RunningStage::ConfirmCancel | RunningStage::ConfirmQuit, _) => {
-                        *stage = RunningStage::Working;
-                    }
-                    _ => {}
-                }
+            DialogReply::Error(message) => {
+                self.notify(NoticeLevel::Error, message);
+                Vec::new()
             }
-            Dialog::Running { .. } => {}
+            DialogReply::Effect(effect) => vec![effect],
         }
-        Vec::new()
     }
 
-    /// Quits at once, unless a rebuild is running and the operator has not been asked
-    /// yet: then asks (quitting cancels it and leaves its lease STUCK BULK). A
-    /// rebuild already being cancelled is not asked about again.
+    /// Quits at once, unless a running rebuild's dialog asks first.
     fn quit_asking_for_a_running_rebuild(&mut self) -> Vec<Effect> {
-        if let Some(Dialog::Running {
-            action: ActionKind::Rebuild,
-            stage,
-            ..
-        }) = &mut self.dialog
-        {
-            if matches!(*stage, RunningStage::Working | RunningStage::ConfirmCancel) {
-                *stage = RunningStage::ConfirmQuit;
-                return Vec::new();
-            }
+        match self.dialog.as_mut().map(Dialog::ask_before_quitting) {
+            Some(DialogReply::Effect(effect)) => vec![effect],
+            Some(_) => Vec::new(),
+            None => vec![Effect::Quit],
         }
-        vec![Effect::Quit]
     }
 
     fn show(&mut self, view: View) {
@@ -396,7 +309,7 @@ impl ConsoleState {
     }
 
     fn edit_command(&mut self, code: KeyCode) -> Vec<Effect> {
-        let Input::Command(text) = &mut self.input else {
+        let Input::CommandLine(text) = &mut self.input else {
             return Vec::new();
         };
         match code {

@@ -17,7 +17,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             Span::styled("▏", theme.accent),
             Span::styled("   enter keep · esc clear · !text inverts", theme.muted),
         ]),
-        (Input::Command(text), _) => Line::from(vec![
+        (Input::CommandLine(text), _) => Line::from(vec![
             Span::styled(":", theme.accent),
             Span::styled(text.clone(), theme.base),
             Span::styled("▏", theme.accent),
