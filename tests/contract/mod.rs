@@ -367,13 +367,17 @@ pub async fn a_bulk_lease_is_never_taken_by_an_update_listener<H: Harness>(h: &H
     );
     // Only an operator gives it back to incremental listeners.
     let give_back = operator_change("r", released.version, None);
-    let OperatorOutcome::Applied { .. } = store
+    let OperatorOutcome::Applied { before, .. } = store
         .operator_update(&give_back, &audit_context("abort-bulk"))
         .await
         .unwrap()
     else {
         panic!("abort-bulk applies");
     };
+    assert_eq!(
+        before, released,
+        "abort-bulk's before is the bulk lease as read"
+    );
     let w = acquired(store, "r", "w", LockKind::Update, MINUTE).await;
     assert_eq!((w.kind, w.version), (LockKind::Update, 3));
 }
@@ -601,7 +605,16 @@ pub async fn the_token_survives_a_hand_over<H: Harness>(h: &H) {
         store.commit(&tenure(&a), &later, lease).await.unwrap(),
         TenureWrite::LostLock
     );
-    assert_eq!(lease_of(store, "r").await.resume_token, Some(token));
+    assert_eq!(
+        store.release(&tenure(&a)).await.unwrap(),
+        TenureWrite::LostLock,
+        "the old holder cannot release the new holder's lease"
+    );
+    assert_eq!(
+        lease_of(store, "r").await,
+        b,
+        "the refused writes changed nothing"
+    );
     assert_eq!(
         store.commit(&tenure(&b), &later, lease).await.unwrap(),
         TenureWrite::Done
