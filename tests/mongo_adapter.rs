@@ -87,8 +87,8 @@ async fn acquire_is_one_find_and_modify_with_the_design_filter_and_pipeline() {
     assert_eq!(sent[0].get_bool("upsert"), Ok(true));
     assert_eq!(sent[0].get_bool("new"), Ok(true));
     assert_eq!(sent[0].get_document("writeConcern").unwrap(), &majority());
-    // The pipeline's meaning is proven on a real server (tests/mongo_live.rs and the
-    // contract suite); this pins its rendering so a change to it is seen in review.
+    // The pipeline's meaning is proven on a real server (the store contract
+    // suite, tests/contract_mongo.rs); this pins its rendering so a change to it is seen in review.
     insta::assert_snapshot!(support::command_json(&sent[0]));
 }
 

@@ -49,6 +49,15 @@ impl ChangeLog {
         }
     }
 
+    /// Takes the next cluster time for a write that is not a change on any watched
+    /// namespace (a lease write): later changes get later times, as on a real
+    /// server where that write is an oplog entry of its own.
+    pub fn reserve_time(&mut self, wall_secs: u32) -> ClusterTime {
+        let time = self.next_time(wall_secs);
+        self.last_time = time;
+        time
+    }
+
     pub fn last_time(&self) -> ClusterTime {
         self.last_time
     }
@@ -86,9 +95,22 @@ impl ChangeLog {
         }
     }
 
+    /// Like a real replica set: once the log has dropped anything, a resume point
+    /// older than its oldest entry is lost, even when that point's own entry was the
+    /// last to fall off (resuming after it would miss nothing, but MongoDB cannot
+    /// tell and answers 286). A log that never dropped anything starts from its
+    /// beginning instead.
+    fn lost_before(&self, time: ClusterTime) -> bool {
+        self.dropped_through.is_some()
+            && self
+                .entries
+                .front()
+                .is_some_and(|first| first.event.cluster_time > time)
+    }
+
     /// The sequence number a reader resuming after `time` reads next.
     pub fn position_after(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
-        if self.dropped_through.is_some_and(|dropped| dropped > time) {
+        if self.lost_before(time) {
             return Err(HistoryLost);
         }
         Ok(self.first_seq()
@@ -99,7 +121,7 @@ impl ChangeLog {
 
     /// The sequence number a reader starting at `time` (inclusive) reads next.
     pub fn position_at(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
-        if self.dropped_through.is_some_and(|dropped| dropped >= time) {
+        if self.lost_before(time) {
             return Err(HistoryLost);
         }
         Ok(self.first_seq()
@@ -217,10 +239,12 @@ mod tests {
             log.position_after(ClusterTime::new(100, 1)),
             Err(HistoryLost)
         );
-        assert!(
-            log.position_after(ClusterTime::new(100, 2)).is_ok(),
-            "entry 2 was the last read"
+        assert_eq!(
+            log.position_after(ClusterTime::new(100, 2)),
+            Err(HistoryLost),
+            "entry 2 itself fell off: a real server cannot resume after it (286)"
         );
+        assert!(log.position_after(window.first).is_ok());
         assert_eq!(log.position_at(ClusterTime::new(100, 2)), Err(HistoryLost));
         assert_eq!(log.position_at(window.first), Ok(3));
         let mut out = Vec::new();

@@ -15,8 +15,9 @@ fn recount(members: &Document) -> Document {
     let mut counts = Document::new();
     for (_, entry) in members {
         if let Some(value) = entry.as_document().and_then(|e| e.get_str("value").ok()) {
-            let current = counts.get_i64(value).unwrap_or(0);
-            counts.insert(value, current + 1);
+            // An int32, like the `$size` MongoDB's recount computes it with.
+            let current = counts.get_i32(value).unwrap_or(0);
+            counts.insert(value, current.saturating_add(1));
         }
     }
     counts
@@ -71,6 +72,11 @@ impl DocumentStore for SandboxStore {
         fields: Document,
     ) -> StoreResult<WriteOutcome> {
         count(&self.inner.calls.documents);
+        if fields.contains_key("_id") {
+            return Err(crate::store::StoreError::InvalidArgument(
+                "fenced_upsert: fields must not contain _id (it is the id argument)".into(),
+            ));
+        }
         let now = self.inner.clock.now();
         let mut state = self.lock();
         let existing = state.document(ns, id);
@@ -112,7 +118,7 @@ impl DocumentStore for SandboxStore {
             source_version,
             stored,
         });
-        state.write(ns, id, Some(document), now);
+        state.update(ns, id, document, now);
         let end = state.log.end();
         drop(state);
         self.publish_log_end(end);
@@ -147,8 +153,10 @@ impl DocumentStore for SandboxStore {
             return Ok(WriteOutcome::Stale);
         }
         members.insert(member, doc! {"v": version, "value": value});
-        document.insert("counts", recount(&members));
+        let counts = recount(&members);
+        // `members` before `counts`, in the order MongoDB's pipeline adds them.
         document.insert("members", members);
+        document.insert("counts", counts);
         state.record(|| HistoryEntry::FencedWrite {
             ns: ns.clone(),
             id: format!("{id}/{member}"),
@@ -156,7 +164,7 @@ impl DocumentStore for SandboxStore {
             source_version: Some(version),
             stored,
         });
-        state.write(ns, &key, Some(document), now);
+        state.update(ns, &key, document, now);
         let end = state.log.end();
         drop(state);
         self.publish_log_end(end);

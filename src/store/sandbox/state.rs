@@ -35,7 +35,9 @@ impl State {
         }
     }
 
-    /// Writes (or deletes, with `None`) one document and logs the change.
+    /// Writes a whole document (or deletes it, with `None`) and logs the change: an
+    /// insert, a `replace` of an existing document (as MongoDB logs a replacement), or
+    /// a delete.
     pub fn write(
         &mut self,
         ns: &Namespace,
@@ -43,16 +45,41 @@ impl State {
         document: Option<Document>,
         now: DateTime<Utc>,
     ) {
+        self.change(ns, id, document, now, OperationType::Replace);
+    }
+
+    /// Writes the result of a field-level update (`$set`, a pipeline) and logs it as
+    /// an insert (upserted) or an `update`, as MongoDB does.
+    pub fn update(&mut self, ns: &Namespace, id: &Bson, document: Document, now: DateTime<Utc>) {
+        self.change(ns, id, Some(document), now, OperationType::Update);
+    }
+
+    fn change(
+        &mut self,
+        ns: &Namespace,
+        id: &Bson,
+        document: Option<Document>,
+        now: DateTime<Utc>,
+        on_existing: OperationType,
+    ) {
         let key = id_key(id);
         let collection = self.collections.entry(ns.clone()).or_default();
-        let existed = match &document {
-            Some(doc) => collection.insert(key, doc.clone()).is_some(),
-            None => collection.remove(&key).is_some(),
+        let previous = match &document {
+            Some(doc) => collection.insert(key, doc.clone()),
+            None => collection.remove(&key),
         };
+        // A write that leaves the document byte for byte as it was is no change: a
+        // real server writes no oplog entry for it and no stream sees it.
+        if let (Some(before), Some(after)) = (&previous, &document) {
+            if bson::to_vec(before).ok() == bson::to_vec(after).ok() {
+                return;
+            }
+        }
+        let existed = previous.is_some();
         let operation = match (&document, existed) {
             (None, _) => OperationType::Delete,
             (Some(_), false) => OperationType::Insert,
-            (Some(_), true) => OperationType::Update,
+            (Some(_), true) => on_existing,
         };
         if operation == OperationType::Delete && !existed {
             return;
