@@ -184,14 +184,6 @@ fn held_by_other(version: i64) -> Action {
     Action::ok(doc! { "value": lease("worker-elsewhere", version, None, 60) })
 }
 
-fn duplicate_key(what: &str) -> Action {
-    Action::error(
-        11000,
-        "DuplicateKey",
-        &format!("E11000 duplicate key error collection: {what} index: _id_"),
-    )
-}
-
 fn oplog_entry(ts: Timestamp) -> Action {
     Action::ok(
         doc! { "cursor": { "id": 0_i64, "ns": "local.oplog.rs", "firstBatch": [{ "ts": ts }] } },
