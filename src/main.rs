@@ -1,10 +1,9 @@
 use std::process::ExitCode;
 
-use clap::Parser;
-use streamward::cli::{self, exit, Cli};
+use streamward::cli::{self, exit};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = cli::parse();
     init_logging(cli.command.is_interactive());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

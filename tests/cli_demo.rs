@@ -78,3 +78,49 @@ fn demo_rejects_a_nonsense_rate_as_a_usage_error() {
         .code(2)
         .stderr(predicate::str::contains("--rate"));
 }
+
+/// `demo` runs on its sandbox: a cluster given to it must not be silently ignored.
+/// (The URI names a closed port: had the demo started it would have run, not failed.)
+#[test]
+fn demo_refuses_a_cluster_and_names_console_run() {
+    for args in [
+        ["demo", "--plain", "--uri", "mongodb://127.0.0.1:9/"],
+        ["--uri", "mongodb://127.0.0.1:9/", "demo", "--plain"],
+    ] {
+        streamward()
+            .args(args)
+            .args(["--duration", "1s"])
+            .assert()
+            .code(2)
+            .stdout(predicate::str::is_empty())
+            .stderr(predicate::str::contains("console --run"));
+    }
+}
+
+/// From the environment the URI is ambient configuration, not a request: the demo
+/// still runs on its sandbox and says so.
+#[test]
+fn demo_runs_on_its_sandbox_with_streamward_uri_set() {
+    streamward()
+        .env("STREAMWARD_URI", "mongodb://127.0.0.1:9/")
+        .args(["demo", "--plain", "--duration", "1s", "--refresh", "500ms"])
+        .assert()
+        .success()
+        .stdout(predicate::str::contains(
+            "streamward demo (embedded sandbox)",
+        ));
+}
+
+#[test]
+fn console_demo_db_needs_run_and_a_valid_name() {
+    streamward()
+        .args(["console", "--demo-db", "mine"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("--run"));
+    streamward()
+        .args(["console", "--run", "--demo-db", "a.b"])
+        .assert()
+        .code(2)
+        .stderr(predicate::str::contains("cannot contain '.'"));
+}

@@ -147,6 +147,7 @@ async fn a_cancelled_rebuild_reports_progress_and_leaves_stuck_bulk() {
     let mut h = start(PetRebuild {
         step_delay: Duration::from_millis(200),
         fail_after: None,
+        ..PetRebuild::default()
     });
     h.store.acquire(&request(PET_RESOURCE, "w1")).await.unwrap();
     let plan = h

@@ -218,6 +218,59 @@ async fn takeover_executes_one_version_cas_with_majority_then_one_audit_insert()
     assert_eq!(lease.lock().unwrap().get_i64("version"), Ok(13));
 }
 
+/// A released lease is taken by a standby within milliseconds, possibly before the
+/// swap's read-back: the outcome and the audit must still show what the takeover
+/// did (released at version 13), not the standby's acquire at version 14.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_standby_acquiring_right_after_the_swap_is_not_reported_as_its_outcome() {
+    let server = WireServer::start().await;
+    let lease = cluster(&server, live_lease(), |_| {});
+    let write = lease.clone();
+    server.on("findAndModify", move |cmd| {
+        let mut lease = write.lock().unwrap();
+        let query = cmd.get_document("query").cloned().unwrap_or_default();
+        if !mini_mongo::matches(&query, Some(&lease), now()) {
+            return Action::ok(doc! { "value": null });
+        }
+        let before = lease.clone();
+        let pipeline = cmd.get_array("update").cloned().unwrap_or_default();
+        *lease = mini_mongo::apply_pipeline(&pipeline, &before, now());
+        // The standby's acquire lands before the read-back.
+        let version = lease.get_i64("version").unwrap_or_default();
+        lease.insert("version", version + 1);
+        lease.insert("listenerId", "w2");
+        Action::ok(doc! { "value": before })
+    });
+    let mut cmd = streamward();
+    cmd.args([
+        "takeover",
+        "shop.orders",
+        "--execute",
+        "--output",
+        "json",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(json["outcome"]["after"]["version"], 13, "{out}");
+    assert_eq!(
+        json["outcome"]["after"]["listenerId"],
+        serde_json::Value::Null,
+        "{out}"
+    );
+    let insert = server.commands_stripped("insert").remove(0);
+    let record = insert.get_array("documents").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    let after = record.get_document("after").unwrap();
+    assert_eq!(after.get_i64("version"), Ok(13));
+    assert_eq!(after.get("listenerId"), Some(&Bson::Null));
+    assert_eq!(lease.lock().unwrap().get_str("listenerId"), Ok("w2"));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing() {
     let server = WireServer::start().await;

@@ -509,6 +509,7 @@ async fn d_a_rebuild_while_the_workload_runs_keeps_listeners_out_and_ends_exact(
         &PetRebuild {
             step_delay: 3 * SECOND,
             fail_after: None,
+            ..PetRebuild::default()
         },
     )
     .await
@@ -569,6 +570,7 @@ async fn e_a_rebuild_failing_half_way_is_stuck_bulk_and_both_recoveries_work() {
     let failing = PetRebuild {
         step_delay: SECOND,
         fail_after: Some(3),
+        ..PetRebuild::default()
     };
 
     for recovery in ["re-run", "abort-bulk"] {

@@ -23,6 +23,7 @@ use crate::console::terminal::{self, TerminalGuard};
 use crate::console::theme::ThemeChoice;
 use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
+use crate::demo::DemoNamespaces;
 use crate::model::text::escape_control;
 use crate::ops::{GatherOptions, RebuildDefinition, RebuildTarget};
 use crate::store::mongo::MongoStore;
@@ -44,9 +45,24 @@ pub struct ConsoleArgs {
     #[command(flatten)]
     pub view: ViewArgs,
     /// Also run the demo application's listeners and workload in this process,
-    /// against the cluster (they write to the shop and pets databases).
+    /// against the cluster (they write to the demo and shop databases, or to --demo-db).
     #[arg(long)]
     pub run: bool,
+    /// With --run: keep all of the demo's collections in this one database instead
+    /// of demo and shop, e.g. to run it on a shared cluster without touching those.
+    #[arg(long, requires = "run", value_name = "DB", value_parser = parse_database)]
+    pub demo_db: Option<String>,
+}
+
+/// A database name MongoDB accepts: 1 to 63 bytes without `/`, `\`, `.`, space, `"`, `$` or NUL.
+fn parse_database(text: &str) -> Result<String, String> {
+    if text.is_empty() || text.len() > 63 {
+        return Err("a database name has 1 to 63 bytes".into());
+    }
+    if let Some(c) = text.chars().find(|c| "/\\. \"$\0".contains(*c)) {
+        return Err(format!("a database name cannot contain {c:?}"));
+    }
+    Ok(text.to_string())
 }
 
 /// Channel depth between the data tasks and the UI; a slow UI slows the readers, not the reverse.
@@ -68,12 +84,26 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
     } else {
         Mode::Attached
     };
-    let demo = args
-        .run
-        .then(|| DemoRuntime::start_on(store.clone(), &DemoConfig::default()));
+    let namespaces = match &args.demo_db {
+        Some(db) => DemoNamespaces::in_database(db),
+        None => DemoNamespaces::default(),
+    };
+    let demo = args.run.then(|| {
+        DemoRuntime::start_on(
+            store.clone(),
+            &DemoConfig {
+                namespaces: namespaces.clone(),
+                ..DemoConfig::default()
+            },
+        )
+    });
     let listeners = demo.as_ref().map(listener_source);
     let outcome = if args.run {
-        let rebuilds = vec![(PetRebuild::target(), Arc::new(PetRebuild::default()))];
+        let rebuild = PetRebuild {
+            namespaces,
+            ..PetRebuild::default()
+        };
+        let rebuilds = vec![(rebuild.target_of(), Arc::new(rebuild))];
         interactive(
             store, mode, listeners, &args.view, theme, settings, rebuilds,
         )

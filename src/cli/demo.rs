@@ -91,6 +91,7 @@ pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
     let rebuild = PetRebuild {
         step_delay: Duration::from_millis(300),
         fail_after: None,
+        namespaces: Default::default(),
     };
     let outcome = interactive(
         demo.store.clone(),

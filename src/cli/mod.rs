@@ -8,7 +8,8 @@ pub mod guarded;
 pub mod lease_table;
 pub mod settings;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use settings::{GlobalArgs, Settings};
 
@@ -62,12 +63,37 @@ impl Command {
     }
 }
 
+/// Parses the process's arguments (exits with clap's message on an error), noting
+/// where `--uri` came from.
+pub fn parse() -> Cli {
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    // A global option typed after the subcommand is recorded in the subcommand's matches.
+    let typed = |m: &clap::ArgMatches| m.value_source("uri") == Some(ValueSource::CommandLine);
+    cli.global.uri_on_command_line =
+        typed(&matches) || matches.subcommand().is_some_and(|(_, sub)| typed(sub));
+    cli
+}
+
 pub async fn run(cli: Cli) -> anyhow::Result<()> {
     // Resolved once, before anything connects: a bad config file is a usage error.
     let settings = Settings::resolve(&cli.global)?;
     let settings = &settings;
     match cli.command {
-        Command::Demo(args) => demo::run(args, settings).await,
+        Command::Demo(args) => {
+            if cli.global.uri_on_command_line {
+                return Err(anyhow::Error::new(exit::UsageError(
+                    "demo runs on its embedded sandbox and takes no --uri; to run the demo's \
+                     listeners and workload on a cluster use `streamward --uri URI --leases DB.COLL \
+                     console --run` (add --demo-db NAME to keep its collections in one database)"
+                        .into(),
+                )));
+            }
+            demo::run(args, settings).await
+        }
         Command::Console(args) => console::run(args, settings).await,
         Command::Leases => cluster::leases(settings).await,
         Command::Oplog => cluster::oplog(settings).await,

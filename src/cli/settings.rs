@@ -45,6 +45,10 @@ pub struct GlobalArgs {
     /// How long to look for a reachable server before giving up.
     #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
     pub connect_timeout: Option<Duration>,
+    /// Whether `--uri` was typed on the command line (not taken from the environment):
+    /// set by [`crate::cli::parse`], for commands that must refuse a cluster.
+    #[arg(skip)]
+    pub uri_on_command_line: bool,
 }
 
 /// The config file's keys; every one optional.

@@ -5,3 +5,80 @@ pub mod pets;
 pub mod rebuild;
 pub mod runtime;
 pub mod workload;
+
+use crate::store::Namespace;
+
+/// Where the demo's collections live. The default is the layout the console and
+/// documentation show (`demo.animals`, `demo.tag_locations`, `shop.orders`,
+/// `shop.outbox`, `shop.mails`); [`DemoNamespaces::in_database`] puts all of them in
+/// one database, so runs on a shared cluster (tests, `console --run --demo-db`) do
+/// not write into each other's collections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DemoNamespaces {
+    pub animals: Namespace,
+    pub aggregates: Namespace,
+    pub orders: Namespace,
+    pub outbox: Namespace,
+    pub mails: Namespace,
+}
+
+impl Default for DemoNamespaces {
+    fn default() -> Self {
+        Self {
+            animals: Namespace::new("demo", "animals"),
+            aggregates: Namespace::new("demo", "tag_locations"),
+            orders: Namespace::new("shop", "orders"),
+            outbox: Namespace::new("shop", "outbox"),
+            mails: Namespace::new("shop", "mails"),
+        }
+    }
+}
+
+impl DemoNamespaces {
+    /// Every collection in database `db`, under the default collection names.
+    pub fn in_database(db: &str) -> Self {
+        let defaults = Self::default();
+        let at = |ns: Namespace| Namespace::new(db, ns.coll);
+        Self {
+            animals: at(defaults.animals),
+            aggregates: at(defaults.aggregates),
+            orders: at(defaults.orders),
+            outbox: at(defaults.outbox),
+            mails: at(defaults.mails),
+        }
+    }
+
+    /// The databases the demo writes to, each once, for saying so.
+    pub fn databases(&self) -> Vec<&str> {
+        let mut dbs: Vec<&str> = [
+            &self.animals,
+            &self.aggregates,
+            &self.orders,
+            &self.outbox,
+            &self.mails,
+        ]
+        .iter()
+        .map(|ns| ns.db.as_str())
+        .collect();
+        dbs.sort_unstable();
+        dbs.dedup();
+        dbs
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_database_keeps_the_collection_names() {
+        let ns = DemoNamespaces::in_database("t1");
+        assert_eq!(ns.animals.to_string(), "t1.animals");
+        assert_eq!(ns.aggregates.to_string(), "t1.tag_locations");
+        assert_eq!(ns.orders.to_string(), "t1.orders");
+        assert_eq!(ns.outbox.to_string(), "t1.outbox");
+        assert_eq!(ns.mails.to_string(), "t1.mails");
+        assert_eq!(ns.databases(), ["t1"]);
+        assert_eq!(DemoNamespaces::default().databases(), ["demo", "shop"]);
+    }
+}

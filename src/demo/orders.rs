@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bson::{doc, Bson};
 
+use super::DemoNamespaces;
 use crate::engine::fenced::write_with_lease_fence;
 use crate::engine::{Handler, HandlerError};
 use crate::model::Fence;
@@ -16,16 +17,19 @@ pub const ORDERS_RESOURCE: &str = "shop.orders";
 /// A second consumer of the orders: a mailer whose downstream is slow, so it lags.
 pub const MAILER_RESOURCE: &str = "shop.mailer";
 
+/// `shop.orders`, where the default layout keeps the orders.
 pub fn orders_ns() -> Namespace {
-    Namespace::new("shop", "orders")
+    DemoNamespaces::default().orders
 }
 
+/// `shop.outbox`, where the default layout keeps the messages.
 pub fn outbox_ns() -> Namespace {
-    Namespace::new("shop", "outbox")
+    DemoNamespaces::default().outbox
 }
 
+/// `shop.mails`, where the default layout keeps the mailer's messages.
 pub fn mails_ns() -> Namespace {
-    Namespace::new("shop", "mails")
+    DemoNamespaces::default().mails
 }
 
 /// The message id of a change: the order and the change's resume token, which is
@@ -51,19 +55,30 @@ pub struct OrderOutbox<S> {
 }
 
 impl<S: DocumentStore + Clone + 'static> OrderOutbox<S> {
+    /// Messages into `shop.outbox`.
     pub fn new(store: S) -> Self {
+        Self::writing_to(store, outbox_ns())
+    }
+
+    /// Messages into `outbox`.
+    pub fn writing_to(store: S, outbox: Namespace) -> Self {
         Self {
             store,
-            outbox: outbox_ns(),
+            outbox,
             delay: Duration::ZERO,
         }
     }
 
     /// The mailer: the same messages into `shop.mails`, each taking `delay`.
     pub fn mailer(store: S, delay: Duration) -> Self {
+        Self::mailer_writing_to(store, mails_ns(), delay)
+    }
+
+    /// The mailer writing into `mails`.
+    pub fn mailer_writing_to(store: S, mails: Namespace, delay: Duration) -> Self {
         Self {
             store,
-            outbox: mails_ns(),
+            outbox: mails,
             delay,
         }
     }

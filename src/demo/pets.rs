@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use bson::{doc, Bson, Document};
 
+use super::DemoNamespaces;
 use crate::engine::{Handler, HandlerError};
 use crate::model::Fence;
 use crate::store::{ChangeEvent, DocumentStore, Namespace, StoreResult, WriteOutcome};
@@ -17,12 +18,14 @@ pub const TAGS: [&str; 6] = ["fluffy", "loud", "sleepy", "hungry", "striped", "t
 /// The lease resource of the incremental aggregate listener.
 pub const PET_RESOURCE: &str = "pet-aggregates";
 
+/// `demo.animals`, where the default layout keeps the animals.
 pub fn animals_ns() -> Namespace {
-    Namespace::new("demo", "animals")
+    DemoNamespaces::default().animals
 }
 
+/// `demo.tag_locations`, where the default layout keeps the aggregate.
 pub fn aggregates_ns() -> Namespace {
-    Namespace::new("demo", "tag_locations")
+    DemoNamespaces::default().aggregates
 }
 
 /// Per tag, per location, how many animals: the aggregate's meaning.
@@ -75,11 +78,18 @@ impl Animal {
 #[derive(Clone)]
 pub struct PetAggregates<S> {
     store: S,
+    aggregates: Namespace,
 }
 
 impl<S: DocumentStore + Clone + 'static> PetAggregates<S> {
+    /// Maintains `demo.tag_locations`.
     pub fn new(store: S) -> Self {
-        Self { store }
+        Self::writing_to(store, aggregates_ns())
+    }
+
+    /// Maintains the tag documents in `aggregates`.
+    pub fn writing_to(store: S, aggregates: Namespace) -> Self {
+        Self { store, aggregates }
     }
 
     /// Applies one change; returns how many tag documents it changed (0 for a replay).
@@ -105,7 +115,7 @@ impl<S: DocumentStore + Clone + 'static> PetAggregates<S> {
                 .filter(|_| tags.iter().any(|t| t == tag));
             let outcome = self
                 .store
-                .fenced_member_upsert(&aggregates_ns(), tag, key, version, value)
+                .fenced_member_upsert(&self.aggregates, tag, key, version, value)
                 .await?;
             if outcome == WriteOutcome::Applied {
                 changed += 1;
@@ -127,9 +137,14 @@ impl<S: DocumentStore + Clone + 'static> Handler for PetAggregates<S> {
 /// The from-scratch rebuild: every tag document recomputed from the animals.
 /// Returns the number of animals read.
 pub async fn rebuild(store: &impl DocumentStore) -> StoreResult<usize> {
-    let animals = read_animals(store).await?;
+    rebuild_in(store, &DemoNamespaces::default()).await
+}
+
+/// [`rebuild`] on the collections of `ns`.
+pub async fn rebuild_in(store: &impl DocumentStore, ns: &DemoNamespaces) -> StoreResult<usize> {
+    let animals = read_animals_in(store, &ns.animals).await?;
     store
-        .replace_all(&aggregates_ns(), rebuilt_documents(&animals))
+        .replace_all(&ns.aggregates, rebuilt_documents(&animals))
         .await?;
     Ok(animals.len())
 }
@@ -162,8 +177,16 @@ pub fn rebuilt_documents(animals: &[Animal]) -> Vec<Document> {
 }
 
 pub async fn read_animals(store: &impl DocumentStore) -> StoreResult<Vec<Animal>> {
+    read_animals_in(store, &animals_ns()).await
+}
+
+/// Every animal of `animals` (documents that are not animals are left out).
+pub async fn read_animals_in(
+    store: &impl DocumentStore,
+    animals: &Namespace,
+) -> StoreResult<Vec<Animal>> {
     Ok(store
-        .find_all(&animals_ns())
+        .find_all(animals)
         .await?
         .iter()
         .filter_map(|d| Animal::from_document(d).ok())
@@ -187,8 +210,16 @@ pub fn expected_counts(animals: &[Animal]) -> TagCounts {
 
 /// What the aggregate documents say (zero counts left out).
 pub async fn stored_counts(store: &impl DocumentStore) -> StoreResult<TagCounts> {
+    stored_counts_in(store, &aggregates_ns()).await
+}
+
+/// What the tag documents of `aggregates` say (zero counts left out).
+pub async fn stored_counts_in(
+    store: &impl DocumentStore,
+    aggregates: &Namespace,
+) -> StoreResult<TagCounts> {
     let mut counts = TagCounts::new();
-    for document in store.find_all(&aggregates_ns()).await? {
+    for document in store.find_all(aggregates).await? {
         let Ok(tag) = document.get_str("_id") else {
             continue;
         };

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::pets::{aggregates_ns, read_animals, rebuilt_documents, PET_RESOURCE, TAGS};
+use super::pets::{read_animals_in, rebuilt_documents, PET_RESOURCE, TAGS};
+use super::DemoNamespaces;
 use crate::ops::{Progress, RebuildDefinition, RebuildFailure, RebuildReport, RebuildTarget};
 use crate::store::DocumentStore;
 
@@ -19,24 +20,36 @@ pub struct PetRebuild {
     pub step_delay: Duration,
     /// Fail after writing this many tag documents (failure injection).
     pub fail_after: Option<usize>,
+    /// Where the animals and the aggregate live.
+    pub namespaces: DemoNamespaces,
 }
 
 impl PetRebuild {
+    /// The rebuild of the default layout, as plans name it.
     pub fn target() -> RebuildTarget {
+        Self::default().target_of()
+    }
+
+    /// This rebuild as plans name it.
+    pub fn target_of(&self) -> RebuildTarget {
         RebuildTarget {
             name: PET_REBUILD.into(),
             resource: PET_RESOURCE.into(),
-            description: Self::DESCRIPTION.into(),
+            description: self.description(),
         }
     }
 
-    const DESCRIPTION: &'static str =
-        "the in-process pet rebuild: every tag document of demo.tag_locations recomputed from demo.animals";
+    fn description(&self) -> String {
+        format!(
+            "the in-process pet rebuild: every tag document of {} recomputed from {}",
+            self.namespaces.aggregates, self.namespaces.animals
+        )
+    }
 }
 
 impl<S: DocumentStore> RebuildDefinition<S> for PetRebuild {
     fn describe(&self) -> String {
-        Self::DESCRIPTION.into()
+        self.description()
     }
 
     async fn run(
@@ -47,7 +60,9 @@ impl<S: DocumentStore> RebuildDefinition<S> for PetRebuild {
     ) -> Result<RebuildReport, RebuildFailure> {
         let failed = |e: crate::store::StoreError| RebuildFailure::Failed(e.to_string());
         progress.stage("reading animals");
-        let animals = read_animals(store).await.map_err(failed)?;
+        let animals = read_animals_in(store, &self.namespaces.animals)
+            .await
+            .map_err(failed)?;
         let documents = rebuilt_documents(&animals);
         // One unit per tag document, and one for removing documents of no tag.
         progress.set_total(documents.len() as u64 + 1);
@@ -66,7 +81,7 @@ impl<S: DocumentStore> RebuildDefinition<S> for PetRebuild {
                 document.get_str("_id").unwrap_or("?")
             ));
             store
-                .put(&aggregates_ns(), document.clone())
+                .put(&self.namespaces.aggregates, document.clone())
                 .await
                 .map_err(failed)?;
             progress.advance(1);
@@ -79,14 +94,14 @@ impl<S: DocumentStore> RebuildDefinition<S> for PetRebuild {
         }
         progress.stage("removing documents of no tag");
         let strays = store
-            .find_all(&aggregates_ns())
+            .find_all(&self.namespaces.aggregates)
             .await
             .map_err(failed)?
             .iter()
             .any(|d| !d.get_str("_id").is_ok_and(|id| TAGS.contains(&id)));
         if strays {
             store
-                .replace_all(&aggregates_ns(), documents.clone())
+                .replace_all(&self.namespaces.aggregates, documents.clone())
                 .await
                 .map_err(failed)?;
         }

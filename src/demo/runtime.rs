@@ -6,9 +6,10 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::orders::{orders_ns, OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
-use super::pets::{animals_ns, PetAggregates, PET_RESOURCE};
+use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
+use super::pets::{PetAggregates, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
+use super::DemoNamespaces;
 use crate::engine::{ListenerConfig, ListenerHandle};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use crate::store::{Store, StoreResult};
@@ -25,6 +26,8 @@ pub struct DemoConfig {
     pub batch_size: u32,
     /// Runs the slow mailer resource with this delay per message (it falls behind).
     pub mailer_delay: Option<Duration>,
+    /// Where the animals, orders and derived collections live.
+    pub namespaces: DemoNamespaces,
 }
 
 impl Default for DemoConfig {
@@ -37,6 +40,7 @@ impl Default for DemoConfig {
             rotate_after: Some(Duration::from_secs(20)),
             batch_size: 1,
             mailer_delay: None,
+            namespaces: DemoNamespaces::default(),
         }
     }
 }
@@ -45,7 +49,8 @@ pub struct DemoRuntime<S = SandboxStore> {
     pub store: S,
     pub listeners: Vec<ListenerHandle>,
     shutdown: CancellationToken,
-    workload: JoinHandle<StoreResult<u64>>,
+    /// `None` once [`DemoRuntime::stop_workload`] has collected it.
+    workload: Option<JoinHandle<StoreResult<u64>>>,
 }
 
 impl DemoRuntime<SandboxStore> {
@@ -67,13 +72,19 @@ impl<S: Store> DemoRuntime<S> {
     /// `console --run`). Must run inside a tokio runtime.
     pub fn start_on(store: S, config: &DemoConfig) -> Self {
         let host = hostname();
+        let ns = &config.namespaces;
         let mut listeners = Vec::new();
         for n in 1..=config.listeners_per_resource {
             let id = format!("{host}/{}-{n}", std::process::id());
             listeners.push(ListenerHandle::spawn(
                 store.clone(),
-                listener_config(config, PET_RESOURCE, &format!("{id}-pets"), animals_ns()),
-                PetAggregates::new(store.clone()),
+                listener_config(
+                    config,
+                    PET_RESOURCE,
+                    &format!("{id}-pets"),
+                    ns.animals.clone(),
+                ),
+                PetAggregates::writing_to(store.clone(), ns.aggregates.clone()),
             ));
             listeners.push(ListenerHandle::spawn(
                 store.clone(),
@@ -81,9 +92,9 @@ impl<S: Store> DemoRuntime<S> {
                     config,
                     ORDERS_RESOURCE,
                     &format!("{id}-orders"),
-                    orders_ns(),
+                    ns.orders.clone(),
                 ),
-                OrderOutbox::new(store.clone()),
+                OrderOutbox::writing_to(store.clone(), ns.outbox.clone()),
             ));
             if let Some(delay) = config.mailer_delay {
                 listeners.push(ListenerHandle::spawn(
@@ -92,28 +103,41 @@ impl<S: Store> DemoRuntime<S> {
                         config,
                         MAILER_RESOURCE,
                         &format!("{id}-mailer"),
-                        orders_ns(),
+                        ns.orders.clone(),
                     ),
-                    OrderOutbox::mailer(store.clone(), delay),
+                    OrderOutbox::mailer_writing_to(store.clone(), ns.mails.clone(), delay),
                 ));
             }
         }
         let shutdown = CancellationToken::new();
         let workload = tokio::spawn(
-            Workload::new(store.clone(), config.workload.clone()).run(shutdown.clone()),
+            Workload::writing_to(store.clone(), config.workload.clone(), ns.clone())
+                .run(shutdown.clone()),
         );
         Self {
             store,
             listeners,
             shutdown,
-            workload,
+            workload: Some(workload),
         }
     }
 
-    /// Stops the workload, then every listener gracefully (each releases its lease).
-    pub async fn stop(self) {
+    /// Stops the workload and waits for its last write; the listeners go on, so they
+    /// can catch up. Returns how many writes it made, or why it ended early (a store
+    /// error ends the workload). `None` when it was already stopped.
+    pub async fn stop_workload(&mut self) -> Option<Result<u64, String>> {
         self.shutdown.cancel();
-        let _ = self.workload.await;
+        let workload = self.workload.take()?;
+        Some(match workload.await {
+            Ok(Ok(writes)) => Ok(writes),
+            Ok(Err(e)) => Err(format!("the workload stopped on a store error: {e}")),
+            Err(e) => Err(format!("the workload task ended abnormally: {e}")),
+        })
+    }
+
+    /// Stops the workload, then every listener gracefully (each releases its lease).
+    pub async fn stop(mut self) {
+        let _ = self.stop_workload().await;
         // All at once, so no standby takes over a lease another listener just released.
         for listener in &self.listeners {
             listener.request_stop();

@@ -8,8 +8,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
-use super::orders::orders_ns;
-use super::pets::{animals_ns, Animal, LOCATIONS, TAGS};
+use super::pets::{Animal, LOCATIONS, TAGS};
+use super::DemoNamespaces;
 use crate::store::{DocumentStore, StoreResult};
 
 const NAMES: [&str; 8] = [
@@ -43,6 +43,7 @@ impl Default for WorkloadConfig {
 pub struct Workload<S> {
     store: S,
     config: WorkloadConfig,
+    namespaces: DemoNamespaces,
     rng: SmallRng,
     animals: BTreeMap<String, Animal>,
     orders: BTreeMap<String, usize>,
@@ -50,11 +51,18 @@ pub struct Workload<S> {
 }
 
 impl<S: DocumentStore> Workload<S> {
+    /// Writes into the default layout (`demo.animals`, `shop.orders`).
     pub fn new(store: S, config: WorkloadConfig) -> Self {
+        Self::writing_to(store, config, DemoNamespaces::default())
+    }
+
+    /// Writes animals and orders into the collections of `namespaces`.
+    pub fn writing_to(store: S, config: WorkloadConfig, namespaces: DemoNamespaces) -> Self {
         let rng = SmallRng::seed_from_u64(config.seed);
         Self {
             store,
             config,
+            namespaces,
             rng,
             animals: BTreeMap::new(),
             orders: BTreeMap::new(),
@@ -107,7 +115,7 @@ impl<S: DocumentStore> Workload<S> {
         };
         let name = NAMES[self.rng.gen_range(0..NAMES.len())];
         self.store
-            .put(&animals_ns(), animal.to_document(name))
+            .put(&self.namespaces.animals, animal.to_document(name))
             .await?;
         self.animals.insert(animal.id.clone(), animal);
         Ok(())
@@ -130,7 +138,7 @@ impl<S: DocumentStore> Workload<S> {
         let amount = self.rng.gen_range(5..500);
         self.store
             .put(
-                &orders_ns(),
+                &self.namespaces.orders,
                 doc! {"_id": &id, "status": ORDER_STATES[state], "amount": amount},
             )
             .await?;

@@ -69,6 +69,32 @@ pub struct OperatorChange {
     pub note: String,
 }
 
+impl OperatorChange {
+    /// `lease` as this change leaves it when the server's `$$NOW` is `now`.
+    pub fn applied_to(&self, lease: &Lease, now: DateTime<Utc>) -> Lease {
+        let mut after = lease.clone();
+        after.version = lease.version + 1;
+        after.holder = self.holder.clone();
+        after.expires_at = Some(
+            chrono::TimeDelta::from_std(self.expires_in)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d))
+                .unwrap_or(DateTime::<Utc>::MAX_UTC),
+        );
+        after.kind = self.kind;
+        after.note = Some(self.note.clone());
+        if self.holder.is_some() {
+            after.acquired_at = Some(now);
+            after.renewed_at = Some(now);
+        }
+        if let ResumeChange::Set { token, at } = &self.resume {
+            after.resume_token = token.clone();
+            after.resume_at = *at;
+        }
+        after
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResumeChange {
     Keep,

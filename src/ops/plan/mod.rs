@@ -9,7 +9,7 @@ mod takeover;
 
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 
 use super::facts::PlanFacts;
 use super::refusal::{Refusal, RefusalKind};
@@ -200,26 +200,7 @@ pub(super) fn change(
 
 /// The lease as the store will leave it, with `now` for the server's `$$NOW`.
 pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>) -> Lease {
-    let mut after = lease.clone();
-    after.version = lease.version + 1;
-    after.holder = change.holder.clone();
-    after.expires_at = Some(
-        TimeDelta::from_std(change.expires_in)
-            .ok()
-            .and_then(|d| now.checked_add_signed(d))
-            .unwrap_or(DateTime::<Utc>::MAX_UTC),
-    );
-    after.kind = change.kind;
-    after.note = Some(change.note.clone());
-    if change.holder.is_some() {
-        after.acquired_at = Some(now);
-        after.renewed_at = Some(now);
-    }
-    if let ResumeChange::Set { token, at } = &change.resume {
-        after.resume_token = token.clone();
-        after.resume_at = *at;
-    }
-    after
+    change.applied_to(lease, now)
 }
 
 #[cfg(test)]

@@ -142,8 +142,8 @@ impl MongoStore {
     }
 
     /// The operator compare-and-swap: `findAndModify {_id, version}` returning the old
-    /// document, then a read of the new one in the same session, whose `operationTime`
-    /// is the write's cluster time.
+    /// document, then a read of the new one (at the new version) in the same session,
+    /// whose `operationTime` is the write's cluster time.
     async fn swap(&self, change: &OperatorChange, what: &str) -> StoreResult<SwapOutcome> {
         let action = format!("{what} on lease {}", change.resource);
         let hint = self.operator_hint();
@@ -182,21 +182,28 @@ impl MongoStore {
                 what: "findAndModify reply".into(),
                 detail: "no operationTime (is this a replica set?)".into(),
             })?;
-        let after = bounded(self.timeout(), &action, async {
+        // The read is causally after the write (same session), but a standby may have
+        // taken a released lease in between: only a document still at our version is
+        // what this write left. Otherwise it is the old one with the change applied at
+        // the write's cluster time (the server's `$$NOW` to the second).
+        let read_back = bounded(self.timeout(), &action, async {
             leases
-                .find_one(doc! { "_id": &change.resource })
+                .find_one(doc! { "_id": &change.resource, "version": change.expected_version + 1 })
                 .session(&mut session)
                 .await
         })
         .await
-        .map_err(fail)?
-        .ok_or_else(|| StoreError::Malformed {
-            what: "lease document".into(),
-            detail: format!("{} vanished right after {what}", change.resource),
-        })?;
+        .map_err(fail)?;
+        let after = match read_back {
+            Some(after) => lease_from_document(&after)?,
+            None => change.applied_to(
+                &before,
+                operation_time.to_datetime().unwrap_or_else(Utc::now),
+            ),
+        };
         Ok(SwapOutcome::Applied {
             before,
-            after: lease_from_document(&after)?,
+            after,
             operation_time,
         })
     }

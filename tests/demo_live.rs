@@ -1,0 +1,435 @@
+//! The demo application as `streamward console --run` runs it — `DemoRuntime` with
+//! its listeners, rotation and workload — on the real replica set of
+//! `STREAMWARD_TEST_URI`, with two operator takeovers through `ops` (plan, then
+//! execute) while it runs. Everything is read back from the database: the lease
+//! documents, the audit collection, the oplog, the outbox and the aggregate.
+//!
+//! The demo's collections live in the test's own database
+//! (`DemoNamespaces::in_database`), next to its leases, so runs never share the
+//! `demo` and `shop` databases. Skipped (with a message) without the URI.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{doc, Bson, Document};
+use streamward::demo::orders::{message_id, OrderOutbox, ORDERS_RESOURCE};
+use streamward::demo::pets::{expected_counts, read_animals_in, stored_counts_in, PET_RESOURCE};
+use streamward::demo::runtime::{DemoConfig, DemoRuntime};
+use streamward::demo::workload::WorkloadConfig;
+use streamward::demo::DemoNamespaces;
+use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle};
+use streamward::model::{ClusterTime, Fence, Lease};
+use streamward::ops::{self, ActionRequest, Executed, GatherOptions, OpsError};
+use streamward::store::mongo::MongoStore;
+use streamward::store::{
+    ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, LeaseStore, Namespace,
+    StartPoint,
+};
+use support::live::{live, LiveDb};
+use tokio::sync::{mpsc, Notify};
+use tokio_util::sync::CancellationToken;
+
+/// Long enough that only rotation and the operator move a lease, never an expiry
+/// while a holder is merely slow on a busy machine.
+const LEASE: Duration = Duration::from_secs(10);
+const ROTATE: Duration = Duration::from_secs(2);
+const BATCH: u32 = 4;
+/// Bounds each wait; the whole test takes about 20–30 s.
+const PATIENCE: Duration = Duration::from_secs(30);
+const PAUSED: &str = "paused-listener";
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(PATIENCE, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {PATIENCE:?} waiting for: {what}"))
+}
+
+/// Polls `check` until it returns `Some`, or panics after [`PATIENCE`].
+async fn until<T, F, Fut>(what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The demo's order outbox handler, holding its first batch until released.
+struct PausedMidBatch {
+    inner: OrderOutbox<MongoStore>,
+    reached: mpsc::UnboundedSender<(Vec<ChangeEvent>, Fence)>,
+    gate: Arc<Notify>,
+    armed: bool,
+}
+
+impl Handler for PausedMidBatch {
+    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
+        if std::mem::take(&mut self.armed) {
+            let _ = self.reached.send((events.to_vec(), fence.clone()));
+            self.gate.notified().await;
+        }
+        self.inner.handle(events, fence).await
+    }
+}
+
+/// Every lease document, read every 100 ms until cancelled: who held what, when.
+fn sample_leases(
+    store: MongoStore,
+    stop: CancellationToken,
+) -> tokio::task::JoinHandle<Vec<Lease>> {
+    tokio::spawn(async move {
+        let mut samples = Vec::new();
+        while !stop.is_cancelled() {
+            if let Ok(leases) = store.list().await {
+                samples.extend(leases);
+            }
+            tokio::select! {
+                () = stop.cancelled() => {}
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
+        samples
+    })
+}
+
+/// Plans and executes `request` as the CLI does; re-plans when the lease moved on
+/// between the two (a rotation can land in that gap), as an operator would.
+async fn operator(store: &MongoStore, request: ActionRequest) -> (ops::Plan, Executed) {
+    let options = GatherOptions::new("oncall@test");
+    for _ in 0..5 {
+        let facts = ops::gather(store, &request, &options)
+            .await
+            .expect("gather the facts");
+        let plan = ops::plan(&request, &facts);
+        assert!(!plan.is_refused(), "plan refused: {:?}", plan.refusal);
+        match ops::execute(store, &plan, Some("demo_live".into())).await {
+            Ok(done) => return (plan, done),
+            Err(OpsError::Changed { .. }) => continue,
+            Err(e) => panic!("execute {request:?}: {e}"),
+        }
+    }
+    panic!("the lease kept moving between plan and execute: {request:?}");
+}
+
+/// The newest oplog entry on `ns`: the last change a listener of it has to handle.
+async fn last_change_on(store: &MongoStore, ns: &Namespace) -> ClusterTime {
+    let entry = store
+        .client()
+        .database("local")
+        .collection::<Document>("oplog.rs")
+        .find_one(doc! { "ns": ns.to_string() })
+        .sort(doc! { "$natural": -1 })
+        .await
+        .expect("read the oplog")
+        .expect("the workload wrote to the collection");
+    ClusterTime::from(entry.get_timestamp("ts").expect("oplog ts"))
+}
+
+/// Every change on `ns` from `from` through `to`, read by a change stream of our own.
+async fn changes_on(
+    store: &MongoStore,
+    ns: &Namespace,
+    from: ClusterTime,
+    to: ClusterTime,
+) -> Vec<ChangeEvent> {
+    let mut stream = store
+        .open(
+            ns,
+            StartPoint::At(from),
+            FeedOptions {
+                batch_size: 1000,
+                max_await: Duration::from_millis(200),
+            },
+        )
+        .await
+        .expect("open a change stream");
+    let mut events = Vec::new();
+    within("reading every change back", async {
+        while events
+            .last()
+            .is_none_or(|e: &ChangeEvent| e.cluster_time < to)
+        {
+            events.extend(stream.next_batch().await.expect("read changes").events);
+        }
+    })
+    .await;
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_replica_set() {
+    live("demo", |live: LiveDb| async move {
+        let store = live.store.clone();
+        let ns = DemoNamespaces::in_database(&live.db);
+        let started_at = store.cluster_time().await.expect("cluster time");
+        let mut demo = DemoRuntime::start_on(
+            store.clone(),
+            &DemoConfig {
+                listeners_per_resource: 3,
+                workload: WorkloadConfig {
+                    rate_per_sec: 30.0,
+                    max_animals: 25,
+                    order_share: 0.4,
+                    seed: 9,
+                },
+                lease: LEASE,
+                rotate_after: Some(ROTATE),
+                batch_size: BATCH,
+                mailer_delay: None,
+                namespaces: ns.clone(),
+                ..DemoConfig::default()
+            },
+        );
+        let sampling = CancellationToken::new();
+        let sampler = sample_leases(store.clone(), sampling.clone());
+
+        // 1. Holders acquire and rotate: several holders per lease, versions moving up.
+        until("both leases changed holder three times", || async {
+            let leases = store.list().await.ok()?;
+            let moved = [PET_RESOURCE, ORDERS_RESOURCE]
+                .iter()
+                .all(|r| leases.iter().any(|l| l.resource == *r && l.version >= 3));
+            moved.then_some(())
+        })
+        .await;
+
+        // 2. An operator hands the orders lease to a listener that pauses in its first batch.
+        let gate = Arc::new(Notify::new());
+        let (reached_tx, mut reached) = mpsc::unbounded_channel();
+        let mut paused_config = ListenerConfig::new(ORDERS_RESOURCE, PAUSED, ns.orders.clone());
+        paused_config.lease = LEASE;
+        paused_config.max_tenure = Some(ROTATE);
+        paused_config.batch_size = BATCH;
+        let paused = ListenerHandle::spawn(
+            store.clone(),
+            paused_config,
+            PausedMidBatch {
+                inner: OrderOutbox::writing_to(store.clone(), ns.outbox.clone()),
+                reached: reached_tx,
+                gate: gate.clone(),
+                armed: true,
+            },
+        );
+        let (_, handover) = operator(
+            &store,
+            ActionRequest::Takeover {
+                resource: ORDERS_RESOURCE.into(),
+                to: Some(PAUSED.into()),
+                hold: None,
+            },
+        )
+        .await;
+        assert_eq!(handover.after.holder.as_deref(), Some(PAUSED));
+        let (batch, fence) = within("the paused listener holds a batch", reached.recv())
+            .await
+            .expect("the paused listener runs");
+        assert_eq!(
+            fence.version, handover.after.version,
+            "it claimed the version the operator handed it"
+        );
+        assert!(!batch.is_empty());
+
+        // 3. While it is paused mid-batch, the operator takes the lease away from it.
+        let (plan, takeover) = operator(
+            &store,
+            ActionRequest::Takeover {
+                resource: ORDERS_RESOURCE.into(),
+                to: None,
+                hold: None,
+            },
+        )
+        .await;
+        assert_eq!(
+            plan.captured.as_ref().and_then(|c| c.holder.as_deref()),
+            Some(PAUSED),
+            "planned against the paused holder"
+        );
+        assert!(
+            plan.confirmation.is_some(),
+            "fencing out a live holder asks for the resource name"
+        );
+        assert_eq!(takeover.before.version, fence.version);
+        assert_eq!(takeover.after.holder, None);
+        for done in [&handover, &takeover] {
+            let record = store
+                .audit_record(&done.audit_id)
+                .await
+                .expect("read the audit")
+                .expect("the takeover has its audit record");
+            assert_eq!(
+                (record.action.as_str(), record.resource.as_str()),
+                ("takeover", ORDERS_RESOURCE)
+            );
+            // What the action did, even when a standby acquired right after it.
+            let (before, after) = (record.before.unwrap(), record.after.unwrap());
+            assert_eq!(after.version, before.version + 1);
+            assert_eq!(after.holder, done.after.holder);
+        }
+        // A standby takes over and handles the paused batch again, under a newer fence.
+        let ids: Vec<Bson> = batch.iter().map(|e| Bson::String(message_id(e))).collect();
+        let rewritten = until(
+            "a newer holder rewrote the paused batch's messages",
+            || async {
+                let mut messages = Vec::new();
+                for id in &ids {
+                    let message = store.find_one(&ns.outbox, id).await.ok()??;
+                    (message.get_i64("_fence").ok()? > fence.version).then_some(())?;
+                    messages.push(message);
+                }
+                Some(messages)
+            },
+        )
+        .await;
+        let successor = store.get(ORDERS_RESOURCE).await.unwrap().unwrap();
+        assert!(successor.version > takeover.after.version);
+        assert_ne!(successor.holder.as_deref(), Some(PAUSED));
+
+        // 4. The paused holder wakes: its late write is refused and it stops that tenure.
+        gate.notify_one();
+        until("the paused listener reports its fenced write", || async {
+            paused
+                .snapshot()
+                .last_error
+                .filter(|e| e.starts_with("stale fenced write"))
+        })
+        .await;
+        let mut after = Vec::new();
+        for id in &ids {
+            after.push(store.find_one(&ns.outbox, id).await.unwrap().unwrap());
+        }
+        assert_eq!(after, rewritten, "the late write changed no message");
+        let outbox = store.find_all(&ns.outbox).await.unwrap();
+        assert!(
+            outbox
+                .iter()
+                .all(|m| m.get_i64("_fence") != Ok(fence.version)),
+            "no message was written under the fenced-out version {}",
+            fence.version
+        );
+        let lease = store.get(ORDERS_RESOURCE).await.unwrap().unwrap();
+        assert!(lease.version >= successor.version);
+        paused.stop().await;
+
+        // 5. The workload stops; once every listener has committed past the last
+        // change, the derived data must match the source exactly.
+        let writes = demo
+            .stop_workload()
+            .await
+            .expect("the workload ran")
+            .expect("the workload made its writes");
+        assert!(writes > 100, "{writes} writes");
+        let last_animal = last_change_on(&store, &ns.animals).await;
+        let last_order = last_change_on(&store, &ns.orders).await;
+        until("both listeners committed past the last change", || async {
+            let caught_up = |resource: &str, last: ClusterTime| {
+                let store = store.clone();
+                let resource = resource.to_string();
+                async move {
+                    let lease = store.get(&resource).await.ok()??;
+                    let time = lease.resume_token.as_ref()?.time()?;
+                    (time >= last).then_some(())
+                }
+            };
+            caught_up(PET_RESOURCE, last_animal).await?;
+            caught_up(ORDERS_RESOURCE, last_order).await
+        })
+        .await;
+
+        let animals = read_animals_in(&store, &ns.animals).await.unwrap();
+        assert!(animals.len() >= 10, "{} animals", animals.len());
+        assert_eq!(
+            stored_counts_in(&store, &ns.aggregates).await.unwrap(),
+            expected_counts(&animals),
+            "the aggregate equals a from-scratch recomputation"
+        );
+
+        // Exactly one message per order change: the ids are those of the changes as a
+        // change stream of our own reads them, and nothing else.
+        let changes = changes_on(&store, &ns.orders, started_at, last_order).await;
+        let expected: BTreeSet<String> = changes.iter().map(message_id).collect();
+        assert_eq!(expected.len(), changes.len());
+        let outbox = store.find_all(&ns.outbox).await.unwrap();
+        let stored: BTreeSet<String> = outbox
+            .iter()
+            .map(|m| m.get_str("_id").unwrap().to_string())
+            .collect();
+        assert_eq!(stored, expected, "one message per change, none other");
+        // And per order: one "created", and its newest message carries its status.
+        let mut by_order: BTreeMap<String, Vec<&Document>> = BTreeMap::new();
+        for message in &outbox {
+            by_order
+                .entry(message.get_str("order").unwrap().to_string())
+                .or_default()
+                .push(message);
+        }
+        let orders = store.find_all(&ns.orders).await.unwrap();
+        assert!(orders.len() >= 5, "{} orders", orders.len());
+        assert_eq!(by_order.len(), orders.len());
+        for order in &orders {
+            let id = order.get_str("_id").unwrap();
+            let messages = &by_order[id];
+            let created = messages
+                .iter()
+                .filter(|m| m.get_str("event") == Ok("created"))
+                .count();
+            assert_eq!(created, 1, "order {id}: {messages:?}");
+            let newest = messages
+                .iter()
+                .max_by_key(|m| m.get_timestamp("clusterTime").unwrap())
+                .unwrap();
+            assert_eq!(newest.get_str("status"), order.get_str("status"), "{id}");
+        }
+
+        demo.stop().await;
+        sampling.cancel();
+        let samples = sampler.await.unwrap();
+        for resource in [PET_RESOURCE, ORDERS_RESOURCE] {
+            let seen: Vec<&Lease> = samples.iter().filter(|l| l.resource == resource).collect();
+            let holders: BTreeSet<&str> = seen.iter().filter_map(|l| l.holder.as_deref()).collect();
+            let demo_holders = holders.iter().filter(|h| **h != PAUSED).count();
+            assert!(demo_holders >= 2, "{resource} rotated: {holders:?}");
+            eprintln!(
+                "demo_live: {resource}: holders {holders:?}, versions {:?}..{:?}",
+                seen.first().map(|l| l.version),
+                seen.last().map(|l| l.version)
+            );
+            let versions: Vec<i64> = seen.iter().map(|l| l.version).collect();
+            assert!(
+                versions.windows(2).all(|w| w[0] <= w[1]),
+                "{resource}: a version never goes back: {versions:?}"
+            );
+            assert!(
+                versions.last() > versions.first(),
+                "{resource}: versions grew: {versions:?}"
+            );
+        }
+        eprintln!(
+            "demo_live: {writes} writes, {} animals, {} orders, {} order changes, \
+             fenced-out version {}, successor version {}, {} lease samples",
+            animals.len(),
+            orders.len(),
+            changes.len(),
+            fence.version,
+            successor.version,
+            samples.len()
+        );
+        // Stopping released every lease.
+        for lease in store.list().await.unwrap() {
+            assert_eq!(lease.holder, None, "{} released", lease.resource);
+        }
+    })
+    .await;
+}
