@@ -86,11 +86,30 @@ impl ChangeLog {
         }
     }
 
+    /// Whether a reader whose resume point is at `time` may go on. Like MongoDB: once
+    /// the log has rolled over, its first entry must be at or before the point (a
+    /// token whose own entry fell off is lost, even if nothing after it did); a log
+    /// that never rolled over loses nothing, however early the point.
+    pub fn check_resumable(&self, time: ClusterTime) -> Result<(), HistoryLost> {
+        let first = self.entries.front().map(|e| e.event.cluster_time);
+        match (self.dropped_through, first) {
+            (Some(_), Some(first)) if first > time => Err(HistoryLost),
+            (Some(dropped), None) if dropped >= time => Err(HistoryLost),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the next cluster time for a write the log holds no entry for (a lease
+    /// write): every later change comes after it, as every later oplog entry does.
+    pub fn tick(&mut self, wall_secs: u32) -> ClusterTime {
+        let time = self.next_time(wall_secs);
+        self.last_time = time;
+        time
+    }
+
     /// The sequence number a reader resuming after `time` reads next.
     pub fn position_after(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
-        if self.dropped_through.is_some_and(|dropped| dropped > time) {
-            return Err(HistoryLost);
-        }
+        self.check_resumable(time)?;
         Ok(self.first_seq()
             + self
                 .entries
@@ -99,9 +118,7 @@ impl ChangeLog {
 
     /// The sequence number a reader starting at `time` (inclusive) reads next.
     pub fn position_at(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
-        if self.dropped_through.is_some_and(|dropped| dropped >= time) {
-            return Err(HistoryLost);
-        }
+        self.check_resumable(time)?;
         Ok(self.first_seq()
             + self
                 .entries
@@ -217,16 +234,38 @@ mod tests {
             log.position_after(ClusterTime::new(100, 1)),
             Err(HistoryLost)
         );
-        assert!(
-            log.position_after(ClusterTime::new(100, 2)).is_ok(),
-            "entry 2 was the last read"
+        assert_eq!(
+            log.position_after(ClusterTime::new(100, 2)),
+            Err(HistoryLost),
+            "MongoDB refuses a token whose own entry fell off, though nothing after it did"
         );
+        assert_eq!(log.position_after(window.first), Ok(4));
         assert_eq!(log.position_at(ClusterTime::new(100, 2)), Err(HistoryLost));
         assert_eq!(log.position_at(window.first), Ok(3));
         let mut out = Vec::new();
         assert_eq!(log.read_from(2, 10, |_| true, &mut out), Err(HistoryLost));
         assert_eq!(log.read_from(3, 10, |_| true, &mut out), Ok(6));
         assert_eq!(out.len(), 3);
+    }
+
+    #[test]
+    fn a_log_that_never_rolled_over_loses_nothing() {
+        let log = filled(10, 3);
+        assert_eq!(log.position_at(ClusterTime::new(1, 0)), Ok(1));
+        assert_eq!(log.position_after(ClusterTime::new(1, 0)), Ok(1));
+    }
+
+    #[test]
+    fn a_tick_orders_later_entries_after_it() {
+        let mut log = filled(10, 1);
+        let tick = log.tick(100);
+        assert_eq!(log.last_time(), tick);
+        assert!(log.next_time(100) > tick);
+        assert_eq!(
+            log.window().last,
+            ClusterTime::new(100, 1),
+            "a tick is no entry"
+        );
     }
 
     #[test]
