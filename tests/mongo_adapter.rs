@@ -55,31 +55,38 @@ fn token(hex: &str) -> ResumeToken {
     ResumeToken::from_document(doc! { "_data": hex })
 }
 
-fn expected_acquire_filter(bulk_excluded: bool) -> Document {
-    let mut filter = doc! {
-        "_id": "shop.orders",
-        "$or": [
-            { "listenerId": "worker-1" },
-            { "expiresAt": null },
-            { "$expr": { "$lte": ["$expiresAt", "$$NOW"] } },
-        ],
-    };
-    if bulk_excluded {
-        filter.insert("kind", doc! { "$ne": "bulk" });
-    }
-    filter
+/// `_id` alone: MongoDB refuses `$expr` in an upsert's query (code 224), and any other
+/// filter turns an insert race into 11000. Eligibility is decided in the pipeline.
+fn expected_acquire_filter() -> Document {
+    doc! { "_id": "shop.orders" }
 }
 
 fn expected_acquire_pipeline(kind: &str) -> Bson {
     let same = doc! { "$eq": ["$listenerId", { "$literal": "worker-1" }] };
-    bson::bson!([{ "$set": {
-        "listenerId": { "$literal": "worker-1" },
-        "kind": kind,
-        "version": { "$cond": [same.clone(), "$version", { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] }] },
-        "acquiredAt": { "$cond": [same, "$acquiredAt", "$$NOW"] },
-        "expiresAt": { "$add": ["$$NOW", 30_000_i64] },
-        "renewedAt": "$$NOW",
-    } }])
+    let holder_ok = doc! { "$or": [same.clone(), { "$lte": ["$expiresAt", "$$NOW"] }] };
+    let eligible = if kind == "bulk" {
+        holder_ok
+    } else {
+        doc! { "$and": [holder_ok, { "$ne": ["$kind", "bulk"] }] }
+    };
+    let when = |value: Bson, field: &str| -> Bson {
+        bson::bson!({ "$cond": ["$__streamwardEligible", value, format!("${field}")] })
+    };
+    bson::bson!([
+        { "$set": { "__streamwardEligible": eligible } },
+        { "$set": {
+            "listenerId": when(bson::bson!({ "$literal": "worker-1" }), "listenerId"),
+            "kind": when(kind.into(), "kind"),
+            "version": when(
+                bson::bson!({ "$cond": [same.clone(), "$version", { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] }] }),
+                "version",
+            ),
+            "acquiredAt": when(bson::bson!({ "$cond": [same, "$acquiredAt", "$$NOW"] }), "acquiredAt"),
+            "expiresAt": when(bson::bson!({ "$add": ["$$NOW", 30_000_i64] }), "expiresAt"),
+            "renewedAt": when("$$NOW".into(), "renewedAt"),
+        } },
+        { "$unset": "__streamwardEligible" },
+    ])
 }
 
 // ---------------------------------------------------------------- acquire
@@ -105,7 +112,7 @@ async fn acquire_is_one_find_and_modify_with_the_design_filter_and_pipeline() {
         sent[0],
         doc! {
             "findAndModify": "leases",
-            "query": expected_acquire_filter(true),
+            "query": expected_acquire_filter(),
             "update": expected_acquire_pipeline("update"),
             "new": true,
             "upsert": true,
@@ -116,7 +123,7 @@ async fn acquire_is_one_find_and_modify_with_the_design_filter_and_pipeline() {
 }
 
 #[tokio::test]
-async fn bulk_acquire_has_no_kind_filter_and_keeps_the_watch_target_literal() {
+async fn bulk_acquire_may_take_a_bulk_lease_and_keeps_the_watch_target_literal() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
     let mut bulk = lease_doc("worker-1", 3);
@@ -135,18 +142,25 @@ async fn bulk_acquire_has_no_kind_filter_and_keeps_the_watch_target_literal() {
     let sent = server.commands_stripped("findAndModify").remove(0);
     assert_eq!(
         sent.get_document("query").unwrap(),
-        &expected_acquire_filter(false)
+        &expected_acquire_filter()
     );
-    let set = sent.get_array("update").unwrap()[0]
+    let set = sent.get_array("update").unwrap()[1]
         .as_document()
         .unwrap()
         .get_document("$set")
         .unwrap()
         .clone();
-    assert_eq!(set.get_str("kind").unwrap(), "bulk");
+    assert_eq!(
+        set.get_document("kind").unwrap(),
+        &doc! { "$cond": ["$__streamwardEligible", "bulk", "$kind"] }
+    );
     assert_eq!(
         set.get_document("watch").unwrap(),
-        &doc! { "$literal": { "db": "shop", "coll": "orders", "pipeline": "$match" } }
+        &doc! { "$cond": [
+            "$__streamwardEligible",
+            { "$literal": { "db": "shop", "coll": "orders", "pipeline": "$match" } },
+            "$watch",
+        ] }
     );
 }
 
@@ -197,9 +211,9 @@ async fn dropped_connection_after_the_server_applied_acquire_retries_the_same_co
     let server = WireServer::start().await;
     let store = connected(&server).await;
     // The server applied the first attempt (worker-1 now holds version 5) but the
-    // reply never arrived. The retry is the same command: its filter matches
-    // `listenerId = worker-1` and its pipeline keeps `version` when the holder is
-    // unchanged, so applying it again only refreshes: version stays 5.
+    // reply never arrived. The retry is the same command: its pipeline finds
+    // `listenerId = worker-1` and keeps `version` when the holder is unchanged, so
+    // applying it again only refreshes: version stays 5.
     server.script(
         "findAndModify",
         [
@@ -230,7 +244,7 @@ async fn dropped_connection_after_the_server_applied_acquire_retries_the_same_co
     );
     assert_eq!(
         sent[1].get_document("query").unwrap(),
-        &expected_acquire_filter(true)
+        &expected_acquire_filter()
     );
     assert_eq!(
         sent[1].get("update").unwrap(),

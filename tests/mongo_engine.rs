@@ -433,10 +433,24 @@ async fn a_commit_matching_nothing_is_a_lost_lock_and_the_listener_stands_by() {
         (acquire.get_bool("upsert"), acquire.get_bool("new")),
         (Ok(true), Ok(true))
     );
-    let query = acquire.get_document("query").unwrap();
-    assert_eq!(query.get_str("_id"), Ok(ORDERS_RESOURCE));
-    assert_eq!(query.get_document("kind").unwrap(), &doc! { "$ne": "bulk" });
-    let acquire_set = acquire.get_array("update").unwrap()[0]
+    assert_eq!(
+        acquire.get_document("query").unwrap(),
+        &doc! { "_id": ORDERS_RESOURCE },
+        "an upsert filters on _id alone"
+    );
+    let stages = acquire.get_array("update").unwrap();
+    let eligible = stages[0]
+        .as_document()
+        .and_then(|s| s.get_document("$set").ok())
+        .and_then(|s| s.get_document("__streamwardEligible").ok())
+        .expect("the first stage decides eligibility")
+        .clone();
+    assert_eq!(
+        eligible.get_array("$and").unwrap()[1],
+        Bson::Document(doc! { "$ne": ["$kind", "bulk"] }),
+        "never a bulk lease"
+    );
+    let acquire_set = stages[1]
         .as_document()
         .unwrap()
         .get_document("$set")
@@ -444,7 +458,7 @@ async fn a_commit_matching_nothing_is_a_lost_lock_and_the_listener_stands_by() {
         .clone();
     assert_eq!(
         acquire_set.get_document("listenerId").unwrap(),
-        &doc! { "$literal": ME }
+        &doc! { "$cond": ["$__streamwardEligible", { "$literal": ME }, "$listenerId"] }
     );
 
     // The stream starts at the oplog's first (startable) entry, inclusive.

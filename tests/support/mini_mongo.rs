@@ -1,7 +1,7 @@
 //! Just enough of MongoDB's query and aggregation-expression semantics to apply the
 //! adapter's lease commands to a document held by a scripted server: equality,
-//! `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$cond`, `$add`, `$ifNull`, `$literal`,
-//! field paths and `$$NOW`. Anything else panics, so a test never passes by
+//! `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$and`, `$cond`, `$add`, `$ifNull`,
+//! `$literal`, field paths, `$$NOW`, and `$set`/`$unset` stages. Anything else panics, so a test never passes by
 //! silently ignoring an operator it does not understand.
 // Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
@@ -42,6 +42,10 @@ pub fn apply_pipeline(pipeline: &[Bson], doc: &Document, now: DateTime) -> Docum
     let mut out = doc.clone();
     for stage in pipeline {
         let stage = stage.as_document().expect("pipeline stage");
+        if let Ok(field) = stage.get_str("$unset") {
+            out.remove(field);
+            continue;
+        }
         let set = stage
             .get_document("$set")
             .unwrap_or_else(|_| panic!("mini_mongo: only $set stages are supported, got {stage}"));
@@ -73,6 +77,12 @@ pub fn eval(expression: &Bson, doc: &Document, now: DateTime) -> Bson {
                     let a = args();
                     Bson::Boolean(equal(&a[0], &a[1]))
                 }
+                "$ne" => {
+                    let a = args();
+                    Bson::Boolean(!equal(&a[0], &a[1]))
+                }
+                "$and" => Bson::Boolean(args().iter().all(truthy)),
+                "$or" => Bson::Boolean(args().iter().any(truthy)),
                 "$lte" => {
                     let a = args();
                     Bson::Boolean(compare(&a[0], &a[1]).is_some_and(|o| o.is_le()))
@@ -135,6 +145,10 @@ fn equal(a: &Bson, b: &Bson) -> bool {
 
 fn compare(a: &Bson, b: &Bson) -> Option<std::cmp::Ordering> {
     match (a, b) {
+        // A missing field reads as null, which sorts below every other value.
+        (Bson::Null, Bson::Null) => Some(std::cmp::Ordering::Equal),
+        (Bson::Null, _) => Some(std::cmp::Ordering::Less),
+        (_, Bson::Null) => Some(std::cmp::Ordering::Greater),
         (Bson::DateTime(x), Bson::DateTime(y)) => Some(x.cmp(y)),
         (Bson::Int32(_) | Bson::Int64(_), Bson::Int32(_) | Bson::Int64(_)) => {
             Some(number(a).cmp(&number(b)))
