@@ -2,7 +2,7 @@
 # The whole test suite, real MongoDB included: starts a single-node replica set and one
 # with a 1 MB oplog (history loss for real), runs `cargo test` against them with
 # STREAMWARD_TEST_URI / STREAMWARD_TEST_URI_SMALL_OPLOG set, and stops them however it
-# ends. Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test mongo_live`).
+# ends. Extra arguments go to `cargo test` (e.g. `scripts/test.sh --test contract_mongo`).
 # mongod is fetched on first use and cached (see scripts/mongo-replset.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,9 +5,8 @@
 //! all live in it) and drops it afterwards, also when the test fails.
 //!
 //! Leases are 2 s, so takeovers happen within seconds and the suite runs well under
-//! a minute. History lost needs a tiny oplog; `tests/mongo_live.rs`
-//! (`change_feed_delivers_changes_and_reports_lost_history`) covers it at the
-//! adapter level with a resume point older than the oplog.
+//! a minute. What the store itself does (acquire, fences, change streams, history
+//! lost on a 1 MB oplog) is the store contract, `tests/contract_mongo.rs`.
 
 mod common;
 mod support;
@@ -196,28 +195,8 @@ impl Handler for Outbox {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
     live("race", |live| async move {
-        // The bare race on the port: two upserts of a lease that does not exist yet.
-        let request = |who: &str| AcquireRequest {
-            resource: "race".into(),
-            listener: who.into(),
-            kind: LockKind::Update,
-            lease: Duration::from_secs(60),
-            watch: None,
-        };
-        let (ra, rb) = (request("a"), request("b"));
-        let (a, b) = tokio::join!(live.store.acquire(&ra), live.store.acquire(&rb));
-        let outcomes = [a.unwrap(), b.unwrap()];
-        let winners: Vec<&Lease> = outcomes
-            .iter()
-            .filter_map(|o| match o {
-                AcquireOutcome::Acquired(lease) => Some(lease),
-                AcquireOutcome::HeldByOther => None,
-            })
-            .collect();
-        assert_eq!(winners.len(), 1, "{outcomes:?}");
-        assert_eq!(winners[0].version, 0);
-
-        // The same race between two running listeners.
+        // The bare race on the port is a store contract check (tests/contract/leases.rs);
+        // here, the race between two running listeners.
         let a = live.spawn("a", live.outbox_handler("a"));
         let b = live.spawn("b", live.outbox_handler("b"));
         eventually("one streaming, one standby", || {
