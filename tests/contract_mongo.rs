@@ -11,7 +11,7 @@ use bson::doc;
 use contract::Harness;
 use streamward::model::ClusterTime;
 use streamward::store::mongo::MongoStore;
-use streamward::store::{ChangeFeed, DocumentStore, Namespace};
+use streamward::store::{DocumentStore, Namespace};
 use support::live::{live, live_small_oplog, LiveDb};
 
 struct MongoHarness {
@@ -31,17 +31,29 @@ impl Harness for MongoHarness {
         self.live.ns(coll)
     }
 
-    /// Writes about 100 KB documents until the oplog's first entry has passed `time`.
+    /// Writes about 100 KB documents until the oplog's first entry, no-ops included
+    /// (what the server checks a resume point against), has passed `time`.
     async fn roll_history_past(&self, time: ClusterTime) {
         assert!(
             self.small_oplog,
             "only the small-oplog replica set rolls over within a test"
         );
         let store = self.store();
+        let oplog = store
+            .client()
+            .database("local")
+            .collection::<bson::Document>("oplog.rs");
         let filler = self.ns("filler");
         let pad = "x".repeat(100_000);
         for i in 0..2_000 {
-            if store.oplog_window().await.unwrap().first > time {
+            let first = oplog
+                .find_one(doc! {})
+                .sort(doc! {"$natural": 1})
+                .await
+                .unwrap()
+                .and_then(|entry| entry.get_timestamp("ts").ok())
+                .map(ClusterTime::from);
+            if first.is_some_and(|first| first > time) {
                 return;
             }
             store
