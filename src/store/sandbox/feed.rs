@@ -147,17 +147,19 @@ impl SandboxStream {
             })
             .collect();
         drop(state);
-        // Cheap Arc clones under the lock, the deep copies after it: writers never wait on a reader.
+        // Cheap Arc clones under the lock (and the looked-up documents), the deep copies
+        // after it: writers never wait on a reader for long.
         let events: Vec<ChangeEvent> = self
             .scratch
             .iter()
             .zip(looked_up)
-            .map(|(e, lookup)| {
-                let mut event = ChangeEvent::clone(e);
-                if let Some(current) = lookup {
-                    event.full_document = current;
-                }
-                event
+            .map(|(e, lookup)| ChangeEvent {
+                token: e.token.clone(),
+                cluster_time: e.cluster_time,
+                operation: e.operation.clone(),
+                ns: e.ns.clone(),
+                document_key: e.document_key.clone(),
+                full_document: lookup.unwrap_or_else(|| e.full_document.clone()),
             })
             .collect();
         let resume_token = match events.last() {
