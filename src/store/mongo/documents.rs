@@ -80,7 +80,7 @@ pub(super) fn member_upsert_command(
         "as": "value",
         "cond": { "$eq": [{ "$type": "$$value" }, "string"] },
     } };
-    let recount = doc! { "$set": { "counts": { "$arrayToObject": { "$map": {
+    let counted = doc! { "$arrayToObject": { "$map": {
         "input": { "$setUnion": [held_values.clone()] },
         "as": "key",
         "in": {
@@ -91,7 +91,14 @@ pub(super) fn member_upsert_command(
                 "cond": { "$eq": ["$$held", "$$key"] },
             } } },
         },
-    } } } } };
+    } } };
+    // Recounted only when admitted: a refused write leaves the document exactly as it
+    // was (`counts` included, however it got there), so "modified nothing" means stale.
+    let recount = doc! { "$set": { "counts": { "$cond": [
+        format!("${ADMITTED}"),
+        counted,
+        "$counts",
+    ] } } };
     (
         filter,
         vec![admitted, set_member, recount, doc! { "$unset": ADMITTED }],

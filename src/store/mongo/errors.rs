@@ -22,8 +22,9 @@ use crate::store::StoreError;
 const NOT_PRIMARY_CODES: [i32; 7] = [189, 91, 10107, 11600, 11602, 13435, 13436];
 /// Change-stream history lost: 286 ChangeStreamHistoryLost, 280 ChangeStreamFatalError
 /// (token not found), 40576 / 40585 on older servers, and 136 CappedPositionLost: what
-/// a real 6.0 answers to the `getMore` of an open stream whose position the oplog has
-/// overwritten meanwhile (unlabelled, so the driver does not resume it into a 286).
+/// a real 6.0 answers a live stream's getMore once the oplog rolled past its position
+/// while it was paused (the driver does not resume on 136; the only tailable cursors
+/// this adapter opens are change streams).
 pub const HISTORY_LOST_CODES: [i32; 5] = [286, 280, 136, 40576, 40585];
 pub const DUPLICATE_KEY: i32 = 11000;
 pub const UNAUTHORIZED: i32 = 13;

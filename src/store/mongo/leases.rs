@@ -290,7 +290,12 @@ impl LeaseStore for MongoStore {
         match reply {
             Ok(Some(document)) => {
                 let lease = lease_from_document(&document)?;
-                if lease.holder.as_deref() == Some(request.listener.as_str()) {
+                // An eligible write leaves holder = me and kind = the request's. The
+                // holder alone is not enough: an update request from the holder of a
+                // bulk lease is refused, and the document it returns still names it.
+                if lease.holder.as_deref() == Some(request.listener.as_str())
+                    && lease.kind == request.kind
+                {
                     Ok(AcquireOutcome::Acquired(lease))
                 } else {
                     Ok(AcquireOutcome::HeldByOther)

@@ -49,15 +49,6 @@ impl ChangeLog {
         }
     }
 
-    /// Takes the next cluster time for a write that is not a change on any watched
-    /// namespace (a lease write): later changes get later times, as on a real
-    /// server where that write is an oplog entry of its own.
-    pub fn reserve_time(&mut self, wall_secs: u32) -> ClusterTime {
-        let time = self.next_time(wall_secs);
-        self.last_time = time;
-        time
-    }
-
     pub fn last_time(&self) -> ClusterTime {
         self.last_time
     }
@@ -95,24 +86,30 @@ impl ChangeLog {
         }
     }
 
-    /// Like a real replica set: once the log has dropped anything, a resume point
-    /// older than its oldest entry is lost, even when that point's own entry was the
-    /// last to fall off (resuming after it would miss nothing, but MongoDB cannot
-    /// tell and answers 286). A log that never dropped anything starts from its
-    /// beginning instead.
-    fn lost_before(&self, time: ClusterTime) -> bool {
-        self.dropped_through.is_some()
-            && self
-                .entries
-                .front()
-                .is_some_and(|first| first.event.cluster_time > time)
+    /// Whether a reader whose resume point is at `time` may go on. Like MongoDB: once
+    /// the log has rolled over, its first entry must be at or before the point (a
+    /// token whose own entry fell off is lost, even if nothing after it did); a log
+    /// that never rolled over loses nothing, however early the point.
+    pub fn check_resumable(&self, time: ClusterTime) -> Result<(), HistoryLost> {
+        let first = self.entries.front().map(|e| e.event.cluster_time);
+        match (self.dropped_through, first) {
+            (Some(_), Some(first)) if first > time => Err(HistoryLost),
+            (Some(dropped), None) if dropped >= time => Err(HistoryLost),
+            _ => Ok(()),
+        }
+    }
+
+    /// Takes the next cluster time for a write the log holds no entry for (a lease
+    /// write): every later change comes after it, as every later oplog entry does.
+    pub fn tick(&mut self, wall_secs: u32) -> ClusterTime {
+        let time = self.next_time(wall_secs);
+        self.last_time = time;
+        time
     }
 
     /// The sequence number a reader resuming after `time` reads next.
     pub fn position_after(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
-        if self.lost_before(time) {
-            return Err(HistoryLost);
-        }
+        self.check_resumable(time)?;
         Ok(self.first_seq()
             + self
                 .entries
@@ -121,9 +118,7 @@ impl ChangeLog {
 
     /// The sequence number a reader starting at `time` (inclusive) reads next.
     pub fn position_at(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
-        if self.lost_before(time) {
-            return Err(HistoryLost);
-        }
+        self.check_resumable(time)?;
         Ok(self.first_seq()
             + self
                 .entries
@@ -242,15 +237,35 @@ mod tests {
         assert_eq!(
             log.position_after(ClusterTime::new(100, 2)),
             Err(HistoryLost),
-            "entry 2 itself fell off: a real server cannot resume after it (286)"
+            "MongoDB refuses a token whose own entry fell off, though nothing after it did"
         );
-        assert!(log.position_after(window.first).is_ok());
+        assert_eq!(log.position_after(window.first), Ok(4));
         assert_eq!(log.position_at(ClusterTime::new(100, 2)), Err(HistoryLost));
         assert_eq!(log.position_at(window.first), Ok(3));
         let mut out = Vec::new();
         assert_eq!(log.read_from(2, 10, |_| true, &mut out), Err(HistoryLost));
         assert_eq!(log.read_from(3, 10, |_| true, &mut out), Ok(6));
         assert_eq!(out.len(), 3);
+    }
+
+    #[test]
+    fn a_log_that_never_rolled_over_loses_nothing() {
+        let log = filled(10, 3);
+        assert_eq!(log.position_at(ClusterTime::new(1, 0)), Ok(1));
+        assert_eq!(log.position_after(ClusterTime::new(1, 0)), Ok(1));
+    }
+
+    #[test]
+    fn a_tick_orders_later_entries_after_it() {
+        let mut log = filled(10, 1);
+        let tick = log.tick(100);
+        assert_eq!(log.last_time(), tick);
+        assert!(log.next_time(100) > tick);
+        assert_eq!(
+            log.window().last,
+            ClusterTime::new(100, 1),
+            "a tick is no entry"
+        );
     }
 
     #[test]

@@ -1,26 +1,117 @@
 //! Documents, fenced and plain, with every write logged as a change.
 
+use std::cmp::Ordering;
+
 use bson::{doc, Bson, Document};
 
 use super::history::HistoryEntry;
-use super::state::id_key;
+use super::state::{id_key, WriteKind};
 use super::{count, SandboxStore};
 use crate::store::{
     DocumentStore, Namespace, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
     SOURCE_VERSION_FIELD,
 };
 
-/// Recounts `counts` from `members`: value → number of members holding it.
+/// Recounts `counts` from `members`: value → number of members holding it, as the
+/// int32 that MongoDB's `$size` gives.
 fn recount(members: &Document) -> Document {
     let mut counts = Document::new();
     for (_, entry) in members {
         if let Some(value) = entry.as_document().and_then(|e| e.get_str("value").ok()) {
-            // An int32, like the `$size` MongoDB's recount computes it with.
             let current = counts.get_i32(value).unwrap_or(0);
             counts.insert(value, current.saturating_add(1));
         }
     }
     counts
+}
+
+/// A stored fence as MongoDB compares it with a version.
+enum StoredFence {
+    Missing,
+    Null,
+    /// A number of any type (int32, int64, double), compared by value.
+    Number(Ordering),
+    /// Anything else: no number is ever below it.
+    Other,
+}
+
+fn stored_fence(value: Option<&Bson>, version: i64) -> StoredFence {
+    match value {
+        None => StoredFence::Missing,
+        Some(Bson::Null) => StoredFence::Null,
+        Some(Bson::Int32(v)) => StoredFence::Number(i64::from(*v).cmp(&version)),
+        Some(Bson::Int64(v)) => StoredFence::Number(v.cmp(&version)),
+        // A NaN sorts below every number in MongoDB.
+        Some(Bson::Double(v)) => {
+            StoredFence::Number(v.partial_cmp(&(version as f64)).unwrap_or(Ordering::Less))
+        }
+        Some(_) => StoredFence::Other,
+    }
+}
+
+/// Whether a fenced upsert's filter (`{field: {$lte|$lt: version}}` or the field
+/// missing) admits the stored fence: a null or non-number matches neither.
+fn filter_admits(stored: StoredFence, equal_ok: bool) -> bool {
+    match stored {
+        StoredFence::Missing => true,
+        StoredFence::Number(order) => order.is_lt() || (equal_ok && order.is_eq()),
+        StoredFence::Null | StoredFence::Other => false,
+    }
+}
+
+/// Whether a member upsert's pipeline (`$lt: [stored, version]` in BSON order) admits
+/// it: missing and null sort below every number, other types above.
+fn pipeline_admits(stored: StoredFence) -> bool {
+    match stored {
+        StoredFence::Missing | StoredFence::Null => true,
+        StoredFence::Number(order) => order.is_lt(),
+        StoredFence::Other => false,
+    }
+}
+
+/// MongoDB's order of `_id` values: by type (numbers, strings, documents, …), then
+/// by value within a type; numbers of different types by value.
+fn id_order(a: &Bson, b: &Bson) -> Ordering {
+    fn rank(value: &Bson) -> u8 {
+        match value {
+            Bson::MinKey => 0,
+            Bson::Null | Bson::Undefined => 1,
+            Bson::Int32(_) | Bson::Int64(_) | Bson::Double(_) | Bson::Decimal128(_) => 2,
+            Bson::Symbol(_) | Bson::String(_) => 3,
+            Bson::Document(_) => 4,
+            Bson::Array(_) => 5,
+            Bson::Binary(_) => 6,
+            Bson::ObjectId(_) => 7,
+            Bson::Boolean(_) => 8,
+            Bson::DateTime(_) => 9,
+            Bson::Timestamp(_) => 10,
+            Bson::RegularExpression(_) => 11,
+            Bson::MaxKey => 13,
+            _ => 12,
+        }
+    }
+    fn number(value: &Bson) -> Option<f64> {
+        match value {
+            Bson::Int32(v) => Some(f64::from(*v)),
+            Bson::Int64(v) => Some(*v as f64),
+            Bson::Double(v) => Some(*v),
+            _ => None,
+        }
+    }
+    rank(a).cmp(&rank(b)).then_with(|| match (a, b) {
+        (Bson::Int64(x), Bson::Int64(y)) => x.cmp(y),
+        (Bson::String(x), Bson::String(y)) => x.cmp(y),
+        (Bson::ObjectId(x), Bson::ObjectId(y)) => x.bytes().cmp(&y.bytes()),
+        (Bson::Boolean(x), Bson::Boolean(y)) => x.cmp(y),
+        (Bson::DateTime(x), Bson::DateTime(y)) => x.cmp(y),
+        (Bson::Timestamp(x), Bson::Timestamp(y)) => {
+            (x.time, x.increment).cmp(&(y.time, y.increment))
+        }
+        _ => match (number(a), number(b)) {
+            (Some(x), Some(y)) => x.partial_cmp(&y).unwrap_or(Ordering::Equal),
+            _ => id_key(a).cmp(&id_key(b)),
+        },
+    })
 }
 
 fn stored_i64(document: Option<&Document>, field: &str) -> Option<i64> {
@@ -56,7 +147,7 @@ impl SandboxStore {
     fn write_one(&self, ns: &Namespace, id: &Bson, document: Option<Document>) {
         let now = self.inner.clock.now();
         let mut state = self.lock();
-        state.write(ns, id, document, now);
+        state.write(ns, id, document, WriteKind::Replace, now);
         let end = state.log.end();
         drop(state);
         self.publish_log_end(end);
@@ -80,24 +171,15 @@ impl DocumentStore for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         let existing = state.document(ns, id);
-        let (field, value, admitted) = match fence {
-            WriteFence::Lease(fence) => {
-                let stored = stored_i64(existing, LEASE_FENCE_FIELD);
-                (
-                    LEASE_FENCE_FIELD,
-                    fence.version,
-                    stored.is_none_or(|s| s <= fence.version),
-                )
-            }
-            WriteFence::SourceVersion(version) => {
-                let stored = stored_i64(existing, SOURCE_VERSION_FIELD);
-                (
-                    SOURCE_VERSION_FIELD,
-                    *version,
-                    stored.is_none_or(|s| s < *version),
-                )
-            }
+        // Stored `_fence` ≤ the lease version, or stored `_v` < the source version.
+        let (field, value, equal_ok) = match fence {
+            WriteFence::Lease(fence) => (LEASE_FENCE_FIELD, fence.version, true),
+            WriteFence::SourceVersion(version) => (SOURCE_VERSION_FIELD, *version, false),
         };
+        let admitted = filter_admits(
+            stored_fence(existing.and_then(|d| d.get(field)), value),
+            equal_ok,
+        );
         if !admitted {
             return Ok(WriteOutcome::Stale);
         }
@@ -118,7 +200,7 @@ impl DocumentStore for SandboxStore {
             source_version,
             stored,
         });
-        state.update(ns, id, document, now);
+        state.write(ns, id, Some(document), WriteKind::Update, now);
         let end = state.log.end();
         drop(state);
         self.publish_log_end(end);
@@ -145,18 +227,17 @@ impl DocumentStore for SandboxStore {
             .get_document("members")
             .cloned()
             .unwrap_or_default();
-        let stored = members
-            .get_document(member)
-            .ok()
-            .and_then(|m| stored_i64(Some(m), "v"));
-        if stored.is_some_and(|s| s >= version) {
+        let stored_member = members.get_document(member).ok();
+        if !pipeline_admits(stored_fence(
+            stored_member.and_then(|m| m.get("v")),
+            version,
+        )) {
             return Ok(WriteOutcome::Stale);
         }
+        let stored = stored_member.and_then(|m| stored_i64(Some(m), "v"));
         members.insert(member, doc! {"v": version, "value": value});
-        let counts = recount(&members);
-        // `members` before `counts`, in the order MongoDB's pipeline adds them.
+        document.insert("counts", recount(&members));
         document.insert("members", members);
-        document.insert("counts", counts);
         state.record(|| HistoryEntry::FencedWrite {
             ns: ns.clone(),
             id: format!("{id}/{member}"),
@@ -164,7 +245,7 @@ impl DocumentStore for SandboxStore {
             source_version: Some(version),
             stored,
         });
-        state.update(ns, &key, document, now);
+        state.write(ns, &key, Some(document), WriteKind::Update, now);
         let end = state.log.end();
         drop(state);
         self.publish_log_end(end);
@@ -178,12 +259,19 @@ impl DocumentStore for SandboxStore {
 
     async fn find_all(&self, ns: &Namespace) -> StoreResult<Vec<Document>> {
         count(&self.inner.calls.documents);
-        Ok(self
+        let mut documents: Vec<Document> = self
             .lock()
             .collections
             .get(ns)
             .map(|c| c.values().cloned().collect())
-            .unwrap_or_default())
+            .unwrap_or_default();
+        documents.sort_by(|a, b| {
+            id_order(
+                a.get("_id").unwrap_or(&Bson::Null),
+                b.get("_id").unwrap_or(&Bson::Null),
+            )
+        });
+        Ok(documents)
     }
 
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
@@ -223,10 +311,10 @@ impl DocumentStore for SandboxStore {
                 continue;
             };
             stale.retain(|old| old != &id);
-            state.write(ns, &id, Some(document), now);
+            state.write(ns, &id, Some(document), WriteKind::Replace, now);
         }
         for id in stale {
-            state.write(ns, &id, None, now);
+            state.write(ns, &id, None, WriteKind::Replace, now);
         }
         let end = state.log.end();
         drop(state);

@@ -2,14 +2,15 @@
 
 use std::sync::Arc;
 
+use bson::Document;
 use tokio::sync::watch;
 
 use super::change_log::HistoryLost;
 use super::{count, SandboxStore};
 use crate::model::{ClusterTime, OplogWindow, ResumeToken, TokenKind};
 use crate::store::{
-    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
-    StoreError, StoreResult,
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, OperationType,
+    StartPoint, StoreError, StoreResult,
 };
 
 fn history_lost(detail: &str) -> StoreError {
@@ -54,12 +55,18 @@ impl ChangeFeed for SandboxStore {
             StartPoint::At(time) => Some(ClusterTime::from_u64(time.as_u64().saturating_sub(1))),
             StartPoint::Now => Some(state.log.last_time()),
         };
+        // What MongoDB checks when the stream resumes: the start time, or the token's.
+        let resumes_from = match &start {
+            StartPoint::At(time) => *time,
+            _ => resume_time.unwrap_or_default(),
+        };
         drop(state);
         Ok(SandboxStream {
             store: self.clone(),
             ns: ns.clone(),
             position,
             resume_time,
+            resumes_from,
             options,
             log_end: self.inner.log_end.subscribe(),
             scratch: Vec::new(),
@@ -103,6 +110,10 @@ pub struct SandboxStream {
     position: u64,
     /// Time of everything this stream has passed over, for the post-batch token.
     resume_time: Option<ClusterTime>,
+    /// The time of the point this stream would resume from (its start, then its
+    /// latest token): once the history's first entry is after it, the stream is lost,
+    /// as a MongoDB change stream whose position rolled off the oplog is.
+    resumes_from: ClusterTime,
     options: FeedOptions,
     log_end: watch::Receiver<u64>,
     scratch: Vec<Arc<ChangeEvent>>,
@@ -114,15 +125,43 @@ impl SandboxStream {
         self.scratch.clear();
         let ns = &self.ns;
         let state = self.store.lock();
+        state.log.check_resumable(self.resumes_from)?;
         self.position =
             state
                 .log
                 .read_from(self.position, limit, |e| e.ns == *ns, &mut self.scratch)?;
         let scanned_to = state.log.last_time();
         let at_end = self.position == state.log.end();
+        // `fullDocument: updateLookup`: an update carries the document as it is when
+        // read (none once deleted); inserts and replacements carry their own.
+        let looked_up: Vec<Option<Option<Document>>> = self
+            .scratch
+            .iter()
+            .map(|e| {
+                (e.operation == OperationType::Update).then(|| {
+                    e.document_key
+                        .get("_id")
+                        .and_then(|id| state.document(&e.ns, id))
+                        .cloned()
+                })
+            })
+            .collect();
         drop(state);
-        // Cheap Arc clones under the lock, the deep copies after it: writers never wait on a reader.
-        let events: Vec<ChangeEvent> = self.scratch.iter().map(|e| ChangeEvent::clone(e)).collect();
+        // Cheap Arc clones under the lock (and the looked-up documents), the deep copies
+        // after it: writers never wait on a reader for long.
+        let events: Vec<ChangeEvent> = self
+            .scratch
+            .iter()
+            .zip(looked_up)
+            .map(|(e, lookup)| ChangeEvent {
+                token: e.token.clone(),
+                cluster_time: e.cluster_time,
+                operation: e.operation.clone(),
+                ns: e.ns.clone(),
+                document_key: e.document_key.clone(),
+                full_document: lookup.unwrap_or_else(|| e.full_document.clone()),
+            })
+            .collect();
         let resume_token = match events.last() {
             Some(last) => {
                 self.resume_time = Some(last.cluster_time);
@@ -137,6 +176,9 @@ impl SandboxStream {
                     .map(|time| ResumeToken::encode(time, TokenKind::HighWaterMark, 0))
             }
         };
+        if let Some(time) = self.resume_time {
+            self.resumes_from = self.resumes_from.max(time);
+        }
         Ok(ChangeBatch {
             events,
             resume_token,

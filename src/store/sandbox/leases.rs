@@ -314,7 +314,7 @@ impl SandboxStore {
             .insert(change.resource.clone(), after_lease.clone());
         // The lease write itself is a change with its own cluster time (rebuild's T0).
         let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
-        let operation_time = state.log.reserve_time(wall_secs);
+        let operation_time = state.log.tick(wall_secs);
         state.record(|| HistoryEntry::OperatorChanged {
             resource: change.resource.clone(),
             version: after_lease.version,

@@ -35,32 +35,17 @@ impl State {
         }
     }
 
-    /// Writes a whole document (or deletes it, with `None`) and logs the change: an
-    /// insert, a `replace` of an existing document (as MongoDB logs a replacement), or
-    /// a delete.
+    /// Writes (or deletes, with `None`) one document and logs the change, as MongoDB
+    /// does: an insert, or for an existing document an update or a replacement as
+    /// `how` says, and nothing at all when the document stays byte for byte the same
+    /// (MongoDB writes no oplog entry for a write that modifies nothing).
     pub fn write(
         &mut self,
         ns: &Namespace,
         id: &Bson,
         document: Option<Document>,
+        how: WriteKind,
         now: DateTime<Utc>,
-    ) {
-        self.change(ns, id, document, now, OperationType::Replace);
-    }
-
-    /// Writes the result of a field-level update (`$set`, a pipeline) and logs it as
-    /// an insert (upserted) or an `update`, as MongoDB does.
-    pub fn update(&mut self, ns: &Namespace, id: &Bson, document: Document, now: DateTime<Utc>) {
-        self.change(ns, id, Some(document), now, OperationType::Update);
-    }
-
-    fn change(
-        &mut self,
-        ns: &Namespace,
-        id: &Bson,
-        document: Option<Document>,
-        now: DateTime<Utc>,
-        on_existing: OperationType,
     ) {
         let key = id_key(id);
         let collection = self.collections.entry(ns.clone()).or_default();
@@ -68,22 +53,16 @@ impl State {
             Some(doc) => collection.insert(key, doc.clone()),
             None => collection.remove(&key),
         };
-        // A write that leaves the document byte for byte as it was is no change: a
-        // real server writes no oplog entry for it and no stream sees it.
-        if let (Some(before), Some(after)) = (&previous, &document) {
-            if bson::to_vec(before).ok() == bson::to_vec(after).ok() {
-                return;
-            }
-        }
-        let existed = previous.is_some();
-        let operation = match (&document, existed) {
-            (None, _) => OperationType::Delete,
-            (Some(_), false) => OperationType::Insert,
-            (Some(_), true) => on_existing,
+        let operation = match (&document, &previous) {
+            (None, None) => return,
+            (None, Some(_)) => OperationType::Delete,
+            (Some(_), None) => OperationType::Insert,
+            (Some(new), Some(old)) if same_bytes(new, old) => return,
+            (Some(_), Some(_)) => match how {
+                WriteKind::Replace => OperationType::Replace,
+                WriteKind::Update => OperationType::Update,
+            },
         };
-        if operation == OperationType::Delete && !existed {
-            return;
-        }
         let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
         let time = self.log.next_time(wall_secs);
         let seq = self.log.end();
@@ -104,6 +83,20 @@ impl State {
     pub fn document(&self, ns: &Namespace, id: &Bson) -> Option<&Document> {
         self.collections.get(ns).and_then(|c| c.get(&id_key(id)))
     }
+}
+
+/// How a write changes an existing document, which decides the change MongoDB logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteKind {
+    /// A whole new document (`replaceOne`): a `replace` event.
+    Replace,
+    /// Fields set in place (`updateOne` with `$set`): an `update` event.
+    Update,
+}
+
+fn same_bytes(a: &Document, b: &Document) -> bool {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    a.to_writer(&mut x).is_ok() && b.to_writer(&mut y).is_ok() && x == y
 }
 
 /// A total order over `_id` values good enough for sorting: strings as themselves,

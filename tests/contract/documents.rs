@@ -1,0 +1,276 @@
+//! The two fenced-write patterns and the plain writes (`src/store/documents.rs`).
+
+use bson::{doc, Bson, Document};
+use streamward::model::Fence;
+use streamward::store::{DocumentStore, StoreError, WriteFence, WriteOutcome};
+
+use super::*;
+
+use WriteOutcome::{Applied, Stale};
+
+fn lease_fence(version: i64) -> WriteFence {
+    WriteFence::Lease(Fence {
+        resource: "res".into(),
+        version,
+    })
+}
+
+async fn read(store: &impl DocumentStore, ns: &Namespace, id: &str) -> Option<Document> {
+    store
+        .find_one(ns, &Bson::String(id.into()))
+        .await
+        .expect("find_one")
+}
+
+pub async fn lease_fenced_writes_admit_the_same_or_a_newer_version<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("outbox");
+    let id = Bson::String("m1".into());
+    // (lease version, value written, outcome, the document after it).
+    let steps = [
+        (2, 1, Applied, doc! {"_id": "m1", "x": 1, "_fence": 2_i64}),
+        (2, 2, Applied, doc! {"_id": "m1", "x": 2, "_fence": 2_i64}),
+        (1, 3, Stale, doc! {"_id": "m1", "x": 2, "_fence": 2_i64}),
+        (3, 4, Applied, doc! {"_id": "m1", "x": 4, "_fence": 3_i64}),
+        (0, 5, Stale, doc! {"_id": "m1", "x": 4, "_fence": 3_i64}),
+    ];
+    for (version, x, outcome, expected) in steps {
+        let written = store
+            .fenced_upsert(&ns, &id, &lease_fence(version), doc! {"x": x})
+            .await
+            .unwrap();
+        assert_eq!(written, outcome, "lease version {version} writing x = {x}");
+        assert_eq!(
+            read(store, &ns, "m1").await,
+            Some(expected),
+            "after version {version}"
+        );
+    }
+    // A document the application wrote without a fence admits any holder, which fences it.
+    store.put(&ns, doc! {"_id": "plain", "y": 1}).await.unwrap();
+    let plain = Bson::String("plain".into());
+    assert_eq!(
+        store
+            .fenced_upsert(&ns, &plain, &lease_fence(0), doc! {"x": 1})
+            .await
+            .unwrap(),
+        Applied
+    );
+    assert_eq!(
+        read(store, &ns, "plain").await,
+        Some(doc! {"_id": "plain", "y": 1, "x": 1, "_fence": 0_i64}),
+        "fields are set, others kept"
+    );
+}
+
+pub async fn source_versioned_writes_admit_only_a_newer_version<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("projection");
+    let id = Bson::String("rex".into());
+    // (source version, value written, outcome, the document after it).
+    let steps = [
+        (3, 3, Applied, doc! {"_id": "rex", "n": 3, "_v": 3_i64}),
+        (3, 9, Stale, doc! {"_id": "rex", "n": 3, "_v": 3_i64}),
+        (2, 9, Stale, doc! {"_id": "rex", "n": 3, "_v": 3_i64}),
+        (4, 4, Applied, doc! {"_id": "rex", "n": 4, "_v": 4_i64}),
+    ];
+    for (version, n, outcome, expected) in steps {
+        let written = store
+            .fenced_upsert(&ns, &id, &WriteFence::SourceVersion(version), doc! {"n": n})
+            .await
+            .unwrap();
+        assert_eq!(written, outcome, "source version {version} writing n = {n}");
+        assert_eq!(
+            read(store, &ns, "rex").await,
+            Some(expected),
+            "after v{version}"
+        );
+    }
+}
+
+/// Fences written by another client (a shell stores numbers as doubles) compare by
+/// value; a fence that is not a number refuses every write, as MongoDB's query does.
+pub async fn fences_stored_by_other_clients_compare_like_mongodb<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("foreign");
+    // (stored fence, outcome of a lease-fenced write at 3, of a source-versioned write at 3).
+    let cases = [
+        (Bson::Int32(2), Applied, Applied),
+        (Bson::Double(2.0), Applied, Applied),
+        (Bson::Double(3.0), Applied, Stale),
+        (Bson::Double(5.0), Stale, Stale),
+        (Bson::Int64(4), Stale, Stale),
+        (Bson::String("2".into()), Stale, Stale),
+        (Bson::Null, Stale, Stale),
+    ];
+    for (i, (stored, by_lease, by_source)) in cases.into_iter().enumerate() {
+        for (field, fence, expected) in [
+            ("_fence", lease_fence(3), by_lease),
+            ("_v", WriteFence::SourceVersion(3), by_source),
+        ] {
+            let id = format!("{field}-{i}");
+            let original = doc! {"_id": &id, field: stored.clone(), "x": 0};
+            store.put(&ns, original.clone()).await.unwrap();
+            let written = store
+                .fenced_upsert(&ns, &Bson::String(id.clone()), &fence, doc! {"x": 1})
+                .await
+                .unwrap();
+            assert_eq!(written, expected, "{field} stored as {stored:?}");
+            let now = read(store, &ns, &id).await.unwrap();
+            if expected == Stale {
+                assert_eq!(now, original, "a refused write changes nothing");
+            } else {
+                assert_eq!(now.get_i64(field), Ok(3), "the fence is stored as int64");
+            }
+        }
+    }
+    // Per member: a missing or null version is below every version; other types refuse.
+    let members = [
+        (Bson::Null, Applied),
+        (Bson::Double(2.0), Applied),
+        (Bson::Double(3.0), Stale),
+        (Bson::String("1".into()), Stale),
+    ];
+    for (i, (stored, expected)) in members.into_iter().enumerate() {
+        let id = format!("tag-{i}");
+        store
+            .put(
+                &ns,
+                doc! {"_id": &id, "members": {"rex": {"v": stored.clone(), "value": "house"}}},
+            )
+            .await
+            .unwrap();
+        let written = store
+            .fenced_member_upsert(&ns, &id, "rex", 3, Some("yard"))
+            .await
+            .unwrap();
+        assert_eq!(written, expected, "member version stored as {stored:?}");
+    }
+}
+
+pub async fn member_upserts_fence_each_member_and_recount<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("aggregates");
+    // (member, its version, its location, outcome), in order.
+    let steps = [
+        ("a.b$c", 1, Some("house"), Applied),
+        ("rex", 1, Some("house"), Applied),
+        ("rex", 1, Some("yard"), Stale),
+        ("rex", 2, Some("backyard"), Applied),
+        ("rex", 2, Some("house"), Stale),
+        ("kiki", 5, Some("backyard"), Applied),
+        ("rex", 1, Some("yard"), Stale),
+    ];
+    for (member, version, value, outcome) in steps {
+        let written = store
+            .fenced_member_upsert(&ns, "cute", member, version, value)
+            .await
+            .unwrap();
+        assert_eq!(written, outcome, "{member} v{version} at {value:?}");
+    }
+    let expected = doc! {
+        "_id": "cute",
+        "members": {
+            "a.b$c": {"v": 1_i64, "value": "house"},
+            "rex": {"v": 2_i64, "value": "backyard"},
+            "kiki": {"v": 5_i64, "value": "backyard"},
+        },
+        "counts": {"house": 1, "backyard": 2},
+    };
+    assert_eq!(
+        read(store, &ns, "cute").await,
+        Some(expected),
+        "members with their versions; counts recomputed in the same write, as int32"
+    );
+    // A member that leaves (no value) is no longer counted.
+    assert_eq!(
+        store
+            .fenced_member_upsert(&ns, "cute", "kiki", 6, None)
+            .await
+            .unwrap(),
+        Applied
+    );
+    let tag = read(store, &ns, "cute").await.unwrap();
+    assert_eq!(
+        tag.get_document("members").unwrap().get_document("kiki"),
+        Ok(&doc! {"v": 6_i64, "value": Bson::Null})
+    );
+    assert_eq!(
+        tag.get_document("counts"),
+        Ok(&doc! {"house": 1, "backyard": 1})
+    );
+}
+
+pub async fn fenced_upsert_refuses_an_id_among_the_fields<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("outbox");
+    let outcome = store
+        .fenced_upsert(
+            &ns,
+            &Bson::String("m1".into()),
+            &lease_fence(1),
+            doc! {"_id": "other", "x": 1},
+        )
+        .await;
+    assert!(
+        matches!(outcome, Err(StoreError::InvalidArgument(_))),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        store.find_all(&ns).await.unwrap(),
+        vec![],
+        "nothing written"
+    );
+}
+
+pub async fn plain_writes_replace_whole_documents_and_read_in_id_order<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("plain");
+    assert_eq!(store.find_all(&ns).await.unwrap(), vec![]);
+    for id in [9, 10, 2] {
+        store.put(&ns, doc! {"_id": id, "n": id}).await.unwrap();
+    }
+    store.put(&ns, doc! {"_id": 9, "m": 1}).await.unwrap();
+    assert_eq!(
+        store.find_one(&ns, &Bson::Int32(9)).await.unwrap(),
+        Some(doc! {"_id": 9, "m": 1}),
+        "put replaces the whole document"
+    );
+    assert_eq!(store.find_one(&ns, &Bson::Int32(3)).await.unwrap(), None);
+    assert_eq!(
+        store.find_all(&ns).await.unwrap(),
+        vec![
+            doc! {"_id": 2, "n": 2},
+            doc! {"_id": 9, "m": 1},
+            doc! {"_id": 10, "n": 10}
+        ],
+        "sorted by _id in MongoDB's order: numbers by value"
+    );
+    let no_id = store.put(&ns, doc! {"n": 1}).await;
+    assert!(
+        matches!(no_id, Err(StoreError::InvalidArgument(_))),
+        "{no_id:?}"
+    );
+
+    let refused = store
+        .replace_all(&ns, vec![doc! {"_id": 1}, doc! {"n": 1}])
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::InvalidArgument(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.find_all(&ns).await.unwrap().len(),
+        3,
+        "nothing written"
+    );
+    store
+        .replace_all(&ns, vec![doc! {"_id": 10, "z": 1}, doc! {"_id": 11}])
+        .await
+        .unwrap();
+    assert_eq!(
+        store.find_all(&ns).await.unwrap(),
+        vec![doc! {"_id": 10, "z": 1}, doc! {"_id": 11}],
+        "replace_all leaves exactly the documents given"
+    );
+}

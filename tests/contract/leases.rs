@@ -1,0 +1,617 @@
+//! Acquire, refresh, commit, renew, release and the lease watch (DESIGN §3).
+
+use std::time::Duration;
+
+use streamward::model::{ClusterTime, Lease, LockKind, ResumeToken, TokenKind, WatchTarget};
+use streamward::store::{
+    AcquireOutcome, AuditContext, LeaseScope, LeaseStore, LeaseWatch, OperatorChange,
+    OperatorOutcome, ResumeChange, Tenure, TenureWrite,
+};
+
+use super::*;
+
+const LONG: Duration = Duration::from_secs(60);
+/// Short enough that a check waits it out, long enough that the next call lands before it ends.
+const SHORT: Duration = Duration::from_millis(400);
+
+fn token(secs: u32) -> ResumeToken {
+    ResumeToken::encode(ClusterTime::new(secs, 1), TokenKind::Event, 1)
+}
+
+fn tenure(resource: &str, listener: &str, version: i64) -> Tenure {
+    Tenure {
+        resource: resource.into(),
+        listener: listener.into(),
+        version,
+    }
+}
+
+pub async fn acquire_inserts_a_new_lease_at_version_zero<H: Harness>(h: &H) {
+    let store = h.store();
+    let mut req = update("res", "a", LONG);
+    req.watch = Some(WatchTarget {
+        db: "shop".into(),
+        coll: "orders".into(),
+        pipeline: "[]".into(),
+    });
+    let before = server_now(store).await;
+    let lease = acquired(store, &req).await;
+    let after = server_now(store).await;
+    assert_eq!(
+        (lease.holder.as_deref(), lease.version, lease.kind),
+        (Some("a"), 0, LockKind::Update),
+        "{lease:?}"
+    );
+    assert_eq!(
+        (&lease.resume_token, lease.resume_at, lease.committed_at),
+        (&None, None, None),
+        "a new lease has no resume point and no commit"
+    );
+    assert_between("acquiredAt", lease.acquired_at, before, after);
+    assert_eq!(
+        lease.renewed_at, lease.acquired_at,
+        "one server time per write"
+    );
+    assert_eq!(
+        lease.expires_at,
+        lease.acquired_at.map(|at| plus(at, LONG)),
+        "expiresAt = server now + lease"
+    );
+    assert_eq!(lease.watch, req.watch, "the watch target is stored");
+    assert_eq!(
+        store.get("res").await.unwrap(),
+        Some(lease.clone()),
+        "acquire returns the document as stored"
+    );
+}
+
+pub async fn a_refresh_keeps_the_version_and_acquired_at<H: Harness>(h: &H) {
+    let store = h.store();
+    let first = acquired(store, &update("res", "a", LONG)).await;
+    let acquired_at = first.acquired_at.expect("acquiredAt");
+    wait_until_server_passes(store, acquired_at).await;
+    let refreshed = acquired(store, &update("res", "a", 2 * LONG)).await;
+    assert_eq!(
+        refreshed.version, first.version,
+        "a refresh keeps the version"
+    );
+    assert_eq!(
+        refreshed.acquired_at, first.acquired_at,
+        "acquiredAt moves only with the holder"
+    );
+    let renewed = refreshed.renewed_at.expect("renewedAt");
+    assert!(
+        renewed > acquired_at,
+        "renewedAt is the refresh's server time"
+    );
+    assert_eq!(refreshed.expires_at, Some(plus(renewed, 2 * LONG)));
+    assert_eq!(lease_of(store, "res").await, refreshed);
+}
+
+pub async fn a_live_lease_is_held_by_other<H: Harness>(h: &H) {
+    let store = h.store();
+    let held = acquired(store, &update("res", "a", LONG)).await;
+    for other in [
+        update("res", "b", LONG),
+        request("res", "b", LockKind::Bulk, LONG),
+    ] {
+        assert_eq!(
+            store.acquire(&other).await.unwrap(),
+            AcquireOutcome::HeldByOther,
+            "{other:?}"
+        );
+    }
+    assert_eq!(
+        lease_of(store, "res").await,
+        held,
+        "a refused acquire changes nothing"
+    );
+}
+
+pub async fn racing_inserts_leave_exactly_one_holder<H: Harness>(h: &H) {
+    const RACERS: usize = 8;
+    let tasks: Vec<_> = (0..RACERS)
+        .map(|i| {
+            let store = h.store().clone();
+            tokio::spawn(
+                async move { store.acquire(&update("race", &format!("l{i}"), LONG)).await },
+            )
+        })
+        .collect();
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task
+            .await
+            .expect("racer")
+            .expect("acquire never fails in a race")
+        {
+            AcquireOutcome::Acquired(lease) => winners.push(lease),
+            AcquireOutcome::HeldByOther => {}
+        }
+    }
+    assert_eq!(
+        winners.len(),
+        1,
+        "exactly one of {RACERS} wins: {winners:?}"
+    );
+    assert_eq!(winners[0].version, 0);
+    let stored = lease_of(h.store(), "race").await;
+    assert_eq!(stored.holder, winners[0].holder, "the winner is the holder");
+    assert_eq!(stored.version, 0, "one acquisition, one version");
+}
+
+pub async fn an_expired_lease_is_taken_over_with_the_next_version<H: Harness>(h: &H) {
+    let store = h.store();
+    let a = acquired(store, &update("res", "a", SHORT)).await;
+    let tenure_a = Tenure::of(&a).unwrap();
+    assert_eq!(
+        store.commit(&tenure_a, &token(100), SHORT).await.unwrap(),
+        TenureWrite::Done
+    );
+    let committed = lease_of(store, "res").await;
+    wait_until_server_passes(store, committed.expires_at.expect("expiresAt")).await;
+    let b = acquired(store, &update("res", "b", LONG)).await;
+    assert_eq!((b.holder.as_deref(), b.version), (Some("b"), a.version + 1));
+    assert!(
+        b.acquired_at > a.acquired_at,
+        "acquiredAt moves with the holder"
+    );
+    assert_eq!(
+        store.commit(&tenure_a, &token(101), LONG).await.unwrap(),
+        TenureWrite::LostLock,
+        "the old holder's commit matches nothing"
+    );
+    assert_eq!(
+        store.acquire(&update("res", "a", LONG)).await.unwrap(),
+        AcquireOutcome::HeldByOther,
+        "nor can it refresh its way back"
+    );
+    assert_eq!(lease_of(store, "res").await, b);
+}
+
+pub async fn a_released_lease_starts_a_new_tenure_even_for_the_same_listener<H: Harness>(h: &H) {
+    let store = h.store();
+    let first = acquired(store, &update("res", "a", LONG)).await;
+    assert_eq!(
+        store.release(&Tenure::of(&first).unwrap()).await.unwrap(),
+        TenureWrite::Done
+    );
+    let again = acquired(store, &update("res", "a", LONG)).await;
+    assert_eq!(
+        again.version,
+        first.version + 1,
+        "every tenure has its own version"
+    );
+    assert_eq!(
+        store
+            .commit(&Tenure::of(&first).unwrap(), &token(1), LONG)
+            .await
+            .unwrap(),
+        TenureWrite::LostLock,
+        "the first tenure is over"
+    );
+}
+
+pub async fn a_bulk_lease_is_never_taken_by_an_update_listener<H: Harness>(h: &H) {
+    let store = h.store();
+    let bulk = acquired(store, &request("res", "rebuild", LockKind::Bulk, SHORT)).await;
+    assert_eq!((bulk.kind, bulk.version), (LockKind::Bulk, 0));
+    wait_until_server_passes(store, bulk.expires_at.expect("expiresAt")).await;
+    for listener in ["w", "rebuild"] {
+        assert_eq!(
+            store.acquire(&update("res", listener, LONG)).await.unwrap(),
+            AcquireOutcome::HeldByOther,
+            "an expired bulk lease is not taken by the update listener {listener}"
+        );
+    }
+    assert_eq!(
+        store.release(&Tenure::of(&bulk).unwrap()).await.unwrap(),
+        TenureWrite::Done
+    );
+    assert_eq!(
+        store.acquire(&update("res", "w", LONG)).await.unwrap(),
+        AcquireOutcome::HeldByOther,
+        "nor a released one"
+    );
+    let released = lease_of(store, "res").await;
+    assert_eq!(
+        (released.kind, released.holder.as_deref(), released.version),
+        (LockKind::Bulk, None, 0)
+    );
+    // An operator gives it back (abort-bulk): kind update, released, version + 1.
+    let change = OperatorChange {
+        resource: "res".into(),
+        expected_version: released.version,
+        holder: None,
+        expires_in: Duration::ZERO,
+        kind: LockKind::Update,
+        resume: ResumeChange::Keep,
+        note: "abort-bulk".into(),
+    };
+    let audit = AuditContext {
+        operator: "tester".into(),
+        action: "abort-bulk".into(),
+        reason: None,
+    };
+    assert!(matches!(
+        store.operator_update(&change, &audit).await.unwrap(),
+        OperatorOutcome::Applied { .. }
+    ));
+    let w = acquired(store, &update("res", "w", LONG)).await;
+    assert_eq!(
+        (w.kind, w.version),
+        (LockKind::Update, released.version + 2)
+    );
+}
+
+pub async fn a_bulk_request_refreshes_or_takes_by_the_same_rules<H: Harness>(h: &H) {
+    let store = h.store();
+    let bulk = |who: &str, lease| request("res", who, LockKind::Bulk, lease);
+    let first = acquired(store, &bulk("r1", SHORT)).await;
+    let refreshed = acquired(store, &bulk("r1", SHORT)).await;
+    assert_eq!(
+        (refreshed.version, refreshed.acquired_at),
+        (first.version, first.acquired_at),
+        "the rebuild refreshes its own bulk lease"
+    );
+    assert_eq!(
+        store.acquire(&bulk("r2", LONG)).await.unwrap(),
+        AcquireOutcome::HeldByOther,
+        "a live bulk lease is held"
+    );
+    wait_until_server_passes(store, refreshed.expires_at.expect("expiresAt")).await;
+    let taken = acquired(store, &bulk("r2", LONG)).await;
+    assert_eq!(
+        (taken.holder.as_deref(), taken.kind, taken.version),
+        (Some("r2"), LockKind::Bulk, first.version + 1),
+        "an expired bulk lease goes to another bulk request"
+    );
+
+    // On an update lease: the holder may turn it bulk in place; others take it once expired.
+    let held = acquired(store, &update("upd", "a", SHORT)).await;
+    let mine = acquired(store, &request("upd", "a", LockKind::Bulk, SHORT)).await;
+    assert_eq!(
+        (mine.kind, mine.version, mine.acquired_at),
+        (LockKind::Bulk, held.version, held.acquired_at)
+    );
+    let other = acquired(store, &update("upd2", "a", SHORT)).await;
+    assert_eq!(
+        store
+            .acquire(&request("upd2", "r", LockKind::Bulk, LONG))
+            .await
+            .unwrap(),
+        AcquireOutcome::HeldByOther
+    );
+    wait_until_server_passes(store, other.expires_at.expect("expiresAt")).await;
+    let over = acquired(store, &request("upd2", "r", LockKind::Bulk, LONG)).await;
+    assert_eq!(
+        (over.holder.as_deref(), over.kind, over.version),
+        (Some("r"), LockKind::Bulk, other.version + 1)
+    );
+}
+
+/// One step of [`the_version_moves_only_with_the_holder`].
+enum Step {
+    Acquire(&'static str),
+    Commit,
+    Renew,
+    Release,
+    HandTo(&'static str),
+}
+
+pub async fn the_version_moves_only_with_the_holder<H: Harness>(h: &H) {
+    let store = h.store();
+    // (step, holder after it, version after it).
+    let steps = [
+        (Step::Acquire("a"), Some("a"), 0),
+        (Step::Acquire("a"), Some("a"), 0),
+        (Step::Commit, Some("a"), 0),
+        (Step::Renew, Some("a"), 0),
+        (Step::Release, None, 0),
+        (Step::Acquire("a"), Some("a"), 1),
+        (Step::HandTo("b"), Some("b"), 2),
+        (Step::Acquire("b"), Some("b"), 2),
+        (Step::Commit, Some("b"), 2),
+        (Step::Release, None, 2),
+        (Step::Acquire("c"), Some("c"), 3),
+    ];
+    let mut last: Option<Lease> = None;
+    for (i, (step, holder, version)) in steps.into_iter().enumerate() {
+        let current = || Tenure::of(last.as_ref().expect("a lease")).expect("a holder");
+        match step {
+            Step::Acquire(who) => {
+                acquired(store, &update("res", who, LONG)).await;
+            }
+            Step::Commit => {
+                let done = store.commit(&current(), &token(i as u32 + 1), LONG).await;
+                assert_eq!(done.unwrap(), TenureWrite::Done, "step {i}");
+            }
+            Step::Renew => {
+                let done = store.renew(&current(), LONG).await;
+                assert_eq!(done.unwrap(), TenureWrite::Done, "step {i}");
+            }
+            Step::Release => {
+                let done = store.release(&current()).await;
+                assert_eq!(done.unwrap(), TenureWrite::Done, "step {i}");
+            }
+            Step::HandTo(who) => {
+                let before = last.as_ref().expect("a lease");
+                let change = OperatorChange {
+                    resource: "res".into(),
+                    expected_version: before.version,
+                    holder: Some(who.into()),
+                    expires_in: LONG,
+                    kind: LockKind::Update,
+                    resume: ResumeChange::Keep,
+                    note: "takeover --to".into(),
+                };
+                assert!(matches!(
+                    store.operator_swap(&change).await.unwrap(),
+                    streamward::store::SwapOutcome::Applied { .. }
+                ));
+            }
+        }
+        let now = lease_of(store, "res").await;
+        assert_eq!(
+            (now.holder.as_deref(), now.version),
+            (holder, version),
+            "after step {i}"
+        );
+        if let Some(prev) = &last {
+            assert!(now.version >= prev.version, "the version never decreases");
+        }
+        last = Some(now);
+    }
+}
+
+pub async fn tenure_writes_match_only_resource_listener_and_version<H: Harness>(h: &H) {
+    let store = h.store();
+    let first = acquired(store, &update("res", "a", LONG)).await;
+    store.release(&Tenure::of(&first).unwrap()).await.unwrap();
+    let lease = acquired(store, &update("res", "a", LONG)).await;
+    assert_eq!(lease.version, 1);
+    let wrong = [
+        tenure("res", "b", 1),
+        tenure("res", "a", 0),
+        tenure("res", "a", 2),
+        tenure("nothing", "a", 1),
+    ];
+    for bad in &wrong {
+        let results = [
+            store.commit(bad, &token(7), LONG).await.unwrap(),
+            store.renew(bad, LONG).await.unwrap(),
+            store.release(bad).await.unwrap(),
+        ];
+        assert_eq!(
+            results,
+            [TenureWrite::LostLock; 3],
+            "commit, renew, release on {bad:?}"
+        );
+    }
+    assert_eq!(
+        lease_of(store, "res").await,
+        lease,
+        "writes that matched nothing changed nothing"
+    );
+    assert_eq!(
+        store.get("nothing").await.unwrap(),
+        None,
+        "a tenure write never inserts"
+    );
+}
+
+pub async fn commit_renew_and_release_change_only_their_fields<H: Harness>(h: &H) {
+    let store = h.store();
+    let lease = acquired(store, &update("res", "a", LONG)).await;
+    let tenure = Tenure::of(&lease).unwrap();
+    wait_until_server_passes(store, lease.acquired_at.unwrap()).await;
+
+    let before = server_now(store).await;
+    assert_eq!(
+        store.commit(&tenure, &token(42), 2 * LONG).await.unwrap(),
+        TenureWrite::Done
+    );
+    let after = server_now(store).await;
+    let committed = lease_of(store, "res").await;
+    assert_between("committedAt", committed.committed_at, before, after);
+    assert_eq!(
+        committed,
+        Lease {
+            resume_token: Some(token(42)),
+            committed_at: committed.committed_at,
+            expires_at: committed.committed_at.map(|at| plus(at, 2 * LONG)),
+            ..lease.clone()
+        },
+        "commit sets the token, committedAt and expiresAt, nothing else"
+    );
+
+    wait_until_server_passes(store, committed.committed_at.unwrap()).await;
+    let before = server_now(store).await;
+    assert_eq!(store.renew(&tenure, LONG).await.unwrap(), TenureWrite::Done);
+    let after = server_now(store).await;
+    let renewed = lease_of(store, "res").await;
+    assert_between("renewedAt", renewed.renewed_at, before, after);
+    assert_eq!(
+        renewed,
+        Lease {
+            renewed_at: renewed.renewed_at,
+            expires_at: renewed.renewed_at.map(|at| plus(at, LONG)),
+            ..committed.clone()
+        },
+        "renew sets renewedAt and expiresAt, nothing else"
+    );
+
+    let before = server_now(store).await;
+    assert_eq!(store.release(&tenure).await.unwrap(), TenureWrite::Done);
+    let after = server_now(store).await;
+    let released = lease_of(store, "res").await;
+    assert_between("expiresAt", released.expires_at, before, after);
+    assert_eq!(
+        released,
+        Lease {
+            holder: None,
+            expires_at: released.expires_at,
+            ..renewed.clone()
+        },
+        "release clears the holder and expires now; the version stays for the next holder"
+    );
+}
+
+pub async fn the_token_survives_a_hand_over<H: Harness>(h: &H) {
+    let store = h.store();
+    let a = acquired(store, &update("res", "a", LONG)).await;
+    let tenure_a = Tenure::of(&a).unwrap();
+    store.commit(&tenure_a, &token(77), LONG).await.unwrap();
+    let committed = lease_of(store, "res").await;
+    assert_eq!(store.release(&tenure_a).await.unwrap(), TenureWrite::Done);
+    let b = acquired(store, &update("res", "b", LONG)).await;
+    assert_eq!(b.version, a.version + 1);
+    assert_eq!(
+        (&b.resume_token, b.committed_at, b.resume_at),
+        (&Some(token(77)), committed.committed_at, None),
+        "the next holder resumes where the last one committed"
+    );
+    assert_eq!(
+        store.commit(&tenure_a, &token(78), LONG).await.unwrap(),
+        TenureWrite::LostLock
+    );
+    assert_eq!(
+        store.release(&tenure_a).await.unwrap(),
+        TenureWrite::LostLock
+    );
+    assert_eq!(lease_of(store, "res").await.resume_token, Some(token(77)));
+}
+
+pub async fn expiry_is_computed_on_the_server_clock<H: Harness>(h: &H) {
+    let store = h.store();
+    // Each write's expiresAt is its own server time plus the duration it was given,
+    // bracketed by the server clock read around it: never the client's clock.
+    let before = server_now(store).await;
+    let lease = acquired(store, &update("res", "a", LONG)).await;
+    let after = server_now(store).await;
+    assert_between(
+        "expiresAt after acquire",
+        lease.expires_at,
+        plus(before, LONG),
+        plus(after, LONG),
+    );
+
+    let tenure = Tenure::of(&lease).unwrap();
+    let before = server_now(store).await;
+    store.commit(&tenure, &token(5), 3 * LONG).await.unwrap();
+    let after = server_now(store).await;
+    let expires = lease_of(store, "res").await.expires_at;
+    assert_between(
+        "expiresAt after commit",
+        expires,
+        plus(before, 3 * LONG),
+        plus(after, 3 * LONG),
+    );
+
+    let before = server_now(store).await;
+    store.renew(&tenure, 2 * LONG).await.unwrap();
+    let after = server_now(store).await;
+    let expires = lease_of(store, "res").await.expires_at;
+    assert_between(
+        "expiresAt after renew",
+        expires,
+        plus(before, 2 * LONG),
+        plus(after, 2 * LONG),
+    );
+
+    let change = OperatorChange {
+        resource: "res".into(),
+        expected_version: lease.version,
+        holder: Some("op".into()),
+        expires_in: 5 * LONG,
+        kind: LockKind::Update,
+        resume: ResumeChange::Keep,
+        note: "takeover --hold".into(),
+    };
+    let before = server_now(store).await;
+    store.operator_swap(&change).await.unwrap();
+    let after = server_now(store).await;
+    let expires = lease_of(store, "res").await.expires_at;
+    assert_between(
+        "expiresAt after an operator hold",
+        expires,
+        plus(before, 5 * LONG),
+        plus(after, 5 * LONG),
+    );
+
+    // A lease is free exactly when the server's clock has passed its expiry.
+    let short = acquired(store, &update("short", "a", SHORT)).await;
+    assert_eq!(
+        store.acquire(&update("short", "b", LONG)).await.unwrap(),
+        AcquireOutcome::HeldByOther
+    );
+    wait_until_server_passes(store, short.expires_at.unwrap()).await;
+    acquired(store, &update("short", "b", LONG)).await;
+}
+
+pub async fn get_and_list_read_what_is_stored<H: Harness>(h: &H) {
+    let store = h.store();
+    assert_eq!(store.get("res").await.unwrap(), None);
+    assert_eq!(
+        store.list().await.unwrap(),
+        vec![],
+        "no lease collection yet"
+    );
+    for resource in ["b", "c", "a"] {
+        acquired(store, &update(resource, "x", LONG)).await;
+    }
+    let listed = store.list().await.unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|l| l.resource.as_str())
+            .collect::<Vec<_>>(),
+        ["a", "b", "c"],
+        "sorted by resource"
+    );
+    for lease in &listed {
+        assert_eq!(
+            store.get(&lease.resource).await.unwrap().as_ref(),
+            Some(lease)
+        );
+    }
+}
+
+pub async fn the_lease_watch_sees_each_change_of_its_lease<H: Harness>(h: &H) {
+    let store = h.store();
+    let mut watch = store.watch(LeaseScope::One("res".into())).await.unwrap();
+    let mut next = async || {
+        tokio::time::timeout(PATIENCE, watch.changed())
+            .await
+            .expect("a lease change within the patience")
+            .expect("changed")
+    };
+    let a = acquired(store, &update("res", "a", LONG)).await;
+    let change = next().await;
+    assert_eq!(change.resource, "res");
+    assert_eq!(
+        change.lease,
+        Some(a.clone()),
+        "the document after the change"
+    );
+    acquired(store, &update("elsewhere", "a", LONG)).await;
+    store.release(&Tenure::of(&a).unwrap()).await.unwrap();
+    let change = next().await;
+    assert_eq!(
+        change.resource, "res",
+        "changes of other leases are not in a one-lease watch"
+    );
+    assert_eq!(change.lease.and_then(|l| l.holder), None);
+
+    let mut all = store.watch(LeaseScope::All).await.unwrap();
+    let third = acquired(store, &update("third", "b", LONG)).await;
+    let seen = tokio::time::timeout(PATIENCE, all.changed())
+        .await
+        .expect("a change within the patience")
+        .unwrap();
+    assert_eq!(
+        (seen.resource.as_str(), seen.lease),
+        ("third", Some(third)),
+        "a watch on all leases sees any"
+    );
+}
