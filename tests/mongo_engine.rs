@@ -258,6 +258,9 @@ fn config() -> ListenerConfig {
     config.heartbeat = Duration::from_secs(60);
     config.max_batch_wait = Duration::from_millis(200);
     config.retry_backoff = Duration::from_millis(100);
+    // One command at a time, so a trace is one fixed sequence and each scripted
+    // getMore answers the read it was written for; read-ahead has its own tests.
+    config.read_ahead = false;
     config
 }
 
@@ -766,5 +769,128 @@ async fn a_stalled_stream_read_ends_within_the_operation_timeout() {
         error.contains("change stream on shop.orders") && error.contains("no reply"),
         "{error}"
     );
+    listener.crash();
+}
+
+// ---------------------------------------------------------------- read-ahead
+
+/// The listener as it runs by default: the next batch is read while the current one
+/// is handled and committed.
+fn spawn_reading_ahead(store: &MongoStore) -> ListenerHandle {
+    let config = ListenerConfig {
+        read_ahead: true,
+        ..config()
+    };
+    ListenerHandle::spawn(store.clone(), config, OrderOutbox::new(store.clone()))
+}
+
+/// Position of the `nth` (0-based) command answered on `route`.
+fn nth_position(trace: &[String], route: &str, nth: usize) -> Option<usize> {
+    trace
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| *r == route)
+        .nth(nth)
+        .map(|(i, _)| i)
+}
+
+#[tokio::test]
+async fn reading_ahead_hands_a_batch_over_only_after_the_previous_commit_landed() {
+    let server = WireServer::start().await;
+    let routes = Routes::install(&server);
+    let (e1, e2) = (token(T1, 0), token(T2, 0));
+    script_bootstrap(&routes);
+    routes.then(
+        "getMore orders",
+        [
+            next_batch(77, vec![order_event(&e1, T1, "insert", "placed")]),
+            next_batch(77, vec![order_event(&e2, T2, "update", "paid")]),
+        ],
+    );
+    routes.then(
+        "update outbox",
+        [upserted(&message_id(T1)), upserted(&message_id(T2))],
+    );
+    // The first commit is slow: the second batch arrives while it is in flight.
+    routes.then(
+        "update leases",
+        [
+            Action::Stall(Duration::from_millis(300), Box::new(matched(1))),
+            matched(1),
+        ],
+    );
+    let store = connect(&server).await;
+    let listener = spawn_reading_ahead(&store);
+    eventually("both changes committed", || {
+        listener.snapshot().commits == 2
+    })
+    .await;
+    let trace = routes.trace();
+    let second_read = nth_position(&trace, "getMore orders", 1).expect("second read");
+    let first_commit = nth_position(&trace, "update leases", 0).expect("first commit");
+    let second_write = nth_position(&trace, "update outbox", 1).expect("second write");
+    assert!(
+        second_write > first_commit,
+        "o1 paid is published only after o1 placed was committed: {trace:?}"
+    );
+    assert!(second_read < second_write, "{trace:?}");
+    let commits = with_route(&server, "update", "leases");
+    assert_eq!(
+        set_of(&update_of(&commits[1])).get_document("resumeToken"),
+        Ok(&doc! { "$literal": e2.as_document().clone() })
+    );
+    assert_eq!(listener.snapshot().events, 2);
+    listener.crash();
+}
+
+#[tokio::test]
+async fn a_batch_read_ahead_is_dropped_unhandled_when_the_commit_before_it_is_lost() {
+    let server = WireServer::start().await;
+    let routes = Routes::install(&server);
+    let (e1, e2) = (token(T1, 0), token(T2, 0));
+    script_bootstrap(&routes);
+    routes.then(
+        "getMore orders",
+        [
+            next_batch(77, vec![order_event(&e1, T1, "insert", "placed")]),
+            next_batch(77, vec![order_event(&e2, T2, "update", "paid")]),
+        ],
+    );
+    routes.then("update outbox", [upserted(&message_id(T1))]);
+    // Someone took the lease while o1 was handled; the commit is slow to say so, so
+    // o1 paid has certainly been read ahead by then.
+    routes.then(
+        "update leases",
+        [Action::Stall(
+            Duration::from_millis(300),
+            Box::new(matched(0)),
+        )],
+    );
+    routes.then("findAndModify leases", [held_by_other(1)]);
+    script_standby(&routes);
+    let store = connect(&server).await;
+    let listener = spawn_reading_ahead(&store);
+    eventually("the listener stands by after losing the lease", || {
+        listener.snapshot().state == ListenerState::Standby
+            && routes.trace().iter().any(|r| r == "find leases")
+    })
+    .await;
+    let trace = routes.trace();
+    assert_eq!(
+        trace.iter().filter(|r| *r == "getMore orders").count(),
+        2,
+        "o1 paid was read ahead: {trace:?}"
+    );
+    assert_eq!(
+        with_route(&server, "update", "outbox").len(),
+        1,
+        "but never handed to the handler: {trace:?}"
+    );
+    assert_eq!(
+        listener.snapshot().last_error.as_deref(),
+        Some("commit of version 0 matched nothing")
+    );
+    assert_eq!(listener.snapshot().events, 0);
+    assert!(routes.unscripted().is_empty(), "{:?}", routes.unscripted());
     listener.crash();
 }

@@ -39,6 +39,12 @@ pub struct ListenerConfig {
     pub bootstrap: Bootstrap,
     /// Pause after a store error or failed batch before trying again.
     pub retry_backoff: Duration,
+    /// Read the next batch while the current one is handled and committed, so the
+    /// read's round trip overlaps theirs (default). The batch read ahead reaches the
+    /// handler only after the current commit landed; a tenure that ends drops it.
+    /// Off, every read waits for the previous commit: one command at a time, in a
+    /// fixed order (what scripted-server tests that pin the command sequence need).
+    pub read_ahead: bool,
 }
 
 impl ListenerConfig {
@@ -60,6 +66,7 @@ impl ListenerConfig {
             max_tenure: None,
             bootstrap: Bootstrap::Oldest,
             retry_backoff: Duration::from_secs(1),
+            read_ahead: true,
         }
     }
 

@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 use super::standby::{wait_for_vacancy, Vacancy};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
-use crate::model::{Lease, ResumePoint, ResumeToken};
+use crate::model::{Fence, Lease, ResumePoint, ResumeToken};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, ChangeStream, FeedOptions, StartPoint, Store, StoreError,
-    Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, ChangeBatch, ChangeStream, FeedOptions, StartPoint, Store,
+    StoreError, Tenure, TenureWrite,
 };
 
 /// Why a listener's `run` returned.
@@ -25,6 +25,16 @@ pub enum ListenerExit {
     HistoryLost(String),
     /// Refused to start; the reason says what to configure or grant.
     Refused(String),
+}
+
+/// Where one tenure stands.
+struct Progress {
+    tenure: Tenure,
+    fence: Fence,
+    started: Instant,
+    next_refresh: Instant,
+    last_commit: Instant,
+    committed: Option<ResumeToken>,
 }
 
 /// How one tenure (holding one version of the lease) ended.
@@ -207,109 +217,160 @@ impl<S: Store, H: Handler> Listener<S, H> {
         };
         self.set_state(ListenerState::Streaming);
 
-        let refresh_every = self.config.refresh_interval();
-        let started = Instant::now();
-        let mut next_refresh = started + refresh_every;
-        let mut last_commit = started;
-        let mut committed: Option<ResumeToken> = lease.resume_token.clone();
+        let now = Instant::now();
+        let mut progress = Progress {
+            tenure,
+            fence,
+            started: now,
+            next_refresh: now + self.config.refresh_interval(),
+            last_commit: now,
+            committed: lease.resume_token.clone(),
+        };
+        let mut batch = tokio::select! {
+            biased;
+            () = self.shutdown.cancelled() => {
+                let _ = self.store.release(&progress.tenure).await;
+                return TenureEnd::Shutdown;
+            }
+            batch = stream.next_batch() => batch,
+        };
         loop {
-            let batch = tokio::select! {
-                biased;
-                () = self.shutdown.cancelled() => {
-                    let _ = self.store.release(&tenure).await;
-                    return TenureEnd::Shutdown;
-                }
-                batch = stream.next_batch() => batch,
-            };
-            let batch = match batch {
+            let current = match batch {
                 Ok(batch) => batch,
-                Err(e) => return self.give_back(&tenure, classify(e)).await,
+                Err(e) => return self.give_back(&progress.tenure, classify(e)).await,
             };
-            let count = batch.events.len();
-            let to_commit = if count > 0 {
-                match self.handler.handle(&batch.events, &fence).await {
-                    Ok(()) => {}
-                    Err(HandlerError::Fenced(reason)) => {
-                        return TenureEnd::LostLock(format!("stale fenced write: {reason}"))
-                    }
-                    Err(e) => {
-                        return self
-                            .give_back(&tenure, TenureEnd::Failed(e.to_string()))
-                            .await
+            // The next batch is read while this one is handled and committed, so the
+            // read's round trip overlaps the commit's. Nothing of it reaches the
+            // handler before this commit has landed; a tenure that ends here drops it.
+            let mut read = std::pin::pin!(stream.next_batch());
+            let mut ahead = None;
+            let settled = if self.config.read_ahead {
+                let mut settle = std::pin::pin!(self.settle(&mut progress, current));
+                loop {
+                    tokio::select! {
+                        settled = &mut settle => break settled,
+                        next = &mut read, if ahead.is_none() => ahead = Some(next),
                     }
                 }
-                self.set_state(ListenerState::Committing);
-                batch.resume_token
             } else {
-                let heartbeat_due =
-                    committed.is_none() || last_commit.elapsed() >= self.config.heartbeat;
-                batch
-                    .resume_token
-                    .filter(|t| heartbeat_due && committed.as_ref() != Some(t))
+                // Not polled until settled: the read starts after the commit.
+                self.settle(&mut progress, current).await
             };
-            if let Some(token) = to_commit {
-                match self.store.commit(&tenure, &token, self.config.lease).await {
-                    Ok(TenureWrite::Done) => {
-                        let now = Instant::now();
-                        self.backoff.reset();
-                        last_commit = now;
-                        next_refresh = now + refresh_every;
-                        let time = token.time();
-                        committed = Some(token);
-                        // Events count once their commit landed: a fenced-out batch is not progress.
-                        let rate = self.rate.record(count as u64);
-                        self.status.send_modify(|s| {
-                            if count > 0 {
-                                s.events += count as u64;
-                                s.batches += 1;
-                                s.last_batch_size = count;
-                            }
-                            s.events_per_sec = rate;
-                            s.commits += 1;
-                            s.last_committed = time;
-                            s.state = ListenerState::Streaming;
-                        });
+            if let Err(end) = settled {
+                return end;
+            }
+            if self.shutdown.is_cancelled() {
+                let _ = self.store.release(&progress.tenure).await;
+                return TenureEnd::Shutdown;
+            }
+            batch = match ahead {
+                Some(next) => next,
+                None => tokio::select! {
+                    biased;
+                    () = self.shutdown.cancelled() => {
+                        let _ = self.store.release(&progress.tenure).await;
+                        return TenureEnd::Shutdown;
                     }
-                    Ok(TenureWrite::LostLock) => {
-                        return TenureEnd::LostLock(format!(
-                            "commit of version {} matched nothing",
-                            tenure.version
-                        ))
-                    }
-                    Err(e) => {
-                        return self
-                            .give_back(&tenure, TenureEnd::Failed(e.to_string()))
-                            .await
-                    }
+                    next = &mut read => next,
+                },
+            };
+        }
+    }
+
+    /// Hands one batch to the handler and commits it (or, for an empty batch, commits
+    /// the post-batch token when a heartbeat is due), refreshes the lease when due and
+    /// rotates when the tenure is over. `Err` ends the tenure, lease already given back
+    /// where it was not lost.
+    async fn settle(&mut self, p: &mut Progress, batch: ChangeBatch) -> Result<(), TenureEnd> {
+        let count = batch.events.len();
+        let to_commit = if count > 0 {
+            match self.handler.handle(&batch.events, &p.fence).await {
+                Ok(()) => {}
+                Err(HandlerError::Fenced(reason)) => {
+                    return Err(TenureEnd::LostLock(format!("stale fenced write: {reason}")))
+                }
+                Err(e) => {
+                    return Err(self
+                        .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
+                        .await)
                 }
             }
-            if Instant::now() >= next_refresh {
-                match self.store.acquire(&self.acquire_request()).await {
-                    Ok(AcquireOutcome::Acquired(l)) if l.version == tenure.version => {
-                        next_refresh = Instant::now() + refresh_every;
-                    }
-                    Ok(_) => {
-                        return TenureEnd::LostLock(format!(
-                            "refresh of version {} failed",
-                            tenure.version
-                        ))
-                    }
-                    Err(e) => {
-                        return self
-                            .give_back(&tenure, TenureEnd::Failed(e.to_string()))
-                            .await
-                    }
-                }
-            }
-            if self
-                .config
-                .max_tenure
-                .is_some_and(|max| started.elapsed() >= max)
+            self.set_state(ListenerState::Committing);
+            batch.resume_token
+        } else {
+            let heartbeat_due =
+                p.committed.is_none() || p.last_commit.elapsed() >= self.config.heartbeat;
+            batch
+                .resume_token
+                .filter(|t| heartbeat_due && p.committed.as_ref() != Some(t))
+        };
+        if let Some(token) = to_commit {
+            match self
+                .store
+                .commit(&p.tenure, &token, self.config.lease)
+                .await
             {
-                let _ = self.store.release(&tenure).await;
-                return TenureEnd::Rotated;
+                Ok(TenureWrite::Done) => {
+                    let now = Instant::now();
+                    self.backoff.reset();
+                    p.last_commit = now;
+                    p.next_refresh = now + self.config.refresh_interval();
+                    let time = token.time();
+                    p.committed = Some(token);
+                    // Events count once their commit landed: a fenced-out batch is not progress.
+                    let rate = self.rate.record(count as u64);
+                    self.status.send_modify(|s| {
+                        if count > 0 {
+                            s.events += count as u64;
+                            s.batches += 1;
+                            s.last_batch_size = count;
+                        }
+                        s.events_per_sec = rate;
+                        s.commits += 1;
+                        s.last_committed = time;
+                        s.state = ListenerState::Streaming;
+                    });
+                }
+                Ok(TenureWrite::LostLock) => {
+                    return Err(TenureEnd::LostLock(format!(
+                        "commit of version {} matched nothing",
+                        p.tenure.version
+                    )))
+                }
+                Err(e) => {
+                    return Err(self
+                        .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
+                        .await)
+                }
             }
         }
+        if Instant::now() >= p.next_refresh {
+            match self.store.acquire(&self.acquire_request()).await {
+                Ok(AcquireOutcome::Acquired(l)) if l.version == p.tenure.version => {
+                    p.next_refresh = Instant::now() + self.config.refresh_interval();
+                }
+                Ok(_) => {
+                    return Err(TenureEnd::LostLock(format!(
+                        "refresh of version {} failed",
+                        p.tenure.version
+                    )))
+                }
+                Err(e) => {
+                    return Err(self
+                        .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
+                        .await)
+                }
+            }
+        }
+        if self
+            .config
+            .max_tenure
+            .is_some_and(|max| p.started.elapsed() >= max)
+        {
+            let _ = self.store.release(&p.tenure).await;
+            return Err(TenureEnd::Rotated);
+        }
+        Ok(())
     }
 
     /// Bootstrap order: committed token, operator's `resumeAt`, oldest oplog entry.

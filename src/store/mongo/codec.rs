@@ -1,7 +1,7 @@
 //! Lease, audit record and change event <-> BSON. Reading never panics: a field of
 //! the wrong type is `StoreError::Malformed` naming the field.
 
-use bson::{doc, Bson, DateTime as BsonDateTime, Document};
+use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocument};
 use chrono::{DateTime, Utc};
 
 use crate::model::{AuditRecord, ClusterTime, Lease, LockKind, ResumeToken, WatchTarget};
@@ -50,23 +50,6 @@ fn opt_date(
             what,
             field,
             format!("expected a date, found {}", type_name(other)),
-        )),
-    }
-}
-
-/// Moves a sub-document out of `document` (missing or null is `None`).
-fn take_document(
-    what: &str,
-    document: &mut Document,
-    field: &str,
-) -> Result<Option<Document>, StoreError> {
-    match document.remove(field) {
-        None | Some(Bson::Null) => Ok(None),
-        Some(Bson::Document(d)) => Ok(Some(d)),
-        Some(other) => Err(malformed(
-            what,
-            field,
-            format!("expected a document, found {}", type_name(&other)),
         )),
     }
 }
@@ -278,32 +261,108 @@ pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreErro
     })
 }
 
-/// One change stream event document, as the server sends it.
-/// Takes the document apart rather than copying its parts: this runs for every event.
-pub fn change_event_from_document(mut document: Document) -> Result<ChangeEvent, StoreError> {
+/// A change event as the server sent it, read field by field from its raw bytes:
+/// only the fields a handler gets are decoded (no map is built for the event or its
+/// `ns`, and `wallTime`, `updateDescription` and the like are skipped).
+pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreError> {
     const WHAT: &str = "change event";
-    let document = &mut document;
-    let cluster_time = opt_timestamp(WHAT, document, "clusterTime")?
-        .ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
-    let operation = opt_string(WHAT, document, "operationType")?
-        .ok_or_else(|| malformed(WHAT, "operationType", "missing"))?;
-    let ns = match opt_document(WHAT, document, "ns")? {
-        Some(ns) => Namespace::new(
-            opt_string(WHAT, ns, "db")?.unwrap_or_default(),
-            opt_string(WHAT, ns, "coll")?.unwrap_or_default(),
-        ),
-        None => Namespace::new("", ""),
-    };
-    let token = take_document(WHAT, document, "_id")?
-        .ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
+    let mut token = None;
+    let mut cluster_time = None;
+    let mut operation = None;
+    let mut ns = None;
+    let mut document_key = None;
+    let mut full_document = None;
+    for element in raw {
+        let (key, value) = element.map_err(|e| malformed(WHAT, "?", e))?;
+        match key {
+            "_id" => token = raw_document(WHAT, key, value)?,
+            "clusterTime" => {
+                cluster_time = match value {
+                    RawBsonRef::Timestamp(ts) => Some(ClusterTime::from(ts)),
+                    RawBsonRef::Null => None,
+                    other => {
+                        return Err(malformed(
+                            WHAT,
+                            key,
+                            format!("expected a timestamp, found {:?}", other.element_type()),
+                        ))
+                    }
+                }
+            }
+            "operationType" => operation = raw_string(WHAT, key, value)?,
+            "ns" => {
+                ns = match value {
+                    RawBsonRef::Document(ns) => {
+                        let part = |field: &str| -> Result<String, StoreError> {
+                            match ns.get(field).map_err(|e| malformed(WHAT, "ns", e))? {
+                                Some(value) => {
+                                    Ok(raw_string(WHAT, "ns", value)?.unwrap_or_default())
+                                }
+                                None => Ok(String::new()),
+                            }
+                        };
+                        Some(Namespace::new(part("db")?, part("coll")?))
+                    }
+                    RawBsonRef::Null => None,
+                    other => {
+                        return Err(malformed(
+                            WHAT,
+                            key,
+                            format!("expected a document, found {:?}", other.element_type()),
+                        ))
+                    }
+                }
+            }
+            "documentKey" => document_key = raw_document(WHAT, key, value)?,
+            "fullDocument" => full_document = raw_document(WHAT, key, value)?,
+            _ => {}
+        }
+    }
+    let cluster_time = cluster_time.ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
+    let operation = operation.ok_or_else(|| malformed(WHAT, "operationType", "missing"))?;
+    let token = token.ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
     Ok(ChangeEvent {
         token: ResumeToken::from_document(token),
         cluster_time,
         operation: OperationType::parse(&operation),
-        ns,
-        document_key: take_document(WHAT, document, "documentKey")?.unwrap_or_default(),
-        full_document: take_document(WHAT, document, "fullDocument")?,
+        ns: ns.unwrap_or_else(|| Namespace::new("", "")),
+        document_key: document_key.unwrap_or_default(),
+        full_document,
     })
+}
+
+fn raw_string(
+    what: &str,
+    field: &str,
+    value: RawBsonRef<'_>,
+) -> Result<Option<String>, StoreError> {
+    match value {
+        RawBsonRef::String(s) => Ok(Some(s.to_string())),
+        RawBsonRef::Null => Ok(None),
+        other => Err(malformed(
+            what,
+            field,
+            format!("expected a string, found {:?}", other.element_type()),
+        )),
+    }
+}
+
+fn raw_document(
+    what: &str,
+    field: &str,
+    value: RawBsonRef<'_>,
+) -> Result<Option<Document>, StoreError> {
+    match value {
+        RawBsonRef::Document(d) => Document::try_from(d)
+            .map(Some)
+            .map_err(|e| malformed(what, field, e)),
+        RawBsonRef::Null => Ok(None),
+        other => Err(malformed(
+            what,
+            field,
+            format!("expected a document, found {:?}", other.element_type()),
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -386,5 +445,78 @@ mod tests {
         let oid = bson::oid::ObjectId::parse_str(&record.id).unwrap();
         let document = audit_to_document(&record, Bson::ObjectId(oid));
         assert_eq!(audit_from_document(&document).unwrap(), record);
+    }
+
+    fn raw(document: Document) -> bson::RawDocumentBuf {
+        bson::RawDocumentBuf::from_document(&document).unwrap()
+    }
+
+    #[test]
+    fn a_change_event_reads_what_handlers_get_and_skips_the_rest() {
+        let event = raw(doc! {
+            "_id": { "_data": "8263E5B9D2000000012B042C0100296E5A1004" },
+            "operationType": "update",
+            "clusterTime": bson::Timestamp { time: 0x63E5_B9D2, increment: 1 },
+            "wallTime": BsonDateTime::from_millis(1),
+            "collectionUUID": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![0; 16] },
+            "ns": { "db": "shop", "coll": "orders" },
+            "documentKey": { "_id": "o1" },
+            "updateDescription": { "updatedFields": { "status": "paid" }, "removedFields": [] },
+            "fullDocument": { "_id": "o1", "status": "paid" },
+        });
+        let parsed = change_event_from_raw(&event).unwrap();
+        assert_eq!(
+            parsed,
+            ChangeEvent {
+                token: ResumeToken::from_document(
+                    doc! { "_data": "8263E5B9D2000000012B042C0100296E5A1004" }
+                ),
+                cluster_time: ClusterTime::new(0x63E5_B9D2, 1),
+                operation: OperationType::Update,
+                ns: Namespace::new("shop", "orders"),
+                document_key: doc! { "_id": "o1" },
+                full_document: Some(doc! { "_id": "o1", "status": "paid" }),
+            }
+        );
+        // A delete has no post-image; a null one is the same.
+        let delete = raw(doc! {
+            "_id": { "_data": "82" },
+            "operationType": "delete",
+            "clusterTime": bson::Timestamp { time: 1, increment: 2 },
+            "documentKey": { "_id": 7 },
+            "fullDocument": null,
+        });
+        let parsed = change_event_from_raw(&delete).unwrap();
+        assert_eq!(parsed.full_document, None);
+        assert_eq!(parsed.ns, Namespace::new("", ""));
+        assert_eq!(parsed.operation, OperationType::Delete);
+    }
+
+    #[test]
+    fn a_malformed_change_event_names_its_field() {
+        let base = doc! {
+            "_id": { "_data": "82" },
+            "operationType": "insert",
+            "clusterTime": bson::Timestamp { time: 1, increment: 2 },
+        };
+        let detail = |patch: Document| {
+            let mut event = base.clone();
+            event.extend(patch);
+            match change_event_from_raw(&raw(event)) {
+                Err(StoreError::Malformed { detail, .. }) => detail,
+                other => panic!("expected Malformed, got {other:?}"),
+            }
+        };
+        assert!(detail(doc! { "clusterTime": "yesterday" }).contains("clusterTime"));
+        assert!(detail(doc! { "operationType": 3 }).contains("operationType"));
+        assert!(detail(doc! { "_id": "token" }).contains("_id"));
+        assert!(detail(doc! { "ns": { "db": 1 } }).contains("ns"));
+        assert!(detail(doc! { "fullDocument": [1] }).contains("fullDocument"));
+        let mut no_time = base.clone();
+        no_time.remove("clusterTime");
+        assert!(matches!(
+            change_event_from_raw(&raw(no_time)),
+            Err(StoreError::Malformed { detail, .. }) if detail.contains("clusterTime: missing")
+        ));
     }
 }

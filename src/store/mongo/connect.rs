@@ -49,8 +49,12 @@ impl Default for MongoSettings {
     }
 }
 
-/// Builds the client, then proves the cluster answers (`ping` on `admin`).
-pub async fn open_client(settings: &MongoSettings) -> Result<Client, StoreError> {
+/// Builds the client, then proves the cluster answers (`ping` on `admin`). `tweak`
+/// sees the driver options last, after the URI and this adapter's own settings.
+pub async fn open_client(
+    settings: &MongoSettings,
+    tweak: impl FnOnce(&mut ClientOptions),
+) -> Result<Client, StoreError> {
     let secret = password_of(&settings.uri);
     let scrub = |text: String| scrub_secret(text, secret.as_deref());
     if !(settings.uri.starts_with("mongodb://") || settings.uri.starts_with("mongodb+srv://")) {
@@ -89,6 +93,7 @@ pub async fn open_client(settings: &MongoSettings) -> Result<Client, StoreError>
     if options.app_name.is_none() {
         options.app_name = Some("streamward".into());
     }
+    tweak(&mut options);
     let client = Client::with_options(options).map_err(|e| {
         StoreError::InvalidArgument(scrub(format!(
             "cannot use connection string {}: {e}; expected {EXPECTED_URI_FORM}",

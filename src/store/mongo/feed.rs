@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use bson::{doc, Bson, Document};
+use bson::{doc, Bson, Document, RawDocumentBuf};
 use chrono::{DateTime, Utc};
 use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
 
-use super::codec::{change_event_from_document, required_timestamp};
+use super::codec::{change_event_from_raw, required_timestamp};
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
 use crate::model::{ClusterTime, OplogWindow, ResumeToken};
@@ -265,7 +265,7 @@ impl ChangeFeed for MongoStore {
         .await
         .map_err(|e| e.into_store_hinted(&action, STREAM_HINT))?;
         Ok(MongoChangeStream {
-            stream: opened.with_type::<Document>(),
+            stream: opened.with_type::<RawDocumentBuf>(),
             batch_size: options.batch_size.max(1) as usize,
             ns: ns.clone(),
             action: format!("read the change stream on {ns}"),
@@ -326,7 +326,8 @@ impl ChangeFeed for MongoStore {
 
 /// A change stream opened by [`ChangeFeed::open`].
 pub struct MongoChangeStream {
-    stream: DriverStream<Document>,
+    /// Events stay raw bytes until [`change_event_from_raw`] reads what a handler gets.
+    stream: DriverStream<RawDocumentBuf>,
     batch_size: usize,
     ns: Namespace,
     /// A getMore waits at most `max_await` on the server; past this the server is not answering.
@@ -356,7 +357,7 @@ impl ChangeStream for MongoChangeStream {
                 .await
                 .map_err(|e| e.into_store_hinted(&self.action, STREAM_HINT))?;
             match next {
-                Some(document) => batch.events.push(change_event_from_document(document)?),
+                Some(raw) => batch.events.push(change_event_from_raw(&raw)?),
                 None => break,
             }
         }

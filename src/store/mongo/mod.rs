@@ -40,7 +40,17 @@ impl MongoStore {
     /// selection timeout, `Authentication`, `NotPermitted`. Messages never contain
     /// the password.
     pub async fn connect(settings: MongoSettings) -> Result<MongoStore, StoreError> {
-        let client = connect::open_client(&settings).await?;
+        Self::connect_with(settings, |_| {}).await
+    }
+
+    /// [`MongoStore::connect`] with a last say on the driver's options, e.g. a
+    /// command event handler for monitoring, or TLS settings the URI cannot carry.
+    /// Leave `retry_writes` and `retry_reads` off: this adapter owns the retry.
+    pub async fn connect_with(
+        settings: MongoSettings,
+        tweak: impl FnOnce(&mut mongodb::options::ClientOptions),
+    ) -> Result<MongoStore, StoreError> {
+        let client = connect::open_client(&settings, tweak).await?;
         Ok(MongoStore {
             client,
             settings: Arc::new(settings),
