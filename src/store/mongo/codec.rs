@@ -4,7 +4,9 @@
 use bson::{doc, Bson, DateTime as BsonDateTime, Document};
 use chrono::{DateTime, Utc};
 
-use crate::model::{AuditRecord, ClusterTime, Lease, LockKind, ResumeToken, WatchTarget};
+use crate::model::{
+    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
+};
 use crate::store::{ChangeEvent, Namespace, OperationType, StoreError};
 
 fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
@@ -161,7 +163,18 @@ pub(super) fn lease_to_document(lease: &Lease) -> Document {
     if let Some(note) = &lease.note {
         document.insert("note", note);
     }
+    if let Some(invalidated) = &lease.invalidated {
+        document.insert("invalidated", invalidation_to_document(invalidated));
+    }
     document
+}
+
+/// The `invalidated` field: `{at: Timestamp | null, reason}`.
+pub fn invalidation_to_document(invalidation: &Invalidation) -> Document {
+    doc! {
+        "at": opt(invalidation.at, |t| Bson::Timestamp(t.into())),
+        "reason": &invalidation.reason,
+    }
 }
 
 pub fn watch_to_document(watch: &WatchTarget) -> Document {
@@ -231,6 +244,13 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         committed_at: opt_date(what, document, "committedAt")?,
         watch,
         note: opt_string(what, document, "note")?,
+        invalidated: match opt_document(what, document, "invalidated")? {
+            None => None,
+            Some(i) => Some(Invalidation {
+                at: opt_timestamp(what, i, "at")?,
+                reason: opt_string(what, i, "reason")?.unwrap_or_default(),
+            }),
+        },
         resource,
     })
 }
@@ -330,6 +350,10 @@ mod tests {
                 pipeline: "[]".into(),
             }),
             note: Some("takeover by ops".into()),
+            invalidated: Some(Invalidation {
+                at: Some(ClusterTime::new(100, 3)),
+                reason: "shop.orders was dropped".into(),
+            }),
         }
     }
 
@@ -339,6 +363,20 @@ mod tests {
         let document = lease_to_document(&lease);
         assert_eq!(document.get_i64("version").unwrap(), 7);
         assert_eq!(lease_from_document(&document).unwrap(), lease);
+    }
+
+    #[test]
+    fn the_invalidation_is_stored_under_its_own_field() {
+        let document = lease_to_document(&full_lease());
+        assert_eq!(
+            document.get_document("invalidated").unwrap(),
+            &doc! {"at": bson::Timestamp { time: 100, increment: 3 }, "reason": "shop.orders was dropped"}
+        );
+        let mut clear = full_lease();
+        clear.invalidated = None;
+        assert!(!lease_to_document(&clear).contains_key("invalidated"));
+        let null = lease_from_document(&doc! {"_id": "r", "invalidated": null}).unwrap();
+        assert_eq!(null.invalidated, None, "null reads as not invalidated");
     }
 
     #[test]
@@ -360,6 +398,9 @@ mod tests {
             (doc! {"_id": "r", "resumeAt": 5}, "resumeAt"),
             (doc! {"_id": "r", "resumeToken": "abc"}, "resumeToken"),
             (doc! {"_id": "r", "watch": {"db": 1}}, "db"),
+            (doc! {"_id": "r", "invalidated": "yes"}, "invalidated"),
+            (doc! {"_id": "r", "invalidated": {"at": "then"}}, "at"),
+            (doc! {"_id": "r", "invalidated": {"reason": 5}}, "reason"),
         ] {
             match lease_from_document(&document) {
                 Err(StoreError::Malformed { detail, .. }) => {
