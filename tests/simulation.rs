@@ -662,6 +662,18 @@ impl Checker {
                 let Some(token_time) = token_time else { return };
                 self.check_covered(seed, resource, listener, *version, *token_time);
             }
+            HistoryEntry::Invalidated {
+                resource,
+                listener,
+                version,
+            } => {
+                let current = self.leases.get(resource).cloned();
+                assert_eq!(
+                    current,
+                    Some((Some(listener.clone()), *version)),
+                    "seed {seed}: a stream closed under a tenure that is not the holder's"
+                );
+            }
             HistoryEntry::TenureRefused {
                 resource,
                 listener,

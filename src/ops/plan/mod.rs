@@ -218,6 +218,7 @@ pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>)
     if let ResumeChange::Set { token, at } = &change.resume {
         after.resume_token = token.clone();
         after.resume_at = *at;
+        after.invalidated = None;
     }
     after
 }
