@@ -146,6 +146,11 @@ impl fmt::Display for InvalidationCause {
 pub trait ChangeStream: Send {
     /// At most `batch_size` events; waits up to `max_await` for the first one.
     /// `HistoryLost` when the stream's position has fallen off the history.
+    /// `Invalidated` once the server has closed the stream for good: the changes
+    /// before the drop or rename come first, in their own batch; the drop or rename
+    /// itself is never an event (it is the error's cause), and neither its token nor
+    /// the invalidate token is ever a batch's `resume_token`. A closed stream keeps
+    /// answering `Invalidated`, at once.
     fn next_batch(&mut self) -> impl Future<Output = StoreResult<ChangeBatch>> + Send;
 }
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::model::{
     AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
 };
-use crate::store::{ChangeEvent, Namespace, OperationType, StoreError};
+use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType, StoreError};
 
 fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
     StoreError::Malformed {
@@ -298,6 +298,60 @@ pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreErro
     })
 }
 
+/// A change stream document, by what it means for the stream on `watched`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // consumed at once, one per read
+pub enum StreamEvent {
+    /// A change for the handler.
+    Change(ChangeEvent),
+    /// A drop or rename that closes the stream; its `invalidate` follows. Never handed
+    /// to handlers, and its token is never progress.
+    Closing {
+        cause: InvalidationCause,
+        at: ClusterTime,
+    },
+    /// The server closed the stream.
+    Invalidate { at: ClusterTime },
+}
+
+fn namespace_field(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<Option<Namespace>, StoreError> {
+    Ok(match opt_document(what, document, field)? {
+        Some(ns) => Some(Namespace::new(
+            opt_string(what, ns, "db")?.unwrap_or_default(),
+            opt_string(what, ns, "coll")?.unwrap_or_default(),
+        )),
+        None => None,
+    })
+}
+
+/// Sorts one event of a stream on `watched`: `invalidate`, a drop or rename that closes
+/// the stream (see [`InvalidationCause::of_change`]), or a change for the handler.
+pub fn stream_event(watched: &Namespace, document: Document) -> Result<StreamEvent, StoreError> {
+    const WHAT: &str = "change event";
+    let operation = opt_string(WHAT, &document, "operationType")?
+        .ok_or_else(|| malformed(WHAT, "operationType", "missing"))?;
+    if matches!(
+        operation.as_str(),
+        "invalidate" | "drop" | "rename" | "dropDatabase"
+    ) {
+        let at = opt_timestamp(WHAT, &document, "clusterTime")?
+            .ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
+        if operation == "invalidate" {
+            return Ok(StreamEvent::Invalidate { at });
+        }
+        let ns = namespace_field(WHAT, &document, "ns")?.unwrap_or_else(|| Namespace::new("", ""));
+        let to = namespace_field(WHAT, &document, "to")?;
+        if let Some(cause) = InvalidationCause::of_change(watched, &operation, &ns, to.as_ref()) {
+            return Ok(StreamEvent::Closing { cause, at });
+        }
+    }
+    change_event_from_document(document).map(StreamEvent::Change)
+}
+
 /// One change stream event document, as the server sends it.
 /// Takes the document apart rather than copying its parts: this runs for every event.
 pub fn change_event_from_document(mut document: Document) -> Result<ChangeEvent, StoreError> {
@@ -409,6 +463,77 @@ mod tests {
                 other => panic!("{document}: expected Malformed, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn drops_and_renames_of_the_watched_collection_close_its_stream() {
+        let watched = Namespace::new("shop", "orders");
+        let ts = bson::Timestamp {
+            time: 1_795_442_561,
+            increment: 4,
+        };
+        // Shaped as a real 6.0.5 sends them (tests/mongo_live_invalidate.rs).
+        let event = |op: &str, ns: Document, to: Option<Document>| {
+            let mut d = doc! {
+                "_id": {"_data": "826B044781000000042B022C0100296E5A10047ABF04"},
+                "operationType": op, "clusterTime": ts, "ns": ns,
+            };
+            if let Some(to) = to {
+                d.insert("to", to);
+            }
+            d
+        };
+        let at = ClusterTime::from(ts);
+        let orders = doc! {"db": "shop", "coll": "orders"};
+        let old = doc! {"db": "shop", "coll": "orders_old"};
+        let tmp = doc! {"db": "shop", "coll": "tmp.agg_out.1"};
+        let cases = [
+            (
+                event("drop", orders.clone(), None),
+                InvalidationCause::Dropped(watched.clone()),
+            ),
+            (
+                event("rename", orders.clone(), Some(old.clone())),
+                InvalidationCause::Renamed {
+                    from: watched.clone(),
+                    to: Namespace::new("shop", "orders_old"),
+                },
+            ),
+            (
+                event("rename", tmp, Some(orders.clone())),
+                InvalidationCause::Replaced {
+                    from: Namespace::new("shop", "tmp.agg_out.1"),
+                    to: watched.clone(),
+                },
+            ),
+            (
+                event("dropDatabase", doc! {"db": "shop"}, None),
+                InvalidationCause::DatabaseDropped("shop".into()),
+            ),
+        ];
+        for (document, cause) in cases {
+            assert_eq!(
+                stream_event(&watched, document).unwrap(),
+                StreamEvent::Closing { cause, at }
+            );
+        }
+        let mut invalidate = event("invalidate", doc! {}, None);
+        invalidate.remove("ns");
+        assert_eq!(
+            stream_event(&watched, invalidate).unwrap(),
+            StreamEvent::Invalidate { at }
+        );
+        // Another collection's drop says nothing about this stream.
+        let other = event("drop", doc! {"db": "shop", "coll": "pets"}, None);
+        assert!(matches!(
+            stream_event(&watched, other).unwrap(),
+            StreamEvent::Change(_)
+        ));
+        let no_time = doc! {"_id": {"_data": "82"}, "operationType": "invalidate"};
+        assert!(matches!(
+            stream_event(&watched, no_time),
+            Err(StoreError::Malformed { .. })
+        ));
     }
 
     #[test]
