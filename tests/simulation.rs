@@ -290,7 +290,8 @@ impl Sim {
         }
     }
 
-    /// Restarts listeners that ended (history lost, refused) as new incarnations.
+    /// Restarts listeners that ended (refused) as new incarnations; a listener whose
+    /// history was lost waits for the operator and goes on by itself.
     fn restart_ended(&mut self) {
         let ended: Vec<(String, usize)> = self
             .listeners
