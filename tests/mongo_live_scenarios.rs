@@ -22,7 +22,7 @@ use streamward::demo::orders::message_id;
 use streamward::engine::fenced::{write_with_lease_fence, write_with_source_version, Applied};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{Fence, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LockKind};
-use streamward::ops::{self, ActionRequest, GatherOptions, ResetTarget};
+use streamward::ops::{self, ActionRequest, GatherOptions, RewindTarget, TimeSpec};
 use streamward::store::mongo::MongoStore;
 use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditContext, ChangeEvent, ChangeFeed, DocumentStore,
@@ -547,7 +547,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_resets_it() {
+async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_rewinds_past_it() {
     live("invalidated", |live| async move {
         let a = live.spawn("a", live.outbox_handler("a"));
         live.put_order("o1", "placed", 1).await;
@@ -589,12 +589,20 @@ async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_
         assert_eq!(state(&a), ListenerState::Invalidated);
         assert_eq!(live.lease().await, stuck, "the lease has not been touched");
 
-        // The operator's reset, planned and executed the way the command line does it.
+        // The operator's way out that skips nothing: rewind to right after the drop, as
+        // the listener's message says, planned and executed the way the command line does it.
         live.put_order("o3", "placed", 1).await;
-        let request = ActionRequest::Reset {
+        let after_drop = invalidated.resume_after().unwrap();
+        assert!(
+            message.contains(&format!(
+                "rewind {ORDERS} --to {}:{}",
+                after_drop.secs, after_drop.inc
+            )),
+            "{message}"
+        );
+        let request = ActionRequest::Rewind {
             resource: ORDERS.into(),
-            to: ResetTarget::Now,
-            accept_skip: true,
+            to: RewindTarget::Time(TimeSpec::Cluster(after_drop)),
         };
         let facts = ops::gather(&live.store, &request, &GatherOptions::new("op@test"))
             .await
@@ -603,12 +611,16 @@ async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_
         let done = ops::execute(&live.store, &plan, Some("orders recreated".into()))
             .await
             .unwrap();
-        assert_eq!(done.after.invalidated, None, "the reset cleared the record");
+        assert_eq!(done.after.resume_at, Some(after_drop));
+        assert_eq!(
+            done.after.invalidated, None,
+            "the rewind cleared the record"
+        );
         assert_eq!(live.lease().await.invalidated, None, "on the server too");
 
         live.put_order("o4", "placed", 1).await;
-        eventually("streaming again, o4 handled", || {
-            state(&a) == ListenerState::Streaming && a.snapshot().events >= 3
+        eventually("streaming again, o3 and o4 handled", || {
+            state(&a) == ListenerState::Streaming && a.snapshot().events == 4
         })
         .await;
         eventually_async("o4 published", || async {

@@ -465,19 +465,17 @@ fn classify(error: StoreError, resource: &str, at: ResumePoint) -> TenureEnd {
             ),
             at,
         }),
-        StoreError::Invalidated { at: closed_at, .. } => {
-            let after = closed_at.map_or_else(
-                || "the change that closed it".to_string(),
-                |t| format!("{t}"),
-            );
+        StoreError::Invalidated { .. } => {
+            let recovery = error
+                .invalidation()
+                .map(|i| i.recovery(resource))
+                .unwrap_or_default();
             TenureEnd::Stuck(Stuck {
                 state: ListenerState::Invalidated,
                 message: format!(
                     "{error}. Nothing after it was processed and the resume point stays {} \
                      (resuming from there closes the stream again). Waiting for an operator: \
-                     recreate the collection or fix the configuration if needed, then \
-                     reset {resource} --to now --accept-skip, rewind {resource} --to a time \
-                     after {after}, or rebuild",
+                     {recovery}",
                     at.describe()
                 ),
                 at,

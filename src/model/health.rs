@@ -43,6 +43,18 @@ pub enum LeaseStatus {
 }
 
 impl LeaseStatus {
+    /// Every status, worst first.
+    pub const ALL: [LeaseStatus; 8] = [
+        LeaseStatus::Lost,
+        LeaseStatus::Invalidated,
+        LeaseStatus::StuckBulk,
+        LeaseStatus::AtRisk,
+        LeaseStatus::Behind,
+        LeaseStatus::Expired,
+        LeaseStatus::Idle,
+        LeaseStatus::Ok,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             LeaseStatus::Lost => "LOST",

@@ -97,6 +97,34 @@ pub struct Invalidation {
     pub reason: String,
 }
 
+impl Invalidation {
+    /// The first cluster time after the change that closed the stream: a stream
+    /// started there goes on past it, on whatever now has the collection's name.
+    pub fn resume_after(&self) -> Option<ClusterTime> {
+        self.at
+            .map(|t| ClusterTime::from_u64(t.as_u64().saturating_add(1)))
+    }
+
+    /// What an operator can do about a closed stream of `resource`, as the listener,
+    /// the command line and the console say it. Resuming from before the change that
+    /// closed it closes it again, so every way out moves the resume point past it.
+    pub fn recovery(&self, resource: &str) -> String {
+        let rewind = self
+            .resume_after()
+            .map(|t| {
+                format!(
+                    "rewind {resource} --to {}:{} (right after it, skipping nothing), ",
+                    t.secs, t.inc
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "recreate the collection or fix the configuration if needed, then {rewind}\
+             reset {resource} --to now --accept-skip, or rebuild"
+        )
+    }
+}
+
 /// One lease document, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Lease {
