@@ -281,6 +281,20 @@ async fn an_unreachable_cluster_exits_5_within_seconds_without_the_password() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_server_older_than_5_0_exits_5_naming_both_versions() {
+    let server = WireServer::start().await;
+    server.set_max_wire_version(9);
+    server.on("buildInfo", |_| Action::ok(doc! { "version": "4.4.29" }));
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", &server.uri()]);
+    run(cmd).await.code(5).stderr(
+        predicate::str::contains("MongoDB 4.4.29 (wire version 9) is too old")
+            .and(predicate::str::contains("needs MongoDB 5.0")),
+    );
+    assert!(server.commands("find").is_empty(), "nothing read from it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn no_uri_anywhere_is_a_usage_error_that_says_where_to_put_one() {
     let mut cmd = streamward();
     cmd.arg("leases");

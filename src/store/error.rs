@@ -22,6 +22,13 @@ pub enum StoreError {
     },
     #[error("authentication failed: {0}")]
     Authentication(String),
+    /// The server is older than the commands this program sends need.
+    #[error(
+        "MongoDB {found} is too old: streamward needs MongoDB {needed} or newer \
+         ($getField/$setField in its fenced writes, pipeline updates with $$NOW in every \
+         lease write); upgrade the server"
+    )]
+    UnsupportedServer { found: String, needed: String },
     /// The resume point is older than the oldest history the server keeps (286, or
     /// 280 "resume token was not found").
     #[error("change stream history lost (code {code}): {message}")]
