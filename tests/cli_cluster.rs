@@ -120,6 +120,64 @@ async fn leases_as_json_carries_the_health_of_each_lease() {
         "JSON keeps the raw value, escaped by the encoder"
     );
     assert_eq!(lease["status"], "OK");
+    assert_eq!(lease["invalidated"], serde_json::Value::Null);
+}
+
+/// A lease whose listener met a drop of its collection, as the listener records it.
+fn invalidated_lease() -> Document {
+    let mut lease = held_lease();
+    lease.insert("listenerId", bson::Bson::Null);
+    lease.insert(
+        "invalidated",
+        doc! {
+            "at": Timestamp { time: 0x63E5_B9D5, increment: 2 },
+            "reason": "shop.orders was dropped\u{1b}[2J",
+        },
+    );
+    lease
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_invalidated_lease_says_so_in_the_table_and_in_json() {
+    let server = WireServer::start().await;
+    script_cluster(&server, vec![invalidated_lease()]);
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", &server.uri()]);
+    let assert = run(cmd).await.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    let row = out
+        .lines()
+        .find(|l| l.starts_with("shop.orders "))
+        .expect("a row for the lease");
+    assert!(row.ends_with("INVALIDATED"), "status column: {out}");
+    let note = out
+        .lines()
+        .find(|l| l.starts_with("shop.orders: INVALIDATED at 2023-02-10T03:28:21Z #2"))
+        .unwrap_or_else(|| panic!("a note under the table: {out}"));
+    assert!(
+        note.contains("shop.orders was dropped\\u{1b}[2J"),
+        "escaped: {note}"
+    );
+    assert!(
+        note.contains("reset shop.orders --to now --accept-skip"),
+        "{note}"
+    );
+    assert!(
+        !out.contains('\u{1b}'),
+        "no raw escape reaches the terminal"
+    );
+
+    let mut cmd = streamward();
+    cmd.args(["leases", "--output", "json", "--uri", &server.uri()]);
+    let assert = run(cmd).await.success();
+    let json: serde_json::Value = serde_json::from_slice(&assert.get_output().stdout).unwrap();
+    assert_eq!(json[0]["status"], "INVALIDATED");
+    assert_eq!(
+        json[0]["invalidated"]["reason"],
+        "shop.orders was dropped\u{1b}[2J"
+    );
+    assert_eq!(json[0]["invalidated"]["at"]["t"], 0x63E5_B9D5_u32);
+    assert_eq!(json[0]["invalidated"]["at"]["i"], 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -220,6 +278,20 @@ async fn an_unreachable_cluster_exits_5_within_seconds_without_the_password() {
         "reported in {:?}",
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_older_than_5_0_exits_5_naming_both_versions() {
+    let server = WireServer::start().await;
+    server.set_max_wire_version(9);
+    server.on("buildInfo", |_| Action::ok(doc! { "version": "4.4.29" }));
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", &server.uri()]);
+    run(cmd).await.code(5).stderr(
+        predicate::str::contains("MongoDB 4.4.29 (wire version 9) is too old")
+            .and(predicate::str::contains("needs MongoDB 5.0")),
+    );
+    assert!(server.commands("find").is_empty(), "nothing read from it");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -15,7 +15,8 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, ClusterTime, Lease, LockKind, OplogWindow, ResumeToken, TokenKind, WatchTarget,
+    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, OplogWindow, ResumeToken, TokenKind,
+    WatchTarget,
 };
 
 fn now() -> DateTime<Utc> {
@@ -60,6 +61,13 @@ fn leases() -> Vec<Lease> {
     expired.expires_at = Some(ago(30));
     let mut oldest = lease("shop.carts", None, 0, 0);
     oldest.resume_token = None;
+    // Its collection was renamed under the listener, which recorded it and gave the lease back.
+    let mut closed = lease("shop.returns", None, 6, 600);
+    closed.expires_at = Some(ago(540));
+    closed.invalidated = Some(Invalidation {
+        at: Some(ClusterTime::new(secs(now()) - 540, 4)),
+        reason: "shop.returns was renamed to shop.returns_2025\u{1b}[1m".into(),
+    });
     vec![
         lease("shop.orders", Some("app-1/4242-orders"), 7, 1),
         lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0),
@@ -69,6 +77,7 @@ fn leases() -> Vec<Lease> {
         stuck,
         expired,
         oldest,
+        closed,
         lease("evil\u{1b}[2Jname", Some("host\nforged line"), 5, 2),
     ]
 }
@@ -161,6 +170,16 @@ fn state(mode: Mode) -> ConsoleState {
             None,
         );
         failing.last_error = Some("history lost: resume point fell off the oplog".into());
+        let mut closed = listener(
+            "shop.returns",
+            "app-4/12-returns",
+            ListenerState::Invalidated,
+            None,
+        );
+        closed.last_error = Some(
+            "change stream closed by the server (invalidate): shop.returns was renamed to shop.returns_2025"
+                .into(),
+        );
         state.apply(
             DataEvent::Listeners(vec![
                 listener(
@@ -182,6 +201,7 @@ fn state(mode: Mode) -> ConsoleState {
                     Some(3),
                 ),
                 failing,
+                closed,
             ]),
             now(),
         );
@@ -244,6 +264,15 @@ fn lease_detail_view() {
         state.execute_command_line("sort resource");
         press(state, KeyCode::Char('j'));
         press(state, KeyCode::Char('j'));
+        press(state, KeyCode::Enter);
+    });
+}
+
+#[test]
+fn detail_of_an_invalidated_lease_says_what_happened_and_how_to_recover() {
+    snapshot_both_sizes("detail_invalidated", |state| {
+        state.execute_command_line("filter shop.returns");
+        press(state, KeyCode::Enter);
         press(state, KeyCode::Enter);
     });
 }

@@ -613,6 +613,8 @@ async fn operator_update_is_compare_and_swap_then_read_then_audit() {
                 "renewedAt": "$$NOW",
                 "resumeToken": { "$literal": null },
                 "resumeAt": { "$literal": Timestamp { time: 1_700_000_000, increment: 1 } },
+                // Moving the resume point is the operator's decision on a closed stream.
+                "invalidated": "$$REMOVE",
             } }],
             "new": false,
             "writeConcern": majority(),

@@ -133,3 +133,52 @@ async fn a_hang_up_during_the_ping_is_unreachable() {
     let error = MongoStore::connect(quick(server.uri())).await.unwrap_err();
     assert!(matches!(error, StoreError::Unreachable(_)), "{error:?}");
 }
+
+#[tokio::test]
+async fn a_server_older_than_5_0_is_refused_naming_found_and_needed() {
+    let server = WireServer::start().await;
+    // MongoDB 4.4: the driver talks to it, but $getField/$setField do not exist yet.
+    server.set_max_wire_version(9);
+    server.on("buildInfo", |_| {
+        Action::ok(doc! { "version": "4.4.29", "versionArray": [4, 4, 29, 0] })
+    });
+    let error = MongoStore::connect(quick(server.uri())).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::UnsupportedServer { .. }),
+        "{error:?}"
+    );
+    let text = error.to_string();
+    assert!(
+        text.starts_with("MongoDB 4.4.29 (wire version 9) is too old: streamward needs MongoDB 5.0 (wire version 13) or newer"),
+        "{text}"
+    );
+    assert_eq!(server.commands("buildInfo").len(), 1);
+}
+
+#[tokio::test]
+async fn a_server_the_driver_refuses_reads_the_same_and_quickly() {
+    let server = WireServer::start().await;
+    server.set_max_wire_version(8); // MongoDB 4.2
+    let started = Instant::now();
+    let error = MongoStore::connect(quick(server.uri())).await.unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("MongoDB 4.2 (wire version 8) is too old"),
+        "{error}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(server.commands("ping").is_empty(), "nothing was sent to it");
+}
+
+#[tokio::test]
+async fn a_5_0_server_is_accepted_without_asking_for_its_build() {
+    let server = WireServer::start().await;
+    server.set_max_wire_version(13);
+    MongoStore::connect(quick(server.uri())).await.unwrap();
+    assert!(server.commands("buildInfo").is_empty());
+}

@@ -221,6 +221,62 @@ async fn token_not_found_280_is_history_lost_too() {
 }
 
 #[tokio::test]
+async fn another_280_is_a_command_error_not_history_lost() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("aggregate", [cursor(true, vec![], T1)]);
+    // The message a real server gives for an ambiguous updateLookup: a rewind cannot cure it.
+    server.script(
+        "getMore",
+        [Action::error_with_labels(
+            280,
+            "ChangeStreamFatalError",
+            "found more than one document with document key { _id: 1 } [{ _id: 1 }, { _id: 1 }]",
+            &["NonResumableChangeStreamError"],
+        )],
+    );
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(1))
+        .await
+        .unwrap();
+    let _ = stream.next_batch().await.unwrap();
+    let error = stream.next_batch().await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::Command { code: 280, .. }),
+        "{error:?}"
+    );
+}
+
+#[tokio::test]
+async fn resuming_after_an_invalidate_notification_is_invalidated_at_the_tokens_time() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    // As a real 6.0.5 answers (tests/mongo_live_invalidate.rs): no labels.
+    server.script(
+        "aggregate",
+        [Action::error(
+            260,
+            "InvalidResumeToken",
+            "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification",
+        )],
+    );
+    let token = ResumeToken::from_document(doc! { "_data": T1 });
+    let error = store
+        .open(&orders(), StartPoint::After(token.clone()), options(1))
+        .await
+        .unwrap_err();
+    match error {
+        StoreError::Invalidated { cause, at } => {
+            assert_eq!(cause, InvalidationCause::ResumedFromInvalidate);
+            assert_eq!(at, token.time());
+            assert!(at.is_some());
+        }
+        other => panic!("expected Invalidated, got {other:?}"),
+    }
+    assert_eq!(server.commands("aggregate").len(), 1, "not retried");
+}
+
+#[tokio::test]
 async fn a_malformed_event_is_malformed_not_a_panic() {
     let server = WireServer::start().await;
     let store = connected(&server).await;

@@ -20,11 +20,12 @@ use common::{state, DiesBeforeCommit, Paused};
 use streamward::demo::orders::message_id;
 use streamward::engine::fenced::{write_with_lease_fence, write_with_source_version, Applied};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
-use streamward::model::{Fence, Lease, LockKind};
+use streamward::model::{Fence, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LockKind};
+use streamward::ops::{self, ActionRequest, GatherOptions, RewindTarget, TimeSpec};
 use streamward::store::mongo::MongoStore;
 use streamward::store::{
-    AcquireOutcome, AcquireRequest, AuditContext, ChangeEvent, DocumentStore, LeaseStore,
-    Namespace, OperationType, OperatorChange, OperatorOutcome, ResumeChange,
+    AcquireOutcome, AcquireRequest, AuditContext, ChangeEvent, ChangeFeed, DocumentStore,
+    LeaseStore, Namespace, OperationType, OperatorChange, OperatorOutcome, ResumeChange,
 };
 use support::live::{live, LiveDb};
 use tokio::sync::{mpsc, Notify};
@@ -523,4 +524,166 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         a.stop().await;
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_rewinds_past_it() {
+    live("invalidated", |live| async move {
+        let a = live.spawn("a", live.outbox_handler("a"));
+        live.put_order("o1", "placed", 1).await;
+        live.put_order("o2", "placed", 1).await;
+        eventually("o1 and o2 handled", || a.snapshot().events == 2).await;
+
+        live.store.drop_collection(&live.orders()).await.unwrap();
+        eventually("invalidated", || state(&a) == ListenerState::Invalidated).await;
+        let message = a.snapshot().last_error.unwrap_or_default();
+        assert!(
+            message.contains(&format!("{}.orders was dropped", live.db)),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("reset {ORDERS} --to now --accept-skip")),
+            "{message}"
+        );
+
+        let stuck = live.lease().await;
+        let invalidated = stuck.invalidated.clone().expect("recorded on the lease");
+        assert_eq!(
+            invalidated.reason,
+            format!("{}.orders was dropped", live.db)
+        );
+        let dropped_at = invalidated.at.expect("the drop's cluster time");
+        let token_time = stuck.resume_token.as_ref().and_then(|t| t.time());
+        assert!(
+            token_time.is_some_and(|t| t < dropped_at),
+            "the token ({token_time:?}) is not advanced to or past the drop ({dropped_at})"
+        );
+        assert_eq!(stuck.holder, None, "the lease was given back");
+        let window = live.store.oplog_window().await.unwrap();
+        let now = live.store.server_now().await.unwrap();
+        let health = LeaseHealth::assess(&stuck, Some(&window), now, &HealthThresholds::default());
+        assert_eq!(health.status, LeaseStatus::Invalidated);
+
+        // Three lease periods later: no reacquire, no refresh, no commit.
+        tokio::time::sleep(3 * LEASE).await;
+        assert_eq!(state(&a), ListenerState::Invalidated);
+        assert_eq!(live.lease().await, stuck, "the lease has not been touched");
+
+        // The operator's way out that skips nothing: rewind to right after the drop, as
+        // the listener's message says, planned and executed the way the command line does it.
+        live.put_order("o3", "placed", 1).await;
+        let after_drop = invalidated.resume_after().unwrap();
+        assert!(
+            message.contains(&format!(
+                "rewind {ORDERS} --to {}:{}",
+                after_drop.secs, after_drop.inc
+            )),
+            "{message}"
+        );
+        let request = ActionRequest::Rewind {
+            resource: ORDERS.into(),
+            to: RewindTarget::Time(TimeSpec::Cluster(after_drop)),
+        };
+        let facts = ops::gather(&live.store, &request, &GatherOptions::new("op@test"))
+            .await
+            .unwrap();
+        let plan = ops::plan(&request, &facts);
+        let done = ops::execute(&live.store, &plan, Some("orders recreated".into()))
+            .await
+            .unwrap();
+        assert_eq!(done.after.resume_at, Some(after_drop));
+        assert_eq!(
+            done.after.invalidated, None,
+            "the rewind cleared the record"
+        );
+        assert_eq!(live.lease().await.invalidated, None, "on the server too");
+
+        live.put_order("o4", "placed", 1).await;
+        eventually("streaming again, o3 and o4 handled", || {
+            state(&a) == ListenerState::Streaming && a.snapshot().events == 4
+        })
+        .await;
+        eventually_async("o4 published", || async {
+            live.messages()
+                .await
+                .iter()
+                .any(|m| m.get_str("order") == Ok("o4"))
+        })
+        .await;
+        a.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_holding_an_invalidate_token_is_invalidated_at_once_not_retried() {
+    live("invalidate_token", |live| async move {
+        // What earlier versions committed after a drop: the invalidate notification's token.
+        let orders = live
+            .store
+            .client()
+            .database(&live.db)
+            .collection::<Document>("orders");
+        orders.insert_one(doc! {"_id": "o1"}).await.unwrap();
+        let mut stream = orders
+            .watch()
+            .max_await_time(Duration::from_millis(200))
+            .await
+            .unwrap()
+            .with_type::<Document>();
+        orders.drop().await.unwrap();
+        let invalidate = within("the invalidate event", async {
+            loop {
+                if let Some(event) = stream.next_if_any().await.unwrap() {
+                    if event.get_str("operationType") == Ok("invalidate") {
+                        break event.get_document("_id").unwrap().clone();
+                    }
+                }
+            }
+        })
+        .await;
+        let request = AcquireRequest {
+            resource: ORDERS.into(),
+            listener: "old-engine".into(),
+            kind: LockKind::Update,
+            lease: Duration::from_millis(1),
+            watch: None,
+        };
+        let AcquireOutcome::Acquired(old) = live.store.acquire(&request).await.unwrap() else {
+            panic!("a new lease is free");
+        };
+        let token = streamward::model::ResumeToken::from_document(invalidate);
+        let tenure = streamward::store::Tenure::of(&old).unwrap();
+        live.store
+            .commit(&tenure, &token, Duration::from_millis(1))
+            .await
+            .unwrap();
+
+        let a = live.spawn("a", live.outbox_handler("a"));
+        eventually("invalidated", || state(&a) == ListenerState::Invalidated).await;
+        let message = a.snapshot().last_error.unwrap_or_default();
+        assert!(message.contains("invalidate notification"), "{message}");
+        let stuck = live.lease().await;
+        assert_eq!(stuck.version, old.version + 1, "one tenure, one version");
+        assert_eq!(stuck.resume_token, Some(token), "kept for the operator");
+        assert_eq!(
+            stuck.invalidated.map(|i| (i.reason, i.at)),
+            Some((
+                "the stored resume token is the invalidate notification of a closed change stream"
+                    .to_string(),
+                token_time(&stuck.resume_token),
+            ))
+        );
+        tokio::time::sleep(3 * LEASE).await;
+        assert_eq!(live.lease().await.version, old.version + 1, "no retry loop");
+        assert_eq!(state(&a), ListenerState::Invalidated);
+        a.stop().await;
+    })
+    .await;
+}
+
+fn token_time(
+    token: &Option<streamward::model::ResumeToken>,
+) -> Option<streamward::model::ClusterTime> {
+    token.as_ref().and_then(|t| t.time())
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Bson};
-use common::{config, eventually, sandbox, state, DiesBeforeCommit, Paused};
+use common::{config, eventually, sandbox, state, store_calls, DiesBeforeCommit, Paused};
 use streamward::demo::orders::{message_id, orders_ns, outbox_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::demo::pets::{
     animals_ns, expected_counts, read_animals, stored_counts, Animal, PetAggregates, PET_RESOURCE,
@@ -294,7 +294,7 @@ async fn a_crash_between_handling_and_commit_redelivers_and_the_fence_applies_on
 }
 
 #[tokio::test(start_paused = true)]
-async fn history_lost_stops_the_listener_without_restarting_from_now() {
+async fn history_lost_waits_for_an_operator_without_restarting_from_now() {
     let store = sandbox(5);
     put_order(&store, "o1", "placed").await;
     let a = spawn_outbox(&store, "a");
@@ -319,21 +319,65 @@ async fn history_lost_stops_the_listener_without_restarting_from_now() {
         state(&restarted) == ListenerState::HistoryLost
     })
     .await;
-    assert!(restarted.snapshot().last_error.unwrap().contains("286"));
+    let message = restarted.snapshot().last_error.unwrap();
+    assert!(message.contains("286"), "{message}");
+    assert!(
+        message.contains("rewind shop.orders"),
+        "says what to do: {message}"
+    );
     assert_eq!(
         restarted.snapshot().events,
         0,
         "nothing after the gap was processed"
     );
-    assert!(matches!(
-        restarted.stop().await,
-        Some(ListenerExit::HistoryLost(_))
-    ));
+    // It waits on its lease: an hour passes without a single store call.
+    let calls = store_calls(&store);
+    tokio::time::sleep(3600 * SECOND).await;
+    assert_eq!(store_calls(&store), calls, "no polling while it waits");
+    assert_eq!(state(&restarted), ListenerState::HistoryLost);
     let after = store.get("shop.orders").await.unwrap().unwrap();
     assert_eq!(
         after.resume_token, lease.resume_token,
         "the lost token is kept for the operator"
     );
+    assert_eq!(after.holder, None, "it gave the lease back");
+
+    // An operator resets to the oldest entry: it starts again by itself.
+    let reset = OperatorChange {
+        resource: ORDERS_RESOURCE.into(),
+        expected_version: after.version,
+        holder: None,
+        expires_in: Duration::ZERO,
+        kind: LockKind::Update,
+        resume: ResumeChange::Set {
+            token: None,
+            at: None,
+        },
+        note: "reset to oldest".into(),
+    };
+    let ctx = AuditContext {
+        operator: "op@test".into(),
+        action: "reset".into(),
+        reason: None,
+    };
+    assert!(matches!(
+        store.operator_update(&reset, &ctx).await.unwrap(),
+        OperatorOutcome::Applied { .. }
+    ));
+    // It resumes by itself from the oldest entry still in the log. (Each change it
+    // handles writes an outbox message into the same five-entry log, which pushes the
+    // entry it just read off the log: as on a real oplog that small, its stream then
+    // loses its history again. The point here is that it started on its own.)
+    eventually(
+        10 * SECOND,
+        "the oldest change still in the log handled",
+        || restarted.snapshot().events >= 1,
+    )
+    .await;
+    assert!(matches!(
+        restarted.stop().await,
+        Some(ListenerExit::Stopped)
+    ));
 }
 
 #[tokio::test(start_paused = true)]

@@ -290,7 +290,8 @@ impl Sim {
         }
     }
 
-    /// Restarts listeners that ended (history lost, refused) as new incarnations.
+    /// Restarts listeners that ended (refused) as new incarnations; a listener whose
+    /// history was lost waits for the operator and goes on by itself.
     fn restart_ended(&mut self) {
         let ended: Vec<(String, usize)> = self
             .listeners
@@ -661,6 +662,18 @@ impl Checker {
                 );
                 let Some(token_time) = token_time else { return };
                 self.check_covered(seed, resource, listener, *version, *token_time);
+            }
+            HistoryEntry::Invalidated {
+                resource,
+                listener,
+                version,
+            } => {
+                let current = self.leases.get(resource).cloned();
+                assert_eq!(
+                    current,
+                    Some((Some(listener.clone()), *version)),
+                    "seed {seed}: a stream closed under a tenure that is not the holder's"
+                );
             }
             HistoryEntry::TenureRefused {
                 resource,

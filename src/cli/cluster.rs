@@ -4,7 +4,7 @@ use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
-use super::lease_table::{render_columns, render_leases, LeaseRow};
+use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
 use super::settings::{OutputFormat, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, OplogWindow};
@@ -54,6 +54,7 @@ pub async fn leases(settings: &Settings) -> anyhow::Result<()> {
                 .map(|l| LeaseRow::new(l, window.as_ref(), now, &thresholds))
                 .collect();
             print!("{}", render_leases(&rows));
+            print!("{}", render_invalidations(&leases));
         }
         OutputFormat::Json => {
             let items: Vec<Value> = leases
@@ -100,6 +101,10 @@ fn lease_json(
         "headroomSecs": health.headroom.map(|d| d.as_secs()),
         "headroomShare": health.headroom_share,
         "status": health.status.label(),
+        "invalidated": lease.invalidated.as_ref().map(|i| json!({
+            "at": time_json(i.at),
+            "reason": i.reason,
+        })),
         "note": lease.note,
     })
 }

@@ -24,7 +24,8 @@ pub fn for_store(error: &StoreError) -> u8 {
     match error {
         StoreError::Unreachable(_)
         | StoreError::NotPermitted { .. }
-        | StoreError::Authentication(_) => CANNOT_CONNECT,
+        | StoreError::Authentication(_)
+        | StoreError::UnsupportedServer { .. } => CANNOT_CONNECT,
         StoreError::InvalidArgument(_) => USAGE,
         _ => ERROR,
     }

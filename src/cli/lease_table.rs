@@ -117,6 +117,28 @@ pub fn render_leases(rows: &[LeaseRow]) -> String {
     render_columns(LEASE_HEADERS, &cells)
 }
 
+/// Under the lease table, one line per lease whose change stream was closed: what
+/// happened (database strings escaped) and how to recover.
+pub fn render_invalidations(leases: &[Lease]) -> String {
+    let mut out = String::new();
+    for lease in leases {
+        let Some(invalidated) = &lease.invalidated else {
+            continue;
+        };
+        let resource = escape_control(&lease.resource);
+        let at = invalidated
+            .at
+            .map(|t| format!(" at {t}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "{resource}: INVALIDATED{at}: {}. To recover: {}\n",
+            escape_control(&invalidated.reason),
+            invalidated.recovery(&resource)
+        ));
+    }
+    out
+}
+
 /// In-process listeners: state, version, counters, last error.
 pub fn render_listeners(listeners: &[ListenerSnapshot]) -> String {
     let rows: Vec<[String; 7]> = listeners
@@ -183,6 +205,35 @@ mod tests {
         let table = render_leases(&[row]);
         assert!(table.starts_with("RESOURCE     KIND    HOLDER"), "{table}");
         assert!(table.contains("shop.orders  update"), "{table}");
+    }
+
+    #[test]
+    fn an_invalidated_lease_reads_invalidated_with_a_note_that_says_what_to_do() {
+        let now = DateTime::from_timestamp(1_700_001_000, 0).unwrap();
+        let mut lease = Lease::vacant("shop.orders");
+        lease.resume_token = Some(ResumeToken::encode(
+            ClusterTime::new(1_700_000_990, 1),
+            TokenKind::Event,
+            1,
+        ));
+        let window = OplogWindow::new(
+            ClusterTime::new(1_700_000_000, 1),
+            ClusterTime::new(1_700_001_000, 1),
+        );
+        assert_eq!(render_invalidations(&[lease.clone()]), "", "nothing to say");
+        lease.invalidated = Some(crate::model::Invalidation {
+            at: Some(ClusterTime::new(1_700_000_995, 4)),
+            reason: "shop.orders was renamed to shop.\x1b[2Jorders_old".into(),
+        });
+        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default());
+        assert_eq!(row.status, "INVALIDATED");
+        assert_eq!(
+            render_invalidations(&[lease]),
+            "shop.orders: INVALIDATED at 2023-11-14T22:29:55Z #4: shop.orders was renamed to \
+             shop.\\u{1b}[2Jorders_old. To recover: recreate the collection or fix the \
+             configuration if needed, then rewind shop.orders --to 1700000995:5 (right after \
+             it, skipping nothing), reset shop.orders --to now --accept-skip, or rebuild\n"
+        );
     }
 
     #[test]

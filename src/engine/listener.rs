@@ -1,5 +1,7 @@
 //! The listener runtime of DESIGN §3: acquire → resume/bootstrap → stream → handle
-//! → commit → refresh, with standby, rotation, lost-lock and history-lost handling.
+//! → commit → refresh, with standby, rotation and lost-lock handling, and one way of
+//! waiting for an operator where it cannot go on by itself (history lost, a closed
+//! stream).
 
 use std::time::Duration;
 
@@ -7,7 +9,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::standby::{wait_for_vacancy, Vacancy};
+use super::standby::{wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
 use crate::model::{Fence, Lease, ResumePoint, ResumeToken};
@@ -16,13 +18,12 @@ use crate::store::{
     StoreError, Tenure, TenureWrite,
 };
 
-/// Why a listener's `run` returned.
+/// Why a listener's `run` returned. A listener that cannot go on by itself (history
+/// lost, a closed stream) does not return: it waits for an operator (see [`Stuck`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ListenerExit {
     /// Shut down on request, lease released.
     Stopped,
-    /// The resume point is gone from the oplog; an operator must rewind or reset.
-    HistoryLost(String),
     /// Refused to start; the reason says what to configure or grant.
     Refused(String),
 }
@@ -42,10 +43,22 @@ enum TenureEnd {
     Shutdown,
     LostLock(String),
     Rotated,
-    HistoryLost(String),
+    /// Cannot go on from this resume point: wait for an operator to move it.
+    Stuck(Stuck),
     Refused(String),
     /// A store or handler error: back off and start over from the last commit.
     Failed(String),
+}
+
+/// LOST or INVALIDATED: the listener released its lease and waits on it, without
+/// polling, until an operator moves the resume point; then it starts over.
+struct Stuck {
+    /// `HistoryLost` or `Invalidated`.
+    state: ListenerState,
+    /// What happened and what an operator can do, for the console and the log.
+    message: String,
+    /// The resume point that cannot be resumed from.
+    at: ResumePoint,
 }
 
 pub struct Listener<S: Store, H: Handler> {
@@ -104,10 +117,6 @@ impl<S: Store, H: Handler> Listener<S, H> {
             s.version = None;
             s.state = match &exit {
                 ListenerExit::Stopped => ListenerState::Stopped,
-                ListenerExit::HistoryLost(e) => {
-                    s.last_error = Some(e.clone());
-                    ListenerState::HistoryLost
-                }
                 ListenerExit::Refused(e) => {
                     s.last_error = Some(e.clone());
                     ListenerState::Refused
@@ -132,7 +141,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
             match self.store.acquire(&self.acquire_request()).await {
                 Ok(AcquireOutcome::Acquired(lease)) => match self.hold(lease).await {
                     TenureEnd::Shutdown => return ListenerExit::Stopped,
-                    TenureEnd::HistoryLost(e) => return ListenerExit::HistoryLost(e),
+                    TenureEnd::Stuck(stuck) => {
+                        if self.wait_for_operator(stuck).await.is_err() {
+                            return ListenerExit::Stopped;
+                        }
+                    }
                     TenureEnd::Refused(e) => return ListenerExit::Refused(e),
                     TenureEnd::LostLock(reason) => {
                         tracing::warn!(resource = %self.config.resource, %reason, "lost the lease");
@@ -213,7 +226,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
         let mut stream = match opened {
             Ok(stream) => stream,
-            Err(e) => return self.give_back(&tenure, classify(e)).await,
+            Err(e) => return self.end_on(&tenure, e, lease.resume_point()).await,
         };
         self.set_state(ListenerState::Streaming);
 
@@ -237,7 +250,14 @@ impl<S: Store, H: Handler> Listener<S, H> {
         loop {
             let current = match batch {
                 Ok(batch) => batch,
-                Err(e) => return self.give_back(&progress.tenure, classify(e)).await,
+                Err(e) => {
+                    // Where this tenure got to: its last commit, else where it started.
+                    let at = progress
+                        .committed
+                        .clone()
+                        .map_or_else(|| lease.resume_point(), ResumePoint::Token);
+                    return self.end_on(&progress.tenure, e, at).await;
+                }
             };
             // The next batch is read while this one is handled and committed, so the
             // read's round trip overlaps the commit's. Nothing of it reaches the
@@ -393,6 +413,72 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
     }
 
+    /// Ends a tenure on a store error, from resume point `at`. A closed stream is
+    /// recorded on the lease first (fenced on the tenure, like a commit), so every
+    /// view of the lease says INVALIDATED; if that write fails the tenure fails, and
+    /// the next one meets the closed stream again and records it then.
+    async fn end_on(&mut self, tenure: &Tenure, error: StoreError, at: ResumePoint) -> TenureEnd {
+        if let Some(invalidation) = error.invalidation() {
+            match self.store.record_invalidation(tenure, &invalidation).await {
+                Ok(TenureWrite::Done) => {}
+                Ok(TenureWrite::LostLock) => {
+                    return TenureEnd::LostLock(format!(
+                        "recording the closed stream under version {} matched nothing",
+                        tenure.version
+                    ))
+                }
+                Err(e) => {
+                    let end = TenureEnd::Failed(format!(
+                        "{error}; recording it on the lease failed: {e}"
+                    ));
+                    return self.give_back(tenure, end).await;
+                }
+            }
+        }
+        let end = classify(error, &self.config.resource, at);
+        self.give_back(tenure, end).await
+    }
+
+    /// Waits, stuck, until an operator moves the resume point; `Err` when shut down
+    /// meanwhile. A failing lease watch is opened again after a pause.
+    async fn wait_for_operator(&mut self, stuck: Stuck) -> Result<(), ()> {
+        tracing::error!(resource = %self.config.resource, state = %stuck.state, message = %stuck.message, "listener stopped; waiting for an operator");
+        self.status.send_modify(|s| {
+            s.state = stuck.state;
+            s.version = None;
+            s.events_per_sec = 0.0;
+            s.last_error = Some(stuck.message.clone());
+        });
+        let invalidated = stuck.state == ListenerState::Invalidated;
+        loop {
+            match wait_for_operator(
+                &self.store,
+                &self.config.resource,
+                &stuck.at,
+                invalidated,
+                &self.shutdown,
+            )
+            .await
+            {
+                Ok(Recovery::Moved) => break,
+                Ok(Recovery::Shutdown) => return Err(()),
+                Err(e) => {
+                    tracing::warn!(resource = %self.config.resource, error = %e, "watching the lease for an operator's decision failed");
+                    let pause = self.backoff.next(self.config.retry_backoff);
+                    self.pause(pause).await?;
+                }
+            }
+        }
+        tracing::info!(resource = %self.config.resource, "an operator moved the resume point; starting again");
+        self.backoff.reset();
+        self.status.send_modify(|s| {
+            s.state = ListenerState::Acquiring;
+            // It said what an operator had to do, and one did.
+            s.last_error = None;
+        });
+        Ok(())
+    }
+
     /// Ends a tenure that did not lose its lease: release it so a standby need not wait for expiry.
     async fn give_back(&mut self, tenure: &Tenure, end: TenureEnd) -> TenureEnd {
         if let Err(e) = self.store.release(tenure).await {
@@ -428,11 +514,35 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 }
 
-fn classify(error: StoreError) -> TenureEnd {
+fn classify(error: StoreError, resource: &str, at: ResumePoint) -> TenureEnd {
     match error {
-        StoreError::HistoryLost { .. } => TenureEnd::HistoryLost(format!(
-            "{error}. The listener stopped; rewind or reset the lease to recover"
-        )),
+        StoreError::HistoryLost { .. } => TenureEnd::Stuck(Stuck {
+            state: ListenerState::HistoryLost,
+            message: format!(
+                "{error}. Resuming {} is impossible: the history after it is gone, and nothing \
+                 was processed past it. Waiting for an operator: rewind {resource} --to TIME \
+                 (inside the oplog window), reset {resource} --to oldest (or --to now \
+                 --accept-skip), or rebuild",
+                at.describe()
+            ),
+            at,
+        }),
+        StoreError::Invalidated { .. } => {
+            let recovery = error
+                .invalidation()
+                .map(|i| i.recovery(resource))
+                .unwrap_or_default();
+            TenureEnd::Stuck(Stuck {
+                state: ListenerState::Invalidated,
+                message: format!(
+                    "{error}. Nothing after it was processed and the resume point stays {} \
+                     (resuming from there closes the stream again). Waiting for an operator: \
+                     {recovery}",
+                    at.describe()
+                ),
+                at,
+            })
+        }
         StoreError::InvalidArgument(_) => TenureEnd::Refused(error.to_string()),
         other => TenureEnd::Failed(other.to_string()),
     }

@@ -1,6 +1,7 @@
 //! Standby: wait on the lease document (a change feed on it plus a timer at its
 //! expiry) instead of polling, so a waiting listener costs a bounded number of
-//! store calls however long it waits.
+//! store calls however long it waits. A listener that cannot go on by itself (LOST,
+//! INVALIDATED) waits the same way, for an operator to move its resume point.
 
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::ListenerConfig;
-use crate::model::{Lease, LockKind};
+use crate::model::{Lease, LockKind, ResumePoint};
 use crate::store::{LeaseScope, LeaseStore, LeaseWatch, StoreResult};
 
 pub enum Vacancy {
@@ -93,5 +94,89 @@ pub async fn wait_for_vacancy<S: LeaseStore>(
             }
             () = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => return Ok(Vacancy::Maybe),
         }
+    }
+}
+
+pub enum Recovery {
+    /// An operator moved the resume point: try to acquire and start from it.
+    Moved,
+    Shutdown,
+}
+
+/// Whether an operator has decided where a stuck listener goes on: the lease's resume
+/// point is no longer `stuck_at`, or, for a closed stream (`invalidated`), the lease's
+/// `invalidated` record is gone (every action that moves a resume point clears it, also
+/// one that sets the same point again). A lease that is gone counts as moved too:
+/// acquiring starts it afresh.
+pub fn operator_moved(lease: Option<&Lease>, stuck_at: &ResumePoint, invalidated: bool) -> bool {
+    match lease {
+        None => true,
+        Some(lease) => {
+            lease.resume_point() != *stuck_at || (invalidated && lease.invalidated.is_none())
+        }
+    }
+}
+
+/// Waits until an operator has moved the resume point of `resource` away from
+/// `stuck_at`. Store calls: one watch, one read, then nothing until the lease changes.
+pub async fn wait_for_operator<S: LeaseStore>(
+    store: &S,
+    resource: &str,
+    stuck_at: &ResumePoint,
+    invalidated: bool,
+    shutdown: &CancellationToken,
+) -> StoreResult<Recovery> {
+    // Watch first, then read: a change between the two is seen either way.
+    let mut watch = store.watch(LeaseScope::One(resource.to_string())).await?;
+    let lease = store.get(resource).await?;
+    if operator_moved(lease.as_ref(), stuck_at, invalidated) {
+        return Ok(Recovery::Moved);
+    }
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(Recovery::Shutdown),
+            change = watch.changed() => {
+                if operator_moved(change?.lease.as_ref(), stuck_at, invalidated) {
+                    return Ok(Recovery::Moved);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterTime, Invalidation, ResumeToken, TokenKind};
+
+    #[test]
+    fn only_a_moved_resume_point_or_a_cleared_record_wakes_a_stuck_listener() {
+        let token = ResumeToken::encode(ClusterTime::new(100, 1), TokenKind::Event, 1);
+        let stuck_at = ResumePoint::Token(token.clone());
+        let mut lease = Lease::vacant("r");
+        lease.resume_token = Some(token);
+        lease.invalidated = Some(Invalidation {
+            at: Some(ClusterTime::new(100, 2)),
+            reason: "db.c was dropped".into(),
+        });
+        // Holders coming and going, takeovers: the point stays, so it keeps waiting.
+        lease.holder = Some("b".into());
+        lease.version = 9;
+        assert!(!operator_moved(Some(&lease), &stuck_at, true));
+        assert!(!operator_moved(Some(&lease), &stuck_at, false));
+        // A reset that sets the very same point still clears the record.
+        let mut cleared = lease.clone();
+        cleared.invalidated = None;
+        assert!(operator_moved(Some(&cleared), &stuck_at, true));
+        assert!(
+            !operator_moved(Some(&cleared), &stuck_at, false),
+            "history lost waits for the point itself to move"
+        );
+        let mut rewound = lease.clone();
+        rewound.resume_token = None;
+        rewound.resume_at = Some(ClusterTime::new(50, 1));
+        assert!(operator_moved(Some(&rewound), &stuck_at, false));
+        assert!(operator_moved(None, &stuck_at, false));
     }
 }

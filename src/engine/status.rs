@@ -16,8 +16,12 @@ pub enum ListenerState {
     Committing,
     /// The lease was taken away; the listener stopped processing and goes back to standby.
     LostLock,
-    /// The resume point fell off the oplog: stopped until an operator recovers it.
+    /// The resume point fell off the oplog: waits on its lease until an operator
+    /// moves the resume point, then starts again.
     HistoryLost,
+    /// The watched collection was dropped or renamed and the server closed the stream:
+    /// waits on its lease like `HistoryLost`.
+    Invalidated,
     /// Would not start (e.g. no oplog access and no explicit `bootstrap = "now"`).
     Refused,
     Stopped,
@@ -33,6 +37,7 @@ impl ListenerState {
             ListenerState::Committing => "committing",
             ListenerState::LostLock => "lost-lock",
             ListenerState::HistoryLost => "history-lost",
+            ListenerState::Invalidated => "invalidated",
             ListenerState::Refused => "refused",
             ListenerState::Stopped => "stopped",
         }
@@ -40,10 +45,7 @@ impl ListenerState {
 
     /// Whether the listener has ended and will do nothing more.
     pub fn is_final(self) -> bool {
-        matches!(
-            self,
-            ListenerState::HistoryLost | ListenerState::Refused | ListenerState::Stopped
-        )
+        matches!(self, ListenerState::Refused | ListenerState::Stopped)
     }
 }
 

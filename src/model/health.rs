@@ -32,6 +32,8 @@ impl Default for HealthThresholds {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum LeaseStatus {
     Lost,
+    /// The watched collection was dropped or renamed: its stream was closed for good.
+    Invalidated,
     StuckBulk,
     AtRisk,
     Behind,
@@ -41,9 +43,22 @@ pub enum LeaseStatus {
 }
 
 impl LeaseStatus {
+    /// Every status, worst first.
+    pub const ALL: [LeaseStatus; 8] = [
+        LeaseStatus::Lost,
+        LeaseStatus::Invalidated,
+        LeaseStatus::StuckBulk,
+        LeaseStatus::AtRisk,
+        LeaseStatus::Behind,
+        LeaseStatus::Expired,
+        LeaseStatus::Idle,
+        LeaseStatus::Ok,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             LeaseStatus::Lost => "LOST",
+            LeaseStatus::Invalidated => "INVALIDATED",
             LeaseStatus::StuckBulk => "STUCK BULK",
             LeaseStatus::AtRisk => "AT RISK",
             LeaseStatus::Behind => "BEHIND",
@@ -107,6 +122,8 @@ impl LeaseHealth {
 
         let status = if lost {
             LeaseStatus::Lost
+        } else if lease.invalidated.is_some() {
+            LeaseStatus::Invalidated
         } else if lease.kind == LockKind::Bulk && expired {
             LeaseStatus::StuckBulk
         } else if headroom_share.is_some_and(|s| s < thresholds.at_risk_share) && !caught_up {
@@ -133,6 +150,7 @@ impl LeaseHealth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::Invalidation;
     use chrono::TimeDelta;
     use proptest::prelude::*;
 
@@ -217,6 +235,28 @@ mod tests {
         assert_eq!(status(&lease, &window, now), LeaseStatus::StuckBulk);
         lease.resume_at = Some(at(10));
         assert_eq!(status(&lease, &window, now), LeaseStatus::Lost);
+    }
+
+    #[test]
+    fn invalidated_ranks_below_lost_and_above_stuck_bulk() {
+        let window = OplogWindow::new(at(1000), at(2000));
+        let now = now_at(2000);
+        let mut lease = held_lease(Some(1990), now);
+        lease.kind = LockKind::Bulk;
+        lease.expires_at = Some(now);
+        assert_eq!(status(&lease, &window, now), LeaseStatus::StuckBulk);
+        lease.invalidated = Some(Invalidation {
+            at: Some(at(1995)),
+            reason: "db.c was dropped".into(),
+        });
+        assert_eq!(status(&lease, &window, now), LeaseStatus::Invalidated);
+        lease.resume_at = Some(at(10));
+        assert_eq!(status(&lease, &window, now), LeaseStatus::Lost);
+        // Without a window there is no LOST, but the record still says INVALIDATED.
+        let health = LeaseHealth::assess(&lease, None, now, &HealthThresholds::default());
+        assert_eq!(health.status, LeaseStatus::Invalidated);
+        assert!(LeaseStatus::Lost < LeaseStatus::Invalidated);
+        assert!(LeaseStatus::Invalidated < LeaseStatus::StuckBulk);
     }
 
     #[test]

@@ -64,6 +64,18 @@ impl ResumePoint {
             ResumePoint::Oldest => None,
         }
     }
+
+    /// For people: "after token at 1700000000:4", "at …", "the oldest oplog entry".
+    pub fn describe(&self) -> String {
+        match self {
+            ResumePoint::Token(token) => match token.time() {
+                Some(time) => format!("after token at {time}"),
+                None => format!("after token {token}"),
+            },
+            ResumePoint::At(time) => format!("at {time}"),
+            ResumePoint::Oldest => "the oldest oplog entry".into(),
+        }
+    }
 }
 
 /// What one listener resource watches; shown by the console.
@@ -72,6 +84,45 @@ pub struct WatchTarget {
     pub db: String,
     pub coll: String,
     pub pipeline: String,
+}
+
+/// A watched collection's change stream was closed by the server (an `invalidate`
+/// event after a drop, rename or `dropDatabase`), as the listener that met it records
+/// it on its lease. Cleared by every operator action that moves the resume point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Invalidation {
+    /// Cluster time of the change that closed the stream, when known.
+    pub at: Option<ClusterTime>,
+    /// What happened, for people: "shop.orders was dropped".
+    pub reason: String,
+}
+
+impl Invalidation {
+    /// The first cluster time after the change that closed the stream: a stream
+    /// started there goes on past it, on whatever now has the collection's name.
+    pub fn resume_after(&self) -> Option<ClusterTime> {
+        self.at
+            .map(|t| ClusterTime::from_u64(t.as_u64().saturating_add(1)))
+    }
+
+    /// What an operator can do about a closed stream of `resource`, as the listener,
+    /// the command line and the console say it. Resuming from before the change that
+    /// closed it closes it again, so every way out moves the resume point past it.
+    pub fn recovery(&self, resource: &str) -> String {
+        let rewind = self
+            .resume_after()
+            .map(|t| {
+                format!(
+                    "rewind {resource} --to {}:{} (right after it, skipping nothing), ",
+                    t.secs, t.inc
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "recreate the collection or fix the configuration if needed, then {rewind}\
+             reset {resource} --to now --accept-skip, or rebuild"
+        )
+    }
 }
 
 /// One lease document, as stored.
@@ -89,6 +140,8 @@ pub struct Lease {
     pub committed_at: Option<DateTime<Utc>>,
     pub watch: Option<WatchTarget>,
     pub note: Option<String>,
+    /// Set when the watched collection's stream was closed for good (INVALIDATED).
+    pub invalidated: Option<Invalidation>,
 }
 
 impl Lease {
@@ -107,6 +160,7 @@ impl Lease {
             committed_at: None,
             watch: None,
             note: None,
+            invalidated: None,
         }
     }
 

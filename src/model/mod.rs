@@ -11,6 +11,6 @@ pub mod text;
 pub use audit::AuditRecord;
 pub use cluster_time::ClusterTime;
 pub use health::{HealthThresholds, LeaseHealth, LeaseStatus};
-pub use lease::{Fence, Lease, LockKind, ResumePoint, WatchTarget};
+pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use oplog_window::OplogWindow;
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};

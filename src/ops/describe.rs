@@ -23,7 +23,7 @@ pub struct FieldRow {
     pub changed: bool,
 }
 
-fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 10] {
+fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
     let text = |s: &Option<String>| s.as_deref().map_or_else(|| "null".into(), escape_control);
     [
         ("listenerId", text(&lease.holder)),
@@ -50,6 +50,16 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 10] {
         ("renewedAt", clock_and_relative(lease.renewed_at, now)),
         ("committedAt", clock_and_relative(lease.committed_at, now)),
         ("note", text(&lease.note)),
+        (
+            "invalidated",
+            lease.invalidated.as_ref().map_or_else(
+                || "null".into(),
+                |i| match i.at {
+                    Some(at) => format!("{} at {at}", escape_control(&i.reason)),
+                    None => escape_control(&i.reason),
+                },
+            ),
+        ),
     ]
 }
 

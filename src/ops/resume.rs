@@ -102,12 +102,5 @@ pub(crate) fn movement(
 }
 
 pub fn describe_point(point: &ResumePoint) -> String {
-    match point {
-        ResumePoint::Token(token) => match token.time() {
-            Some(time) => format!("after token at {time}"),
-            None => format!("after token {token}"),
-        },
-        ResumePoint::At(time) => format!("at {time}"),
-        ResumePoint::Oldest => "the oldest oplog entry".into(),
-    }
+    point.describe()
 }

@@ -74,4 +74,36 @@ pub trait DocumentStore: Send + Sync {
         ns: &Namespace,
         documents: Vec<Document>,
     ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Drops the collection; nothing happens when it does not exist. Change streams on
+    /// it end with `Invalidated`.
+    fn drop_collection(&self, ns: &Namespace) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Renames `from` to `to` in the same database (`InvalidArgument` across databases).
+    /// An existing `to` is replaced only with `drop_target`. Streams on either end
+    /// with `Invalidated`.
+    fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Drops every collection of `db`, then the database.
+    fn drop_database(&self, db: &str) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// Why a rename may not go ahead, whatever the store: `None` when it may.
+pub(crate) fn refuse_rename(from: &Namespace, to: &Namespace) -> Option<super::StoreError> {
+    if from.db != to.db {
+        Some(super::StoreError::InvalidArgument(format!(
+            "rename {from} to {to}: renames stay within one database (across databases the server copies and drops)"
+        )))
+    } else if from == to {
+        Some(super::StoreError::InvalidArgument(format!(
+            "rename {from} to itself"
+        )))
+    } else {
+        None
+    }
 }

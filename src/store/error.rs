@@ -1,5 +1,8 @@
 use thiserror::Error;
 
+use super::InvalidationCause;
+use crate::model::{ClusterTime, Invalidation};
+
 /// Every way a store call can fail, classified by what the caller should do about it.
 #[derive(Debug, Clone, Error)]
 pub enum StoreError {
@@ -19,9 +22,25 @@ pub enum StoreError {
     },
     #[error("authentication failed: {0}")]
     Authentication(String),
-    /// The resume point is older than the oldest history the server keeps (286, 280).
+    /// The server is older than the commands this program sends need.
+    #[error(
+        "MongoDB {found} is too old: streamward needs MongoDB {needed} or newer \
+         ($getField/$setField in its fenced writes, pipeline updates with $$NOW in every \
+         lease write); upgrade the server"
+    )]
+    UnsupportedServer { found: String, needed: String },
+    /// The resume point is older than the oldest history the server keeps (286, or
+    /// 280 "resume token was not found").
     #[error("change stream history lost (code {code}): {message}")]
     HistoryLost { code: i32, message: String },
+    /// The server closed the change stream for good (`invalidate`, or 260 when resuming
+    /// after an invalidate notification): reopening from the same point closes it again.
+    #[error("change stream closed by the server (invalidate){}: {cause}", .at.map(|t| format!(" at {t}")).unwrap_or_default())]
+    Invalidated {
+        cause: InvalidationCause,
+        /// Cluster time of the change that closed it, when known.
+        at: Option<ClusterTime>,
+    },
     #[error("write concern not satisfied: {0}")]
     WriteConcern(String),
     #[error("server error {code}: {message}")]
@@ -34,6 +53,19 @@ pub enum StoreError {
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,
+}
+
+impl StoreError {
+    /// What an `Invalidated` error records on the lease; `None` for any other error.
+    pub fn invalidation(&self) -> Option<Invalidation> {
+        match self {
+            StoreError::Invalidated { cause, at } => Some(Invalidation {
+                at: *at,
+                reason: cause.to_string(),
+            }),
+            _ => None,
+        }
+    }
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;

@@ -1,5 +1,6 @@
 //! The change-feed port: change streams and the oplog window.
 
+use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
@@ -75,9 +76,81 @@ pub struct ChangeBatch {
     pub resume_token: Option<ResumeToken>,
 }
 
+/// What closed a change stream for good: the change the server's `invalidate` event
+/// follows on a collection stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InvalidationCause {
+    /// The watched collection was dropped (also by `dropDatabase`).
+    Dropped(Namespace),
+    /// The watched collection was renamed to `to`.
+    Renamed { from: Namespace, to: Namespace },
+    /// `from` was renamed onto the watched collection `to`, replacing it:
+    /// `renameCollection` with `dropTarget`, or an aggregation's `$out`.
+    Replaced { from: Namespace, to: Namespace },
+    /// The watched collection's database was dropped.
+    DatabaseDropped(String),
+    /// The stream was resumed from its own invalidate notification (server code 260):
+    /// what closed it is no longer known.
+    ResumedFromInvalidate,
+    /// An `invalidate` that no drop or rename of the watched collection preceded.
+    Unknown,
+}
+
+impl InvalidationCause {
+    /// Whether a change of kind `operation` on `ns` (renamed `to`, for a rename) closes
+    /// a stream on `watched`, and why. Collection streams see `drop` of their own
+    /// collection, `rename` away from it or onto it, then `invalidate`; `dropDatabase`
+    /// closes them too where the server sends it.
+    pub fn of_change(
+        watched: &Namespace,
+        operation: &str,
+        ns: &Namespace,
+        to: Option<&Namespace>,
+    ) -> Option<Self> {
+        match (operation, to) {
+            ("drop", _) if ns == watched => Some(Self::Dropped(ns.clone())),
+            ("rename", Some(to)) if ns == watched => Some(Self::Renamed {
+                from: ns.clone(),
+                to: to.clone(),
+            }),
+            ("rename", Some(to)) if to == watched => Some(Self::Replaced {
+                from: ns.clone(),
+                to: to.clone(),
+            }),
+            ("dropDatabase", _) if ns.db == watched.db => {
+                Some(Self::DatabaseDropped(ns.db.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for InvalidationCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Dropped(ns) => write!(f, "{ns} was dropped"),
+            Self::Renamed { from, to } => write!(f, "{from} was renamed to {to}"),
+            Self::Replaced { from, to } => write!(
+                f,
+                "{to} was replaced: {from} was renamed onto it ($out, or renameCollection with dropTarget)"
+            ),
+            Self::DatabaseDropped(db) => write!(f, "database {db} was dropped"),
+            Self::ResumedFromInvalidate => f.write_str(
+                "the stored resume token is the invalidate notification of a closed change stream",
+            ),
+            Self::Unknown => f.write_str("the server closed the change stream (invalidate)"),
+        }
+    }
+}
+
 pub trait ChangeStream: Send {
     /// At most `batch_size` events; waits up to `max_await` for the first one.
     /// `HistoryLost` when the stream's position has fallen off the history.
+    /// `Invalidated` once the server has closed the stream for good: the changes
+    /// before the drop or rename come first, in their own batch; the drop or rename
+    /// itself is never an event (it is the error's cause), and neither its token nor
+    /// the invalidate token is ever a batch's `resume_token`. A closed stream keeps
+    /// answering `Invalidated`, at once.
     fn next_batch(&mut self) -> impl Future<Output = StoreResult<ChangeBatch>> + Send;
 }
 

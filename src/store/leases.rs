@@ -6,7 +6,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::StoreResult;
-use crate::model::{AuditRecord, ClusterTime, Lease, LockKind, ResumeToken, WatchTarget};
+use crate::model::{
+    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
+};
 
 /// An acquire-or-refresh attempt (one `findAndModify`, upsert, majority).
 #[derive(Debug, Clone)]
@@ -90,6 +92,7 @@ impl OperatorChange {
         if let ResumeChange::Set { token, at } = &self.resume {
             after.resume_token = token.clone();
             after.resume_at = *at;
+            after.invalidated = None;
         }
         after
     }
@@ -98,7 +101,8 @@ impl OperatorChange {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResumeChange {
     Keep,
-    /// Set both fields (either may be null).
+    /// Set both fields (either may be null), and clear `invalidated`: the operator has
+    /// decided where the listener goes on.
     Set {
         token: Option<ResumeToken>,
         at: Option<ClusterTime>,
@@ -199,6 +203,15 @@ pub trait LeaseStore: Send + Sync {
         &self,
         tenure: &Tenure,
         lease: Duration,
+    ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
+
+    /// updateOne on `{_id, listenerId, version}`: set `invalidated` (the holder met a
+    /// closed change stream), nothing else. Operator actions that move the resume point
+    /// clear it.
+    fn record_invalidation(
+        &self,
+        tenure: &Tenure,
+        invalidation: &Invalidation,
     ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
 
     /// updateOne on `{_id, listenerId, version}`: `listenerId = null`, `expiresAt = now`.

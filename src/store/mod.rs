@@ -14,7 +14,8 @@ pub use documents::{
 };
 pub use error::{StoreError, StoreResult};
 pub use feed::{
-    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, OperationType, StartPoint,
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, InvalidationCause,
+    OperationType, StartPoint,
 };
 pub use leases::{
     AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,

@@ -86,3 +86,22 @@ impl<H: Handler> Handler for DiesBeforeCommit<H> {
         Ok(())
     }
 }
+
+/// Every call made through the sandbox's ports so far: a listener that waits without
+/// polling makes none.
+pub fn store_calls(store: &SandboxStore) -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let calls = store.calls();
+    calls.lease_calls()
+        + [
+            &calls.open,
+            &calls.next_batch,
+            &calls.oplog_window,
+            &calls.cluster_time,
+            &calls.count_changes,
+            &calls.documents,
+        ]
+        .iter()
+        .map(|c| c.load(Relaxed))
+        .sum::<u64>()
+}

@@ -117,6 +117,17 @@ fn document_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme
                 .map_or_else(|| DASH.to_string(), escape_control),
             theme,
         ),
+        field(
+            "invalidated",
+            lease.invalidated.as_ref().map_or_else(
+                || DASH.to_string(),
+                |i| match i.at {
+                    Some(at) => format!("{} at {}", escape_control(&i.reason), cluster_clock(at)),
+                    None => escape_control(&i.reason),
+                },
+            ),
+            theme,
+        ),
     ]
 }
 
@@ -185,9 +196,23 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
             Span::styled(format!("{:<12}", "status"), theme.muted),
             Span::styled(health.status.label(), status_style(health.status, theme)),
         ]),
-        Line::raw(""),
-        Line::styled("Holder changes seen while watching", theme.title),
     ];
+    if let Some(invalidated) = &lease.invalidated {
+        // The stream was closed for good: what happened, and the way out.
+        lines.push(field("closed", escape_control(&invalidated.reason), theme));
+        lines.push(Line::from(vec![
+            Span::styled(format!("{:<12}", "recover"), theme.muted),
+            Span::styled(
+                invalidated.recovery(&escape_control(&lease.resource)),
+                theme.warn,
+            ),
+        ]));
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(
+        "Holder changes seen while watching",
+        theme.title,
+    ));
     if entry.changes.is_empty() {
         lines.push(Line::styled("  none yet", theme.muted));
     }

@@ -112,7 +112,9 @@ fn oplog_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
     }
     let table = &state.leases;
     let total = table.len();
-    let lost = table.count(LeaseStatus::Lost) + table.count(LeaseStatus::StuckBulk);
+    let lost = table.count(LeaseStatus::Lost)
+        + table.count(LeaseStatus::Invalidated)
+        + table.count(LeaseStatus::StuckBulk);
     let risk = table.count(LeaseStatus::AtRisk);
     spans.push(Span::styled(format!("   leases {total}"), theme.base));
     if lost > 0 {

@@ -23,7 +23,8 @@ fn width_of(column: Column, wide: bool) -> u16 {
         Column::Lag => 7,
         Column::Headroom if wide => 17,
         Column::Headroom => 10,
-        Column::Status => 10,
+        // The longest label, INVALIDATED.
+        Column::Status => 11,
         Column::Resource | Column::Holder => 0,
     }
 }
@@ -190,4 +191,20 @@ fn row<'a>(
         }
     });
     Row::new(cells.collect::<Vec<_>>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::LeaseStatus;
+
+    #[test]
+    fn every_status_label_fits_its_column() {
+        for status in LeaseStatus::ALL {
+            assert!(
+                status.label().chars().count() <= usize::from(width_of(Column::Status, false)),
+                "{status} is cut"
+            );
+        }
+    }
 }

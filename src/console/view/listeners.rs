@@ -66,7 +66,9 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                     theme.muted
                 }
                 ListenerState::Acquiring | ListenerState::LostLock => theme.warn,
-                ListenerState::HistoryLost | ListenerState::Refused => theme.danger,
+                ListenerState::HistoryLost
+                | ListenerState::Invalidated
+                | ListenerState::Refused => theme.danger,
             };
             Row::new(vec![
                 Cell::from(escape_control(&l.resource)),

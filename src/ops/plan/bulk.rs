@@ -51,6 +51,13 @@ pub(super) fn rebuild(lease: &Lease, name: &str, facts: &PlanFacts) -> Result<De
         "if it fails or is cancelled the lease stays bulk (STUCK BULK): re-run it or abort-bulk"
             .into(),
     );
+    if lease.invalidated.is_some() {
+        effect.lines.push(
+            "T0 is after the change that closed the stream: giving the lease back clears the \
+             INVALIDATED record, and listeners go on from T0"
+                .into(),
+        );
+    }
     let mut c = change(lease, Some(facts.operator.clone()), facts.bulk_lease);
     c.kind = LockKind::Bulk;
     c.note = format!("rebuild {name} by {}", facts.operator);

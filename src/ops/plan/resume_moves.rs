@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use super::guards::{fence_effect, holder_warning, refuse_bulk};
 use super::{change, Decision, PlanEffect};
-use crate::model::text::{group_digits, short_duration};
+use crate::model::text::{escape_control, group_digits, short_duration};
 use crate::model::OplogWindow;
-use crate::model::{Lease, ResumePoint};
+use crate::model::{Invalidation, Lease, ResumePoint};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::request::{ActionRequest, ResetTarget, RewindTarget};
@@ -100,6 +100,9 @@ fn move_resume(
             ));
         }
     }
+    if let Some(invalidated) = &lease.invalidated {
+        closed_stream_notes(invalidated, &new_point, facts, &mut effect, &mut warnings);
+    }
     effect.resume = moved.clone();
     let mut c = change(lease, None, Duration::ZERO);
     c.resume = ResumeChange::Set { token, at };
@@ -113,6 +116,42 @@ fn move_resume(
         },
         moved,
     ))
+}
+
+/// On an INVALIDATED lease: the record goes, and a new point at or before the change
+/// that closed the stream meets it again.
+fn closed_stream_notes(
+    invalidated: &Invalidation,
+    new_point: &ResumePoint,
+    facts: &PlanFacts,
+    effect: &mut PlanEffect,
+    warnings: &mut Vec<String>,
+) {
+    let reason = escape_control(&invalidated.reason);
+    effect.lines.push(format!(
+        "clears the INVALIDATED record ({reason}): the listener waiting on the lease starts again"
+    ));
+    let (Some(at), Some(after)) = (invalidated.at, invalidated.resume_after()) else {
+        return;
+    };
+    if start_of(new_point, facts.window.as_ref()).is_some_and(|start| start < after) {
+        warnings.push(format!(
+            "the stream was closed at {at} ({reason}) and the new resume point is not past it: \
+             the listener meets it again and stops INVALIDATED; --to {}:{} starts right after it",
+            after.secs, after.inc
+        ));
+    }
+}
+
+/// A forward move on an INVALIDATED lease that ends right after the change that closed
+/// the stream passes over nothing the listener could still process: it committed every
+/// change before that one, and could not go past it.
+fn only_past_the_closed_stream(lease: &Lease, moved: Option<&ResumeMove>) -> bool {
+    let after = lease
+        .invalidated
+        .as_ref()
+        .and_then(Invalidation::resume_after);
+    matches!((moved, after), (Some(m), Some(after)) if m.direction == Direction::Skip && m.to < after)
 }
 
 fn skipped_in_window(moved: Option<&ResumeMove>, window: Option<&OplogWindow>) -> bool {
@@ -135,7 +174,15 @@ pub(super) fn rewind(
         RewindTarget::By(by) => format!("rewind by {} by {}", short_duration(*by), facts.operator),
         RewindTarget::Token(_) => format!("rewind to a token by {}", facts.operator),
     };
-    let (decision, moved) = move_resume(request, lease, facts, note)?;
+    let (mut decision, moved) = move_resume(request, lease, facts, note)?;
+    if only_past_the_closed_stream(lease, moved.as_ref()) {
+        decision.effect.lines.push(
+            "starts right after the change that closed the stream: the listener committed \
+             everything before it, so nothing it could process is skipped"
+                .into(),
+        );
+        return Ok(decision);
+    }
     if skipped_in_window(moved.as_ref(), facts.window.as_ref()) {
         let what = moved.map(|m| m.describe()).unwrap_or_default();
         return Err(Refusal::new(

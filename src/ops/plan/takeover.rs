@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use super::guards::{fence_effect, holder_warning, refuse_bulk};
 use super::{change, Decision, PlanEffect};
-use crate::model::text::short_duration;
+use crate::model::text::{escape_control, short_duration};
 use crate::model::Lease;
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
@@ -64,6 +64,14 @@ pub(super) fn takeover(
                 "the resume point has fallen off the oplog (LOST): the next holder stops with history lost; rewind or reset instead".into(),
             );
         }
+    }
+    if let Some(invalidated) = &lease.invalidated {
+        warnings.push(format!(
+            "the change stream was closed (INVALIDATED: {}): a takeover keeps the resume point, \
+             so the next holder meets it again; instead {}",
+            escape_control(&invalidated.reason),
+            invalidated.recovery(&escape_control(&lease.resource))
+        ));
     }
     c.note = match (to, hold) {
         (Some(listener), _) => format!("takeover to {listener} by {}", facts.operator),

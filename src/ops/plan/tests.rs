@@ -698,3 +698,118 @@ fn digits_are_grouped_by_thousands() {
     assert_eq!(group_digits(1000), "1 000");
     assert_eq!(group_digits(1_234_567), "1 234 567");
 }
+
+// ------------------------------------------------------------------ a closed stream (INVALIDATED)
+
+/// The orders collection was dropped at +3100 s, after the listener committed +3000 s
+/// (its last change); it recorded that and gave the lease back.
+fn invalidated_lease() -> Lease {
+    let mut lease = expired(live_lease());
+    lease.holder = None;
+    lease.invalidated = Some(crate::model::Invalidation {
+        at: Some(ClusterTime::new(BASE + 3100, 4)),
+        reason: "shop.orders was dropped\u{1b}[2J".into(),
+    });
+    lease
+}
+
+fn rewind_to(time: ClusterTime) -> ActionRequest {
+    rewind(RewindTarget::Time(TimeSpec::Cluster(time)))
+}
+
+#[test]
+fn takeover_of_an_invalidated_lease_says_it_will_meet_the_closed_stream_again() {
+    let p = plan(&takeover(None, None), &facts(Some(invalidated_lease())));
+    accepted(&p);
+    let warning = p
+        .warnings
+        .iter()
+        .find(|w| w.contains("INVALIDATED"))
+        .unwrap_or_else(|| panic!("{:?}", p.warnings));
+    assert!(warning.contains("dropped\\u{1b}[2J"), "escaped: {warning}");
+    assert!(
+        warning.contains(&format!("rewind shop.orders --to {}:5", BASE + 3100)),
+        "names the way out: {warning}"
+    );
+    assert!(
+        p.after.as_ref().unwrap().invalidated.is_some(),
+        "a takeover keeps the record"
+    );
+}
+
+#[test]
+fn rewind_to_right_after_the_closed_stream_skips_nothing_and_clears_the_record() {
+    let after_drop = ClusterTime::new(BASE + 3100, 5);
+    let p = plan(&rewind_to(after_drop), &facts(Some(invalidated_lease())));
+    let change = accepted(&p);
+    assert_eq!(
+        change.resume,
+        ResumeChange::Set {
+            token: None,
+            at: Some(after_drop)
+        }
+    );
+    assert_eq!(p.after.as_ref().unwrap().invalidated, None);
+    assert!(
+        p.effect
+            .lines
+            .iter()
+            .any(|l| l.starts_with("clears the INVALIDATED record")),
+        "{:?}",
+        p.effect.lines
+    );
+    assert!(
+        p.effect
+            .lines
+            .iter()
+            .any(|l| l.starts_with("starts right after")),
+        "{:?}",
+        p.effect.lines
+    );
+    assert!(
+        !p.warnings.iter().any(|w| w.contains("meets it again")),
+        "{:?}",
+        p.warnings
+    );
+
+    // One tick further passes over changes made after the drop: a skip, refused.
+    let later = plan(
+        &rewind_to(ClusterTime::new(BASE + 3100, 6)),
+        &facts(Some(invalidated_lease())),
+    );
+    assert_eq!(refusal(&later), RefusalKind::WouldSkip);
+    // Without the record, the same move is a skip like any other.
+    let mut plain = invalidated_lease();
+    plain.invalidated = None;
+    assert_eq!(
+        refusal(&plan(&rewind_to(after_drop), &facts(Some(plain)))),
+        RefusalKind::WouldSkip
+    );
+}
+
+#[test]
+fn moving_an_invalidated_lease_to_before_the_closed_stream_warns_it_meets_it_again() {
+    for request in [
+        rewind_to(at(2000)),
+        reset(ResetTarget::Oldest, false),
+        rewind_to(ClusterTime::new(BASE + 3100, 4)),
+    ] {
+        let p = plan(&request, &facts(Some(invalidated_lease())));
+        accepted(&p);
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.contains("meets it again")
+                    && w.contains(&format!("--to {}:5", BASE + 3100))),
+            "{request:?}: {:?}",
+            p.warnings
+        );
+    }
+    let now = plan(
+        &reset(ResetTarget::Now, true),
+        &facts(Some(invalidated_lease())),
+    );
+    accepted(&now);
+    assert!(!now.warnings.iter().any(|w| w.contains("meets it again")));
+    assert_eq!(now.after.as_ref().unwrap().invalidated, None);
+}

@@ -4,8 +4,10 @@
 use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocument};
 use chrono::{DateTime, Utc};
 
-use crate::model::{AuditRecord, ClusterTime, Lease, LockKind, ResumeToken, WatchTarget};
-use crate::store::{ChangeEvent, Namespace, OperationType, StoreError};
+use crate::model::{
+    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
+};
+use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType, StoreError};
 
 fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
     StoreError::Malformed {
@@ -144,7 +146,18 @@ pub(super) fn lease_to_document(lease: &Lease) -> Document {
     if let Some(note) = &lease.note {
         document.insert("note", note);
     }
+    if let Some(invalidated) = &lease.invalidated {
+        document.insert("invalidated", invalidation_to_document(invalidated));
+    }
     document
+}
+
+/// The `invalidated` field: `{at: Timestamp | null, reason}`.
+pub fn invalidation_to_document(invalidation: &Invalidation) -> Document {
+    doc! {
+        "at": opt(invalidation.at, |t| Bson::Timestamp(t.into())),
+        "reason": &invalidation.reason,
+    }
 }
 
 pub fn watch_to_document(watch: &WatchTarget) -> Document {
@@ -214,6 +227,13 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         committed_at: opt_date(what, document, "committedAt")?,
         watch,
         note: opt_string(what, document, "note")?,
+        invalidated: match opt_document(what, document, "invalidated")? {
+            None => None,
+            Some(i) => Some(Invalidation {
+                at: opt_timestamp(what, i, "at")?,
+                reason: opt_string(what, i, "reason")?.unwrap_or_default(),
+            }),
+        },
         resource,
     })
 }
@@ -259,6 +279,60 @@ pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreErro
         outcome: required("outcome")?,
         id,
     })
+}
+
+/// A change stream document, by what it means for the stream on `watched`.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)] // consumed at once, one per read
+pub enum StreamEvent {
+    /// A change for the handler.
+    Change(ChangeEvent),
+    /// A drop or rename that closes the stream; its `invalidate` follows. Never handed
+    /// to handlers, and its token is never progress.
+    Closing {
+        cause: InvalidationCause,
+        at: ClusterTime,
+    },
+    /// The server closed the stream.
+    Invalidate { at: ClusterTime },
+}
+
+fn namespace_field(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<Option<Namespace>, StoreError> {
+    Ok(match opt_document(what, document, field)? {
+        Some(ns) => Some(Namespace::new(
+            opt_string(what, ns, "db")?.unwrap_or_default(),
+            opt_string(what, ns, "coll")?.unwrap_or_default(),
+        )),
+        None => None,
+    })
+}
+
+/// Sorts one event of a stream on `watched`: `invalidate`, a drop or rename that closes
+/// the stream (see [`InvalidationCause::of_change`]), or a change for the handler.
+pub fn stream_event(watched: &Namespace, raw: &RawDocument) -> Result<StreamEvent, StoreError> {
+    const WHAT: &str = "change event";
+    let operation = raw
+        .get_str("operationType")
+        .map_err(|e| malformed(WHAT, "operationType", e))?;
+    if matches!(operation, "invalidate" | "drop" | "rename" | "dropDatabase") {
+        // Rare: decoded whole, unlike the changes read below.
+        let document = Document::try_from(raw).map_err(|e| malformed(WHAT, "?", e))?;
+        let at = opt_timestamp(WHAT, &document, "clusterTime")?
+            .ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
+        if operation == "invalidate" {
+            return Ok(StreamEvent::Invalidate { at });
+        }
+        let ns = namespace_field(WHAT, &document, "ns")?.unwrap_or_else(|| Namespace::new("", ""));
+        let to = namespace_field(WHAT, &document, "to")?;
+        if let Some(cause) = InvalidationCause::of_change(watched, operation, &ns, to.as_ref()) {
+            return Ok(StreamEvent::Closing { cause, at });
+        }
+    }
+    change_event_from_raw(raw).map(StreamEvent::Change)
 }
 
 /// A change event as the server sent it, read field by field from its raw bytes:
@@ -389,6 +463,10 @@ mod tests {
                 pipeline: "[]".into(),
             }),
             note: Some("takeover by ops".into()),
+            invalidated: Some(Invalidation {
+                at: Some(ClusterTime::new(100, 3)),
+                reason: "shop.orders was dropped".into(),
+            }),
         }
     }
 
@@ -398,6 +476,20 @@ mod tests {
         let document = lease_to_document(&lease);
         assert_eq!(document.get_i64("version").unwrap(), 7);
         assert_eq!(lease_from_document(&document).unwrap(), lease);
+    }
+
+    #[test]
+    fn the_invalidation_is_stored_under_its_own_field() {
+        let document = lease_to_document(&full_lease());
+        assert_eq!(
+            document.get_document("invalidated").unwrap(),
+            &doc! {"at": bson::Timestamp { time: 100, increment: 3 }, "reason": "shop.orders was dropped"}
+        );
+        let mut clear = full_lease();
+        clear.invalidated = None;
+        assert!(!lease_to_document(&clear).contains_key("invalidated"));
+        let null = lease_from_document(&doc! {"_id": "r", "invalidated": null}).unwrap();
+        assert_eq!(null.invalidated, None, "null reads as not invalidated");
     }
 
     #[test]
@@ -419,6 +511,9 @@ mod tests {
             (doc! {"_id": "r", "resumeAt": 5}, "resumeAt"),
             (doc! {"_id": "r", "resumeToken": "abc"}, "resumeToken"),
             (doc! {"_id": "r", "watch": {"db": 1}}, "db"),
+            (doc! {"_id": "r", "invalidated": "yes"}, "invalidated"),
+            (doc! {"_id": "r", "invalidated": {"at": "then"}}, "at"),
+            (doc! {"_id": "r", "invalidated": {"reason": 5}}, "reason"),
         ] {
             match lease_from_document(&document) {
                 Err(StoreError::Malformed { detail, .. }) => {
@@ -427,6 +522,77 @@ mod tests {
                 other => panic!("{document}: expected Malformed, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn drops_and_renames_of_the_watched_collection_close_its_stream() {
+        let watched = Namespace::new("shop", "orders");
+        let ts = bson::Timestamp {
+            time: 1_795_442_561,
+            increment: 4,
+        };
+        // Shaped as a real 6.0.5 sends them (tests/mongo_live_invalidate.rs).
+        let event = |op: &str, ns: Document, to: Option<Document>| {
+            let mut d = doc! {
+                "_id": {"_data": "826B044781000000042B022C0100296E5A10047ABF04"},
+                "operationType": op, "clusterTime": ts, "ns": ns,
+            };
+            if let Some(to) = to {
+                d.insert("to", to);
+            }
+            d
+        };
+        let at = ClusterTime::from(ts);
+        let orders = doc! {"db": "shop", "coll": "orders"};
+        let old = doc! {"db": "shop", "coll": "orders_old"};
+        let tmp = doc! {"db": "shop", "coll": "tmp.agg_out.1"};
+        let cases = [
+            (
+                event("drop", orders.clone(), None),
+                InvalidationCause::Dropped(watched.clone()),
+            ),
+            (
+                event("rename", orders.clone(), Some(old.clone())),
+                InvalidationCause::Renamed {
+                    from: watched.clone(),
+                    to: Namespace::new("shop", "orders_old"),
+                },
+            ),
+            (
+                event("rename", tmp, Some(orders.clone())),
+                InvalidationCause::Replaced {
+                    from: Namespace::new("shop", "tmp.agg_out.1"),
+                    to: watched.clone(),
+                },
+            ),
+            (
+                event("dropDatabase", doc! {"db": "shop"}, None),
+                InvalidationCause::DatabaseDropped("shop".into()),
+            ),
+        ];
+        for (document, cause) in cases {
+            assert_eq!(
+                stream_event(&watched, &raw(document)).unwrap(),
+                StreamEvent::Closing { cause, at }
+            );
+        }
+        let mut invalidate = event("invalidate", doc! {}, None);
+        invalidate.remove("ns");
+        assert_eq!(
+            stream_event(&watched, &raw(invalidate)).unwrap(),
+            StreamEvent::Invalidate { at }
+        );
+        // Another collection's drop says nothing about this stream.
+        let other = event("drop", doc! {"db": "shop", "coll": "pets"}, None);
+        assert!(matches!(
+            stream_event(&watched, &raw(other)).unwrap(),
+            StreamEvent::Change(_)
+        ));
+        let no_time = doc! {"_id": {"_data": "82"}, "operationType": "invalidate"};
+        assert!(matches!(
+            stream_event(&watched, &raw(no_time)),
+            Err(StoreError::Malformed { .. })
+        ));
     }
 
     #[test]

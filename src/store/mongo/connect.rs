@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use bson::doc;
 use mongodb::options::ClientOptions;
-use mongodb::Client;
+use mongodb::{Client, Database};
 
 use super::errors::{bounded, classify_with_hint, CallError};
+use super::version;
 use crate::store::{Namespace, StoreError};
 
 /// The form a connection string must have, shown when one is rejected.
@@ -104,15 +105,71 @@ pub async fn open_client(
     let ping = admin.run_command(doc! {"ping": 1});
     let limit = settings.server_selection_timeout + settings.operation_timeout;
     match bounded(limit, "connect", async { ping.await }).await {
-        Ok(_) => Ok(client),
-        Err(e) => Err(scrub_error(
-            e.into_store_with_hint(
-                "connect",
-                "a user with at least the streamwardReader role of docs/permissions.md",
-            ),
-            secret.as_deref(),
-        )),
+        Ok(_) => {}
+        Err(e) => {
+            if let Some(too_old) = match &e {
+                CallError::Driver(driver) => refused_as_too_old(driver),
+                CallError::TimedOut(_) => None,
+            } {
+                return Err(too_old);
+            }
+            return Err(scrub_error(
+                e.into_store_with_hint(
+                    "connect",
+                    "a user with at least the streamwardReader role of docs/permissions.md",
+                ),
+                secret.as_deref(),
+            ));
+        }
     }
+    check_version(&admin, settings.operation_timeout)
+        .await
+        .map_err(|e| scrub_error(e, secret.as_deref()))?;
+    Ok(client)
+}
+
+/// The driver refuses servers before 4.4 during server selection, with a message.
+fn refused_as_too_old(error: &mongodb::error::Error) -> Option<StoreError> {
+    match &*error.kind {
+        mongodb::error::ErrorKind::ServerSelection { message, .. } => {
+            version::from_driver_refusal(message)
+        }
+        _ => None,
+    }
+}
+
+/// Refuses a server older than the adapter's commands need: `hello.maxWireVersion`
+/// decides; `buildInfo.version` (read only then) names it in the message.
+async fn check_version(admin: &Database, limit: Duration) -> Result<(), StoreError> {
+    let action = "read the server's version (hello)";
+    let hello = bounded(limit, action, async {
+        admin.run_command(doc! {"hello": 1}).await
+    })
+    .await
+    .map_err(|e| e.into_store(action))?;
+    let wire = match hello.get("maxWireVersion") {
+        Some(value) => super::codec::integer("hello reply", value, "maxWireVersion")?,
+        None => {
+            return Err(StoreError::Malformed {
+                what: "hello reply".into(),
+                detail: "field maxWireVersion: missing".into(),
+            })
+        }
+    };
+    let wire = i32::try_from(wire).unwrap_or(i32::MAX);
+    if wire >= version::MIN_WIRE_VERSION {
+        return Ok(());
+    }
+    let build = bounded(limit, "read the server's version (buildInfo)", async {
+        admin.run_command(doc! {"buildInfo": 1}).await
+    })
+    .await
+    .ok();
+    let named = build
+        .as_ref()
+        .and_then(|b| b.get_str("version").ok())
+        .map(crate::model::text::escape_control);
+    version::check(wire, named.as_deref())
 }
 
 impl CallError {

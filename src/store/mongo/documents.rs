@@ -261,6 +261,59 @@ impl DocumentStore for MongoStore {
         .map_err(|e| self.document_error(e, &action, ns))?;
         Ok(())
     }
+
+    /// `drop`, majority; the driver reads "namespace not found" as done, so the single
+    /// retry is safe.
+    async fn drop_collection(&self, ns: &Namespace) -> StoreResult<()> {
+        let action = format!("drop {ns}");
+        let collection = self.collection(ns);
+        with_one_retry(self.timeout(), &action, || {
+            collection
+                .drop()
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))
+    }
+
+    /// `renameCollection` on `admin`, majority. Not retried: a rename that was applied
+    /// before its reply was lost fails the second time ("source namespace does not exist").
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> StoreResult<()> {
+        if let Some(refusal) = crate::store::documents::refuse_rename(from, to) {
+            return Err(refusal);
+        }
+        let action = format!("rename {from} to {to}");
+        let admin = self.client.database("admin");
+        let command = doc! {
+            "renameCollection": from.to_string(),
+            "to": to.to_string(),
+            "dropTarget": drop_target,
+            "writeConcern": { "w": "majority", "wtimeout": i64::try_from(self.timeout().as_millis()).unwrap_or(i64::MAX) },
+        };
+        super::errors::bounded(self.timeout(), &action, async {
+            admin.run_command(command).await
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, from))?;
+        Ok(())
+    }
+
+    /// `dropDatabase`, majority; idempotent, so retried once.
+    async fn drop_database(&self, db: &str) -> StoreResult<()> {
+        let action = format!("drop database {db}");
+        let database = self.client.database(db);
+        with_one_retry(self.timeout(), &action, || {
+            database.drop().write_concern(self.majority()).into_future()
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&action, &format!("dropDatabase on the {db} database")))
+    }
 }
 
 impl MongoStore {

@@ -16,16 +16,31 @@ use mongodb::change_stream::ChangeStream;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 use serde::de::DeserializeOwned;
 
-use crate::store::StoreError;
+use crate::store::{InvalidationCause, StoreError};
 
 /// Codes that mean "this node is not (or no longer) a writable primary".
 const NOT_PRIMARY_CODES: [i32; 7] = [189, 91, 10107, 11600, 11602, 13435, 13436];
-/// Change-stream history lost: 286 ChangeStreamHistoryLost, 280 ChangeStreamFatalError
-/// (token not found), 40576 / 40585 on older servers, and 136 CappedPositionLost: what
-/// a real 6.0 answers a live stream's getMore once the oplog rolled past its position
-/// while it was paused (the driver does not resume on 136; the only tailable cursors
-/// this adapter opens are change streams).
-pub const HISTORY_LOST_CODES: [i32; 5] = [286, 280, 136, 40576, 40585];
+/// 286 ChangeStreamHistoryLost: the resume point is older than the oplog.
+pub const HISTORY_LOST: i32 = 286;
+/// 136 CappedPositionLost: what a real 6.0 answers a live stream's getMore once the oplog
+/// rolled past its position while it was paused (the driver does not resume on 136; the
+/// only tailable cursors this adapter opens are change streams).
+pub const CAPPED_POSITION_LOST: i32 = 136;
+/// 280 ChangeStreamFatalError: history lost only when it says the resume token was not
+/// found; the server also uses it for an ambiguous `updateLookup` ("found more than one
+/// document with document key"), a pipeline that modified `_id`, and split events.
+pub const CHANGE_STREAM_FATAL: i32 = 280;
+/// 40576 / 40585: history lost on servers before 4.2 (kept for their messages' sake).
+const OLD_HISTORY_LOST_CODES: [i32; 2] = [40576, 40585];
+/// 260 InvalidResumeToken: a stream resumed after its invalidate notification when the
+/// message says so; otherwise a token the server cannot use.
+pub const INVALID_RESUME_TOKEN: i32 = 260;
+/// In the 280 (and old 40585) message when a resume token is not in the oplog, as a real
+/// 6.0 says it: "cannot resume stream; the resume token was not found. {_data: …}".
+const TOKEN_NOT_FOUND: &str = "resume token was not found";
+/// In the 260 message, as a real 6.0 says it: "Attempting to resume a change stream
+/// using 'resumeAfter' is not allowed from an invalidate notification".
+const FROM_INVALIDATE: &str = "from an invalidate notification";
 pub const DUPLICATE_KEY: i32 = 11000;
 pub const UNAUTHORIZED: i32 = 13;
 pub const AUTHENTICATION_FAILED: i32 = 18;
@@ -105,7 +120,15 @@ pub fn classify(error: &Error, action: &str) -> StoreError {
 /// Maps a server error code, with the role hint for privilege errors.
 pub fn from_code(code: i32, message: String, action: &str) -> StoreError {
     match code {
-        c if HISTORY_LOST_CODES.contains(&c) => StoreError::HistoryLost { code, message },
+        HISTORY_LOST | CAPPED_POSITION_LOST => StoreError::HistoryLost { code, message },
+        CHANGE_STREAM_FATAL if message.contains(TOKEN_NOT_FOUND) => {
+            StoreError::HistoryLost { code, message }
+        }
+        c if OLD_HISTORY_LOST_CODES.contains(&c) => StoreError::HistoryLost { code, message },
+        INVALID_RESUME_TOKEN if message.contains(FROM_INVALIDATE) => StoreError::Invalidated {
+            cause: InvalidationCause::ResumedFromInvalidate,
+            at: None,
+        },
         AUTHENTICATION_FAILED => StoreError::Authentication(message),
         UNAUTHORIZED => StoreError::NotPermitted {
             action: action.to_string(),
@@ -205,5 +228,55 @@ where
             bounded(limit, action, attempt()).await
         }
         other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mapped(code: i32, message: &str) -> StoreError {
+        from_code(
+            code,
+            message.into(),
+            "read the change stream on shop.orders",
+        )
+    }
+
+    #[test]
+    fn code_280_is_history_lost_only_when_the_token_was_not_found() {
+        let not_found = "PlanExecutor error during aggregation :: caused by :: cannot resume stream; \
+                         the resume token was not found. {_data: \"826B04478C000000012B022C0100296E5A1004\"}";
+        assert!(matches!(
+            mapped(280, not_found),
+            StoreError::HistoryLost { code: 280, .. }
+        ));
+        for other in [
+            "found more than one document with document key { _id: 1 } [{ _id: 1 }, { _id: 1 }]",
+            "Encountered an event whose _id field, which contains the resume token, was modified by the pipeline.",
+        ] {
+            assert!(
+                matches!(mapped(280, other), StoreError::Command { code: 280, .. }),
+                "{other}"
+            );
+        }
+        assert!(matches!(
+            mapped(286, "Resume of change stream was not possible, as the resume point may no longer be in the oplog."),
+            StoreError::HistoryLost { code: 286, .. }
+        ));
+    }
+
+    #[test]
+    fn code_260_is_invalidated_only_after_an_invalidate_notification() {
+        let closed = "Attempting to resume a change stream using 'resumeAfter' is not allowed from an invalidate notification";
+        assert_eq!(
+            mapped(260, closed).to_string(),
+            "change stream closed by the server (invalidate): the stored resume token is the \
+             invalidate notification of a closed change stream"
+        );
+        assert!(matches!(
+            mapped(260, "Invalid resume token: expected a document"),
+            StoreError::Command { code: 260, .. }
+        ));
     }
 }

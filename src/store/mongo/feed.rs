@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
 
-use super::codec::{change_event_from_raw, required_timestamp};
+use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
 use crate::model::{ClusterTime, OplogWindow, ResumeToken};
@@ -246,6 +246,10 @@ impl ChangeFeed for MongoStore {
             StartPoint::After(token) => Some(driver_token(token)?),
             _ => None,
         };
+        let resume_time = match &start {
+            StartPoint::After(token) => token.time(),
+            _ => None,
+        };
         let start_at = match start {
             StartPoint::At(time) => Some(bson::Timestamp::from(time)),
             _ => None,
@@ -263,13 +267,21 @@ impl ChangeFeed for MongoStore {
             watch.await
         })
         .await
-        .map_err(|e| e.into_store_hinted(&action, STREAM_HINT))?;
+        .map_err(|e| match e.into_store_hinted(&action, STREAM_HINT) {
+            // 260 after an invalidate notification: the token says when.
+            StoreError::Invalidated { cause, at: None } => StoreError::Invalidated {
+                cause,
+                at: resume_time,
+            },
+            other => other,
+        })?;
         Ok(MongoChangeStream {
             stream: opened.with_type::<RawDocumentBuf>(),
             batch_size: options.batch_size.max(1) as usize,
             ns: ns.clone(),
             action: format!("read the change stream on {ns}"),
             read_bound: self.timeout() + options.max_await,
+            ended: None,
         })
     }
 
@@ -334,6 +346,8 @@ pub struct MongoChangeStream {
     read_bound: Duration,
     /// Named in errors; formatted once, not per read.
     action: String,
+    /// Why the stream ended for good, once it has: every later read answers this.
+    ended: Option<StoreError>,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -350,26 +364,87 @@ impl ChangeStream for MongoChangeStream {
     /// are taken from the same server batch, or from further getMores while events
     /// keep arriving, until `batch_size` is reached or a getMore comes back empty; so a
     /// batch can linger up to one more `max_await` once the stream goes quiet.
+    ///
+    /// A drop or rename of the watched collection is read on to its `invalidate` and
+    /// becomes the stream's end (`Invalidated`); the changes before it are returned
+    /// first. A dead cursor answers `None` at once to every read, so the end is
+    /// remembered and returned at once from then on, never read again.
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        if let Some(ended) = &self.ended {
+            return Err(ended.clone());
+        }
         let mut batch = ChangeBatch::default();
-        while batch.events.len() < self.batch_size {
+        // A drop or rename seen, waiting for its `invalidate`.
+        let mut closing: Option<(crate::store::InvalidationCause, ClusterTime)> = None;
+        // Empty reads while waiting for it: the server sends it in the drop's batch, so
+        // a few empty replies mean it is not coming, and the drop alone ends the stream.
+        let mut waited = 0;
+        while closing.is_some() || batch.events.len() < self.batch_size {
             let next = next_within(&mut self.stream, self.read_bound, &self.action)
                 .await
                 .map_err(|e| e.into_store_hinted(&self.action, STREAM_HINT))?;
-            match next {
-                Some(raw) => batch.events.push(change_event_from_raw(&raw)?),
-                None => break,
+            let Some(document) = next else {
+                if self.stream.is_alive() {
+                    waited += 1;
+                    if closing.is_some() && waited < 3 {
+                        continue; // the invalidate follows
+                    }
+                    if let Some((cause, at)) = closing.take() {
+                        self.ended = Some(StoreError::Invalidated {
+                            cause,
+                            at: Some(at),
+                        });
+                    }
+                    break;
+                }
+                // The server closed the cursor and every event it sent has been read.
+                self.ended = Some(match closing.take() {
+                    Some((cause, at)) => StoreError::Invalidated {
+                        cause,
+                        at: Some(at),
+                    },
+                    None => StoreError::Network(format!(
+                        "{}: the server closed the change stream without an invalidate event",
+                        self.action
+                    )),
+                });
+                break;
+            };
+            match stream_event(&self.ns, &document)? {
+                StreamEvent::Change(event) => {
+                    // Only the invalidate closes a stream: a change after a drop or
+                    // rename means that one did not.
+                    closing = None;
+                    batch.events.push(event);
+                }
+                StreamEvent::Closing { cause, at } => closing = Some((cause, at)),
+                StreamEvent::Invalidate { at } => {
+                    let (cause, at) = match closing.take() {
+                        Some((cause, at)) => (cause, at),
+                        None => (crate::store::InvalidationCause::Unknown, at),
+                    };
+                    self.ended = Some(StoreError::Invalidated {
+                        cause,
+                        at: Some(at),
+                    });
+                    break;
+                }
             }
         }
-        batch.resume_token = match batch.events.last() {
-            Some(event) => Some(event.token.clone()),
-            None => self
-                .stream
-                .resume_token()
-                .as_ref()
-                .map(store_token)
-                .transpose()?,
-        };
+        match batch.events.last() {
+            Some(event) => batch.resume_token = Some(event.token.clone()),
+            None => {
+                if let Some(ended) = &self.ended {
+                    return Err(ended.clone());
+                }
+                batch.resume_token = self
+                    .stream
+                    .resume_token()
+                    .as_ref()
+                    .map(store_token)
+                    .transpose()?;
+            }
+        }
         Ok(batch)
     }
 }

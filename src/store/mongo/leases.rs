@@ -10,11 +10,12 @@ use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentType, ReturnDocument};
 
 use super::codec::{
-    audit_from_document, audit_to_document, lease_from_document, required_date, watch_to_document,
+    audit_from_document, audit_to_document, invalidation_to_document, lease_from_document,
+    required_date, watch_to_document,
 };
 use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
 use super::MongoStore;
-use crate::model::{AuditRecord, ClusterTime, Lease, LockKind};
+use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LockKind};
 use crate::store::{
     AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
     LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult,
@@ -118,6 +119,7 @@ pub(super) fn operator_pipeline(change: &OperatorChange) -> Vec<Document> {
         let at = at.map(|t| Bson::Timestamp(t.into())).unwrap_or(Bson::Null);
         set.insert("resumeToken", doc! { "$literal": token });
         set.insert("resumeAt", doc! { "$literal": at });
+        set.insert("invalidated", "$$REMOVE");
     }
     vec![doc! { "$set": set }]
 }
@@ -331,6 +333,21 @@ impl LeaseStore for MongoStore {
             "renewedAt": "$$NOW",
         } }];
         let action = format!("renew lease {}", tenure.resource);
+        self.tenure_update(tenure, pipeline, &action).await
+    }
+
+    async fn record_invalidation(
+        &self,
+        tenure: &Tenure,
+        invalidation: &Invalidation,
+    ) -> StoreResult<TenureWrite> {
+        let pipeline = vec![doc! { "$set": {
+            "invalidated": { "$literal": invalidation_to_document(invalidation) },
+        } }];
+        let action = format!(
+            "record on lease {} that its stream was closed",
+            tenure.resource
+        );
         self.tenure_update(tenure, pipeline, &action).await
     }
 

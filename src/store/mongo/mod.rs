@@ -13,6 +13,7 @@ mod documents;
 mod errors;
 mod feed;
 mod leases;
+pub mod version;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -6,13 +6,43 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::model::{ClusterTime, OplogWindow};
-use crate::store::ChangeEvent;
+use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType};
 
 /// An entry and its position in the log.
 #[derive(Debug, Clone)]
 pub struct LogEntry {
     pub seq: u64,
     pub event: Arc<ChangeEvent>,
+    /// For a `rename`: the new name (the server's `to`).
+    pub to: Option<Namespace>,
+}
+
+impl LogEntry {
+    /// A drop, rename or dropDatabase: a command on the collection, not a document change.
+    pub fn is_command(&self) -> bool {
+        matches!(&self.event.operation, OperationType::Other(op)
+            if matches!(op.as_str(), "drop" | "rename" | "dropDatabase"))
+    }
+
+    /// Whether this entry closes a stream on `watched` (the server's `invalidate`), and why.
+    pub fn closes(&self, watched: &Namespace) -> Option<InvalidationCause> {
+        match &self.event.operation {
+            OperationType::Other(op) if self.is_command() => {
+                InvalidationCause::of_change(watched, op, &self.event.ns, self.to.as_ref())
+            }
+            _ => None,
+        }
+    }
+}
+
+/// What a reader does with one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scan {
+    /// Not for this reader: pass over it.
+    Skip,
+    Keep,
+    /// Stop before this entry: it ends the reader's stream.
+    Stop,
 }
 
 #[derive(Debug)]
@@ -60,6 +90,11 @@ impl ChangeLog {
 
     /// Appends an event whose `cluster_time` came from `next_time`.
     pub fn append(&mut self, event: ChangeEvent) -> u64 {
+        self.append_entry(event, None)
+    }
+
+    /// Appends an event, with the new name when it is a rename.
+    pub fn append_entry(&mut self, event: ChangeEvent, to: Option<Namespace>) -> u64 {
         debug_assert!(event.cluster_time > self.last_time);
         self.last_time = event.cluster_time;
         let seq = self.next_seq;
@@ -67,6 +102,7 @@ impl ChangeLog {
         self.entries.push_back(LogEntry {
             seq,
             event: Arc::new(event),
+            to,
         });
         while self.entries.len() > self.capacity {
             if let Some(dropped) = self.entries.pop_front() {
@@ -130,13 +166,13 @@ impl ChangeLog {
         self.next_seq
     }
 
-    /// Entries from `seq` on, at most `limit` of them passing `keep`, and the
-    /// position after the last entry scanned.
+    /// Entries from `seq` on, at most `limit` of them that `scan` keeps, and the
+    /// position after the last entry scanned (at the entry `scan` stopped at, if any).
     pub fn read_from(
         &self,
         seq: u64,
         limit: usize,
-        mut keep: impl FnMut(&ChangeEvent) -> bool,
+        mut scan: impl FnMut(&LogEntry) -> Scan,
         out: &mut Vec<Arc<ChangeEvent>>,
     ) -> Result<u64, HistoryLost> {
         let first = self.first_seq();
@@ -149,15 +185,19 @@ impl ChangeLog {
             if out.len() >= limit {
                 break;
             }
-            next = entry.seq + 1;
-            if keep(&entry.event) {
-                out.push(Arc::clone(&entry.event));
+            match scan(entry) {
+                Scan::Stop => return Ok(entry.seq),
+                Scan::Keep => out.push(Arc::clone(&entry.event)),
+                Scan::Skip => {}
             }
+            next = entry.seq + 1;
         }
         Ok(next)
     }
 
-    /// Entries on `ns` with a time in `from..=to` still in the log, counting at most `limit`.
+    /// Document changes on `ns` with a time in `from..=to` still in the log, counting at
+    /// most `limit`. Drops and renames are not counted: in an oplog they are commands on
+    /// `db.$cmd`, not entries of the collection.
     pub fn count_between(
         &self,
         ns: &crate::store::Namespace,
@@ -173,7 +213,7 @@ impl ChangeLog {
             if counted >= limit || entry.event.cluster_time > to {
                 break;
             }
-            if entry.event.ns == *ns {
+            if entry.event.ns == *ns && !entry.is_command() {
                 counted += 1;
             }
         }
@@ -243,8 +283,11 @@ mod tests {
         assert_eq!(log.position_at(ClusterTime::new(100, 2)), Err(HistoryLost));
         assert_eq!(log.position_at(window.first), Ok(3));
         let mut out = Vec::new();
-        assert_eq!(log.read_from(2, 10, |_| true, &mut out), Err(HistoryLost));
-        assert_eq!(log.read_from(3, 10, |_| true, &mut out), Ok(6));
+        assert_eq!(
+            log.read_from(2, 10, |_| Scan::Keep, &mut out),
+            Err(HistoryLost)
+        );
+        assert_eq!(log.read_from(3, 10, |_| Scan::Keep, &mut out), Ok(6));
         assert_eq!(out.len(), 3);
     }
 
@@ -305,10 +348,35 @@ mod tests {
         let log = filled(100, 10);
         let mut out = Vec::new();
         let next = log
-            .read_from(1, 2, |e| e.cluster_time.inc % 2 == 0, &mut out)
+            .read_from(
+                1,
+                2,
+                |e| match e.event.cluster_time.inc % 2 {
+                    0 => Scan::Keep,
+                    _ => Scan::Skip,
+                },
+                &mut out,
+            )
             .unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!(next, 5, "scanned through entry 4, the second even one");
         assert_eq!(log.position_after(ClusterTime::new(100, 4)), Ok(5));
+        out.clear();
+        let stopped = log
+            .read_from(
+                1,
+                10,
+                |e| match e.seq {
+                    3 => Scan::Stop,
+                    _ => Scan::Keep,
+                },
+                &mut out,
+            )
+            .unwrap();
+        assert_eq!(
+            (stopped, out.len()),
+            (3, 2),
+            "stops before entry 3, which stays unread"
+        );
     }
 }

@@ -321,4 +321,45 @@ impl DocumentStore for SandboxStore {
         self.publish_log_end(end);
         Ok(())
     }
+
+    async fn drop_collection(&self, ns: &Namespace) -> StoreResult<()> {
+        count(&self.inner.calls.documents);
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        state.drop_collection(ns, now);
+        let end = state.log.end();
+        drop(state);
+        self.publish_log_end(end);
+        Ok(())
+    }
+
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> StoreResult<()> {
+        count(&self.inner.calls.documents);
+        if let Some(refusal) = crate::store::documents::refuse_rename(from, to) {
+            return Err(refusal);
+        }
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        state.rename_collection(from, to, drop_target, now)?;
+        let end = state.log.end();
+        drop(state);
+        self.publish_log_end(end);
+        Ok(())
+    }
+
+    async fn drop_database(&self, db: &str) -> StoreResult<()> {
+        count(&self.inner.calls.documents);
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        state.drop_database(db, now);
+        let end = state.log.end();
+        drop(state);
+        self.publish_log_end(end);
+        Ok(())
+    }
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use bson::Document;
 use tokio::sync::watch;
 
-use super::change_log::HistoryLost;
+use super::change_log::{HistoryLost, Scan};
 use super::{count, SandboxStore};
 use crate::model::{ClusterTime, OplogWindow, ResumeToken, TokenKind};
 use crate::store::{
@@ -70,6 +70,7 @@ impl ChangeFeed for SandboxStore {
             options,
             log_end: self.inner.log_end.subscribe(),
             scratch: Vec::new(),
+            ended: None,
         })
     }
 
@@ -117,19 +118,39 @@ pub struct SandboxStream {
     options: FeedOptions,
     log_end: watch::Receiver<u64>,
     scratch: Vec<Arc<ChangeEvent>>,
+    /// Why the stream ended for good (a drop or rename of its collection): every later
+    /// read answers this, like a closed change stream.
+    ended: Option<StoreError>,
 }
 
 impl SandboxStream {
     fn read(&mut self) -> StoreResult<ChangeBatch> {
+        if let Some(ended) = &self.ended {
+            return Err(ended.clone());
+        }
         let limit = self.options.batch_size.max(1) as usize;
         self.scratch.clear();
         let ns = &self.ns;
+        // Like a collection change stream: document changes on `ns`; a drop or rename of
+        // it ends the stream there (the server's `invalidate`), after the changes before it.
+        let mut closed = None;
         let state = self.store.lock();
         state.log.check_resumable(self.resumes_from)?;
-        self.position =
-            state
-                .log
-                .read_from(self.position, limit, |e| e.ns == *ns, &mut self.scratch)?;
+        self.position = state.log.read_from(
+            self.position,
+            limit,
+            |entry| {
+                if let Some(cause) = entry.closes(ns) {
+                    closed = Some((cause, entry.event.cluster_time));
+                    Scan::Stop
+                } else if entry.event.ns == *ns && !entry.is_command() {
+                    Scan::Keep
+                } else {
+                    Scan::Skip
+                }
+            },
+            &mut self.scratch,
+        )?;
         let scanned_to = state.log.last_time();
         let at_end = self.position == state.log.end();
         // `fullDocument: updateLookup`: an update carries the document as it is when
@@ -147,6 +168,12 @@ impl SandboxStream {
             })
             .collect();
         drop(state);
+        if let Some((cause, at)) = closed {
+            self.ended = Some(StoreError::Invalidated {
+                cause,
+                at: Some(at),
+            });
+        }
         // Cheap Arc clones under the lock (and the looked-up documents), the deep copies
         // after it: writers never wait on a reader for long.
         let events: Vec<ChangeEvent> = self
@@ -162,6 +189,11 @@ impl SandboxStream {
                 full_document: lookup.unwrap_or_else(|| e.full_document.clone()),
             })
             .collect();
+        if events.is_empty() {
+            if let Some(ended) = &self.ended {
+                return Err(ended.clone());
+            }
+        }
         let resume_token = match events.last() {
             Some(last) => {
                 self.resume_time = Some(last.cluster_time);

@@ -19,6 +19,12 @@ pub enum HistoryEntry {
         version: i64,
         token_time: Option<ClusterTime>,
     },
+    /// The holder recorded on its lease that its stream was closed (INVALIDATED).
+    Invalidated {
+        resource: String,
+        listener: String,
+        version: i64,
+    },
     /// A commit or release that matched nothing.
     TenureRefused {
         resource: String,

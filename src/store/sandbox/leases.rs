@@ -8,7 +8,7 @@ use tokio::sync::broadcast;
 use super::history::{HistoryEntry, StartMark};
 use super::state::State;
 use super::{count, SandboxStore};
-use crate::model::{AuditRecord, Lease, LockKind, ResumeToken};
+use crate::model::{AuditRecord, Invalidation, Lease, LockKind, ResumeToken};
 use crate::store::{
     AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
     LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult,
@@ -155,6 +155,23 @@ impl LeaseStore for SandboxStore {
         held.renewed_at = Some(now);
         self.publish_lease(held);
         Ok(TenureWrite::Done)
+    }
+
+    async fn record_invalidation(
+        &self,
+        tenure: &Tenure,
+        invalidation: &Invalidation,
+    ) -> StoreResult<TenureWrite> {
+        count(&self.inner.calls.record_invalidation);
+        Ok(self.tenure_write(
+            tenure,
+            |doc, _| doc.invalidated = Some(invalidation.clone()),
+            || HistoryEntry::Invalidated {
+                resource: tenure.resource.clone(),
+                listener: tenure.listener.clone(),
+                version: tenure.version,
+            },
+        ))
     }
 
     async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
@@ -308,6 +325,7 @@ impl SandboxStore {
         if let ResumeChange::Set { token, at } = &change.resume {
             after_lease.resume_token = token.clone();
             after_lease.resume_at = *at;
+            after_lease.invalidated = None;
         }
         state
             .leases

@@ -48,6 +48,7 @@ impl Default for SandboxConfig {
 pub struct CallCounts {
     pub acquire: AtomicU64,
     pub commit: AtomicU64,
+    pub record_invalidation: AtomicU64,
     pub release: AtomicU64,
     pub renew: AtomicU64,
     pub get: AtomicU64,
@@ -70,6 +71,7 @@ impl CallCounts {
         [
             &self.acquire,
             &self.commit,
+            &self.record_invalidation,
             &self.release,
             &self.renew,
             &self.get,

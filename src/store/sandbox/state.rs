@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::change_log::ChangeLog;
 use super::history::HistoryEntry;
 use crate::model::{AuditRecord, Lease, ResumeToken, TokenKind};
-use crate::store::{ChangeEvent, Namespace, OperationType};
+use crate::store::{ChangeEvent, Namespace, OperationType, StoreError};
 
 pub struct State {
     pub collections: HashMap<Namespace, BTreeMap<String, Document>>,
@@ -78,6 +78,87 @@ impl State {
             document_key: bson::doc! {"_id": id.clone()},
             full_document: document,
         });
+    }
+
+    /// Logs a command on a collection (`drop`, `rename` with its `to`) or a database
+    /// (`dropDatabase`, `coll` empty), as an oplog holds it: an entry with a cluster time
+    /// of its own that change streams read, and that no handler ever sees.
+    fn log_command(
+        &mut self,
+        operation: &str,
+        ns: Namespace,
+        to: Option<Namespace>,
+        now: DateTime<Utc>,
+    ) {
+        let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
+        let time = self.log.next_time(wall_secs);
+        let seq = self.log.end();
+        self.log.append_entry(
+            ChangeEvent {
+                token: ResumeToken::encode(time, TokenKind::Event, seq),
+                cluster_time: time,
+                operation: OperationType::Other(operation.to_string()),
+                ns,
+                document_key: Document::new(),
+                full_document: None,
+            },
+            to,
+        );
+    }
+
+    /// Drops a collection: a `drop` entry, unless it does not exist (a real server logs
+    /// nothing then either).
+    pub fn drop_collection(&mut self, ns: &Namespace, now: DateTime<Utc>) {
+        if self.collections.remove(ns).is_some() {
+            self.log_command("drop", ns.clone(), None, now);
+        }
+    }
+
+    /// Renames a collection within its database: one `rename` entry, also when it
+    /// replaces `to` (`drop_target`), as a real server logs it. Errors carry the real
+    /// server's codes: 26 without a source, 48 when `to` exists and may not be dropped.
+    pub fn rename_collection(
+        &mut self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let Some(documents) = self.collections.remove(from) else {
+            return Err(StoreError::Command {
+                code: 26,
+                message: format!("rename {from} to {to}: source namespace {from} does not exist"),
+            });
+        };
+        if self.collections.contains_key(to) && !drop_target {
+            self.collections.insert(from.clone(), documents);
+            return Err(StoreError::Command {
+                code: 48,
+                message: format!("rename {from} to {to}: target namespace exists"),
+            });
+        }
+        self.collections.insert(to.clone(), documents);
+        self.log_command("rename", from.clone(), Some(to.clone()), now);
+        Ok(())
+    }
+
+    /// Drops every collection of `db` (a `drop` entry each, by name), then a
+    /// `dropDatabase` entry; nothing for a database without collections.
+    pub fn drop_database(&mut self, db: &str, now: DateTime<Utc>) {
+        let mut names: Vec<Namespace> = self
+            .collections
+            .keys()
+            .filter(|ns| ns.db == db)
+            .cloned()
+            .collect();
+        if names.is_empty() {
+            return;
+        }
+        names.sort();
+        for ns in &names {
+            self.drop_collection(ns, now);
+        }
+        self.log_command("dropDatabase", Namespace::new(db, ""), None, now);
     }
 
     pub fn document(&self, ns: &Namespace, id: &Bson) -> Option<&Document> {

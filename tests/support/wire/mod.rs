@@ -85,6 +85,8 @@ struct State {
     sasl_mechanisms: Mutex<Option<Vec<String>>>,
     connections: AtomicU64,
     request_ids: AtomicI32,
+    /// What the handshake (and `hello`) reports; 21 is MongoDB 7.0.
+    max_wire_version: AtomicI32,
 }
 
 /// A running black-pipe server on 127.0.0.1.
@@ -119,6 +121,7 @@ impl WireServer {
             sasl_mechanisms: Mutex::new(None),
             connections: AtomicU64::new(0),
             request_ids: AtomicI32::new(1),
+            max_wire_version: AtomicI32::new(21),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -176,6 +179,12 @@ impl WireServer {
             .lock()
             .unwrap()
             .insert(name.into(), Arc::new(handler));
+    }
+
+    /// Reports `wire` as `maxWireVersion` in the handshake and to `hello`, as a server
+    /// of that release would (6.0 is 17, 5.0 is 13, 4.4 is 9).
+    pub fn set_max_wire_version(&self, wire: i32) {
+        self.state.max_wire_version.store(wire, Ordering::SeqCst);
     }
 
     pub fn set_local_time(&self, at: bson::DateTime) {
@@ -369,7 +378,7 @@ fn handshake_reply(state: &State, connection: u64, request: &Document) -> Docume
         "logicalSessionTimeoutMinutes": 30,
         "connectionId": connection as i64,
         "minWireVersion": 0,
-        "maxWireVersion": 21,
+        "maxWireVersion": state.max_wire_version.load(Ordering::SeqCst),
         "readOnly": false,
         "ok": 1.0,
     };
