@@ -14,6 +14,7 @@ use streamward::demo::rebuild::PetRebuild;
 use streamward::model::{LeaseHealth, LeaseStatus, LockKind};
 use streamward::ops::{ActionRequest, GatherOptions, Plan};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+use streamward::store::AuditLog;
 use streamward::store::{AcquireRequest, LeaseStore};
 
 fn request(resource: &str, listener: &str) -> AcquireRequest {

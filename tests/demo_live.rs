@@ -25,6 +25,7 @@ use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle};
 use streamward::model::{ClusterTime, Fence, Lease};
 use streamward::ops::{self, ActionRequest, Executed, GatherOptions, OpsError};
 use streamward::store::mongo::MongoStore;
+use streamward::store::AuditLog;
 use streamward::store::{
     ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, LeaseStore, Namespace,
     StartPoint,

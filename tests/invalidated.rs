@@ -14,10 +14,11 @@ use streamward::engine::{ListenerExit, ListenerHandle, ListenerState};
 use streamward::model::{
     ClusterTime, HealthThresholds, Invalidation, Lease, LeaseHealth, LeaseStatus, LockKind,
 };
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
 use streamward::store::sandbox::{HistoryEntry, SandboxStore};
 use streamward::store::{
-    AuditContext, ChangeFeed, DocumentStore, LeaseStore, Namespace, OperatorChange,
-    OperatorOutcome, ResumeChange,
+    AuditContext, ChangeFeed, DocumentStore, LeaseStore, Namespace, OperatorChange, ResumeChange,
 };
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -102,7 +103,7 @@ async fn reset_to_now(store: &SandboxStore) {
         reason: Some("orders collection recreated".into()),
     };
     assert!(matches!(
-        store.operator_update(&reset, &ctx).await.unwrap(),
+        apply_audited(store, &reset, &ctx).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
 }

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document, Timestamp};
 use streamward::model::{ClusterTime, LockKind, ResumeToken, WatchTarget};
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::*;
 use support::wire::{Action, WireServer};
@@ -589,7 +591,7 @@ async fn operator_update_is_compare_and_swap_then_read_then_audit() {
         after,
         operation_time,
         audit_id,
-    } = store.operator_update(&change, &audit).await.unwrap()
+    } = apply_audited(&store, &change, &audit).await.unwrap()
     else {
         panic!("not applied")
     };
@@ -673,7 +675,7 @@ async fn operator_update_on_a_moved_version_writes_nothing_and_reports_the_curre
         action: "takeover".into(),
         reason: None,
     };
-    let outcome = store.operator_update(&change, &audit).await.unwrap();
+    let outcome = apply_audited(&store, &change, &audit).await.unwrap();
     let OperatorOutcome::Changed {
         current: Some(current),
     } = outcome
@@ -696,6 +698,103 @@ async fn operator_update_on_a_moved_version_writes_nothing_and_reports_the_curre
     assert!(
         !set.contains_key("resumeToken"),
         "Keep leaves the resume point alone"
+    );
+}
+
+fn takeover_to(holder: &str) -> (OperatorChange, AuditContext) {
+    (
+        OperatorChange {
+            resource: "shop.orders".into(),
+            expected_version: 4,
+            holder: Some(holder.into()),
+            expires_in: Duration::from_secs(600),
+            kind: LockKind::Update,
+            resume: ResumeChange::Keep,
+            note: "takeover".into(),
+        },
+        AuditContext {
+            operator: "ann".into(),
+            action: "takeover".into(),
+            reason: None,
+        },
+    )
+}
+
+#[tokio::test]
+async fn an_audit_append_that_fails_after_the_swap_reports_the_change_as_applied_without_record() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "findAndModify",
+        [Action::ok(doc! { "value": lease_doc("worker-1", 4) })],
+    );
+    server.script(
+        "find",
+        [Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [lease_doc("ops", 5)] } },
+        )],
+    );
+    // The insert is retried once; both attempts are refused.
+    let refused = || {
+        Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on sw to execute command { insert: \"audit\" }",
+        )
+    };
+    server.script("insert", [refused(), refused()]);
+    let (change, audit) = takeover_to("ops");
+    let error = apply_audited(&store, &change, &audit).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            streamward::ops::OpsError::AuditMissing { version: 5, .. }
+        ),
+        "{error:?}"
+    );
+    assert!(message.contains("was applied (version 5)"), "{message}");
+    assert!(
+        message.contains("audit record was not written"),
+        "{message}"
+    );
+    assert_eq!(
+        server.commands("findAndModify").len(),
+        1,
+        "the swap is never repeated"
+    );
+}
+
+#[tokio::test]
+async fn a_swap_whose_reply_is_lost_is_an_unknown_outcome_and_writes_no_record() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("findAndModify", [Action::HangUp]);
+    let (change, audit) = takeover_to("ops");
+    let error = apply_audited(&store, &change, &audit).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            streamward::ops::OpsError::OutcomeUnknown {
+                planned_version: 4,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        message.contains("whether it was applied is unknown"),
+        "{message}"
+    );
+    assert!(
+        message.contains("version 4 means nothing was written"),
+        "{message}"
+    );
+    assert_eq!(server.commands("findAndModify").len(), 1, "never retried");
+    assert!(
+        server.commands("insert").is_empty(),
+        "no audit record for an unknown outcome"
     );
 }
 

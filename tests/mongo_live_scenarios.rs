@@ -21,11 +21,14 @@ use streamward::demo::orders::message_id;
 use streamward::engine::fenced::{write_with_lease_fence, write_with_source_version, Applied};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{Fence, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LockKind};
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
 use streamward::ops::{self, ActionRequest, GatherOptions, RewindTarget, TimeSpec};
 use streamward::store::mongo::MongoStore;
+use streamward::store::AuditLog;
 use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditContext, ChangeEvent, ChangeFeed, DocumentStore,
-    LeaseStore, Namespace, OperationType, OperatorChange, OperatorOutcome, ResumeChange,
+    LeaseStore, Namespace, OperationType, OperatorChange, ResumeChange,
 };
 use support::live::{live, LiveDb};
 use tokio::sync::{mpsc, Notify};
@@ -445,7 +448,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             reason: Some("live scenario".into()),
         };
         let OperatorOutcome::Applied { after, .. } =
-            live.store.operator_update(&bulk, &ctx).await.unwrap()
+            apply_audited(&live.store, &bulk, &ctx).await.unwrap()
         else {
             panic!("the operator's compare-and-swap should apply");
         };
@@ -505,7 +508,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             ..bulk
         };
         assert!(matches!(
-            live.store.operator_update(&give_back, &ctx).await.unwrap(),
+            apply_audited(&live.store, &give_back, &ctx).await.unwrap(),
             OperatorOutcome::Applied { .. }
         ));
         eventually("a took over", || {

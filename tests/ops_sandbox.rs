@@ -26,6 +26,7 @@ use streamward::ops::{
     ResetTarget, RewindTarget,
 };
 use streamward::store::sandbox::{HistoryEntry, SandboxStore, StartMark};
+use streamward::store::AuditLog;
 use streamward::store::{
     ChangeFeed, ChangeStream, DocumentStore, FeedOptions, LeaseStore, StartPoint,
 };

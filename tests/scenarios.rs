@@ -14,10 +14,12 @@ use streamward::demo::pets::{
 };
 use streamward::engine::{Bootstrap, ListenerExit, ListenerHandle, ListenerState};
 use streamward::model::{HealthThresholds, LeaseHealth, LeaseStatus, LockKind};
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
 use streamward::store::sandbox::{HistoryEntry, SandboxConfig, SandboxStore};
 use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditContext, ChangeFeed, ChangeStream, DocumentStore,
-    FeedOptions, LeaseStore, OperatorChange, OperatorOutcome, ResumeChange, StartPoint,
+    FeedOptions, LeaseStore, OperatorChange, ResumeChange, StartPoint,
 };
 use tokio::sync::{mpsc, Notify};
 
@@ -361,7 +363,7 @@ async fn history_lost_waits_for_an_operator_without_restarting_from_now() {
         reason: None,
     };
     assert!(matches!(
-        store.operator_update(&reset, &ctx).await.unwrap(),
+        apply_audited(&store, &reset, &ctx).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     // It resumes by itself from the oldest entry still in the log. (Each change it
@@ -434,7 +436,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         action: "rebuild".into(),
         reason: None,
     };
-    let OperatorOutcome::Applied { after, .. } = store.operator_update(&bulk, &ctx).await.unwrap()
+    let OperatorOutcome::Applied { after, .. } = apply_audited(&store, &bulk, &ctx).await.unwrap()
     else {
         panic!("the operator's CAS should apply");
     };
@@ -464,7 +466,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         ..bulk
     };
     assert!(matches!(
-        store.operator_update(&give_back, &ctx).await.unwrap(),
+        apply_audited(&store, &give_back, &ctx).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     eventually(5 * SECOND, "the listener takes over promptly", || {

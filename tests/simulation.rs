@@ -25,10 +25,12 @@ use streamward::demo::pets::{
 use streamward::demo::workload::{Workload, WorkloadConfig};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{ClusterTime, Fence, Lease, LockKind};
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
 use streamward::store::sandbox::{Clock, HistoryEntry, SandboxConfig, SandboxStore, StartMark};
 use streamward::store::{
     AuditContext, ChangeEvent, ChangeFeed, DocumentStore, LeaseStore, Namespace, OperatorChange,
-    OperatorOutcome, ResumeChange,
+    ResumeChange,
 };
 use tokio::sync::Notify;
 
@@ -226,9 +228,7 @@ impl Sim {
             action: action.into(),
             reason: Some("simulation".into()),
         };
-        match self
-            .store
-            .operator_update(&change, &ctx)
+        match apply_audited(&self.store, &change, &ctx)
             .await
             .expect("sandbox operator update")
         {

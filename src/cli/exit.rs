@@ -1,4 +1,4 @@
-//! Exit codes of DESIGN §7, and which failure means which. 0 is `ExitCode::SUCCESS`.
+//! Exit codes (listed in the README, "Against a cluster"), and which failure means which. 0 is `ExitCode::SUCCESS`.
 
 use std::process::ExitCode;
 
@@ -47,6 +47,7 @@ pub fn for_ops(error: &OpsError) -> u8 {
         OpsError::Changed { .. } => CHANGED,
         OpsError::Store(error) => for_store(error),
         OpsError::AuditMissing { .. }
+        | OpsError::OutcomeUnknown { .. }
         | OpsError::StuckBulk { .. }
         | OpsError::BulkTakenAway { .. }
         | OpsError::WrongPlan(_) => ERROR,

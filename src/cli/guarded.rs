@@ -19,7 +19,7 @@ use crate::ops::{
     self, describe, ActionRequest, GatherOptions, OpsError, Plan, Progress, RebuildDefinition,
     RebuildProgress, RebuildTarget, ResetTarget, RewindTarget, TimeSpec,
 };
-use crate::store::{ChangeFeed, LeaseStore};
+use crate::store::{AuditLog, OperatorStore};
 
 /// What every action takes besides its target.
 #[derive(Debug, Clone, Args, Default)]
@@ -210,7 +210,7 @@ fn plan_json(plan: &Plan) -> serde_json::Value {
     json
 }
 
-pub async fn run_action<S: LeaseStore + ChangeFeed>(
+pub async fn run_action<S: OperatorStore + AuditLog>(
     store: &S,
     request: ActionRequest,
     settings: &ActionSettings,
@@ -273,7 +273,7 @@ pub async fn run_rebuild<S, D>(
     out: &mut dyn Write,
 ) -> anyhow::Result<()>
 where
-    S: LeaseStore + ChangeFeed,
+    S: OperatorStore + AuditLog,
     D: RebuildDefinition<S>,
 {
     let request = ActionRequest::Rebuild { name: name.into() };
@@ -387,7 +387,7 @@ async fn show_progress(
 }
 
 /// `audit`: the most recent records, newest first.
-pub async fn run_audit<S: LeaseStore>(
+pub async fn run_audit<S: AuditLog>(
     store: &S,
     limit: usize,
     output: OutputFormat,

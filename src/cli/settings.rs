@@ -21,7 +21,7 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Options every command accepts (DESIGN §7).
+/// Options every command accepts.
 #[derive(Debug, Clone, Args, Default)]
 pub struct GlobalArgs {
     /// The cluster, e.g. mongodb://host1,host2/?replicaSet=rs0 (passwords are never printed).
@@ -91,7 +91,7 @@ pub struct RebuildConfig {
     pub definition: PipelineRebuild,
 }
 
-/// `[thresholds]`: where the status rules of DESIGN §4 draw their lines.
+/// `[thresholds]`: where the status rules draw their lines.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ThresholdsFile {

@@ -13,7 +13,7 @@ use crate::ops::{
     self, describe, ActionKind, ActionRequest, GatherOptions, Plan, Progress, RebuildDefinition,
     RebuildTarget,
 };
-use crate::store::{ChangeFeed, LeaseStore};
+use crate::store::OpsStore;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionCommand {
@@ -35,7 +35,7 @@ pub struct ActionRunner<S, D> {
 
 impl<S, D> ActionRunner<S, D>
 where
-    S: LeaseStore + ChangeFeed + Clone + 'static,
+    S: OpsStore,
     D: RebuildDefinition<S> + 'static,
 {
     /// (resource, name) of each rebuild, for the console state.

@@ -15,7 +15,7 @@ use super::data::{DataEvent, DataSource};
 use super::probe::ClusterProbe;
 use crate::engine::ListenerSnapshot;
 use crate::model::ClusterTime;
-use crate::store::{LeaseScope, LeaseStore, LeaseWatch, StoreError};
+use crate::store::{AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
 
 /// How often each source is read, and how soon a failed one is retried.
 #[derive(Debug, Clone, Copy)]
@@ -213,7 +213,7 @@ async fn read_window<S: ClusterProbe>(
     }
 }
 
-async fn read_audit<S: LeaseStore>(
+async fn read_audit<S: AuditLog>(
     store: S,
     intervals: FeedIntervals,
     events: mpsc::Sender<DataEvent>,

@@ -1,4 +1,4 @@
-//! The terminal console (DESIGN §6). State and key handling are plain data
+//! The terminal console. State and key handling are plain data
 //! (`state`), drawing is a function of that state (`view`), and data arrives from
 //! background tasks over a channel (`feed`); only `app` and `terminal` touch the
 //! terminal.

@@ -7,12 +7,12 @@ use super::data::MemberRow;
 use crate::model::ClusterTime;
 use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
-use crate::store::{ChangeFeed, LeaseStore, StoreResult};
+use crate::store::{OpsStore, StoreResult};
 
 /// Entries counted per oplog read at most; beyond that the rate shows as a lower bound.
 pub const OPS_COUNT_LIMIT: u32 = 100_000;
 
-pub trait ClusterProbe: LeaseStore + ChangeFeed + Clone + 'static {
+pub trait ClusterProbe: OpsStore {
     /// Where the console is connected, safe to print (no password).
     fn describe(&self) -> String;
 

@@ -1,4 +1,4 @@
-//! The sample application of DESIGN §8 and a workload that exercises it.
+//! The sample application and a workload that exercises it.
 
 pub mod orders;
 pub mod pets;
@@ -6,7 +6,12 @@ pub mod rebuild;
 pub mod runtime;
 pub mod workload;
 
-use crate::store::Namespace;
+use crate::store::{DocumentStore, FencedMemberWrites, Namespace, Store};
+
+/// What the demo needs from a store: the engine's ports for its listeners, and
+/// documents (with the tag aggregate's member upsert) for its handlers and workload.
+pub trait DemoStore: Store + DocumentStore + FencedMemberWrites {}
+impl<T: Store + DocumentStore + FencedMemberWrites> DemoStore for T {}
 
 /// Where the demo's collections live. The default is the layout the console and
 /// documentation show (`demo.animals`, `demo.tag_locations`, `shop.orders`,

@@ -1,4 +1,4 @@
-//! The pet application of DESIGN §8: animals, and per tag the count of animals at
+//! The demo's pet application: animals, and per tag the count of animals at
 //! each location, maintained incrementally and rebuildable from scratch.
 
 use std::collections::BTreeMap;
@@ -8,7 +8,9 @@ use bson::{doc, Bson, Document};
 use super::DemoNamespaces;
 use crate::engine::{Handler, HandlerError};
 use crate::model::Fence;
-use crate::store::{ChangeEvent, DocumentStore, Namespace, StoreResult, WriteOutcome};
+use crate::store::{
+    ChangeEvent, DocumentStore, FencedMemberWrites, Namespace, StoreResult, WriteOutcome,
+};
 
 pub const LOCATIONS: [&str; 3] = ["house", "backyard", "frontyard"];
 /// The tag vocabulary the aggregate counts. Other tags on an animal are not aggregated:
@@ -81,7 +83,7 @@ pub struct PetAggregates<S> {
     aggregates: Namespace,
 }
 
-impl<S: DocumentStore + Clone + 'static> PetAggregates<S> {
+impl<S: DocumentStore + FencedMemberWrites + Clone + 'static> PetAggregates<S> {
     /// Maintains `demo.tag_locations`.
     pub fn new(store: S) -> Self {
         Self::writing_to(store, aggregates_ns())
@@ -125,7 +127,7 @@ impl<S: DocumentStore + Clone + 'static> PetAggregates<S> {
     }
 }
 
-impl<S: DocumentStore + Clone + 'static> Handler for PetAggregates<S> {
+impl<S: DocumentStore + FencedMemberWrites + Clone + 'static> Handler for PetAggregates<S> {
     async fn handle(&mut self, events: &[ChangeEvent], _fence: &Fence) -> Result<(), HandlerError> {
         for event in events {
             self.apply(event).await?;

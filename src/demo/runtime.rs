@@ -9,10 +9,10 @@ use tokio_util::sync::CancellationToken;
 use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
 use super::pets::{PetAggregates, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
-use super::DemoNamespaces;
+use super::{DemoNamespaces, DemoStore};
 use crate::engine::{ListenerConfig, ListenerHandle};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use crate::store::{Store, StoreResult};
+use crate::store::StoreResult;
 
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
@@ -67,7 +67,7 @@ impl DemoRuntime<SandboxStore> {
     }
 }
 
-impl<S: Store> DemoRuntime<S> {
+impl<S: DemoStore> DemoRuntime<S> {
     /// Starts the listeners and the workload on `store` (the sandbox, or a cluster for
     /// `console --run`). Must run inside a tokio runtime.
     pub fn start_on(store: S, config: &DemoConfig) -> Self {

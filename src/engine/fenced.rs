@@ -1,4 +1,4 @@
-//! Helpers for the two fencing patterns of DESIGN §3, on any `DocumentStore`.
+//! Helpers for the two fencing patterns (docs/protocol.md §5), on any `DocumentStore`.
 
 use bson::{Bson, Document};
 

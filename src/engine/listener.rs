@@ -1,4 +1,4 @@
-//! The listener runtime of DESIGN §3: acquire → resume/bootstrap → stream → handle
+//! The listener runtime (docs/protocol.md §6): acquire → resume/bootstrap → stream → handle
 //! → commit → refresh, with standby, rotation and lost-lock handling, and one way of
 //! waiting for an operator where it cannot go on by itself (history lost, a closed
 //! stream).

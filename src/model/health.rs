@@ -1,4 +1,4 @@
-//! Lag, headroom and status of a lease against the oplog window (DESIGN §4).
+//! Lag, headroom and status of a lease against the oplog window (statuses: docs/console.md "Screen", thresholds: docs/runbook.md).
 
 use std::fmt;
 use std::time::Duration;
@@ -89,7 +89,7 @@ pub struct LeaseHealth {
 }
 
 impl LeaseHealth {
-    /// Applies the rules of DESIGN §4. `now` is the server's (or sandbox's) wall clock.
+    /// Applies the status rules (docs/runbook.md names each status). `now` is the server's (or sandbox's) wall clock.
     pub fn assess(
         lease: &Lease,
         window: Option<&OplogWindow>,

@@ -1,6 +1,7 @@
 //! Plans, outcomes and audit records for people (text) and programs (JSON). Strings from
 //! the database go through `escape_control` in text; JSON keeps them raw.
 
+use crate::model::lease_field as F;
 use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
@@ -26,12 +27,12 @@ pub struct FieldRow {
 fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
     let text = |s: &Option<String>| s.as_deref().map_or_else(|| "null".into(), escape_control);
     [
-        ("listenerId", text(&lease.holder)),
-        ("expiresAt", clock_and_relative(lease.expires_at, now)),
-        ("version", lease.version.to_string()),
-        ("kind", lease.kind.to_string()),
+        (F::HOLDER, text(&lease.holder)),
+        (F::EXPIRES_AT, clock_and_relative(lease.expires_at, now)),
+        (F::VERSION, lease.version.to_string()),
+        (F::KIND, lease.kind.to_string()),
         (
-            "resumeToken",
+            F::RESUME_TOKEN,
             lease.resume_token.as_ref().map_or_else(
                 || "null".into(),
                 |t| match t.time() {
@@ -41,17 +42,17 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
             ),
         ),
         (
-            "resumeAt",
+            F::RESUME_AT,
             lease
                 .resume_at
                 .map_or_else(|| "null".into(), |t| t.to_string()),
         ),
-        ("acquiredAt", clock_and_relative(lease.acquired_at, now)),
-        ("renewedAt", clock_and_relative(lease.renewed_at, now)),
-        ("committedAt", clock_and_relative(lease.committed_at, now)),
-        ("note", text(&lease.note)),
+        (F::ACQUIRED_AT, clock_and_relative(lease.acquired_at, now)),
+        (F::RENEWED_AT, clock_and_relative(lease.renewed_at, now)),
+        (F::COMMITTED_AT, clock_and_relative(lease.committed_at, now)),
+        (F::NOTE, text(&lease.note)),
         (
-            "invalidated",
+            F::INVALIDATED,
             lease.invalidated.as_ref().map_or_else(
                 || "null".into(),
                 |i| match i.at {
@@ -63,7 +64,8 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
     ]
 }
 
-/// Every field of the lease document, before and after, in DESIGN §3 order.
+/// Every field of the lease document, before and after, in the order the protocol
+/// (docs/protocol.md) lists them.
 pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<FieldRow> {
     fields(before, now)
         .into_iter()
@@ -172,16 +174,16 @@ pub fn lease_json(lease: &Lease) -> Value {
     let date = |d: Option<DateTime<Utc>>| d.map(|d| d.to_rfc3339());
     json!({
         "resource": lease.resource,
-        "listenerId": lease.holder,
-        "expiresAt": date(lease.expires_at),
-        "version": lease.version,
-        "kind": lease.kind.as_str(),
-        "resumeToken": lease.resume_token.as_ref().map(|t| t.to_string()),
-        "resumeAt": time_json(lease.resume_at),
-        "acquiredAt": date(lease.acquired_at),
-        "renewedAt": date(lease.renewed_at),
-        "committedAt": date(lease.committed_at),
-        "note": lease.note,
+        (F::HOLDER): lease.holder,
+        (F::EXPIRES_AT): date(lease.expires_at),
+        (F::VERSION): lease.version,
+        (F::KIND): lease.kind.as_str(),
+        (F::RESUME_TOKEN): lease.resume_token.as_ref().map(|t| t.to_string()),
+        (F::RESUME_AT): time_json(lease.resume_at),
+        (F::ACQUIRED_AT): date(lease.acquired_at),
+        (F::RENEWED_AT): date(lease.renewed_at),
+        (F::COMMITTED_AT): date(lease.committed_at),
+        (F::NOTE): lease.note,
     })
 }
 

@@ -30,6 +30,21 @@ pub enum OpsError {
         version: i64,
         source: Box<StoreError>,
     },
+    /// The compare-and-swap's reply was lost (a network or write-concern error): the
+    /// write may or may not have been applied, and no audit record was written.
+    #[error(
+        "{action} on {resource}: the lease write's reply was lost, so whether it was applied is unknown, \
+         and no audit record was written. Check with `streamward leases`: version {planned} means \
+         nothing was written (plan again); a later version means it was applied or someone else \
+         changed the lease since. Cause: {source}",
+        planned = planned_version
+    )]
+    OutcomeUnknown {
+        action: String,
+        resource: String,
+        planned_version: i64,
+        source: Box<StoreError>,
+    },
     /// A rebuild failed or was cancelled after it took the bulk lease: the lease stays
     /// bulk (STUCK BULK) until a re-run or abort-bulk.
     #[error(

@@ -1,9 +1,11 @@
-//! Executing a plan: one compare-and-swap on the captured version, audited.
+//! Executing a plan: one compare-and-swap on the captured version, then its audit record.
 
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
 use crate::model::{ClusterTime, Lease};
-use crate::store::{AuditContext, LeaseStore, OperatorChange, OperatorOutcome, StoreError};
+use crate::store::{
+    AuditContext, AuditEntry, AuditLog, OperatorChange, OperatorStore, StoreError, SwapOutcome,
+};
 
 /// An action that was applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,11 +52,79 @@ pub(super) fn changed(change: &OperatorChange, current: Option<Lease>) -> OpsErr
     }
 }
 
+/// What an operator change did: applied and audited, or nothing because the lease
+/// moved on since it was planned.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub enum OperatorOutcome {
+    Applied {
+        before: Lease,
+        after: Lease,
+        /// Cluster time of the write (the rebuild's T0).
+        operation_time: ClusterTime,
+        audit_id: String,
+    },
+    /// The lease changed since it was planned (or does not exist): nothing written.
+    Changed { current: Option<Lease> },
+}
+
+/// One operator change in two steps: the compare-and-swap, then, only once it has
+/// applied, its audit record. A swap that did not apply wrote nothing; a swap whose
+/// reply was lost is `OutcomeUnknown` (the operator must look at the lease); a failed append after an applied swap is `AuditMissing`,
+/// naming the version the lease is now at.
+pub async fn apply_audited<S: OperatorStore + AuditLog>(
+    store: &S,
+    change: &OperatorChange,
+    context: &AuditContext,
+) -> Result<OperatorOutcome, OpsError> {
+    let swapped = store
+        .operator_swap(change)
+        .await
+        .map_err(|error| match error {
+            StoreError::Network(_) | StoreError::WriteConcern(_) => OpsError::OutcomeUnknown {
+                action: context.action.clone(),
+                resource: change.resource.clone(),
+                planned_version: change.expected_version,
+                source: Box::new(error),
+            },
+            other => OpsError::Store(other),
+        })?;
+    let (before, after, operation_time) = match swapped {
+        SwapOutcome::Applied {
+            before,
+            after,
+            operation_time,
+        } => (before, after, operation_time),
+        SwapOutcome::Changed { current } => return Ok(OperatorOutcome::Changed { current }),
+    };
+    let entry = AuditEntry {
+        resource: change.resource.clone(),
+        context: context.clone(),
+        before: Some(before.clone()),
+        after: Some(after.clone()),
+        outcome: "applied".into(),
+    };
+    match store.append_audit(&entry).await {
+        Ok(audit_id) => Ok(OperatorOutcome::Applied {
+            before,
+            after,
+            operation_time,
+            audit_id,
+        }),
+        Err(source) => Err(OpsError::AuditMissing {
+            action: context.action.clone(),
+            resource: change.resource.clone(),
+            version: after.version,
+            source: Box::new(source),
+        }),
+    }
+}
+
 /// Executes a takeover, rewind, reset, abort-bulk or undo plan: a compare-and-swap on
-/// the version captured when it was planned, and its audit record. A refused plan
+/// the version captured when it was planned, then its audit record. A refused plan
 /// writes nothing (`Refused`); a lease that moved on writes nothing (`Changed`, exit 4).
 /// Rebuild plans go through [`super::rebuild`].
-pub async fn execute<S: LeaseStore>(
+pub async fn execute<S: OperatorStore + AuditLog>(
     store: &S,
     plan: &Plan,
     reason: Option<String>,
@@ -66,13 +136,13 @@ pub async fn execute<S: LeaseStore>(
         ));
     }
     let context = audit_context(plan, reason);
-    match store.operator_update(change, &context).await {
-        Ok(OperatorOutcome::Applied {
+    match apply_audited(store, change, &context).await? {
+        OperatorOutcome::Applied {
             before,
             after,
             operation_time,
             audit_id,
-        }) => Ok(Executed {
+        } => Ok(Executed {
             action: plan.action,
             resource: change.resource.clone(),
             before,
@@ -80,31 +150,6 @@ pub async fn execute<S: LeaseStore>(
             audit_id,
             operation_time,
         }),
-        Ok(OperatorOutcome::Changed { current }) => Err(changed(change, current)),
-        Err(error) => Err(explain_failure(store, plan, change, error).await),
-    }
-}
-
-/// After a failed call the swap may or may not have applied: read the lease back and
-/// say which, so the operator never guesses.
-async fn explain_failure<S: LeaseStore>(
-    store: &S,
-    plan: &Plan,
-    change: &OperatorChange,
-    error: StoreError,
-) -> OpsError {
-    match store.get(&change.resource).await {
-        Ok(Some(lease))
-            if lease.version == change.expected_version + 1
-                && lease.note.as_deref() == Some(change.note.as_str()) =>
-        {
-            OpsError::AuditMissing {
-                action: plan.action.name().to_string(),
-                resource: change.resource.clone(),
-                version: lease.version,
-                source: Box::new(error),
-            }
-        }
-        _ => OpsError::Store(error),
+        OperatorOutcome::Changed { current } => Err(changed(change, current)),
     }
 }

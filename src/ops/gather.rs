@@ -3,12 +3,12 @@
 use super::facts::{ChangeCount, GatherOptions, PlanFacts};
 use super::target::affected_range;
 use super::{ActionRequest, OpsError};
-use crate::store::{ChangeFeed, LeaseStore, StoreError};
+use crate::store::{AuditLog, OperatorStore, StoreError};
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
 /// clock, the oplog window (absent when not permitted) and, for actions that move a
 /// resume point, a bounded count of the changes replayed or skipped. Reads only.
-pub async fn gather<S: LeaseStore + ChangeFeed>(
+pub async fn gather<S: OperatorStore + AuditLog>(
     store: &S,
     request: &ActionRequest,
     options: &GatherOptions,

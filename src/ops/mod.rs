@@ -1,10 +1,11 @@
-//! Guarded operator actions (DESIGN §5): plan → preview → confirm → execute → audit.
+//! Guarded operator actions (docs/runbook.md): plan → preview → confirm → execute → audit.
 //!
 //! - [`gather`] reads what planning needs ([`PlanFacts`]) from a store (reads only);
 //! - [`plan`] is pure: the exact lease change, its effect, warnings, whether the
 //!   console must ask for the resource name, and any refusal;
 //! - [`execute`] applies a plan with one compare-and-swap on the version captured when
-//!   it was planned, and its audit record; [`rebuild`] runs a rebuild plan under the
+//!   it was planned, then appends its audit record (two steps, so what was written is
+//!   always known); [`rebuild`] runs a rebuild plan under the
 //!   bulk lock with progress and cancellation;
 //! - [`describe`] renders plans and outcomes as text and JSON.
 //!
@@ -27,7 +28,7 @@ mod resume;
 mod target;
 
 pub use error::OpsError;
-pub use execute::{audit_context, execute, Executed};
+pub use execute::{apply_audited, audit_context, execute, Executed, OperatorOutcome};
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;

@@ -1,4 +1,4 @@
-//! A rebuild under the bulk lock (DESIGN §5): take the lease with kind bulk, renew it
+//! A rebuild under the bulk lock (docs/runbook.md "Corrupted aggregate"): take the lease with kind bulk, renew it
 //! while the definition runs, then give it back with `resumeAt = T0`; one audit record.
 
 use std::future::Future;
@@ -12,7 +12,8 @@ use super::plan::Plan;
 use super::{ActionKind, OpsError};
 use crate::model::{ClusterTime, Lease, LockKind};
 use crate::store::{
-    AuditEntry, LeaseStore, OperatorChange, ResumeChange, SwapOutcome, Tenure, TenureWrite,
+    AuditEntry, AuditLog, LeaseStore, OperatorChange, OperatorStore, ResumeChange, SwapOutcome,
+    Tenure, TenureWrite,
 };
 
 /// How far a rebuild has got: `done` of `total` units (`total` unknown for a pipeline
@@ -110,7 +111,7 @@ pub async fn rebuild<S, D>(
     reason: Option<String>,
 ) -> Result<RebuildOutcome, OpsError>
 where
-    S: LeaseStore,
+    S: OperatorStore + AuditLog,
     D: RebuildDefinition<S>,
 {
     let change = executable(plan)?;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{ClusterTime, ResumeToken};
 
-/// The guarded actions of DESIGN §5.
+/// The guarded actions (docs/runbook.md).
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionRequest {
     /// Without `to` or `hold`: release to any standby. `to`: hand to one named

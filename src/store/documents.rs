@@ -12,7 +12,7 @@ pub const LEASE_FENCE_FIELD: &str = "_fence";
 /// The field a source-versioned document stores the source version in.
 pub const SOURCE_VERSION_FIELD: &str = "_v";
 
-/// The two fencing patterns of DESIGN §3.
+/// The two fencing patterns (docs/protocol.md §5).
 #[derive(Debug, Clone, PartialEq)]
 pub enum WriteFence {
     /// Applied where the stored `_fence` ≤ the lease version (or the document is new).
@@ -30,6 +30,7 @@ pub enum WriteOutcome {
     Stale,
 }
 
+/// The application's own documents: what handlers write (fenced) and read.
 pub trait DocumentStore: Send + Sync {
     /// Upserts `fields` (`$set`) into document `id` if the fence admits it, and stores the fence.
     fn fenced_upsert(
@@ -38,18 +39,6 @@ pub trait DocumentStore: Send + Sync {
         id: &Bson,
         fence: &WriteFence,
         fields: Document,
-    ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
-
-    /// Sets `members.<member> = {v: version, value}` in document `id` if the stored
-    /// member's `v` is below `version` (source-version fence per member), and
-    /// recomputes `counts` (value → number of members holding it) in the same write.
-    fn fenced_member_upsert(
-        &self,
-        ns: &Namespace,
-        id: &str,
-        member: &str,
-        version: i64,
-        value: Option<&str>,
     ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
 
     fn find_one(
@@ -91,6 +80,22 @@ pub trait DocumentStore: Send + Sync {
 
     /// Drops every collection of `db`, then the database.
     fn drop_database(&self, db: &str) -> impl Future<Output = StoreResult<()>> + Send;
+}
+
+/// The demo's tag aggregate: one document per tag whose members are the animals
+/// carrying it. Not needed by the engine; a store implements it to run the demo.
+pub trait FencedMemberWrites: Send + Sync {
+    /// Sets `members.<member> = {v: version, value}` in document `id` if the stored
+    /// member's `v` is below `version` (source-version fence per member), and
+    /// recomputes `counts` (value → number of members holding it) in the same write.
+    fn fenced_member_upsert(
+        &self,
+        ns: &Namespace,
+        id: &str,
+        member: &str,
+        version: i64,
+        value: Option<&str>,
+    ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
 }
 
 /// Why a rename may not go ahead, whatever the store: `None` when it may.

@@ -169,16 +169,4 @@ pub trait ChangeFeed: Send + Sync {
 
     /// The latest cluster time the server reports.
     fn cluster_time(&self) -> impl Future<Output = StoreResult<ClusterTime>> + Send;
-
-    /// How many history entries on `ns` have a time in `from..=to`, counting at most
-    /// `limit` (a result equal to `limit` means "at least"). What a rewind replays or a
-    /// reset skips. Entries that fell off the history are not counted.
-    /// `NotPermitted` without access to the oplog.
-    fn count_changes(
-        &self,
-        ns: &Namespace,
-        from: ClusterTime,
-        to: ClusterTime,
-        limit: u64,
-    ) -> impl Future<Output = StoreResult<u64>> + Send;
 }

@@ -1,4 +1,4 @@
-//! The lease port: one method per command of DESIGN §3.
+//! The lease port: one method per command of the lease protocol (docs/protocol.md §3).
 
 use std::future::Future;
 use std::time::Duration;
@@ -7,7 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::StoreResult;
 use crate::model::{
-    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
+    ClusterTime, FieldSet, Invalidation, Lease, LeaseWrite, LockKind, Moment, Requirement,
+    ResumeToken, WatchTarget,
 };
 
 /// An acquire-or-refresh attempt (one `findAndModify`, upsert, majority).
@@ -20,6 +21,19 @@ pub struct AcquireRequest {
     pub kind: LockKind,
     pub lease: Duration,
     pub watch: Option<WatchTarget>,
+}
+
+impl AcquireRequest {
+    /// The acquire as lease writes: refresh if the caller holds it, else take it.
+    pub fn writes(&self) -> [LeaseWrite; 2] {
+        LeaseWrite::acquire(
+            &self.resource,
+            &self.listener,
+            self.kind,
+            self.lease,
+            self.watch.as_ref(),
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -47,6 +61,22 @@ impl Tenure {
             version: lease.version,
         })
     }
+
+    pub fn commit(&self, token: &ResumeToken, lease: Duration) -> LeaseWrite {
+        LeaseWrite::commit(&self.resource, &self.listener, self.version, token, lease)
+    }
+
+    pub fn renew(&self, lease: Duration) -> LeaseWrite {
+        LeaseWrite::renew(&self.resource, &self.listener, self.version, lease)
+    }
+
+    pub fn release(&self) -> LeaseWrite {
+        LeaseWrite::release(&self.resource, &self.listener, self.version)
+    }
+
+    pub fn record_invalidation(&self, invalidation: &Invalidation) -> LeaseWrite {
+        LeaseWrite::record_invalidation(&self.resource, &self.listener, self.version, invalidation)
+    }
 }
 
 /// Result of a write filtered on `{_id, listenerId, version}`.
@@ -72,29 +102,43 @@ pub struct OperatorChange {
 }
 
 impl OperatorChange {
-    /// `lease` as this change leaves it when the server's `$$NOW` is `now`.
-    pub fn applied_to(&self, lease: &Lease, now: DateTime<Utc>) -> Lease {
-        let mut after = lease.clone();
-        after.version = lease.version + 1;
-        after.holder = self.holder.clone();
-        after.expires_at = Some(
-            chrono::TimeDelta::from_std(self.expires_in)
-                .ok()
-                .and_then(|d| now.checked_add_signed(d))
-                .unwrap_or(DateTime::<Utc>::MAX_UTC),
-        );
-        after.kind = self.kind;
-        after.note = Some(self.note.clone());
+    /// The compare-and-swap as a lease write: applies only at `expected_version`.
+    pub fn write(&self) -> LeaseWrite {
+        let mut sets = vec![
+            FieldSet::Holder(self.holder.clone()),
+            FieldSet::ExpiresAt(Moment::NowPlus(self.expires_in)),
+            FieldSet::Kind(self.kind),
+            FieldSet::Note(self.note.clone()),
+        ];
+        // Naming a holder is an acquire for that holder.
         if self.holder.is_some() {
-            after.acquired_at = Some(now);
-            after.renewed_at = Some(now);
+            sets.push(FieldSet::AcquiredAt(Moment::Now));
+            sets.push(FieldSet::RenewedAt(Moment::Now));
         }
         if let ResumeChange::Set { token, at } = &self.resume {
-            after.resume_token = token.clone();
-            after.resume_at = *at;
-            after.invalidated = None;
+            sets.push(FieldSet::ResumeToken(token.clone()));
+            sets.push(FieldSet::ResumeAt(*at));
+            sets.push(FieldSet::Invalidated(None));
         }
-        after
+        LeaseWrite {
+            resource: self.resource.clone(),
+            requires: vec![Requirement::VersionIs(self.expected_version)],
+            may_insert: false,
+            bumps_version: true,
+            sets,
+        }
+    }
+
+    /// `lease` as this change leaves it when the server's `$$NOW` is `now`, assuming
+    /// the compare-and-swap matched (the planner's prediction).
+    pub fn applied_to(&self, lease: &Lease, now: DateTime<Utc>) -> Lease {
+        let unconditional = LeaseWrite {
+            requires: Vec::new(),
+            ..self.write()
+        };
+        unconditional
+            .apply(Some(lease), now)
+            .unwrap_or_else(|| lease.clone())
     }
 }
 
@@ -109,29 +153,7 @@ pub enum ResumeChange {
     },
 }
 
-/// Who did it and why, for the audit record the store writes with the change.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditContext {
-    pub operator: String,
-    pub action: String,
-    pub reason: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-#[allow(clippy::large_enum_variant)]
-pub enum OperatorOutcome {
-    Applied {
-        before: Lease,
-        after: Lease,
-        /// Cluster time of the write (the rebuild's T0).
-        operation_time: ClusterTime,
-        audit_id: String,
-    },
-    /// The lease changed since it was planned (or does not exist): nothing written.
-    Changed { current: Option<Lease> },
-}
-
-/// Result of a compare-and-swap that writes no audit record ([`LeaseStore::operator_swap`]).
+/// Result of an operator's compare-and-swap ([`OperatorStore::operator_swap`]).
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)]
 pub enum SwapOutcome {
@@ -143,19 +165,6 @@ pub enum SwapOutcome {
     },
     /// The lease changed since it was planned (or does not exist): nothing written.
     Changed { current: Option<Lease> },
-}
-
-/// An audit record to append on its own ([`LeaseStore::append_audit`]): an action made of
-/// several lease writes (a rebuild) is audited once, with the lease before its first
-/// write and after its last.
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuditEntry {
-    pub resource: String,
-    pub context: AuditContext,
-    pub before: Option<Lease>,
-    pub after: Option<Lease>,
-    /// "applied", or what went wrong ("failed: …; the lease stays bulk").
-    pub outcome: String,
 }
 
 /// One change seen on the lease collection.
@@ -226,31 +235,29 @@ pub trait LeaseStore: Send + Sync {
 
     /// The server's wall clock, which lease expiry is measured against.
     fn server_now(&self) -> impl Future<Output = StoreResult<DateTime<Utc>>> + Send;
+}
 
-    /// Compare-and-swap on `expected_version`, then the audit record.
-    fn operator_update(
-        &self,
-        change: &OperatorChange,
-        audit: &AuditContext,
-    ) -> impl Future<Output = StoreResult<OperatorOutcome>> + Send;
-
-    /// Compare-and-swap on `expected_version` like `operator_update`, without an audit
-    /// record: one step of an action that is audited once as a whole (a rebuild).
+/// What guarded operator actions need beyond the engine's [`LeaseStore`]: the
+/// compare-and-swap every action is made of, and how many changes a move of the
+/// resume point replays or skips. An action's audit record is a separate step
+/// ([`super::AuditLog`]), so what was and was not written is always known.
+pub trait OperatorStore: LeaseStore + super::ChangeFeed {
+    /// Compare-and-swap on `expected_version`: the change as [`OperatorChange::write`]
+    /// describes it, and nothing else.
     fn operator_swap(
         &self,
         change: &OperatorChange,
     ) -> impl Future<Output = StoreResult<SwapOutcome>> + Send;
 
-    /// Appends one audit record; returns its id.
-    fn append_audit(&self, entry: &AuditEntry) -> impl Future<Output = StoreResult<String>> + Send;
-
-    /// The most recent audit records, newest first.
-    fn audit_log(&self, limit: usize)
-        -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
-
-    /// One audit record by id; `None` when there is none (or the id cannot be one).
-    fn audit_record(
+    /// How many history entries on `ns` have a time in `from..=to`, counting at most
+    /// `limit` (a result equal to `limit` means "at least"). What a rewind replays or a
+    /// reset skips. Entries that fell off the history are not counted.
+    /// `NotPermitted` without access to the oplog.
+    fn count_changes(
         &self,
-        id: &str,
-    ) -> impl Future<Output = StoreResult<Option<AuditRecord>>> + Send;
+        ns: &super::Namespace,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
 }

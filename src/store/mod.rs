@@ -1,6 +1,7 @@
 //! The ports the engine, operator actions and console need from a database, and
 //! their implementations: `sandbox` (in-process) and `mongo` (the official driver).
 
+mod audit;
 mod documents;
 mod error;
 mod feed;
@@ -9,8 +10,10 @@ pub mod mongo;
 mod namespace;
 pub mod sandbox;
 
+pub use audit::{AuditContext, AuditEntry, AuditLog};
 pub use documents::{
-    DocumentStore, WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+    DocumentStore, FencedMemberWrites, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
+    SOURCE_VERSION_FIELD,
 };
 pub use error::{StoreError, StoreResult};
 pub use feed::{
@@ -18,11 +21,17 @@ pub use feed::{
     OperationType, StartPoint,
 };
 pub use leases::{
-    AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
-    LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
+    OperatorChange, OperatorStore, ResumeChange, SwapOutcome, Tenure, TenureWrite,
 };
 pub use namespace::Namespace;
 
-/// Everything a listener needs from one database.
-pub trait Store: LeaseStore + ChangeFeed + DocumentStore + Clone + 'static {}
-impl<T: LeaseStore + ChangeFeed + DocumentStore + Clone + 'static> Store for T {}
+/// Everything a listener needs from one database: its leases and a change feed.
+/// Handlers bring their own document access ([`DocumentStore`] or anything else).
+pub trait Store: LeaseStore + ChangeFeed + Clone + 'static {}
+impl<T: LeaseStore + ChangeFeed + Clone + 'static> Store for T {}
+
+/// Everything guarded actions and the console need: the engine's ports, the operator's
+/// compare-and-swap and the audit log.
+pub trait OpsStore: OperatorStore + AuditLog + Clone + 'static {}
+impl<T: OperatorStore + AuditLog + Clone + 'static> OpsStore for T {}

@@ -2,6 +2,7 @@
 
 use bson::{doc, Bson, Document};
 use streamward::model::{ClusterTime, Fence};
+use streamward::store::OperatorStore;
 use streamward::store::{
     ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, OperationType, StartPoint, WriteFence,
 };

@@ -3,9 +3,12 @@
 use std::time::Duration;
 
 use streamward::model::{ClusterTime, Lease, LockKind, ResumeToken, TokenKind, WatchTarget};
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
+use streamward::store::OperatorStore;
 use streamward::store::{
-    AcquireOutcome, AuditContext, LeaseScope, LeaseStore, LeaseWatch, OperatorChange,
-    OperatorOutcome, ResumeChange, Tenure, TenureWrite,
+    AcquireOutcome, AuditContext, LeaseScope, LeaseStore, LeaseWatch, OperatorChange, ResumeChange,
+    Tenure, TenureWrite,
 };
 
 use super::*;
@@ -234,7 +237,7 @@ pub async fn a_bulk_lease_is_never_taken_by_an_update_listener<H: Harness>(h: &H
         reason: None,
     };
     assert!(matches!(
-        store.operator_update(&change, &audit).await.unwrap(),
+        apply_audited(store, &change, &audit).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     let w = acquired(store, &update("res", "w", LONG)).await;

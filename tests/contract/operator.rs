@@ -4,9 +4,13 @@ use std::time::Duration;
 
 use bson::doc;
 use streamward::model::{ClusterTime, Lease, LockKind, ResumeToken, TokenKind};
+use streamward::ops::apply_audited;
+use streamward::ops::OperatorOutcome;
+use streamward::store::AuditLog;
+use streamward::store::OperatorStore;
 use streamward::store::{
-    AuditContext, AuditEntry, ChangeFeed, DocumentStore, LeaseStore, OperatorChange,
-    OperatorOutcome, ResumeChange, StartPoint, SwapOutcome, Tenure,
+    AuditContext, AuditEntry, ChangeFeed, DocumentStore, LeaseStore, OperatorChange, ResumeChange,
+    StartPoint, SwapOutcome, Tenure,
 };
 
 use super::*;
@@ -47,7 +51,7 @@ fn rewind_to(expected_version: i64, holder: Option<&str>, at: ClusterTime) -> Op
     }
 }
 
-pub async fn operator_update_applies_with_the_next_version_and_audits<H: Harness>(h: &H) {
+pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: Harness>(h: &H) {
     let store = h.store();
     let lease = held_lease(store).await;
     let at = ClusterTime::new(2_000, 3);
@@ -55,8 +59,7 @@ pub async fn operator_update_applies_with_the_next_version_and_audits<H: Harness
     let audits_before = store.audit_log(100).await.unwrap().len();
     let time_before = store.cluster_time().await.unwrap();
     let now_before = server_now(store).await;
-    let outcome = store
-        .operator_update(&change, &context("rewind"))
+    let outcome = apply_audited(store, &change, &context("rewind"))
         .await
         .unwrap();
     let now_after = server_now(store).await;
@@ -184,8 +187,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     let lease = held_lease(store).await;
     let stale = rewind_to(lease.version - 1, None, ClusterTime::new(3, 0));
     assert_eq!(
-        store
-            .operator_update(&stale, &context("rewind"))
+        apply_audited(store, &stale, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Changed {
@@ -201,8 +203,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     );
     let ahead = rewind_to(lease.version + 1, None, ClusterTime::new(3, 0));
     assert!(matches!(
-        store
-            .operator_update(&ahead, &context("rewind"))
+        apply_audited(store, &ahead, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Changed { .. }
@@ -212,8 +213,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
         ..rewind_to(0, None, ClusterTime::new(3, 0))
     };
     assert_eq!(
-        store
-            .operator_update(&missing, &context("rewind"))
+        apply_audited(store, &missing, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Changed { current: None }
@@ -232,16 +232,14 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     // Applied once, the same planned change finds the version moved.
     let change = rewind_to(lease.version, None, ClusterTime::new(3, 0));
     assert!(matches!(
-        store
-            .operator_update(&change, &context("rewind"))
+        apply_audited(store, &change, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     let applied = lease_of(store, "res").await;
     assert_eq!(
-        store
-            .operator_update(&change, &context("rewind"))
+        apply_audited(store, &change, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Changed {

@@ -98,8 +98,25 @@ fn eval_field(expression: &Bson, doc: &Document, now: DateTime) -> Option<Bson> 
             };
             eval_field(branch, doc, now)
         }
+        Bson::Document(d) if d.len() == 1 && d.contains_key("$switch") => {
+            eval_field(switch_branch(d, doc, now), doc, now)
+        }
         other => Some(eval(other, doc, now)),
     }
+}
+
+/// The expression `$switch` picks: the `then` of the first `case` that is true, else
+/// `default` (MongoDB fails the command when there is none; so does this).
+fn switch_branch<'a>(d: &'a Document, doc: &Document, now: DateTime) -> &'a Bson {
+    let spec = d.get_document("$switch").expect("$switch document");
+    let branches = spec.get_array("branches").expect("$switch branches");
+    branches
+        .iter()
+        .map(|b| b.as_document().expect("$switch branch document"))
+        .find(|b| truthy(&eval(b.get("case").expect("case"), doc, now)))
+        .map(|b| b.get("then").expect("then"))
+        .or_else(|| spec.get("default"))
+        .expect("mini_mongo: $switch matched no branch and has no default")
 }
 
 /// Evaluates an aggregation expression against `doc`.
@@ -132,6 +149,7 @@ pub fn eval(expression: &Bson, doc: &Document, now: DateTime) -> Bson {
                     let a = args();
                     Bson::Boolean(compare(&a[0], &a[1]).is_some_and(|o| o.is_le()))
                 }
+                "$switch" => eval(switch_branch(d, doc, now), doc, now),
                 "$cond" => {
                     let parts = arg.as_array().expect("$cond array");
                     if truthy(&eval(&parts[0], doc, now)) {

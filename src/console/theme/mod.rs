@@ -1,4 +1,4 @@
-//! The console's themes (DESIGN §6): named sets of semantic styles.
+//! The console's themes: named sets of semantic styles.
 //!
 //! A theme file (`themes/*.toml`, compiled in, or `<config dir>/streamward/themes/NAME.toml`)
 //! has an optional `name`, an optional `parent`, and one table per semantic key:

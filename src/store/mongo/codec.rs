@@ -1,6 +1,7 @@
 //! Lease, audit record and change event <-> BSON. Reading never panics: a field of
 //! the wrong type is `StoreError::Malformed` naming the field.
 
+use crate::model::lease_field as F;
 use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocument};
 use chrono::{DateTime, Utc};
 
@@ -129,25 +130,25 @@ fn opt<T>(value: Option<T>, f: impl FnOnce(T) -> Bson) -> Bson {
 /// The lease as the collection stores it.
 pub(super) fn lease_to_document(lease: &Lease) -> Document {
     let mut document = doc! {
-        "_id": &lease.resource,
-        "listenerId": opt(lease.holder.clone(), Bson::String),
-        "expiresAt": opt(lease.expires_at, date),
-        "version": lease.version,
-        "resumeToken": opt(lease.resume_token.clone(), |t| Bson::Document(t.into_document())),
-        "kind": lease.kind.as_str(),
-        "resumeAt": opt(lease.resume_at, |t| Bson::Timestamp(t.into())),
-        "acquiredAt": opt(lease.acquired_at, date),
-        "renewedAt": opt(lease.renewed_at, date),
-        "committedAt": opt(lease.committed_at, date),
+        F::RESOURCE: &lease.resource,
+        F::HOLDER: opt(lease.holder.clone(), Bson::String),
+        F::EXPIRES_AT: opt(lease.expires_at, date),
+        F::VERSION: lease.version,
+        F::RESUME_TOKEN: opt(lease.resume_token.clone(), |t| Bson::Document(t.into_document())),
+        F::KIND: lease.kind.as_str(),
+        F::RESUME_AT: opt(lease.resume_at, |t| Bson::Timestamp(t.into())),
+        F::ACQUIRED_AT: opt(lease.acquired_at, date),
+        F::RENEWED_AT: opt(lease.renewed_at, date),
+        F::COMMITTED_AT: opt(lease.committed_at, date),
     };
     if let Some(watch) = &lease.watch {
-        document.insert("watch", watch_to_document(watch));
+        document.insert(F::WATCH, watch_to_document(watch));
     }
     if let Some(note) = &lease.note {
-        document.insert("note", note);
+        document.insert(F::NOTE, note);
     }
     if let Some(invalidated) = &lease.invalidated {
-        document.insert("invalidated", invalidation_to_document(invalidated));
+        document.insert(F::INVALIDATED, invalidation_to_document(invalidated));
     }
     document
 }
@@ -168,16 +169,16 @@ pub fn watch_to_document(watch: &WatchTarget) -> Document {
 /// is 0 and a missing `kind` is `update` (documents written by the original algorithm).
 pub(super) fn lease_from_document(document: &Document) -> Result<Lease, StoreError> {
     const WHAT: &str = "lease document";
-    let resource = match document.get("_id") {
+    let resource = match document.get(F::RESOURCE) {
         Some(Bson::String(s)) => s.clone(),
         Some(other) => {
             return Err(malformed(
                 WHAT,
-                "_id",
+                F::RESOURCE,
                 format!("expected a string, found {}", type_name(other)),
             ))
         }
-        None => return Err(malformed(WHAT, "_id", "missing")),
+        None => return Err(malformed(WHAT, F::RESOURCE, "missing")),
     };
     // Errors name the lease; the name is only formatted when something is wrong.
     lease_fields(document, resource.clone()).map_err(|e| match e {
@@ -191,17 +192,17 @@ pub(super) fn lease_from_document(document: &Document) -> Result<Lease, StoreErr
 
 fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreError> {
     let what = "lease document";
-    let version = match optional(document, "version") {
+    let version = match optional(document, F::VERSION) {
         None => 0,
-        Some(v) => integer(what, v, "version")?,
+        Some(v) => integer(what, v, F::VERSION)?,
     };
-    let kind = match opt_string(what, document, "kind")? {
+    let kind = match opt_string(what, document, F::KIND)? {
         None => LockKind::Update,
         Some(k) => k
             .parse::<LockKind>()
-            .map_err(|e| malformed(what, "kind", e))?,
+            .map_err(|e| malformed(what, F::KIND, e))?,
     };
-    let watch = match opt_document(what, document, "watch")? {
+    let watch = match opt_document(what, document, F::WATCH)? {
         None => None,
         Some(w) => Some(WatchTarget {
             db: opt_string(what, w, "db")?.unwrap_or_default(),
@@ -215,19 +216,19 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         }),
     };
     Ok(Lease {
-        holder: opt_string(what, document, "listenerId")?,
-        expires_at: opt_date(what, document, "expiresAt")?,
+        holder: opt_string(what, document, F::HOLDER)?,
+        expires_at: opt_date(what, document, F::EXPIRES_AT)?,
         version,
-        resume_token: opt_document(what, document, "resumeToken")?
+        resume_token: opt_document(what, document, F::RESUME_TOKEN)?
             .map(|t| ResumeToken::from_document(t.clone())),
         kind,
-        resume_at: opt_timestamp(what, document, "resumeAt")?,
-        acquired_at: opt_date(what, document, "acquiredAt")?,
-        renewed_at: opt_date(what, document, "renewedAt")?,
-        committed_at: opt_date(what, document, "committedAt")?,
+        resume_at: opt_timestamp(what, document, F::RESUME_AT)?,
+        acquired_at: opt_date(what, document, F::ACQUIRED_AT)?,
+        renewed_at: opt_date(what, document, F::RENEWED_AT)?,
+        committed_at: opt_date(what, document, F::COMMITTED_AT)?,
         watch,
-        note: opt_string(what, document, "note")?,
-        invalidated: match opt_document(what, document, "invalidated")? {
+        note: opt_string(what, document, F::NOTE)?,
+        invalidated: match opt_document(what, document, F::INVALIDATED)? {
             None => None,
             Some(i) => Some(Invalidation {
                 at: opt_timestamp(what, i, "at")?,

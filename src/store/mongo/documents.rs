@@ -1,4 +1,4 @@
-//! `DocumentStore` on MongoDB: the two fenced-write patterns of DESIGN §3 and the
+//! `DocumentStore` on MongoDB: the two fenced-write patterns (docs/protocol.md §5) and the
 //! application's plain writes.
 
 use std::future::IntoFuture;
@@ -8,8 +8,8 @@ use bson::{doc, Bson, Document};
 use super::errors::{is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
 use crate::store::{
-    DocumentStore, Namespace, StoreError, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
-    SOURCE_VERSION_FIELD,
+    DocumentStore, FencedMemberWrites, Namespace, StoreError, StoreResult, WriteFence,
+    WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
 };
 
 /// Filter and `$set` of a fenced upsert: the fence in the filter, the fence value
@@ -179,20 +179,6 @@ impl DocumentStore for MongoStore {
             .await
     }
 
-    async fn fenced_member_upsert(
-        &self,
-        ns: &Namespace,
-        id: &str,
-        member: &str,
-        version: i64,
-        value: Option<&str>,
-    ) -> StoreResult<WriteOutcome> {
-        let (filter, pipeline) = member_upsert_command(id, member, version, value);
-        let action = format!("fenced member write to {ns}");
-        self.fenced(ns, filter, pipeline.into(), FenceIn::Pipeline, &action)
-            .await
-    }
-
     async fn find_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<Option<Document>> {
         let action = format!("read from {ns}");
         let collection = self.collection(ns);
@@ -313,6 +299,22 @@ impl DocumentStore for MongoStore {
         })
         .await
         .map_err(|e| e.into_store_hinted(&action, &format!("dropDatabase on the {db} database")))
+    }
+}
+
+impl FencedMemberWrites for MongoStore {
+    async fn fenced_member_upsert(
+        &self,
+        ns: &Namespace,
+        id: &str,
+        member: &str,
+        version: i64,
+        value: Option<&str>,
+    ) -> StoreResult<WriteOutcome> {
+        let (filter, pipeline) = member_upsert_command(id, member, version, value);
+        let action = format!("fenced member write to {ns}");
+        self.fenced(ns, filter, pipeline.into(), FenceIn::Pipeline, &action)
+            .await
     }
 }
 

@@ -1,6 +1,6 @@
 //! Classifies driver errors into [`StoreError`]s, and owns the single retry.
 //!
-//! Retry policy (DESIGN §3 "Retries"): the client is built with `retryWrites=false`
+//! Retry policy (docs/protocol.md §13): the client is built with `retryWrites=false`
 //! and `retryReads=false`, so the driver never retries on its own; this module
 //! retries a call **once** when the failure says the command may not have run on a
 //! primary: a network error (`Io`, `ConnectionPoolCleared`) or the not-primary /

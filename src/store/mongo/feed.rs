@@ -312,11 +312,15 @@ impl ChangeFeed for MongoStore {
             }),
         }
     }
+}
+
+impl MongoStore {
     /// One `aggregate` on `local.oplog.rs`: `$match` on `ns` and the `ts` range, `$limit`,
     /// `$count`, bounded server-side by `maxTimeMS`. Changes made inside a transaction
     /// sit in one `applyOps` entry of another namespace and are not counted, so the
     /// count is a lower bound, which is how plans show it.
-    async fn count_changes(
+    /// ([`crate::store::OperatorStore::count_changes`])
+    pub(super) async fn count_oplog_changes(
         &self,
         ns: &Namespace,
         from: ClusterTime,

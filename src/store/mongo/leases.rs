@@ -1,4 +1,5 @@
-//! `LeaseStore` on MongoDB: one command per method, exactly as DESIGN §3 says.
+//! `LeaseStore` on MongoDB: one command per method (docs/protocol.md §3), rendered from
+//! the [`crate::model::LeaseWrite`] each method describes.
 
 use std::future::IntoFuture;
 use std::time::Duration;
@@ -9,119 +10,26 @@ use futures_util::TryStreamExt;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentType, ReturnDocument};
 
-use super::codec::{
-    audit_from_document, audit_to_document, invalidation_to_document, lease_from_document,
-    required_date, watch_to_document,
-};
+use super::codec::{audit_from_document, audit_to_document, lease_from_document, required_date};
 use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
+use super::lease_write::{render_alternatives, render_filtered};
 use super::MongoStore;
-use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LockKind};
+use crate::model::lease_field as field;
+use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LeaseWrite};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, AuditContext, AuditEntry, LeaseChange, LeaseScope, LeaseStore,
-    LeaseWatch, OperatorChange, OperatorOutcome, ResumeChange, StoreError, StoreResult,
-    SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, AuditEntry, AuditLog, LeaseChange, LeaseScope, LeaseStore,
+    LeaseWatch, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome,
+    Tenure, TenureWrite,
 };
 
-/// Milliseconds as the int64 `$add` takes them.
-fn millis(duration: Duration) -> i64 {
-    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+/// The filter and pipeline of `acquire`: refresh, else take, chosen in the pipeline.
+pub(super) fn acquire_command(request: &AcquireRequest) -> (Document, Vec<Document>) {
+    render_alternatives(&request.writes())
 }
 
-/// The filter of `acquire`: `_id` alone. MongoDB refuses `$expr` in an upsert's query
-/// (code 224), and any filter beyond `_id` turns an insert race into 11000; whether the
-/// caller may take the lease is decided inside the pipeline instead.
-pub(super) fn acquire_filter(request: &AcquireRequest) -> Document {
-    doc! { "_id": &request.resource }
-}
-
-/// Temporary field holding the eligibility decision between the pipeline's stages.
-const ELIGIBLE: &str = "__streamwardEligible";
-
-/// The pipeline update of `acquire`. Stage 1 decides eligibility: the lease is mine,
-/// or it has expired (a missing or null `expiresAt` sorts below every date); and an
-/// incremental listener never takes a bulk lease. Stage 2 changes every field only
-/// when eligible (each keeps its value otherwise), so the returned document says who
-/// holds the lease. The version moves only when the holder changes (0 on insert); all
-/// times are the server's `$$NOW`.
-pub(super) fn acquire_pipeline(request: &AcquireRequest) -> Vec<Document> {
-    let mine = doc! { "$eq": ["$listenerId", { "$literal": &request.listener }] };
-    let expired = doc! { "$lte": ["$expiresAt", "$$NOW"] };
-    let holder_ok = doc! { "$or": [mine.clone(), expired] };
-    let eligible = match request.kind {
-        LockKind::Update => doc! { "$and": [holder_ok, { "$ne": ["$kind", "bulk"] }] },
-        LockKind::Bulk => holder_ok,
-    };
-    let when_eligible = |value: Bson, field: &str| -> Bson {
-        Bson::Document(doc! { "$cond": [format!("${ELIGIBLE}"), value, format!("${field}")] })
-    };
-    let mut set = doc! {
-        "listenerId": when_eligible(doc! { "$literal": &request.listener }.into(), "listenerId"),
-        "kind": when_eligible(request.kind.as_str().into(), "kind"),
-        "version": when_eligible(
-            doc! { "$cond": [
-                mine.clone(),
-                "$version",
-                { "$add": [{ "$ifNull": ["$version", -1_i64] }, 1_i64] },
-            ] }
-            .into(),
-            "version",
-        ),
-        "acquiredAt": when_eligible(
-            doc! { "$cond": [mine, "$acquiredAt", "$$NOW"] }.into(),
-            "acquiredAt",
-        ),
-        "expiresAt": when_eligible(
-            doc! { "$add": ["$$NOW", millis(request.lease)] }.into(),
-            "expiresAt",
-        ),
-        "renewedAt": when_eligible("$$NOW".into(), "renewedAt"),
-    };
-    if let Some(watch) = &request.watch {
-        set.insert(
-            "watch",
-            when_eligible(
-                doc! { "$literal": watch_to_document(watch) }.into(),
-                "watch",
-            ),
-        );
-    }
-    vec![
-        doc! { "$set": { ELIGIBLE: eligible } },
-        doc! { "$set": set },
-        doc! { "$unset": ELIGIBLE },
-    ]
-}
-
-pub(super) fn tenure_filter(tenure: &Tenure) -> Document {
-    doc! { "_id": &tenure.resource, "listenerId": &tenure.listener, "version": tenure.version }
-}
-
-pub(super) fn operator_pipeline(change: &OperatorChange) -> Vec<Document> {
-    let mut set = doc! {
-        "listenerId": match &change.holder {
-            Some(holder) => Bson::Document(doc! { "$literal": holder }),
-            None => Bson::Null,
-        },
-        "expiresAt": { "$add": ["$$NOW", millis(change.expires_in)] },
-        "kind": change.kind.as_str(),
-        "version": { "$add": ["$version", 1_i64] },
-        "note": { "$literal": &change.note },
-    };
-    if change.holder.is_some() {
-        set.insert("acquiredAt", "$$NOW");
-        set.insert("renewedAt", "$$NOW");
-    }
-    if let ResumeChange::Set { token, at } = &change.resume {
-        let token = token
-            .as_ref()
-            .map(|t| Bson::Document(t.as_document().clone()))
-            .unwrap_or(Bson::Null);
-        let at = at.map(|t| Bson::Timestamp(t.into())).unwrap_or(Bson::Null);
-        set.insert("resumeToken", doc! { "$literal": token });
-        set.insert("resumeAt", doc! { "$literal": at });
-        set.insert("invalidated", "$$REMOVE");
-    }
-    vec![doc! { "$set": set }]
+/// The filter and pipeline of a write on an existing lease.
+fn filtered_command(write: &LeaseWrite) -> StoreResult<(Document, Vec<Document>)> {
+    render_filtered(write).map_err(StoreError::InvalidArgument)
 }
 
 impl MongoStore {
@@ -156,14 +64,12 @@ impl MongoStore {
         .await
         .map_err(fail)?;
         let leases = self.leases();
+        let (filter, pipeline) = filtered_command(&change.write())?;
         // Not retried: after a lost reply we cannot tell "applied" from "changed", and
         // the operator's re-plan is the safe way forward.
         let before = bounded(self.timeout(), &action, async {
             leases
-                .find_one_and_update(
-                    doc! { "_id": &change.resource, "version": change.expected_version },
-                    operator_pipeline(change),
-                )
+                .find_one_and_update(filter, pipeline)
                 .return_document(ReturnDocument::Before)
                 .write_concern(self.majority())
                 .session(&mut session)
@@ -190,7 +96,10 @@ impl MongoStore {
         // the write's cluster time (the server's `$$NOW` to the second).
         let read_back = bounded(self.timeout(), &action, async {
             leases
-                .find_one(doc! { "_id": &change.resource, "version": change.expected_version + 1 })
+                .find_one(doc! {
+                    field::RESOURCE: &change.resource,
+                    field::VERSION: change.expected_version + 1,
+                })
                 .session(&mut session)
                 .await
         })
@@ -246,14 +155,9 @@ impl MongoStore {
     }
 
     /// updateOne filtered on the tenure, majority; matched 0 is a lost lock.
-    async fn tenure_update(
-        &self,
-        tenure: &Tenure,
-        pipeline: Vec<Document>,
-        action: &str,
-    ) -> StoreResult<TenureWrite> {
+    async fn tenure_update(&self, write: &LeaseWrite, action: &str) -> StoreResult<TenureWrite> {
         let leases = self.leases();
-        let filter = tenure_filter(tenure);
+        let (filter, pipeline) = filtered_command(write)?;
         let result = with_one_retry(self.timeout(), action, || {
             leases
                 .update_one(filter.clone(), pipeline.clone())
@@ -276,8 +180,7 @@ impl LeaseStore for MongoStore {
     async fn acquire(&self, request: &AcquireRequest) -> StoreResult<AcquireOutcome> {
         let action = format!("acquire lease {}", request.resource);
         let leases = self.leases();
-        let filter = acquire_filter(request);
-        let pipeline = acquire_pipeline(request);
+        let (filter, pipeline) = acquire_command(request);
         // Retrying is safe: after a first attempt that was applied, the lease is mine, so
         // the pipeline keeps the version and only refreshes.
         let reply = with_one_retry(self.timeout(), &action, || {
@@ -318,22 +221,14 @@ impl LeaseStore for MongoStore {
         token: &crate::model::ResumeToken,
         lease: Duration,
     ) -> StoreResult<TenureWrite> {
-        let pipeline = vec![doc! { "$set": {
-            "resumeToken": { "$literal": token.as_document().clone() },
-            "committedAt": "$$NOW",
-            "expiresAt": { "$add": ["$$NOW", millis(lease)] },
-        } }];
         let action = format!("commit lease {}", tenure.resource);
-        self.tenure_update(tenure, pipeline, &action).await
+        self.tenure_update(&tenure.commit(token, lease), &action)
+            .await
     }
 
     async fn renew(&self, tenure: &Tenure, lease: Duration) -> StoreResult<TenureWrite> {
-        let pipeline = vec![doc! { "$set": {
-            "expiresAt": { "$add": ["$$NOW", millis(lease)] },
-            "renewedAt": "$$NOW",
-        } }];
         let action = format!("renew lease {}", tenure.resource);
-        self.tenure_update(tenure, pipeline, &action).await
+        self.tenure_update(&tenure.renew(lease), &action).await
     }
 
     async fn record_invalidation(
@@ -341,27 +236,26 @@ impl LeaseStore for MongoStore {
         tenure: &Tenure,
         invalidation: &Invalidation,
     ) -> StoreResult<TenureWrite> {
-        let pipeline = vec![doc! { "$set": {
-            "invalidated": { "$literal": invalidation_to_document(invalidation) },
-        } }];
         let action = format!(
             "record on lease {} that its stream was closed",
             tenure.resource
         );
-        self.tenure_update(tenure, pipeline, &action).await
+        self.tenure_update(&tenure.record_invalidation(invalidation), &action)
+            .await
     }
 
     async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
-        let pipeline = vec![doc! { "$set": { "listenerId": null, "expiresAt": "$$NOW" } }];
         let action = format!("release lease {}", tenure.resource);
-        self.tenure_update(tenure, pipeline, &action).await
+        self.tenure_update(&tenure.release(), &action).await
     }
 
     async fn get(&self, resource: &str) -> StoreResult<Option<Lease>> {
         let action = format!("read lease {resource}");
         let leases = self.leases();
         let found = with_one_retry(self.timeout(), &action, || {
-            leases.find_one(doc! { "_id": resource }).into_future()
+            leases
+                .find_one(doc! { field::RESOURCE: resource })
+                .into_future()
         })
         .await
         .map_err(|e| self.lease_error(e, &action))?;
@@ -380,7 +274,9 @@ impl LeaseStore for MongoStore {
     async fn watch(&self, scope: LeaseScope) -> StoreResult<MongoLeaseWatch> {
         let action = "watch the lease collection";
         let pipeline = match &scope {
-            LeaseScope::One(resource) => vec![doc! { "$match": { "documentKey._id": resource } }],
+            LeaseScope::One(resource) => {
+                vec![doc! { "$match": { format!("documentKey.{}", field::RESOURCE): resource } }]
+            }
             LeaseScope::All => vec![],
         };
         let leases = self.leases();
@@ -409,46 +305,25 @@ impl LeaseStore for MongoStore {
         .map_err(|e| e.into_store(action))?;
         required_date("hello reply", &reply, "localTime")
     }
+}
 
-    /// Not atomic: the compare-and-swap and the audit insert are two writes. If the
-    /// insert fails after the swap applied, the error says so (the lease changed, the
-    /// record is missing); `ops::execute` reads the lease back to tell the operator.
-    /// A transaction would close that gap at the cost of a `WriteConflict` retry loop
-    /// around the one write whose "changed since planned" answer must stay exact.
-    async fn operator_update(
-        &self,
-        change: &OperatorChange,
-        audit: &AuditContext,
-    ) -> StoreResult<OperatorOutcome> {
-        let (before, after, operation_time) = match self.swap(change, &audit.action).await? {
-            SwapOutcome::Applied {
-                before,
-                after,
-                operation_time,
-            } => (before, after, operation_time),
-            SwapOutcome::Changed { current } => return Ok(OperatorOutcome::Changed { current }),
-        };
-        let audit_id = self
-            .insert_audit(&AuditEntry {
-                resource: change.resource.clone(),
-                context: audit.clone(),
-                before: Some(before.clone()),
-                after: Some(after.clone()),
-                outcome: "applied".into(),
-            })
-            .await?;
-        Ok(OperatorOutcome::Applied {
-            before,
-            after,
-            operation_time,
-            audit_id,
-        })
-    }
-
+impl OperatorStore for MongoStore {
     async fn operator_swap(&self, change: &OperatorChange) -> StoreResult<SwapOutcome> {
         self.swap(change, &change.note).await
     }
 
+    async fn count_changes(
+        &self,
+        ns: &Namespace,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        self.count_oplog_changes(ns, from, to, limit).await
+    }
+}
+
+impl AuditLog for MongoStore {
     async fn append_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
         self.insert_audit(entry).await
     }

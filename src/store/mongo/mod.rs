@@ -1,6 +1,6 @@
 //! The store ports on the official `mongodb` driver (production).
 //!
-//! One driver command per port method, as DESIGN §3 prescribes, except where a
+//! One driver command per port method, as docs/protocol.md §3 describes, except where a
 //! method's contract needs more: `oplog_window` (first and last entry),
 //! `operator_update` (compare-and-swap, read-back, audit insert) and `replace_all`
 //! (a replace per document, then one delete). The client is built
@@ -12,6 +12,7 @@ mod connect;
 mod documents;
 mod errors;
 mod feed;
+mod lease_write;
 mod leases;
 pub mod version;
 

@@ -8,8 +8,8 @@ use super::history::HistoryEntry;
 use super::state::{id_key, WriteKind};
 use super::{count, SandboxStore};
 use crate::store::{
-    DocumentStore, Namespace, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
-    SOURCE_VERSION_FIELD,
+    DocumentStore, FencedMemberWrites, Namespace, StoreResult, WriteFence, WriteOutcome,
+    LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
 };
 
 /// Recounts `counts` from `members`: value → number of members holding it, as the
@@ -207,51 +207,6 @@ impl DocumentStore for SandboxStore {
         Ok(WriteOutcome::Applied)
     }
 
-    async fn fenced_member_upsert(
-        &self,
-        ns: &Namespace,
-        id: &str,
-        member: &str,
-        version: i64,
-        value: Option<&str>,
-    ) -> StoreResult<WriteOutcome> {
-        count(&self.inner.calls.documents);
-        let now = self.inner.clock.now();
-        let key = Bson::String(id.to_string());
-        let mut state = self.lock();
-        let mut document = state
-            .document(ns, &key)
-            .cloned()
-            .unwrap_or_else(|| doc! {"_id": id});
-        let mut members = document
-            .get_document("members")
-            .cloned()
-            .unwrap_or_default();
-        let stored_member = members.get_document(member).ok();
-        if !pipeline_admits(stored_fence(
-            stored_member.and_then(|m| m.get("v")),
-            version,
-        )) {
-            return Ok(WriteOutcome::Stale);
-        }
-        let stored = stored_member.and_then(|m| stored_i64(Some(m), "v"));
-        members.insert(member, doc! {"v": version, "value": value});
-        document.insert("counts", recount(&members));
-        document.insert("members", members);
-        state.record(|| HistoryEntry::FencedWrite {
-            ns: ns.clone(),
-            id: format!("{id}/{member}"),
-            lease_fence: None,
-            source_version: Some(version),
-            stored,
-        });
-        state.write(ns, &key, Some(document), WriteKind::Update, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
-        Ok(WriteOutcome::Applied)
-    }
-
     async fn find_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<Option<Document>> {
         count(&self.inner.calls.documents);
         Ok(self.lock().document(ns, id).cloned())
@@ -361,5 +316,52 @@ impl DocumentStore for SandboxStore {
         drop(state);
         self.publish_log_end(end);
         Ok(())
+    }
+}
+
+impl FencedMemberWrites for SandboxStore {
+    async fn fenced_member_upsert(
+        &self,
+        ns: &Namespace,
+        id: &str,
+        member: &str,
+        version: i64,
+        value: Option<&str>,
+    ) -> StoreResult<WriteOutcome> {
+        count(&self.inner.calls.documents);
+        let now = self.inner.clock.now();
+        let key = Bson::String(id.to_string());
+        let mut state = self.lock();
+        let mut document = state
+            .document(ns, &key)
+            .cloned()
+            .unwrap_or_else(|| doc! {"_id": id});
+        let mut members = document
+            .get_document("members")
+            .cloned()
+            .unwrap_or_default();
+        let stored_member = members.get_document(member).ok();
+        if !pipeline_admits(stored_fence(
+            stored_member.and_then(|m| m.get("v")),
+            version,
+        )) {
+            return Ok(WriteOutcome::Stale);
+        }
+        let stored = stored_member.and_then(|m| stored_i64(Some(m), "v"));
+        members.insert(member, doc! {"v": version, "value": value});
+        document.insert("counts", recount(&members));
+        document.insert("members", members);
+        state.record(|| HistoryEntry::FencedWrite {
+            ns: ns.clone(),
+            id: format!("{id}/{member}"),
+            lease_fence: None,
+            source_version: Some(version),
+            stored,
+        });
+        state.write(ns, &key, Some(document), WriteKind::Update, now);
+        let end = state.log.end();
+        drop(state);
+        self.publish_log_end(end);
+        Ok(WriteOutcome::Applied)
     }
 }

@@ -89,8 +89,11 @@ impl ChangeFeed for SandboxStore {
             .last_time()
             .max(ClusterTime::new(wall_secs, 0)))
     }
+}
 
-    async fn count_changes(
+impl SandboxStore {
+    /// Log entries on `ns` in `from..=to`, at most `limit`.
+    pub(super) fn count_log_changes(
         &self,
         ns: &Namespace,
         from: ClusterTime,

@@ -1,4 +1,4 @@
-//! The embedded store (DESIGN §9): MongoDB's semantics where the engine depends
+//! The embedded store: MongoDB's semantics where the engine depends
 //! on them, in process, fast, and deterministic under a virtual clock.
 
 mod change_log;
