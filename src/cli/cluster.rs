@@ -1,5 +1,6 @@
 //! `streamward leases` and `streamward oplog`: what the cluster says, as a table or JSON.
 
+use crate::model::lease_field as F;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
@@ -87,25 +88,25 @@ fn lease_json(
     let health = LeaseHealth::assess(lease, window, now, thresholds);
     json!({
         "resource": lease.resource,
-        "kind": lease.kind.as_str(),
+        (F::KIND): lease.kind.as_str(),
         "holder": lease.holder,
         "liveHolder": lease.live_holder(now),
-        "version": lease.version,
-        "expiresAt": lease.expires_at.map(|d| d.to_rfc3339()),
-        "acquiredAt": lease.acquired_at.map(|d| d.to_rfc3339()),
-        "committedAt": lease.committed_at.map(|d| d.to_rfc3339()),
-        "resumeToken": lease.resume_token.as_ref().and_then(|t| t.data_hex().map(str::to_string)),
-        "resumeAt": time_json(lease.resume_at),
+        (F::VERSION): lease.version,
+        (F::EXPIRES_AT): lease.expires_at.map(|d| d.to_rfc3339()),
+        (F::ACQUIRED_AT): lease.acquired_at.map(|d| d.to_rfc3339()),
+        (F::COMMITTED_AT): lease.committed_at.map(|d| d.to_rfc3339()),
+        (F::RESUME_TOKEN): lease.resume_token.as_ref().and_then(|t| t.data_hex().map(str::to_string)),
+        (F::RESUME_AT): time_json(lease.resume_at),
         "tokenTime": time_json(health.token_time),
         "lagSecs": health.lag.map(|d| d.as_secs()),
         "headroomSecs": health.headroom.map(|d| d.as_secs()),
         "headroomShare": health.headroom_share,
         "status": health.status.label(),
-        "invalidated": lease.invalidated.as_ref().map(|i| json!({
+        (F::INVALIDATED): lease.invalidated.as_ref().map(|i| json!({
             "at": time_json(i.at),
             "reason": i.reason,
         })),
-        "note": lease.note,
+        (F::NOTE): lease.note,
     })
 }
 

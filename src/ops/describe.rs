@@ -196,18 +196,18 @@ pub fn plan_json(plan: &Plan) -> Value {
         let resume = match &c.resume {
             ResumeChange::Keep => Value::String("keep".into()),
             ResumeChange::Set { token, at } => json!({
-                "resumeToken": token.as_ref().map(|t| t.to_string()),
-                "resumeAt": time_json(*at),
+                (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
+                (F::RESUME_AT): time_json(*at),
             }),
         };
         json!({
-            "filter": { "_id": c.resource, "version": c.expected_version },
-            "listenerId": c.holder,
+            "filter": { (F::RESOURCE): c.resource, (F::VERSION): c.expected_version },
+            (F::HOLDER): c.holder,
             "expiresInSecs": c.expires_in.as_secs_f64(),
-            "kind": c.kind.as_str(),
-            "version": c.expected_version + 1,
+            (F::KIND): c.kind.as_str(),
+            (F::VERSION): c.expected_version + 1,
             "resume": resume,
-            "note": c.note,
+            (F::NOTE): c.note,
         })
     });
     let resume = plan.effect.resume.as_ref().map(|m| {
