@@ -549,7 +549,7 @@ async fn lease_watch_is_a_change_stream_filtered_to_one_id_with_update_lookup() 
 // ---------------------------------------------------------------- operator actions and audit
 
 #[tokio::test]
-async fn operator_update_is_compare_and_swap_then_read_then_audit() {
+async fn an_operator_change_is_compare_and_swap_then_read_then_audit() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
     server.set_operation_time(Timestamp {
@@ -653,7 +653,7 @@ async fn operator_update_is_compare_and_swap_then_read_then_audit() {
 }
 
 #[tokio::test]
-async fn operator_update_on_a_moved_version_writes_nothing_and_reports_the_current_lease() {
+async fn an_operator_change_on_a_moved_version_writes_nothing_and_reports_the_current_lease() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
     server.script("findAndModify", [Action::ok(doc! { "value": null })]);

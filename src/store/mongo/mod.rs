@@ -2,7 +2,7 @@
 //!
 //! One driver command per port method, as docs/protocol.md §3 describes, except where a
 //! method's contract needs more: `oplog_window` (first and last entry),
-//! `operator_update` (compare-and-swap, read-back, audit insert) and `replace_all`
+//! `operator_swap` (compare-and-swap, then the read-back) and `replace_all`
 //! (a replace per document, then one delete). The client is built
 //! with `retryWrites=false`/`retryReads=false`: this adapter owns the single retry
 //! (see [`errors`]), and every write it retries is conditional on holder and version.

@@ -55,7 +55,6 @@ pub struct CallCounts {
     pub list: AtomicU64,
     pub watch: AtomicU64,
     pub server_now: AtomicU64,
-    pub operator_update: AtomicU64,
     pub operator_swap: AtomicU64,
     pub append_audit: AtomicU64,
     pub open: AtomicU64,
@@ -78,7 +77,6 @@ impl CallCounts {
             &self.list,
             &self.watch,
             &self.server_now,
-            &self.operator_update,
             &self.operator_swap,
             &self.append_audit,
         ]
@@ -90,14 +88,10 @@ impl CallCounts {
     /// Calls by which operator actions write, or try to (a compare-and-swap that finds
     /// another version still counts): a dry run must make none.
     pub fn operator_writes(&self) -> u64 {
-        [
-            &self.operator_update,
-            &self.operator_swap,
-            &self.append_audit,
-        ]
-        .iter()
-        .map(|c| c.load(Ordering::Relaxed))
-        .sum()
+        [&self.operator_swap, &self.append_audit]
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 }
 
