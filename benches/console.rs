@@ -152,7 +152,7 @@ fn console(leases: Vec<Lease>) -> (ConsoleState, Duration) {
     state.apply(window_event(), now());
     state.on_resize(WIDTH, HEIGHT);
     let started = Instant::now();
-    state.apply(DataEvent::LeaseSnapshot(leases), now());
+    state.apply(DataEvent::LeaseSnapshot(leases.into()), now());
     let took = started.elapsed();
     (state, took)
 }

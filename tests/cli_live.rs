@@ -95,7 +95,7 @@ async fn held_lease_with_a_real_token(live: &LiveDb) -> (Tenure, ResumeToken) {
 }
 
 async fn audit_count(store: &MongoStore) -> usize {
-    store.audit_log(100).await.unwrap().len()
+    store.audit_log(100).await.unwrap().items.len()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -173,7 +173,7 @@ async fn a_takeover_dry_run_writes_nothing_and_execute_writes_once_with_its_audi
             TenureWrite::LostLock,
             "the fenced-out holder's next commit is refused by the server"
         );
-        let records = store.audit_log(10).await.unwrap();
+        let records = store.audit_log(10).await.unwrap().items;
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].action, "takeover");
         assert_eq!(records[0].operator, "oncall@test");
@@ -254,7 +254,11 @@ async fn reset_to_now_needs_accept_skip_and_unknown_resources_are_refused() {
         let (code, _, err) = run(cmd).await;
         assert_ne!(code, 0, "an unknown resource is refused");
         assert!(err.contains("no.such.resource"), "{err}");
-        assert_eq!(store.list().await.unwrap().len(), 1, "nothing was created");
+        assert_eq!(
+            store.list().await.unwrap().items.len(),
+            1,
+            "nothing was created"
+        );
 
         let mut cmd = streamward(&live);
         cmd.args([
@@ -354,7 +358,7 @@ async fn an_attached_rebuild_merges_under_the_bulk_lease_and_gives_it_back_at_t0
                 .unwrap(),
             TenureWrite::LostLock
         );
-        let records = store.audit_log(10).await.unwrap();
+        let records = store.audit_log(10).await.unwrap().items;
         assert_eq!(records.len(), 1, "one audit record for the whole rebuild");
         assert_eq!(records[0].action, "rebuild");
     })
@@ -408,6 +412,80 @@ async fn abort_bulk_gives_a_stuck_bulk_lease_back_to_the_listeners() {
             store.acquire(&incremental).await.unwrap(),
             AcquireOutcome::Acquired(_)
         ));
+    })
+    .await;
+}
+
+/// Malformed documents as other tools or hand edits leave them: each is reported by
+/// its `_id` and field, and never hides the well-formed rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn malformed_leases_and_audit_records_are_reported_and_the_rest_listed() {
+    live("cli_malformed", |live| async move {
+        held_lease_with_a_real_token(&live).await;
+        let leases = live.ns("leases");
+        let oid = bson::oid::ObjectId::new();
+        for bad in [
+            doc! {"_id": "version-as-text", "version": "7"},
+            doc! {"_id": oid, "version": 1_i64},
+            doc! {"_id": "expiry-as-text", "expiresAt": "tomorrow"},
+            doc! {"_id": "token-as-bytes", "resumeToken": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![1, 2] }},
+            doc! {"_id": "kind-shouted", "kind": "BULK"},
+        ] {
+            live.store.put(&leases, bad).await.unwrap();
+        }
+
+        let mut cmd = streamward(&live);
+        cmd.arg("leases");
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(RESOURCE), "the good lease is listed: {out}");
+        for (id, field) in [
+            ("version-as-text", "version"),
+            ("expiry-as-text", "expiresAt"),
+            ("token-as-bytes", "resumeToken"),
+            ("kind-shouted", "kind"),
+            (&oid.to_hex()[..], "_id"),
+        ] {
+            let line = err
+                .lines()
+                .find(|l| l.contains(id))
+                .unwrap_or_else(|| panic!("no warning names {id}: {err}"));
+            assert!(line.contains(field), "the warning names the field {field}: {line}");
+            assert!(!out.contains(id), "{id} is not a row: {out}");
+        }
+
+        let mut cmd = streamward(&live);
+        cmd.args(["leases", "--output", "json"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let rows: Value = serde_json::from_str(&out).expect("JSON");
+        let rows = rows.as_array().expect("an array");
+        assert_eq!(rows.len(), 6, "{out}");
+        assert_eq!(
+            rows.iter().filter(|r| r["status"] == "MALFORMED").count(),
+            5,
+            "{out}"
+        );
+        assert!(rows.iter().any(|r| r["resource"] == RESOURCE && r["status"] == "OK"));
+
+        // One unreadable audit record among readable ones.
+        let mut cmd = streamward(&live);
+        cmd.args(["takeover", RESOURCE, "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        live.store
+            .put(&live.ns("audit"), doc! {"_id": "hand-written", "operator": 5})
+            .await
+            .unwrap();
+        let mut cmd = streamward(&live);
+        cmd.arg("audit");
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("takeover"), "{out}");
+        assert!(
+            err.lines().any(|l| l.contains("hand-written") && l.contains("operator")),
+            "{err}"
+        );
     })
     .await;
 }

@@ -105,7 +105,7 @@ async fn planning_writes_nothing_and_a_confirmed_plan_writes_once_with_its_audit
         Some(before.clone())
     );
     assert!(
-        h.store.audit_log(10).await.unwrap().is_empty(),
+        h.store.audit_log(10).await.unwrap().items.is_empty(),
         "planning audits nothing"
     );
 
@@ -114,7 +114,7 @@ async fn planning_writes_nothing_and_a_confirmed_plan_writes_once_with_its_audit
     assert!(text.contains("takeover shop.orders"), "{text}");
     let after = h.store.get("shop.orders").await.unwrap().unwrap();
     assert_eq!((after.holder, after.version), (None, before.version + 1));
-    let audit = h.store.audit_log(10).await.unwrap();
+    let audit = h.store.audit_log(10).await.unwrap().items;
     assert_eq!(audit.len(), 1);
     assert_eq!(audit[0].reason.as_deref(), Some("from the console"));
     assert_eq!(audit[0].operator, "ann@console");
@@ -140,7 +140,7 @@ async fn a_plan_gone_stale_writes_nothing() {
     let error = h.done().await.expect_err("the stale plan is refused");
     assert!(error.contains("changed"), "{error}");
     assert_eq!(h.store.get("shop.orders").await.unwrap(), lease);
-    assert_eq!(h.store.audit_log(10).await.unwrap().len(), 1);
+    assert_eq!(h.store.audit_log(10).await.unwrap().items.len(), 1);
 }
 
 #[tokio::test]
@@ -173,5 +173,5 @@ async fn a_cancelled_rebuild_reports_progress_and_leaves_stuck_bulk() {
     let now = h.store.server_now().await.unwrap();
     let health = LeaseHealth::assess(&lease, None, now, &Default::default());
     assert_eq!(health.status, LeaseStatus::StuckBulk);
-    assert_eq!(h.store.audit_log(10).await.unwrap().len(), 1);
+    assert_eq!(h.store.audit_log(10).await.unwrap().items.len(), 1);
 }

@@ -76,7 +76,7 @@ async fn sandbox_leases_are_pushed_and_listed_once() {
         },
     )
     .await;
-    assert_eq!(snapshot.len(), 1);
+    assert_eq!(snapshot.items.len(), 1);
     store
         .acquire(&request("pet-aggregates", "b"))
         .await
@@ -225,7 +225,7 @@ async fn on_mongodb_leases_come_from_a_change_stream_on_the_lease_collection() {
         },
     )
     .await;
-    assert_eq!(snapshot[0].holder.as_deref(), Some("worker-1"));
+    assert_eq!(snapshot.items[0].holder.as_deref(), Some("worker-1"));
     let changed = until(
         &mut events,
         Duration::from_secs(10),

@@ -79,15 +79,18 @@ fn state() -> ConsoleState {
     let mut vacant = lease("shop.carts", None, 0, 0);
     vacant.resume_token = None;
     state.apply(
-        DataEvent::LeaseSnapshot(vec![
-            lease("shop.orders", Some("app-1/4242-orders"), 7, 1),
-            lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0),
-            lease("shop.mailer", Some("app-3/90-mailer"), 2, 1500),
-            lease("legacy.feed", Some("app-9/1"), 1, 4000),
-            stuck,
-            expired,
-            vacant,
-        ]),
+        DataEvent::LeaseSnapshot(
+            (vec![
+                lease("shop.orders", Some("app-1/4242-orders"), 7, 1),
+                lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0),
+                lease("shop.mailer", Some("app-3/90-mailer"), 2, 1500),
+                lease("legacy.feed", Some("app-9/1"), 1, 4000),
+                stuck,
+                expired,
+                vacant,
+            ])
+            .into(),
+        ),
         now(),
     );
     state.on_resize(WIDTH, HEIGHT);

@@ -137,7 +137,7 @@ fn state(mode: Mode) -> ConsoleState {
     for offset in 0..30 {
         state.apply(window_at(offset), now());
     }
-    state.apply(DataEvent::LeaseSnapshot(leases()), now());
+    state.apply(DataEvent::LeaseSnapshot((leases()).into()), now());
     state.apply(window_at(30), now());
     state.apply(
         DataEvent::Members(Ok(vec![
@@ -206,7 +206,7 @@ fn state(mode: Mode) -> ConsoleState {
             now(),
         );
     }
-    state.apply(DataEvent::Audit(audit()), now());
+    state.apply(DataEvent::Audit((audit()).into()), now());
     state
 }
 
@@ -336,7 +336,7 @@ fn read_only_shows_a_lock() {
         read_only: true,
         ..ConsoleSetup::new(Mode::Attached, "mongodb://db1.example:27017", now())
     });
-    state.apply(DataEvent::LeaseSnapshot(Vec::new()), now());
+    state.apply(DataEvent::LeaseSnapshot((Vec::new()).into()), now());
     insta::assert_snapshot!(screen(&mut state, 80, 24));
 }
 

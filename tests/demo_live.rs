@@ -95,7 +95,7 @@ fn sample_leases(
         let mut samples = Vec::new();
         while !stop.is_cancelled() {
             if let Ok(leases) = store.list().await {
-                samples.extend(leases);
+                samples.extend(leases.items);
             }
             tokio::select! {
                 () = stop.cancelled() => {}
@@ -199,7 +199,7 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
 
         // 1. Holders acquire and rotate: several holders per lease, versions moving up.
         until("both leases changed holder three times", || async {
-            let leases = store.list().await.ok()?;
+            let leases = store.list().await.ok()?.items;
             let moved = [PET_RESOURCE, ORDERS_RESOURCE]
                 .iter()
                 .all(|r| leases.iter().any(|l| l.resource == *r && l.version >= 3));
@@ -428,7 +428,7 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
             samples.len()
         );
         // Stopping released every lease.
-        for lease in store.list().await.unwrap() {
+        for lease in store.list().await.unwrap().items {
             assert_eq!(lease.holder, None, "{} released", lease.resource);
         }
     })

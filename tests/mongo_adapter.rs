@@ -454,14 +454,14 @@ async fn get_and_list_read_by_id_and_sorted_by_id() {
     );
     let lease = store.get("shop.orders").await.unwrap().unwrap();
     assert_eq!(lease.version, 2);
-    let all = store.list().await.unwrap();
+    let all = store.list().await.unwrap().items;
     assert_eq!(
         all.iter().map(|l| l.resource.as_str()).collect::<Vec<_>>(),
         ["a", "b"]
     );
     assert_eq!(all[1].kind, LockKind::Bulk);
     assert!(
-        store.list().await.unwrap().is_empty(),
+        store.list().await.unwrap().items.is_empty(),
         "missing collection is empty"
     );
     let sent = server.commands_stripped("find");
@@ -810,7 +810,7 @@ async fn audit_log_is_newest_first_and_limited() {
             "resource": "r", "before": { "_id": "r", "version": 1_i64 }, "after": null, "reason": null, "outcome": "applied",
         }] } })],
     );
-    let records = store.audit_log(20).await.unwrap();
+    let records = store.audit_log(20).await.unwrap().items;
     assert_eq!(records.len(), 1);
     assert_eq!(records[0].id, oid.to_hex());
     assert_eq!(records[0].before.as_ref().unwrap().version, 1);

@@ -522,7 +522,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         let messages = live.messages().await;
         assert_eq!(messages.len(), 1);
         assert_eq!(messages[0].get_i64("_fence"), Ok(after.version + 2));
-        let log = live.store.audit_log(10).await.unwrap();
+        let log = live.store.audit_log(10).await.unwrap().items;
         assert_eq!(log.len(), 2, "both operator actions are audited");
         a.stop().await;
     })

@@ -92,11 +92,11 @@ async fn lease(store: &SandboxStore, resource: &str) -> Lease {
 /// Plans and executes `request`, checking that it left exactly one audit record with
 /// the lease before and after (proof g).
 async fn act(store: &SandboxStore, request: ActionRequest) -> Result<Executed, OpsError> {
-    let audit_before = store.audit_log(usize::MAX).await.unwrap().len();
+    let audit_before = store.audit_log(usize::MAX).await.unwrap().items.len();
     let facts = ops::gather(store, &request, &options()).await?;
     let plan = ops::plan(&request, &facts);
     let result = ops::execute(store, &plan, Some("test".into())).await;
-    let records = store.audit_log(usize::MAX).await.unwrap();
+    let records = store.audit_log(usize::MAX).await.unwrap().items;
     match &result {
         Ok(done) => {
             assert_eq!(
@@ -444,7 +444,7 @@ async fn rebuild_with(
     };
     let mut gather = options();
     gather.rebuild = Some(PetRebuild::target());
-    let audit_before = store.audit_log(usize::MAX).await.unwrap().len();
+    let audit_before = store.audit_log(usize::MAX).await.unwrap().items.len();
     let facts = ops::gather(store, &request, &gather).await?;
     let plan = ops::plan(&request, &facts);
     let (progress, mut seen) = Progress::channel();
@@ -468,7 +468,7 @@ async fn rebuild_with(
     let last = watcher.await.unwrap().expect("progress was reported");
     assert!(last.finished);
     assert_eq!(last.total, Some(7), "six tag documents and the cleanup");
-    let records = store.audit_log(usize::MAX).await.unwrap();
+    let records = store.audit_log(usize::MAX).await.unwrap().items;
     assert_eq!(
         records.len(),
         audit_before + 1,
@@ -598,7 +598,7 @@ async fn e_a_rebuild_failing_half_way_is_stuck_bulk_and_both_recoveries_work() {
             status(&store, &stuck, store.oplog_window().await.unwrap()),
             LeaseStatus::StuckBulk
         );
-        let record = &store.audit_log(1).await.unwrap()[0];
+        let record = &store.audit_log(1).await.unwrap().items[0];
         assert!(record.outcome.contains("STUCK BULK"), "{}", record.outcome);
 
         // Stuck means stuck: a minute later no listener has taken it.
@@ -719,8 +719,8 @@ async fn written(store: &SandboxStore) -> (Vec<Lease>, usize, u64, usize) {
         .filter(|h| matches!(h, HistoryEntry::OperatorChanged { .. }))
         .count();
     (
-        store.list().await.unwrap(),
-        store.audit_log(usize::MAX).await.unwrap().len(),
+        store.list().await.unwrap().items,
+        store.audit_log(usize::MAX).await.unwrap().items.len(),
         store.calls().operator_writes(),
         operator_changes,
     )
@@ -946,14 +946,14 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
             accept_skip: true,
         },
     ] {
-        let records = store.audit_log(usize::MAX).await.unwrap().len();
+        let records = store.audit_log(usize::MAX).await.unwrap().items.len();
         let mut out = Vec::new();
         run_action(&store, request, &settings, &execute, &mut out)
             .await
             .unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("\napplied: "), "{text}");
-        let now = store.audit_log(usize::MAX).await.unwrap();
+        let now = store.audit_log(usize::MAX).await.unwrap().items;
         assert_eq!(now.len(), records + 1);
         assert!(now[0].before.is_some() && now[0].after.is_some());
         assert_eq!(now[0].reason.as_deref(), Some("should not happen"));

@@ -1,14 +1,15 @@
 //! `streamward leases` and `streamward oplog`: what the cluster says, as a table or JSON.
 
-use crate::model::lease_field as F;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
 use super::settings::{OutputFormat, Settings};
+use crate::model::lease_field as F;
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, OplogWindow};
+use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
 use crate::store::{ChangeFeed, LeaseStore, StoreError};
 
@@ -34,10 +35,11 @@ async fn window_if_permitted(store: &MongoStore) -> anyhow::Result<Option<OplogW
 
 pub async fn leases(settings: &Settings) -> anyhow::Result<()> {
     let store = connect(settings).await?;
-    let leases = store
+    let listing = store
         .list()
         .await
         .with_context(|| format!("listing leases in {}", settings.leases))?;
+    let leases = listing.items;
     let window = window_if_permitted(&store).await?;
     let now = store
         .server_now()
@@ -46,7 +48,8 @@ pub async fn leases(settings: &Settings) -> anyhow::Result<()> {
     let thresholds = settings.thresholds;
     match settings.output {
         OutputFormat::Table => {
-            if leases.is_empty() {
+            super::guarded::warn_malformed("lease document", &listing.malformed);
+            if leases.is_empty() && listing.malformed.is_empty() {
                 println!("no leases in {}", settings.leases);
                 return Ok(());
             }
@@ -61,6 +64,7 @@ pub async fn leases(settings: &Settings) -> anyhow::Result<()> {
             let items: Vec<Value> = leases
                 .iter()
                 .map(|l| lease_json(l, window.as_ref(), now, &thresholds))
+                .chain(listing.malformed.iter().map(describe::malformed_json))
                 .collect();
             println!("{}", serde_json::to_string_pretty(&items)?);
         }

@@ -142,7 +142,11 @@ async fn render_frame(
     thresholds: &HealthThresholds,
 ) -> anyhow::Result<String> {
     let store = &demo.store;
-    let leases = store.list().await.context("listing the sandbox's leases")?;
+    let leases = store
+        .list()
+        .await
+        .context("listing the sandbox's leases")?
+        .items;
     let window = store
         .oplog_window()
         .await

@@ -393,16 +393,24 @@ pub async fn run_audit<S: AuditLog>(
     output: OutputFormat,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let records = store
+    let listing = store
         .audit_log(limit)
         .await
         .context("reading the audit log")?;
+    let records = listing.items;
     match output {
         OutputFormat::Json => print_json(
             out,
-            serde_json::Value::Array(records.iter().map(describe::audit_json).collect()),
+            serde_json::Value::Array(
+                records
+                    .iter()
+                    .map(describe::audit_json)
+                    .chain(listing.malformed.iter().map(describe::malformed_json))
+                    .collect(),
+            ),
         ),
         OutputFormat::Table => {
+            warn_malformed("audit record", &listing.malformed);
             if records.is_empty() {
                 writeln!(out, "no audit records")?;
                 return Ok(());
@@ -514,4 +522,14 @@ fn parse_hold(text: &str) -> Result<Duration, String> {
         return Err(format!("at most 30 days, got {text}"));
     }
     Ok(hold)
+}
+
+/// One warning line on stderr per document that could not be read; the rest are shown.
+pub(super) fn warn_malformed(what: &str, malformed: &[crate::store::MalformedDocument]) {
+    for document in malformed {
+        eprintln!(
+            "warning: malformed {what} {} (not shown; fix or remove the document)",
+            escape_control(&document.to_string())
+        );
+    }
 }

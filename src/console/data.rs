@@ -6,15 +6,19 @@ use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, Lease, OplogWindow};
+use crate::store::{Listing, MalformedDocument};
 
 /// One message from a data task. The console applies them in arrival order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DataEvent {
-    /// Every lease, read when the lease watch (re)opened.
-    LeaseSnapshot(Vec<Lease>),
+    /// Every lease, read when the lease watch (re)opened, and the documents that are
+    /// not readable leases.
+    LeaseSnapshot(Listing<Lease>),
     /// One lease as it is after a change the watch delivered (boxed: the enum stays
     /// small for the many small events).
     LeaseChanged(Box<Lease>),
+    /// A lease document changed into one that cannot be read.
+    LeaseMalformed(MalformedDocument),
     Window {
         window: OplogWindow,
         server_now: DateTime<Utc>,
@@ -25,7 +29,7 @@ pub enum DataEvent {
     Members(Result<Vec<MemberRow>, String>),
     /// In-process listeners (IN-PROCESS and DEMO modes only).
     Listeners(Vec<ListenerSnapshot>),
-    Audit(Vec<AuditRecord>),
+    Audit(Listing<AuditRecord>),
     /// The plan of the action the dialog asked for, or why it could not be read.
     Planned(Result<Box<crate::ops::Plan>, String>),
     /// An executed action's outcome, for the notice line.

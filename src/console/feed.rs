@@ -151,6 +151,8 @@ async fn follow_leases<S: LeaseStore>(store: &S, events: &mpsc::Sender<DataEvent
             let change = watch.changed().await?;
             if let Some(lease) = change.lease {
                 send(events, DataEvent::LeaseChanged(Box::new(lease))).await?;
+            } else if let Some(malformed) = change.malformed {
+                send(events, DataEvent::LeaseMalformed(malformed)).await?;
             }
         }
     };

@@ -182,7 +182,7 @@ mod tests {
         let store = demo.store.clone();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let held = loop {
-            let leases = store.list().await.unwrap();
+            let leases = store.list().await.unwrap().items;
             if leases.len() == 2 && leases.iter().all(|l| l.holder.is_some()) {
                 break leases;
             }
@@ -193,7 +193,7 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
         demo.stop().await;
-        let released = store.list().await.unwrap();
+        let released = store.list().await.unwrap().items;
         for (before, after) in held.iter().zip(&released) {
             assert_eq!(after.holder, None, "{} released", after.resource);
             assert_eq!(

@@ -1,7 +1,6 @@
 //! Plans, outcomes and audit records for people (text) and programs (JSON). Strings from
 //! the database go through `escape_control` in text; JSON keeps them raw.
 
-use crate::model::lease_field as F;
 use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
@@ -11,6 +10,7 @@ use super::execute::Executed;
 use super::plan::Plan;
 use super::refusal::RefusalKind;
 use super::resume::Direction;
+use crate::model::lease_field as F;
 use crate::model::text::{clock_and_relative, escape_control};
 use crate::model::{AuditRecord, ClusterTime, Lease};
 use crate::store::ResumeChange;
@@ -168,6 +168,15 @@ fn time_json(time: Option<ClusterTime>) -> Value {
         Value::Null,
         |t| json!({ "t": t.secs, "i": t.inc, "iso": t.to_datetime().map(|d| d.to_rfc3339()) }),
     )
+}
+
+/// A document that could not be read, in a JSON listing: `status` says so.
+pub fn malformed_json(document: &crate::store::MalformedDocument) -> Value {
+    json!({
+        "id": document.id,
+        "status": "MALFORMED",
+        "malformed": document.problem,
+    })
 }
 
 pub fn lease_json(lease: &Lease) -> Value {

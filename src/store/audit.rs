@@ -30,9 +30,12 @@ pub trait AuditLog: Send + Sync {
     /// Appends one audit record; returns its id.
     fn append_audit(&self, entry: &AuditEntry) -> impl Future<Output = StoreResult<String>> + Send;
 
-    /// The most recent audit records, newest first.
-    fn audit_log(&self, limit: usize)
-        -> impl Future<Output = StoreResult<Vec<AuditRecord>>> + Send;
+    /// The most recent audit records, newest first, and each of those documents that
+    /// is not a readable record.
+    fn audit_log(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<super::Listing<AuditRecord>>> + Send;
 
     /// One audit record by id; `None` when there is none (or the id cannot be one).
     fn audit_record(

@@ -171,8 +171,10 @@ pub enum SwapOutcome {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseChange {
     pub resource: String,
-    /// The document after the change; `None` if it was deleted.
+    /// The document after the change; `None` if it was deleted or is malformed.
     pub lease: Option<Lease>,
+    /// What is wrong with the document after the change, when it cannot be read.
+    pub malformed: Option<super::MalformedDocument>,
 }
 
 /// A live feed of lease changes (a change stream on the lease collection).
@@ -228,8 +230,9 @@ pub trait LeaseStore: Send + Sync {
 
     fn get(&self, resource: &str) -> impl Future<Output = StoreResult<Option<Lease>>> + Send;
 
-    /// Every lease, sorted by resource. A missing collection is an empty list.
-    fn list(&self) -> impl Future<Output = StoreResult<Vec<Lease>>> + Send;
+    /// Every lease, sorted by resource, and each document that is not a readable
+    /// lease. A missing collection is an empty list.
+    fn list(&self) -> impl Future<Output = StoreResult<super::Listing<Lease>>> + Send;
 
     fn watch(&self, scope: LeaseScope) -> impl Future<Output = StoreResult<Self::Watch>> + Send;
 

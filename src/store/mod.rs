@@ -6,6 +6,7 @@ mod documents;
 mod error;
 mod feed;
 mod leases;
+mod listing;
 pub mod mongo;
 mod namespace;
 pub mod sandbox;
@@ -24,6 +25,7 @@ pub use leases::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
     OperatorChange, OperatorStore, ResumeChange, SwapOutcome, Tenure, TenureWrite,
 };
+pub use listing::{Listing, MalformedDocument};
 pub use namespace::Namespace;
 
 /// Everything a listener needs from one database: its leases and a change feed.

@@ -556,14 +556,14 @@ pub async fn get_and_list_read_what_is_stored<H: Harness>(h: &H) {
     let store = h.store();
     assert_eq!(store.get("res").await.unwrap(), None);
     assert_eq!(
-        store.list().await.unwrap(),
+        store.list().await.unwrap().items,
         vec![],
         "no lease collection yet"
     );
     for resource in ["b", "c", "a"] {
         acquired(store, &update(resource, "x", LONG)).await;
     }
-    let listed = store.list().await.unwrap();
+    let listed = store.list().await.unwrap().items;
     assert_eq!(
         listed
             .iter()

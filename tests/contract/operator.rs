@@ -56,7 +56,7 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
     let lease = held_lease(store).await;
     let at = ClusterTime::new(2_000, 3);
     let change = rewind_to(lease.version, Some("b"), at);
-    let audits_before = store.audit_log(100).await.unwrap().len();
+    let audits_before = store.audit_log(100).await.unwrap().items.len();
     let time_before = store.cluster_time().await.unwrap();
     let now_before = server_now(store).await;
     let outcome = apply_audited(store, &change, &context("rewind"))
@@ -127,7 +127,7 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
         (Some(&before), Some(&after)),
         "the record keeps the full prior resume point, so it can be undone"
     );
-    let log = store.audit_log(100).await.unwrap();
+    let log = store.audit_log(100).await.unwrap().items;
     assert_eq!(log.len(), audits_before + 1, "one record per action");
     assert_eq!(log[0], record, "newest first");
 }
@@ -164,7 +164,7 @@ pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
         "Keep keeps the resume point"
     );
     assert!(
-        store.audit_log(10).await.unwrap().is_empty(),
+        store.audit_log(10).await.unwrap().items.is_empty(),
         "no audit record"
     );
 
@@ -225,7 +225,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
         "the lease is untouched"
     );
     assert!(
-        store.audit_log(10).await.unwrap().is_empty(),
+        store.audit_log(10).await.unwrap().items.is_empty(),
         "no audit record for what was not done"
     );
 
@@ -246,7 +246,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
             current: Some(applied)
         }
     );
-    assert_eq!(store.audit_log(10).await.unwrap().len(), 1);
+    assert_eq!(store.audit_log(10).await.unwrap().items.len(), 1);
 }
 
 pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
@@ -263,7 +263,7 @@ pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
         };
         ids.push(store.append_audit(&entry).await.unwrap());
     }
-    let log = store.audit_log(2).await.unwrap();
+    let log = store.audit_log(2).await.unwrap().items;
     assert_eq!(
         log.iter().map(|r| r.id.as_str()).collect::<Vec<_>>(),
         [ids[2].as_str(), ids[1].as_str()],

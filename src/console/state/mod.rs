@@ -24,6 +24,7 @@ pub use table::{
 use super::data::{DataEvent, DataSource, MemberRow};
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, HealthThresholds, Lease, OplogWindow};
+use crate::store::MalformedDocument;
 
 /// Statuses are re-assessed at least this often, so expiries show without data.
 const REASSESS_AFTER: Duration = Duration::from_millis(900);
@@ -168,6 +169,10 @@ pub struct ConsoleState {
     pub audit_cursor: ListCursor,
     pub history: OplogHistory,
     pub failures: BTreeMap<DataSource, Failure>,
+    /// Lease documents that cannot be read: not in the table, named in the header.
+    pub malformed_leases: Vec<MalformedDocument>,
+    /// Audit documents among the newest that cannot be read.
+    pub malformed_audit: Vec<MalformedDocument>,
     /// Local time of the last data that arrived.
     pub data_as_of: Option<DateTime<Utc>>,
     pub notice: Option<Notice>,
@@ -211,6 +216,8 @@ impl ConsoleState {
             audit_cursor: ListCursor::default(),
             history: OplogHistory::default(),
             failures: BTreeMap::new(),
+            malformed_leases: Vec::new(),
+            malformed_audit: Vec::new(),
             data_as_of: None,
             notice: None,
             now: setup.now,
@@ -233,8 +240,10 @@ impl ConsoleState {
     pub fn apply(&mut self, event: DataEvent, local_now: DateTime<Utc>) {
         self.now = local_now;
         match event {
-            DataEvent::LeaseSnapshot(leases) => {
+            DataEvent::LeaseSnapshot(listing) => {
                 self.recovered(DataSource::Leases);
+                self.malformed_leases = listing.malformed;
+                let leases = listing.items;
                 if self.frozen {
                     self.pending_changes.clear();
                     self.pending_snapshot = Some(leases);
@@ -242,8 +251,19 @@ impl ConsoleState {
                     self.leases.replace_all(leases, local_now);
                 }
             }
+            DataEvent::LeaseMalformed(document) => {
+                self.recovered(DataSource::Leases);
+                if let Some(id) = &document.id {
+                    self.pending_changes.remove(id);
+                    self.leases.remove(id, local_now);
+                }
+                self.malformed_leases.retain(|d| d.id != document.id);
+                self.malformed_leases.push(document);
+            }
             DataEvent::LeaseChanged(lease) => {
                 self.recovered(DataSource::Leases);
+                self.malformed_leases
+                    .retain(|d| d.id.as_deref() != Some(lease.resource.as_str()));
                 if self.frozen {
                     self.pending_changes.insert(lease.resource.clone(), *lease);
                 } else {
@@ -270,8 +290,10 @@ impl ConsoleState {
                 self.listeners = listeners;
                 self.listener_cursor.clamp(self.listeners.len());
             }
-            DataEvent::Audit(records) => {
+            DataEvent::Audit(listing) => {
                 self.recovered(DataSource::Audit);
+                self.malformed_audit = listing.malformed;
+                let records = listing.items;
                 let selected = self
                     .audit
                     .get(self.audit_cursor.selected)

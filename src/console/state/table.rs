@@ -280,6 +280,21 @@ impl LeaseTable {
         self.reselect(keep.as_deref());
     }
 
+    /// Drops the row of `resource` (its document can no longer be read). Rare, so it
+    /// simply rebuilds the table from the others.
+    pub fn remove(&mut self, resource: &str, seen_at: DateTime<Utc>) {
+        if !self.by_resource.contains_key(resource) {
+            return;
+        }
+        let others: Vec<Lease> = self
+            .entries
+            .iter()
+            .filter(|e| e.lease.resource != resource)
+            .map(|e| e.lease.clone())
+            .collect();
+        self.replace_all(others, seen_at);
+    }
+
     /// Applies one changed lease in O(log n) plus a shift of the order.
     pub fn upsert(&mut self, lease: Lease, seen_at: DateTime<Utc>) {
         let keep = self.selected_resource();

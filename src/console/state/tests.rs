@@ -3,6 +3,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent,
 
 use super::*;
 use crate::model::{ClusterTime, LeaseStatus};
+use crate::store::Listing;
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 22, 10, 0, 0).unwrap()
@@ -54,11 +55,14 @@ fn loaded() -> ConsoleState {
     let mut state = state();
     state.apply(window(), now());
     state.apply(
-        DataEvent::LeaseSnapshot(vec![
-            lease("shop.orders", 3),
-            lease("pet-aggregates", 7),
-            lease("shop.users", 1),
-        ]),
+        DataEvent::LeaseSnapshot(
+            (vec![
+                lease("shop.orders", 3),
+                lease("pet-aggregates", 7),
+                lease("shop.users", 1),
+            ])
+            .into(),
+        ),
         now(),
     );
     state.execute_command_line("sort resource");
@@ -87,6 +91,43 @@ fn keys_typed_into_the_filter_are_not_commands() {
     let effects = press(&mut state, KeyCode::Char('q'));
     assert!(effects.is_empty(), "q while filtering is text, not quit");
     assert_eq!(state.input, Input::Filter("q".into()));
+}
+
+#[test]
+fn a_lease_that_turns_malformed_leaves_the_table_and_is_named_until_readable_again() {
+    let mut state = loaded();
+    let rows = state.leases.len();
+    let broken = MalformedDocument {
+        id: Some("shop.orders".into()),
+        problem: "field version: expected an integer, found String".into(),
+    };
+    state.apply(DataEvent::LeaseMalformed(broken.clone()), now());
+    assert!(
+        state.leases.get("shop.orders").is_none(),
+        "its old row would mislead"
+    );
+    assert_eq!(state.leases.len(), rows - 1);
+    assert_eq!(state.malformed_leases, vec![broken.clone()]);
+    state.apply(DataEvent::LeaseMalformed(broken.clone()), now());
+    assert_eq!(
+        state.malformed_leases.len(),
+        1,
+        "named once however often it changes"
+    );
+    state.apply(
+        DataEvent::LeaseChanged(Box::new(lease("shop.orders", 5))),
+        now(),
+    );
+    assert!(state.malformed_leases.is_empty());
+    assert_eq!(state.leases.get("shop.orders").unwrap().lease.version, 5);
+    state.apply(
+        DataEvent::LeaseSnapshot(Listing {
+            items: vec![lease("shop.orders", 5)],
+            malformed: vec![broken.clone()],
+        }),
+        now(),
+    );
+    assert_eq!(state.malformed_leases, vec![broken]);
 }
 
 #[test]
@@ -210,7 +251,7 @@ fn a_failing_source_marks_the_data_stale_until_it_recovers() {
     assert_eq!(state.failures[&DataSource::Leases].since, later);
     assert_eq!(state.data_as_of, Some(now()));
     state.apply(
-        DataEvent::LeaseSnapshot(vec![lease("shop.orders", 3)]),
+        DataEvent::LeaseSnapshot((vec![lease("shop.orders", 3)]).into()),
         later,
     );
     assert!(!state.is_stale());
@@ -241,7 +282,12 @@ fn the_mouse_selects_rows_switches_tabs_and_scrolls() {
     let mut state = state();
     state.apply(window(), now());
     state.apply(
-        DataEvent::LeaseSnapshot((0..100).map(|i| lease(&format!("r{i:03}"), 1)).collect()),
+        DataEvent::LeaseSnapshot(
+            (0..100)
+                .map(|i| lease(&format!("r{i:03}"), 1))
+                .collect::<Vec<_>>()
+                .into(),
+        ),
         now(),
     );
     state.execute_command_line("sort resource");

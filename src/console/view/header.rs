@@ -51,6 +51,22 @@ fn title_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
             theme.danger,
         ));
     }
+    let malformed = state.malformed_leases.len() + state.malformed_audit.len();
+    if let Some(first) = state
+        .malformed_leases
+        .iter()
+        .chain(&state.malformed_audit)
+        .next()
+    {
+        spans.push(Span::styled(
+            format!(
+                " ⚠ {malformed} malformed document{} (not shown): {}",
+                if malformed == 1 { "" } else { "s" },
+                escape_control(&first.to_string())
+            ),
+            theme.warn,
+        ));
+    }
     spans.push(Span::raw("  "));
     spans.push(Span::styled(escape_control(&state.cluster), theme.base));
     Line::from(spans)

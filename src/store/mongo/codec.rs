@@ -1,14 +1,17 @@
 //! Lease, audit record and change event <-> BSON. Reading never panics: a field of
 //! the wrong type is `StoreError::Malformed` naming the field.
 
-use crate::model::lease_field as F;
 use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocument};
 use chrono::{DateTime, Utc};
 
+use crate::model::lease_field as F;
 use crate::model::{
     AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
 };
-use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType, StoreError};
+use crate::store::{
+    ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
+    StoreError,
+};
 
 fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
     StoreError::Malformed {
@@ -125,6 +128,47 @@ pub fn date(at: DateTime<Utc>) -> Bson {
 
 fn opt<T>(value: Option<T>, f: impl FnOnce(T) -> Bson) -> Bson {
     value.map(f).unwrap_or(Bson::Null)
+}
+
+/// Reads every document with `read`; those it cannot read are reported, not fatal.
+/// Errors other than a malformed document are impossible from a pure reader.
+pub(super) fn read_each<T>(
+    documents: &[Document],
+    read: impl Fn(&Document) -> Result<T, StoreError>,
+) -> Listing<T> {
+    let mut listing = Listing::complete(Vec::with_capacity(documents.len()));
+    for document in documents {
+        match read(document) {
+            Ok(item) => listing.items.push(item),
+            Err(error) => listing.malformed.push(describe_malformed(document, &error)),
+        }
+    }
+    listing
+}
+
+/// A document `read` refused, as the operator is told about it: its `_id` and the problem.
+fn describe_malformed(document: &Document, error: &StoreError) -> MalformedDocument {
+    let id = document.get(F::RESOURCE).map(|id| match id {
+        Bson::String(s) => s.clone(),
+        other => other.clone().into_relaxed_extjson().to_string(),
+    });
+    let problem = match error {
+        StoreError::Malformed { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    };
+    MalformedDocument { id, problem }
+}
+
+/// One malformed lease seen on the lease watch, or the error when it is not a
+/// malformed document at all.
+pub(super) fn malformed_document(
+    document: &Document,
+    error: StoreError,
+) -> Result<MalformedDocument, StoreError> {
+    match error {
+        StoreError::Malformed { .. } => Ok(describe_malformed(document, &error)),
+        other => Err(other),
+    }
 }
 
 /// The lease as the collection stores it.

@@ -10,7 +10,10 @@ use futures_util::TryStreamExt;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentType, ReturnDocument};
 
-use super::codec::{audit_from_document, audit_to_document, lease_from_document, required_date};
+use super::codec::{
+    audit_from_document, audit_to_document, lease_from_document, malformed_document, read_each,
+    required_date,
+};
 use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
 use super::lease_write::{render_alternatives, render_filtered};
 use super::MongoStore;
@@ -18,8 +21,8 @@ use crate::model::lease_field as field;
 use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LeaseWrite};
 use crate::store::{
     AcquireOutcome, AcquireRequest, AuditEntry, AuditLog, LeaseChange, LeaseScope, LeaseStore,
-    LeaseWatch, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome,
-    Tenure, TenureWrite,
+    LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult,
+    SwapOutcome, Tenure, TenureWrite,
 };
 
 /// The filter and pipeline of `acquire`: refresh, else take, chosen in the pipeline.
@@ -262,13 +265,13 @@ impl LeaseStore for MongoStore {
         found.as_ref().map(lease_from_document).transpose()
     }
 
-    async fn list(&self) -> StoreResult<Vec<Lease>> {
+    async fn list(&self) -> StoreResult<Listing<Lease>> {
         let action = "list leases";
         let documents = self
             .read_all(self.leases(), action)
             .await
             .map_err(|e| self.lease_error(e, action))?;
-        documents.iter().map(lease_from_document).collect()
+        Ok(read_each(&documents, lease_from_document))
     }
 
     async fn watch(&self, scope: LeaseScope) -> StoreResult<MongoLeaseWatch> {
@@ -328,7 +331,7 @@ impl AuditLog for MongoStore {
         self.insert_audit(entry).await
     }
 
-    async fn audit_log(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
+    async fn audit_log(&self, limit: usize) -> StoreResult<Listing<AuditRecord>> {
         let action = "read the audit log";
         let audit = self.audit();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -343,7 +346,7 @@ impl AuditLog for MongoStore {
         })
         .await
         .map_err(|e| e.into_store(action))?;
-        documents.iter().map(audit_from_document).collect()
+        Ok(read_each(&documents, audit_from_document))
     }
 
     async fn audit_record(&self, id: &str) -> StoreResult<Option<AuditRecord>> {
@@ -395,11 +398,18 @@ impl LeaseWatch for MongoLeaseWatch {
                 // Events without a lease key (drop, rename, a foreign document) say nothing about leases.
                 _ => continue,
             };
-            let lease = match event.get("fullDocument") {
-                Some(Bson::Document(document)) => Some(lease_from_document(document)?),
-                _ => None,
+            let (lease, malformed) = match event.get("fullDocument") {
+                Some(Bson::Document(document)) => match lease_from_document(document) {
+                    Ok(lease) => (Some(lease), None),
+                    Err(error) => (None, Some(malformed_document(document, error)?)),
+                },
+                _ => (None, None),
             };
-            return Ok(LeaseChange { resource, lease });
+            return Ok(LeaseChange {
+                resource,
+                lease,
+                malformed,
+            });
         }
     }
 }

@@ -12,8 +12,8 @@ use super::{count, SandboxStore};
 use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LeaseWrite, ResumeToken};
 use crate::store::{
     AcquireOutcome, AcquireRequest, AuditEntry, AuditLog, LeaseChange, LeaseScope, LeaseStore,
-    LeaseWatch, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome,
-    Tenure, TenureWrite,
+    LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult,
+    SwapOutcome, Tenure, TenureWrite,
 };
 
 impl SandboxStore {
@@ -126,9 +126,11 @@ impl LeaseStore for SandboxStore {
         Ok(self.lock().leases.get(resource).cloned())
     }
 
-    async fn list(&self) -> StoreResult<Vec<Lease>> {
+    async fn list(&self) -> StoreResult<Listing<Lease>> {
         count(&self.inner.calls.list);
-        Ok(self.lock().leases.values().cloned().collect())
+        Ok(Listing::complete(
+            self.lock().leases.values().cloned().collect(),
+        ))
     }
 
     async fn watch(&self, scope: LeaseScope) -> StoreResult<SandboxLeaseWatch> {
@@ -172,15 +174,16 @@ impl AuditLog for SandboxStore {
         Ok(push_audit(&mut self.lock(), entry, now))
     }
 
-    async fn audit_log(&self, limit: usize) -> StoreResult<Vec<AuditRecord>> {
-        Ok(self
-            .lock()
-            .audit
-            .iter()
-            .rev()
-            .take(limit)
-            .cloned()
-            .collect())
+    async fn audit_log(&self, limit: usize) -> StoreResult<Listing<AuditRecord>> {
+        Ok(Listing::complete(
+            self.lock()
+                .audit
+                .iter()
+                .rev()
+                .take(limit)
+                .cloned()
+                .collect(),
+        ))
     }
 
     async fn audit_record(&self, id: &str) -> StoreResult<Option<AuditRecord>> {
@@ -264,6 +267,7 @@ impl LeaseWatch for SandboxLeaseWatch {
                         return Ok(LeaseChange {
                             resource: resource.clone(),
                             lease,
+                            malformed: None,
                         });
                     }
                 }

@@ -192,6 +192,7 @@ impl SandboxStore {
             let _ = self.inner.lease_changes.send(LeaseChange {
                 resource: lease.resource.clone(),
                 lease: Some(lease.clone()),
+                malformed: None,
             });
         }
     }
