@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::exit;
 use super::lease_table::render_columns;
+use super::limits;
 use super::settings::{OutputFormat, Settings};
 use crate::model::text::escape_control;
 use crate::ops::{
@@ -27,17 +28,18 @@ pub struct ActionOptions {
     /// Apply the plan. Without it the command is a dry run: it prints the plan and writes nothing.
     #[arg(long)]
     pub execute: bool,
-    /// Why, for the audit record.
-    #[arg(long)]
+    /// Why, for the audit record (at most 1,024 characters).
+    #[arg(long, value_parser = limits::reason)]
     pub reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
 pub struct TakeoverArgs {
     /// The lease (resource) to take over.
+    #[arg(value_parser = limits::name)]
     pub resource: String,
     /// Hand it to this listener instead of releasing it to any standby.
-    #[arg(long, value_name = "LISTENER", conflicts_with = "hold")]
+    #[arg(long, value_name = "LISTENER", conflicts_with = "hold", value_parser = limits::name)]
     pub to: Option<String>,
     /// Hold it as the operator for this long (pauses processing), at most 30 days.
     #[arg(long, value_name = "DURATION", value_parser = parse_hold)]
@@ -50,6 +52,7 @@ pub struct TakeoverArgs {
 #[command(group(ArgGroup::new("target").required(true).args(["to", "by", "to_token"])))]
 pub struct RewindArgs {
     /// The lease (resource) to act on.
+    #[arg(value_parser = limits::name)]
     pub resource: String,
     /// Start again at this time: RFC 3339, Timestamp(SECS, INC) or SECS:INC.
     #[arg(long, value_name = "TIME")]
@@ -67,6 +70,7 @@ pub struct RewindArgs {
 #[derive(Debug, Args)]
 pub struct ResetArgs {
     /// The lease (resource) to act on.
+    #[arg(value_parser = limits::name)]
     pub resource: String,
     /// oldest: bootstrap from the oldest oplog entry; now: skip to the newest entry.
     #[arg(long, value_name = "oldest|now")]
@@ -89,6 +93,7 @@ pub struct RebuildArgs {
 #[derive(Debug, Args)]
 pub struct AbortBulkArgs {
     /// The lease (resource) to act on.
+    #[arg(value_parser = limits::name)]
     pub resource: String,
     #[command(flatten)]
     pub options: ActionOptions,
@@ -104,9 +109,9 @@ pub struct UndoArgs {
 
 #[derive(Debug, Args)]
 pub struct AuditArgs {
-    /// How many records, newest first.
-    #[arg(long, default_value_t = 20)]
-    pub limit: usize,
+    /// How many records, newest first (1 to 10,000).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=limits::AUDIT_LIMIT_MAX))]
+    pub limit: u64,
 }
 
 impl TakeoverArgs {
@@ -510,7 +515,8 @@ pub async fn rebuild(settings: &Settings, args: &RebuildArgs) -> anyhow::Result<
 pub async fn audit(settings: &Settings, args: &AuditArgs) -> anyhow::Result<()> {
     let store = super::cluster::connect(settings).await?;
     let mut out = std::io::stdout();
-    run_audit(&store, args.limit, settings.output, &mut out).await
+    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
+    run_audit(&store, limit, settings.output, &mut out).await
 }
 
 /// The longest `--hold`: long enough for any pause, far from date arithmetic limits.

@@ -3,7 +3,9 @@
 use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
-use crate::model::text::{escape_control, relative_time, short_duration};
+use crate::model::text::{
+    clip, escape_control, pad_to, relative_time, short_duration, CELL_MAX_CHARS,
+};
 use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow};
 
 /// One lease, as its table row shows it.
@@ -86,10 +88,15 @@ const LEASE_HEADERS: [&str; 9] = [
     "STATUS",
 ];
 
-/// Columns padded to their widest cell, two spaces apart.
+/// Columns padded to their widest cell, two spaces apart; a cell longer than
+/// [`CELL_MAX_CHARS`] is clipped with `…`.
 pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) -> String {
+    let rows: Vec<[String; N]> = rows
+        .iter()
+        .map(|row| row.clone().map(|cell| clip(&cell, CELL_MAX_CHARS)))
+        .collect();
     let mut widths = headers.map(|h| h.chars().count());
-    for row in rows {
+    for row in &rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
         }
@@ -100,13 +107,14 @@ pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) 
             if i + 1 == N {
                 text.push_str(cell);
             } else {
-                text.push_str(&format!("{cell:<width$}  "));
+                text.push_str(&pad_to(cell, width));
+                text.push_str("  ");
             }
         }
         text.trim_end().to_string() + "\n"
     };
     let mut out = line(headers.to_vec());
-    for row in rows {
+    for row in &rows {
         out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
     out
@@ -176,6 +184,26 @@ mod tests {
     use super::*;
     use crate::model::{ClusterTime, LockKind, ResumeToken, TokenKind};
     use chrono::TimeDelta;
+
+    #[test]
+    fn a_value_longer_than_any_format_width_is_clipped_not_a_panic() {
+        let now = DateTime::from_timestamp(1_700_001_000, 0).unwrap();
+        let mut lease = Lease::vacant("r".repeat(70_000));
+        lease.holder = Some("h".repeat(70_000));
+        let text = render_leases(&[LeaseRow::new(
+            &lease,
+            None,
+            now,
+            &HealthThresholds::default(),
+        )]);
+        let row = text.lines().nth(1).unwrap_or_default();
+        assert!(
+            row.chars().count() < 2 * CELL_MAX_CHARS + 100,
+            "clipped: {} chars",
+            row.chars().count()
+        );
+        assert!(row.contains('…'), "says it was cut: {row}");
+    }
 
     #[test]
     fn a_row_shows_holder_lag_headroom_and_status() {

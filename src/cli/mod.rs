@@ -6,6 +6,7 @@ pub mod demo;
 pub mod exit;
 pub mod guarded;
 pub mod lease_table;
+pub mod limits;
 pub mod settings;
 
 use clap::parser::ValueSource;

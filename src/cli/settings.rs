@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
 use super::exit::UsageError;
+use super::limits;
 use crate::model::HealthThresholds;
 use crate::ops::PipelineRebuild;
 use crate::store::mongo::MongoSettings;
@@ -39,11 +40,11 @@ pub struct GlobalArgs {
     /// Make no writes anywhere.
     #[arg(long, global = true)]
     pub read_only: bool,
-    /// Who is acting, for the audit record [default: user@host].
-    #[arg(long, global = true)]
+    /// Who is acting, for the audit record [default: user@host] (at most 256 characters).
+    #[arg(long, global = true, value_parser = limits::name)]
     pub operator: Option<String>,
-    /// How long to look for a reachable server before giving up.
-    #[arg(long, global = true, value_parser = humantime::parse_duration, value_name = "DURATION")]
+    /// How long to look for a reachable server before giving up (at most 1h).
+    #[arg(long, global = true, value_parser = limits::connect_timeout, value_name = "DURATION")]
     pub connect_timeout: Option<Duration>,
     /// Whether `--uri` was typed on the command line (not taken from the environment):
     /// set by [`crate::cli::parse`], for commands that must refuse a cluster.
@@ -170,7 +171,7 @@ impl Settings {
         };
         let connect_timeout = match (args.connect_timeout, &file.connect_timeout) {
             (Some(d), _) => d,
-            (None, Some(text)) => humantime::parse_duration(text)
+            (None, Some(text)) => limits::connect_timeout(text)
                 .map_err(|e| invalid(format!("connect_timeout {text:?}: {e}")))?,
             (None, None) => MongoSettings::DEFAULT_SERVER_SELECTION_TIMEOUT,
         };
@@ -198,7 +199,7 @@ impl Settings {
         let mut rebuilds = BTreeMap::new();
         for (name, r) in file.rebuilds.iter().flatten() {
             let limit = match &r.timeout {
-                Some(text) => humantime::parse_duration(text)
+                Some(text) => limits::rebuild_timeout(text)
                     .map_err(|e| invalid(format!("rebuilds.{name}.timeout {text:?}: {e}")))?,
                 None => PipelineRebuild::DEFAULT_LIMIT,
             };
@@ -224,11 +225,13 @@ impl Settings {
             leases,
             output: args.output.or(file.output).unwrap_or_default(),
             read_only: args.read_only || file.read_only.unwrap_or(false),
-            operator: args
-                .operator
-                .clone()
-                .or(file.operator)
-                .unwrap_or_else(default_operator),
+            operator: match (&args.operator, file.operator) {
+                (Some(operator), _) => operator.clone(),
+                (None, Some(operator)) => {
+                    limits::name(&operator).map_err(|e| invalid(format!("operator: {e}")))?
+                }
+                (None, None) => default_operator(),
+            },
             connect_timeout,
         })
     }

@@ -25,6 +25,30 @@ pub fn escape_control(text: &str) -> String {
     out
 }
 
+/// The most characters a plain-text table shows of one value; longer values end in
+/// `…` (the JSON output carries them whole).
+pub const CELL_MAX_CHARS: usize = 120;
+
+/// `text` cut to at most `max` characters, the last one `…` when anything was cut.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// `text` followed by spaces up to `width` characters. Unlike `{:<width$}`, any width
+/// works (the standard formatter panics on widths past 65,535).
+pub fn pad_to(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    let mut out = String::with_capacity(text.len() + width.saturating_sub(count));
+    out.push_str(text);
+    out.extend(std::iter::repeat_n(' ', width.saturating_sub(count)));
+    out
+}
+
 /// A short human duration: `0s`, `42s`, `3m05s`, `2h07m`, `3d04h`.
 pub fn short_duration(duration: Duration) -> String {
     let secs = duration.as_secs();

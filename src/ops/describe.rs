@@ -11,7 +11,7 @@ use super::plan::Plan;
 use super::refusal::RefusalKind;
 use super::resume::Direction;
 use crate::model::lease_field as F;
-use crate::model::text::{clock_and_relative, escape_control};
+use crate::model::text::{clip, clock_and_relative, escape_control, pad_to, CELL_MAX_CHARS};
 use crate::model::{AuditRecord, ClusterTime, Lease};
 use crate::store::ResumeChange;
 
@@ -80,14 +80,18 @@ pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<Fiel
 }
 
 fn diff_table(before: &Lease, after: &Lease, now: DateTime<Utc>) -> String {
-    let rows = lease_diff(before, after, now);
+    let mut rows = lease_diff(before, after, now);
+    for row in &mut rows {
+        row.before = clip(&row.before, CELL_MAX_CHARS);
+        row.after = clip(&row.after, CELL_MAX_CHARS);
+    }
     let width = rows
         .iter()
         .map(|r| r.before.chars().count())
         .max()
         .unwrap_or(0)
         .max(6);
-    let mut out = format!("  {:<12} {:<width$}   after\n", "field", "before");
+    let mut out = format!("  {:<12} {}   after\n", "field", pad_to("before", width));
     for row in rows {
         let mark = if row.changed { "→" } else { " " };
         let after = if row.changed {
@@ -97,8 +101,9 @@ fn diff_table(before: &Lease, after: &Lease, now: DateTime<Utc>) -> String {
         };
         let _ = writeln!(
             out,
-            "  {:<12} {:<width$} {mark} {after}",
-            row.field, row.before
+            "  {:<12} {} {mark} {after}",
+            row.field,
+            pad_to(&row.before, width)
         );
     }
     out
@@ -277,4 +282,26 @@ pub fn audit_json(record: &AuditRecord) -> Value {
         "before": record.before.as_ref().map(lease_json),
         "after": record.after.as_ref().map(lease_json),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_table_with_a_huge_value_clips_it_instead_of_panicking() {
+        let now = Utc::now();
+        let mut before = Lease::vacant("r");
+        before.holder = Some("h".repeat(70_000));
+        let mut after = before.clone();
+        after.note = Some("n".repeat(70_000));
+        let table = diff_table(&before, &after, now);
+        assert!(
+            table
+                .lines()
+                .all(|l| l.chars().count() < 3 * CELL_MAX_CHARS),
+            "{table}"
+        );
+        assert!(table.contains('…'));
+    }
 }

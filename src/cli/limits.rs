@@ -1,0 +1,87 @@
+//! The largest values the command line accepts, and the parsers that enforce them.
+//! Anything larger is a usage error (exit 2) before anything connects or writes: a
+//! name the tool would store and then fail to show, or a duration past the calendar.
+
+use std::time::Duration;
+
+/// Names the tool writes into a lease or the audit log: `--operator`, `takeover --to`,
+/// and resource names.
+pub const NAME_MAX_CHARS: usize = 256;
+/// `--reason`, stored in the audit record.
+pub const REASON_MAX_CHARS: usize = 1_024;
+/// `--connect-timeout` and `connect_timeout` in the config file.
+pub const CONNECT_TIMEOUT_MAX: Duration = Duration::from_secs(3_600);
+/// A rebuild definition's `timeout`.
+pub const REBUILD_TIMEOUT_MAX: Duration = Duration::from_secs(24 * 3_600);
+/// `audit --limit`.
+pub const AUDIT_LIMIT_MAX: u64 = 10_000;
+
+fn bounded_text(what: &str, text: &str, max: usize) -> Result<String, String> {
+    let count = text.chars().count();
+    if text.trim().is_empty() {
+        Err(format!("{what} is empty"))
+    } else if count > max {
+        Err(format!("{what} is {count} characters long; at most {max}"))
+    } else {
+        Ok(text.to_string())
+    }
+}
+
+/// A listener, operator or resource name.
+pub fn name(text: &str) -> Result<String, String> {
+    bounded_text("the name", text, NAME_MAX_CHARS)
+}
+
+pub fn reason(text: &str) -> Result<String, String> {
+    bounded_text("the reason", text, REASON_MAX_CHARS)
+}
+
+/// A duration no longer than `max`, in humantime's syntax (`30s`, `5m`, `2h`).
+pub fn duration_at_most(text: &str, max: Duration) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| e.to_string())?;
+    if duration > max {
+        return Err(format!(
+            "{text} is longer than the most allowed, {}",
+            humantime::format_duration(max)
+        ));
+    }
+    Ok(duration)
+}
+
+pub fn connect_timeout(text: &str) -> Result<Duration, String> {
+    let duration = duration_at_most(text, CONNECT_TIMEOUT_MAX)?;
+    if duration.is_zero() {
+        return Err("a connect timeout of zero never connects".into());
+    }
+    Ok(duration)
+}
+
+pub fn rebuild_timeout(text: &str) -> Result<Duration, String> {
+    duration_at_most(text, REBUILD_TIMEOUT_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_bounded_and_not_empty() {
+        assert_eq!(name("worker-1").as_deref(), Ok("worker-1"));
+        assert!(name(&"x".repeat(NAME_MAX_CHARS)).is_ok());
+        let long = name(&"é".repeat(NAME_MAX_CHARS + 1)).unwrap_err();
+        assert!(long.contains("257 characters"), "{long}");
+        assert!(name("  ").is_err());
+        assert!(reason(&"r".repeat(70_000)).is_err());
+    }
+
+    #[test]
+    fn durations_past_their_maximum_are_refused_not_wrapped() {
+        assert_eq!(connect_timeout("5s"), Ok(Duration::from_secs(5)));
+        assert!(connect_timeout("18446744073709551615s").is_err());
+        assert!(connect_timeout("2h").is_err());
+        assert!(connect_timeout("0s").is_err());
+        assert!(rebuild_timeout("24h").is_ok());
+        let refused = rebuild_timeout("1000000y").unwrap_err();
+        assert!(refused.contains("1day"), "{refused}");
+    }
+}
