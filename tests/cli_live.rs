@@ -489,3 +489,49 @@ async fn malformed_leases_and_audit_records_are_reported_and_the_rest_listed() {
     })
     .await;
 }
+
+/// A unique index the tool does not know refuses an audit record on its first insert:
+/// the change is applied, and the operator is told its record is missing, never
+/// handed an id that names nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_audit_record_refused_by_a_foreign_unique_index_is_reported_missing() {
+    live("cli_audit_refused", |live| async move {
+        held_lease_with_a_real_token(&live).await;
+        let client = mongodb::Client::with_uri_str(&live.uri).await.unwrap();
+        client
+            .database(&live.db)
+            .collection::<bson::Document>("audit")
+            .create_index(
+                mongodb::IndexModel::builder()
+                    .keys(doc! {"resource": 1})
+                    .options(
+                        mongodb::options::IndexOptions::builder()
+                            .unique(true)
+                            .build(),
+                    )
+                    .build(),
+            )
+            .await
+            .unwrap();
+        let mut cmd = streamward(&live);
+        cmd.args(["takeover", RESOURCE, "--execute"]);
+        let (code, _, err) = run(cmd).await;
+        assert_eq!(code, 0, "the first record is written: {err}");
+        let mut cmd = streamward(&live);
+        cmd.args(["takeover", RESOURCE, "--hold", "1m", "--execute"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 1, "{out}{err}");
+        assert!(err.contains("was applied"), "{err}");
+        assert!(err.contains("not written"), "{err}");
+        assert!(!out.contains("audit record 6"), "no id is printed: {out}");
+        let records = live.store.audit_log(10).await.unwrap().items;
+        assert_eq!(records.len(), 1, "only the first action has a record");
+        let lease = live.store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(
+            lease.holder.as_deref(),
+            Some("oncall@test"),
+            "the second takeover was applied: the operator holds it"
+        );
+    })
+    .await;
+}

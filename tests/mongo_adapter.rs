@@ -819,3 +819,71 @@ async fn audit_log_is_newest_first_and_limited() {
         doc! { "find": "audit", "filter": {}, "sort": { "at": -1, "_id": -1 }, "limit": 20_i64, "$db": "sw" }
     );
 }
+
+fn applied_rewind_entry() -> AuditEntry {
+    AuditEntry {
+        resource: "shop.orders".into(),
+        context: AuditContext {
+            operator: "ann".into(),
+            action: "rewind".into(),
+            reason: None,
+        },
+        before: None,
+        after: None,
+        outcome: "applied".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_duplicate_key_on_the_first_audit_insert_is_not_taken_for_success() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    // A unique index on another field refuses the record: it was never written.
+    server.script(
+        "insert",
+        [Action::ok(doc! { "n": 0, "writeErrors": [{
+            "index": 0, "code": 11000,
+            "errmsg": "E11000 duplicate key error collection: sw.audit index: operator_1 dup key",
+        }] })],
+    );
+    server.script(
+        "find",
+        [Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "sw.audit", "firstBatch": [] } },
+        )],
+    );
+    let error = store
+        .append_audit(&applied_rewind_entry())
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("not written"), "{error}");
+    let find = server.commands_stripped("find").remove(0);
+    assert_eq!(
+        find.get_str("find").unwrap(),
+        "audit",
+        "it looked for its own record"
+    );
+}
+
+#[tokio::test]
+async fn a_write_concern_error_on_the_audit_insert_says_the_record_exists_unconfirmed() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "insert",
+        [Action::ok(doc! {
+            "n": 1,
+            "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out" },
+        })],
+    );
+    let error = store
+        .append_audit(&applied_rewind_entry())
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(matches!(error, StoreError::WriteConcern(_)), "{error:?}");
+    assert!(
+        message.contains("on the primary but not confirmed"),
+        "{message}"
+    );
+}

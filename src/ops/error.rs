@@ -23,7 +23,7 @@ pub enum OpsError {
         holder: Option<String>,
     },
     /// The lease was changed but its audit record could not be written.
-    #[error("{action} on {resource} was applied (version {version}) but its audit record was not written: {source}")]
+    #[error("{action} on {resource} was applied (version {version}) but its audit record was not written or not confirmed: {source}")]
     AuditMissing {
         action: String,
         resource: String,

@@ -122,8 +122,11 @@ impl MongoStore {
         })
     }
 
-    /// `insert` into the audit collection, majority. Idempotent by `_id`, so retried once:
-    /// a retry that finds its own first attempt gets 11000, which is success.
+    /// `insert` into the audit collection, majority. Idempotent by `_id`, so retried once.
+    /// A duplicate-key error is success only when the record with this `_id` is ours
+    /// (a retry that found its own first attempt): a unique index elsewhere refuses
+    /// the record, and then it does not exist. A write-concern error says the record
+    /// exists on the primary but is not confirmed by a majority.
     async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
         let id = ObjectId::new();
         let record = AuditRecord {
@@ -152,8 +155,32 @@ impl MongoStore {
         .await;
         match inserted {
             Ok(_) => Ok(record.id),
-            Err(CallError::Driver(e)) if is_duplicate_key(&e) => Ok(record.id),
-            Err(e) => Err(e.into_store_hinted(&action, &self.operator_hint())),
+            Err(CallError::Driver(e)) if is_duplicate_key(&e) => {
+                let stored = bounded(self.timeout(), &action, async {
+                    audit_coll.find_one(doc! { "_id": id }).await
+                })
+                .await
+                .map_err(|e| e.into_store_hinted(&action, &self.operator_hint()))?;
+                if stored.as_ref() == Some(&record_doc) {
+                    Ok(record.id)
+                } else {
+                    Err(StoreError::Command {
+                        code: 11000,
+                        message: format!(
+                            "{action}: the audit collection refused the record as a duplicate \
+                             (a unique index other than _id?), so it was not written: {e}"
+                        ),
+                    })
+                }
+            }
+            Err(e) => match e.into_store_hinted(&action, &self.operator_hint()) {
+                StoreError::WriteConcern(detail) => Err(StoreError::WriteConcern(format!(
+                    "audit record {} is on the primary but not confirmed by a majority \
+                     (it may be rolled back): {detail}",
+                    record.id
+                ))),
+                other => Err(other),
+            },
         }
     }
 
