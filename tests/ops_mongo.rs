@@ -523,3 +523,115 @@ pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into
         (Ok("update"), Some(&Bson::Null))
     );
 }
+
+/// A rebuild whose lease write is applied by the server but whose reply is lost on
+/// the way back (the connection drops): `hang_up_on` says which findAndModify.
+async fn rebuild_losing_a_reply(
+    hang_up_on: usize,
+) -> (assert_cmd::assert::Assert, Document, WireServer) {
+    let server = WireServer::start().await;
+    let mut expired = live_lease();
+    expired.insert("expiresAt", now());
+    let lease = cluster(&server, expired, |_| {});
+    let write = lease.clone();
+    let calls = Arc::new(Mutex::new(0_usize));
+    server.on("findAndModify", move |cmd| {
+        let mut lease = write.lock().unwrap();
+        let query = cmd.get_document("query").cloned().unwrap_or_default();
+        if !mini_mongo::matches(&query, Some(&lease), now()) {
+            return Action::ok(doc! { "value": null });
+        }
+        let before = lease.clone();
+        let pipeline = cmd.get_array("update").cloned().unwrap_or_default();
+        *lease = mini_mongo::apply_pipeline(&pipeline, &before, now());
+        let mut calls = calls.lock().unwrap();
+        *calls += 1;
+        if *calls == hang_up_on {
+            Action::HangUp
+        } else {
+            Action::ok(doc! { "value": before })
+        }
+    });
+    let update = lease.clone();
+    server.on("update", move |cmd| {
+        let mut lease = update.lock().unwrap();
+        let statement = cmd.get_array("updates").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .clone();
+        let filter = statement.get_document("q").cloned().unwrap_or_default();
+        if !mini_mongo::matches(&filter, Some(&lease), now()) {
+            return Action::ok(doc! { "n": 0, "nModified": 0 });
+        }
+        let pipeline = statement.get_array("u").cloned().unwrap_or_default();
+        let before = lease.clone();
+        *lease = mini_mongo::apply_pipeline(&pipeline, &before, now());
+        Action::ok(doc! { "n": 1, "nModified": 1 })
+    });
+    let config = std::env::temp_dir().join(format!(
+        "streamward-ops-mongo-lost-{hang_up_on}-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &config,
+        r#"[rebuilds.rollup]
+resource = "shop.orders"
+db = "shop"
+collection = "orders"
+pipeline = '[{"$group": {"_id": "$status"}}, {"$merge": {"into": "order_counts"}}]'
+"#,
+    )
+    .unwrap();
+    let mut cmd = streamward();
+    cmd.args([
+        "rebuild",
+        "rollup",
+        "--execute",
+        "--operator",
+        "ann",
+        "--uri",
+        &server.uri(),
+    ])
+    .arg("--config")
+    .arg(&config);
+    let assert = run(cmd).await;
+    std::fs::remove_file(&config).unwrap();
+    let stored = lease.lock().unwrap().clone();
+    (assert, stored, server)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bulk_swap_applied_with_its_reply_lost_is_released_as_stuck_bulk_and_audited() {
+    let (assert, stored, server) = rebuild_losing_a_reply(1).await;
+    let assert = assert.code(1);
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("STUCK BULK"), "{err}");
+    assert!(err.contains("abort-bulk shop.orders --execute"), "{err}");
+    assert!(err.contains("audit record"), "{err}");
+    assert_eq!(stored.get_str("kind"), Ok("bulk"), "{stored}");
+    assert_eq!(
+        stored.get("listenerId"),
+        Some(&bson::Bson::Null),
+        "released at once"
+    );
+    assert_eq!(server.commands("insert").len(), 1, "one audit record");
+    assert!(
+        server
+            .commands("aggregate")
+            .iter()
+            .all(|c| c.get_str("aggregate") != Ok("orders")),
+        "nothing was rebuilt"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_give_back_applied_with_its_reply_lost_is_reported_done_not_stuck() {
+    let (assert, stored, server) = rebuild_losing_a_reply(2).await;
+    let assert = assert.success();
+    let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(out.contains("applied: rebuild shop.orders"), "{out}{err}");
+    assert!(!err.contains("STUCK BULK"), "{err}");
+    assert_eq!(stored.get_str("kind"), Ok("update"));
+    assert_eq!(server.commands("insert").len(), 1, "one audit record");
+}

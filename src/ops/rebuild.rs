@@ -128,7 +128,13 @@ where
             "the rebuild was cancelled before it started; nothing was written".into(),
         ));
     }
-    let (original, bulk, t0) = match store.operator_swap(change).await? {
+    let swapped = match store.operator_swap(change).await {
+        Ok(swapped) => swapped,
+        Err(error) => {
+            return Err(after_a_lost_bulk_swap(store, plan, change, &context, name, error).await)
+        }
+    };
+    let (original, bulk, t0) = match swapped {
         SwapOutcome::Applied {
             before,
             after,
@@ -236,27 +242,113 @@ where
                 audit_id,
             })
         }
-        Err(e) => {
-            let _ = store.release(&tenure).await;
-            let now = store.get(&bulk.resource).await.ok().flatten();
-            let what = format!(
-                "finished ({}) but the lease could not be given back: {e}",
-                report.summary
-            );
-            let audit_id = store
-                .append_audit(&audit(
-                    now.or(Some(bulk.clone())),
-                    format!("failed: {what}"),
-                ))
-                .await
-                .map_err(|e| e.to_string());
-            Err(OpsError::StuckBulk {
-                name,
-                resource: bulk.resource.clone(),
-                what,
-                audit_id,
-            })
-        }
+        Err(e) => match landed(store, &give_back).await {
+            Some(after) => {
+                // The reply was lost but the lease was given back: the rebuild is done.
+                let audit_id = store
+                    .append_audit(&audit(
+                        Some(after.clone()),
+                        format!(
+                            "applied: {}; listeners replay from {t0} (the give-back's reply was lost: {e}; \
+                             read back as given back)",
+                            report.summary
+                        ),
+                    ))
+                    .await
+                    .map_err(|source| OpsError::AuditMissing {
+                        action: "rebuild".into(),
+                        resource: bulk.resource.clone(),
+                        version: after.version,
+                        source: Box::new(source),
+                    })?;
+                Ok(RebuildOutcome {
+                    executed: Executed {
+                        action: ActionKind::Rebuild,
+                        resource: bulk.resource.clone(),
+                        before: original,
+                        after,
+                        audit_id,
+                        operation_time: t0,
+                    },
+                    t0,
+                    report,
+                })
+            }
+            None => {
+                let _ = store.release(&tenure).await;
+                let now = store.get(&bulk.resource).await.ok().flatten();
+                let what = format!(
+                    "finished ({}) but the lease could not be given back: {e}",
+                    report.summary
+                );
+                let audit_id = store
+                    .append_audit(&audit(
+                        now.or(Some(bulk.clone())),
+                        format!("failed: {what}"),
+                    ))
+                    .await
+                    .map_err(|e| e.to_string());
+                Err(OpsError::StuckBulk {
+                    name,
+                    resource: bulk.resource.clone(),
+                    what,
+                    audit_id,
+                })
+            }
+        },
+    }
+}
+
+/// The lease as `change` left it, when a read-back shows it applied although its
+/// reply was lost: the next version, with the holder and kind it sets.
+async fn landed<S: OperatorStore>(store: &S, change: &OperatorChange) -> Option<Lease> {
+    let lease = store.get(&change.resource).await.ok().flatten()?;
+    (lease.version == change.expected_version + 1
+        && lease.holder == change.holder
+        && lease.kind == change.kind)
+        .then_some(lease)
+}
+
+/// The bulk swap's reply was lost. If it applied, the lease is bulk and held by the
+/// operator with nothing running: release it (STUCK BULK at once), record that, and
+/// say how to recover. If it did not, nothing was written.
+async fn after_a_lost_bulk_swap<S: OperatorStore + AuditLog>(
+    store: &S,
+    plan: &Plan,
+    change: &OperatorChange,
+    context: &crate::store::AuditContext,
+    name: String,
+    error: crate::store::StoreError,
+) -> OpsError {
+    let Some(bulk) = landed(store, change).await else {
+        return OpsError::OutcomeUnknown {
+            action: plan.action.name().to_string(),
+            resource: change.resource.clone(),
+            planned_version: change.expected_version,
+            source: Box::new(error),
+        };
+    };
+    if let Some(tenure) = Tenure::of(&bulk) {
+        let _ = store.release(&tenure).await;
+    }
+    let now = store.get(&bulk.resource).await.ok().flatten();
+    let what =
+        format!("lost the reply of its bulk swap ({error}); it was applied, nothing was rebuilt");
+    let audit_id = store
+        .append_audit(&AuditEntry {
+            resource: bulk.resource.clone(),
+            context: context.clone(),
+            before: plan.before.clone(),
+            after: now.or(Some(bulk.clone())),
+            outcome: format!("failed: {what}; the lease stays bulk (STUCK BULK)"),
+        })
+        .await
+        .map_err(|e| e.to_string());
+    OpsError::StuckBulk {
+        name,
+        resource: bulk.resource,
+        what,
+        audit_id,
     }
 }
 
