@@ -113,6 +113,21 @@ async fn authentication_failure_is_reported_without_the_password() {
 }
 
 #[tokio::test]
+async fn a_password_that_is_also_a_word_of_the_message_leaves_the_message_intact() {
+    let server = WireServer::start().await;
+    // The password is "failed": only URIs are masked, never words that match it.
+    let uri = server.uri_with_credentials("app", "failed");
+    server.on("saslStart", |_| {
+        Action::error(18, "AuthenticationFailed", "Authentication failed.")
+    });
+    let error = MongoStore::connect(quick(uri)).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Authentication(_)), "{error:?}");
+    assert!(text.contains("Authentication failed."), "{text}");
+    assert!(!text.contains("***"), "{text}");
+}
+
+#[tokio::test]
 async fn unauthorized_ping_is_not_permitted() {
     let server = WireServer::start().await;
     server.script(
