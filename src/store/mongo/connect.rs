@@ -7,13 +7,18 @@ use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
 
 use super::errors::{bounded, classify_with_hint, CallError};
-use super::redact::{redact_message, redact_uri};
+use super::redact::{redact_message, redact_uri, secret_is_malformed};
 use super::version;
 use crate::store::{Namespace, StoreError};
 
 /// The form a connection string must have, shown when one is rejected.
 const EXPECTED_URI_FORM: &str =
     "mongodb://[user:password@]host[:port][,host…]/[?options] or mongodb+srv://[user:password@]host/[?options]";
+
+/// Said instead of the driver's reason when a secret in the URI is malformed.
+const MALFORMED_SECRET: &str = "the password or a secret option is malformed (a reserved \
+     character such as ? & @ not percent-encoded, or an authMechanismProperties entry that \
+     is not KEY:value); the driver's reason is not shown as it would quote part of the secret";
 
 /// How to reach the cluster and where the leases live.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,10 +76,15 @@ pub async fn open_client(
     {
         Ok(options) => options,
         Err(CallError::Driver(e)) => {
-            let message = redact_message(&match &*e.kind {
-                mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
-                _ => e.to_string(),
-            });
+            let message = if secret_is_malformed(&settings.uri) {
+                // The driver's message may name the part of the secret it misread.
+                MALFORMED_SECRET.to_string()
+            } else {
+                redact_message(&match &*e.kind {
+                    mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
+                    _ => e.to_string(),
+                })
+            };
             return Err(match classify_with_hint(&e, "parse the URI", "") {
                 StoreError::Unreachable(_) => StoreError::Unreachable(message),
                 _ => StoreError::InvalidArgument(format!(

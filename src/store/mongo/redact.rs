@@ -32,19 +32,41 @@ const SCHEMES: &[&str] = &["mongodb://", "mongodb+srv://"];
 /// other byte is kept. Safe to print and log. Strings that are not URIs are read the
 /// same way (`user:secret@host` → `user:***@host`).
 pub fn redact_uri(uri: &str) -> String {
+    redact(uri).text
+}
+
+/// Whether a secret in `uri` is malformed so that the driver would read part of it
+/// as something else and may name that part in its error: a password with an
+/// unencoded `?`, an unencoded `&` in a secret option, or an
+/// `authMechanismProperties` entry that is not `KEY:value`.
+pub(crate) fn secret_is_malformed(uri: &str) -> bool {
+    redact(uri).malformed
+}
+
+/// A redacted URI, and whether a secret in it was malformed (see
+/// [`secret_is_malformed`]).
+struct Redacted {
+    text: String,
+    malformed: bool,
+}
+
+fn redact(uri: &str) -> Redacted {
     let body = scheme_end(uri);
     let rest = &uri[body..];
     let user_info = user_info(rest);
-    let mut out = String::with_capacity(uri.len());
-    out.push_str(&uri[..body]);
+    let mut out = Redacted {
+        text: String::with_capacity(uri.len()),
+        malformed: user_info.as_ref().is_some_and(|u| u.misread),
+    };
+    out.text.push_str(&uri[..body]);
     let after_user_info = match user_info {
-        Some(UserInfo { password, end }) => {
+        Some(UserInfo { password, end, .. }) => {
             match password {
                 Some(from) => {
-                    out.push_str(&rest[..from]);
-                    out.push_str(MASK);
+                    out.text.push_str(&rest[..from]);
+                    out.text.push_str(MASK);
                 }
-                None => out.push_str(&rest[..end]),
+                None => out.text.push_str(&rest[..end]),
             }
             end
         }
@@ -53,10 +75,10 @@ pub fn redact_uri(uri: &str) -> String {
     match rest[after_user_info..].find('?') {
         Some(q) => {
             let query = after_user_info + q + 1;
-            out.push_str(&rest[after_user_info..query]);
+            out.text.push_str(&rest[after_user_info..query]);
             redact_options(&rest[query..], &mut out);
         }
-        None => out.push_str(&rest[after_user_info..]),
+        None => out.text.push_str(&rest[after_user_info..]),
     }
     out
 }
@@ -110,10 +132,12 @@ fn next_uri(text: &str, from: usize) -> Option<usize> {
 }
 
 /// The user-info of a URI's text after the scheme: `end` is the `@` that ends it,
-/// `password` where the password starts (after the first `:`), if there is one.
+/// `password` where the password starts (after the first `:`), if there is one;
+/// `misread` when the driver reads it otherwise (a password with an unencoded `?`).
 struct UserInfo {
     password: Option<usize>,
     end: usize,
+    misread: bool,
 }
 
 /// Reads the user-info as the driver does: up to the last `@` before the first `?`.
@@ -128,6 +152,7 @@ fn user_info(rest: &str) -> Option<UserInfo> {
         return Some(UserInfo {
             password: rest[..at].find(':').map(|colon| colon + 1),
             end: at,
+            misread: false,
         });
     }
     if !rest[hosts_end..].contains('@') || is_host_list(&rest[..hosts_end]) {
@@ -138,6 +163,7 @@ fn user_info(rest: &str) -> Option<UserInfo> {
     Some(UserInfo {
         password: Some(colon + 1),
         end: at,
+        misread: true,
     })
 }
 
@@ -193,7 +219,7 @@ fn is_host_list(text: &str) -> bool {
 /// Appends `options` (the text after `?`) with secret values masked. Options are
 /// separated by `&` or `;`. Pieces without `=` right after a secret option are taken
 /// as the rest of its value (an unencoded `&` in the secret) and masked with it.
-fn redact_options(options: &str, out: &mut String) {
+fn redact_options(options: &str, out: &mut Redacted) {
     let mut in_secret = false;
     let mut masked = false;
     let mut start = 0;
@@ -205,26 +231,29 @@ fn redact_options(options: &str, out: &mut String) {
         let separator = &options[start.saturating_sub(1)..start];
         match piece.split_once('=') {
             None if in_secret => {
-                if !piece.is_empty() && !masked {
-                    out.push_str(MASK);
-                    masked = true;
+                if !piece.is_empty() {
+                    out.malformed = true;
+                    if !masked {
+                        out.text.push_str(MASK);
+                        masked = true;
+                    }
                 }
             }
             Some((name, value)) if is_secret_option(name) => {
-                out.push_str(separator);
-                out.push_str(name);
-                out.push('=');
+                out.text.push_str(separator);
+                out.text.push_str(name);
+                out.text.push('=');
                 in_secret = true;
                 masked = !value.is_empty();
                 if is_option(name, AUTH_MECHANISM_PROPERTIES) {
                     redact_properties(value, out);
                 } else if masked {
-                    out.push_str(MASK);
+                    out.text.push_str(MASK);
                 }
             }
             _ => {
-                out.push_str(separator);
-                out.push_str(piece);
+                out.text.push_str(separator);
+                out.text.push_str(piece);
                 in_secret = false;
             }
         }
@@ -237,10 +266,10 @@ fn redact_options(options: &str, out: &mut String) {
 
 /// `KEY:value,KEY:value` with every value masked. The separator may be percent-encoded
 /// (`%3A`); an entry without one is all value.
-fn redact_properties(value: &str, out: &mut String) {
+fn redact_properties(value: &str, out: &mut Redacted) {
     for (index, entry) in value.split(',').enumerate() {
         if index > 0 {
-            out.push(',');
+            out.text.push(',');
         }
         let key_end = entry
             .find(':')
@@ -249,11 +278,11 @@ fn redact_properties(value: &str, out: &mut String) {
             .chain(find_ignore_case(entry, "%3a").map(|at| at + 3))
             .min();
         match key_end {
-            Some(key_end) => out.push_str(&entry[..key_end]),
+            Some(key_end) => out.text.push_str(&entry[..key_end]),
             None if entry.is_empty() => continue,
-            None => {}
+            None => out.malformed = true,
         }
-        out.push_str(MASK);
+        out.text.push_str(MASK);
     }
 }
 
@@ -460,6 +489,27 @@ mod tests {
             redact_uri("mongodb://db1/?proxyPassword=ab&cd&replicaSet=rs0"),
             "mongodb://db1/?proxyPassword=***&replicaSet=rs0"
         );
+    }
+
+    #[test]
+    fn secrets_the_driver_would_misread_are_called_malformed() {
+        for uri in [
+            "mongodb://app:pa?ss@db1/",
+            "mongodb://db1/?proxyPassword=ab&cd",
+            "mongodb://db1/?authMechanismProperties=TOKEN",
+            "mongodb://db1/?authMechanismProperties=SERVICE_NAME:x,TOKEN",
+        ] {
+            assert!(secret_is_malformed(uri), "{uri}");
+        }
+        for uri in [
+            "mongodb://app:p%3Fss@db1/?proxyPassword=a%26b&w=1",
+            "mongodb://db1:27017/?appName=me@home",
+            "mongodb://db1/?authMechanismProperties=SERVICE_NAME:x,CANONICALIZE_HOST_NAME%3Atrue",
+            "mongodb://db1/?proxyPassword=&w=1",
+            "",
+        ] {
+            assert!(!secret_is_malformed(uri), "{uri}");
+        }
     }
 
     #[test]
