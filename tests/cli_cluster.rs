@@ -281,6 +281,43 @@ async fn an_unreachable_cluster_exits_5_within_seconds_without_the_password() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn secrets_in_uri_options_are_never_printed() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener); // nothing listens here now
+    let timeouts = "connectTimeoutMS=200&serverSelectionTimeoutMS=200";
+    for uri in [
+        // Refused while parsing (this build has no TLS key password or SOCKS5 proxy).
+        format!(
+            "mongodb://u:pw@127.0.0.1:{port}/?{timeouts}&tlsCertificateKeyFilePassword=SECRETX\
+             &proxyPassword=SECRETY&authMechanismProperties=AWS_SESSION_TOKEN:SECRETZ"
+        ),
+        // Parsed, then unreachable.
+        format!(
+            "mongodb://u:pw@127.0.0.1:{port}/?{timeouts}&authMechanism=SCRAM-SHA-256\
+             &authMechanismProperties=SERVICE_NAME:SECRETZ"
+        ),
+    ] {
+        let mut cmd = streamward();
+        cmd.args(["leases", "--connect-timeout", "1s", "--uri", &uri]);
+        let assert = run(cmd).await.failure();
+        let output = assert.get_output();
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for secret in ["SECRETX", "SECRETY", "SECRETZ", "u:pw@"] {
+            assert!(
+                !printed.contains(secret),
+                "{secret} printed for {uri}: {printed}"
+            );
+        }
+        assert!(printed.contains("u:***@127.0.0.1"), "{printed}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_server_older_than_5_0_exits_5_naming_both_versions() {
     let server = WireServer::start().await;
     server.set_max_wire_version(9);

@@ -98,6 +98,26 @@ async fn malformed_uris_are_invalid_arguments_showing_the_expected_form() {
 }
 
 #[tokio::test]
+async fn the_driver_never_quotes_part_of_a_malformed_secret() {
+    // Each secret holds an unencoded reserved character or is no KEY:value entry, so
+    // the driver reads part of it as a host, an option or an entry and names it.
+    for uri in [
+        "mongodb://app:SECRETA?SECRETB@127.0.0.1:1/",
+        "mongodb://127.0.0.1:1/?authMechanism=SCRAM-SHA-256&authMechanismProperties=SECRETC",
+        "mongodb://127.0.0.1:1/?authMechanismProperties=SERVICE_NAME:SECRETD&SECRETE",
+    ] {
+        let error = MongoStore::connect(quick(uri.into())).await.unwrap_err();
+        let text = error.to_string();
+        assert!(
+            matches!(error, StoreError::InvalidArgument(_)),
+            "{uri}: {error:?}"
+        );
+        assert!(!text.contains("SECRET"), "{text}");
+        assert!(text.contains("mongodb://[user:password@]host"), "{text}");
+    }
+}
+
+#[tokio::test]
 async fn authentication_failure_is_reported_without_the_password() {
     let server = WireServer::start().await;
     let uri = server.uri_with_credentials("app", "hunter2");
@@ -110,6 +130,21 @@ async fn authentication_failure_is_reported_without_the_password() {
     let start = server.commands("saslStart");
     assert!(!start.is_empty(), "the driver tried SCRAM");
     assert_eq!(start[0].get_str("mechanism").unwrap(), "SCRAM-SHA-256");
+}
+
+#[tokio::test]
+async fn a_password_that_is_also_a_word_of_the_message_leaves_the_message_intact() {
+    let server = WireServer::start().await;
+    // The password is "failed": only URIs are masked, never words that match it.
+    let uri = server.uri_with_credentials("app", "failed");
+    server.on("saslStart", |_| {
+        Action::error(18, "AuthenticationFailed", "Authentication failed.")
+    });
+    let error = MongoStore::connect(quick(uri)).await.unwrap_err();
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Authentication(_)), "{error:?}");
+    assert!(text.contains("Authentication failed."), "{text}");
+    assert!(!text.contains("***"), "{text}");
 }
 
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Connection settings, connecting with a reachability check, and URI redaction.
+//! Connection settings, and connecting with a reachability check.
 
 use std::time::Duration;
 
@@ -7,12 +7,18 @@ use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
 
 use super::errors::{bounded, classify_with_hint, CallError};
+use super::redact::{redact_message, redact_uri, secret_is_malformed};
 use super::version;
 use crate::store::{Namespace, StoreError};
 
 /// The form a connection string must have, shown when one is rejected.
 const EXPECTED_URI_FORM: &str =
     "mongodb://[user:password@]host[:port][,host…]/[?options] or mongodb+srv://[user:password@]host/[?options]";
+
+/// Said instead of the driver's reason when a secret in the URI is malformed.
+const MALFORMED_SECRET: &str = "the password or a secret option is malformed (a reserved \
+     character such as ? & @ not percent-encoded, or an authMechanismProperties entry that \
+     is not KEY:value); the driver's reason is not shown as it would quote part of the secret";
 
 /// How to reach the cluster and where the leases live.
 #[derive(Debug, Clone, PartialEq)]
@@ -56,8 +62,6 @@ pub async fn open_client(
     settings: &MongoSettings,
     tweak: impl FnOnce(&mut ClientOptions),
 ) -> Result<Client, StoreError> {
-    let secret = password_of(&settings.uri);
-    let scrub = |text: String| scrub_secret(text, secret.as_deref());
     if !(settings.uri.starts_with("mongodb://") || settings.uri.starts_with("mongodb+srv://")) {
         return Err(StoreError::InvalidArgument(format!(
             "connection string {} must start with mongodb:// or mongodb+srv://; expected {EXPECTED_URI_FORM}",
@@ -72,10 +76,15 @@ pub async fn open_client(
     {
         Ok(options) => options,
         Err(CallError::Driver(e)) => {
-            let message = scrub(match &*e.kind {
-                mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
-                _ => e.to_string(),
-            });
+            let message = if secret_is_malformed(&settings.uri) {
+                // The driver's message may name the part of the secret it misread.
+                MALFORMED_SECRET.to_string()
+            } else {
+                redact_message(&match &*e.kind {
+                    mongodb::error::ErrorKind::InvalidArgument { message, .. } => message.clone(),
+                    _ => e.to_string(),
+                })
+            };
             return Err(match classify_with_hint(&e, "parse the URI", "") {
                 StoreError::Unreachable(_) => StoreError::Unreachable(message),
                 _ => StoreError::InvalidArgument(format!(
@@ -84,7 +93,7 @@ pub async fn open_client(
                 )),
             });
         }
-        Err(CallError::TimedOut(m)) => return Err(StoreError::Unreachable(scrub(m))),
+        Err(CallError::TimedOut(m)) => return Err(StoreError::Unreachable(redact_message(&m))),
     };
     options.server_selection_timeout = Some(settings.server_selection_timeout);
     options.connect_timeout = Some(settings.server_selection_timeout);
@@ -96,10 +105,11 @@ pub async fn open_client(
     }
     tweak(&mut options);
     let client = Client::with_options(options).map_err(|e| {
-        StoreError::InvalidArgument(scrub(format!(
-            "cannot use connection string {}: {e}; expected {EXPECTED_URI_FORM}",
-            redact_uri(&settings.uri)
-        )))
+        StoreError::InvalidArgument(format!(
+            "cannot use connection string {}: {}; expected {EXPECTED_URI_FORM}",
+            redact_uri(&settings.uri),
+            redact_message(&e.to_string())
+        ))
     })?;
     let admin = client.database("admin");
     let ping = admin.run_command(doc! {"ping": 1});
@@ -113,18 +123,15 @@ pub async fn open_client(
             } {
                 return Err(too_old);
             }
-            return Err(scrub_error(
-                e.into_store_with_hint(
-                    "connect",
-                    "a user with at least the streamwardReader role of docs/permissions.md",
-                ),
-                secret.as_deref(),
-            ));
+            return Err(redact_error(e.into_store_with_hint(
+                "connect",
+                "a user with at least the streamwardReader role of docs/permissions.md",
+            )));
         }
     }
     check_version(&admin, settings.operation_timeout)
         .await
-        .map_err(|e| scrub_error(e, secret.as_deref()))?;
+        .map_err(redact_error)?;
     Ok(client)
 }
 
@@ -183,9 +190,10 @@ impl CallError {
     }
 }
 
-/// Replaces every occurrence of the password in an error's text.
-fn scrub_error(error: StoreError, secret: Option<&str>) -> StoreError {
-    let s = |t: String| scrub_secret(t, secret);
+/// Masks the connection strings a driver message may carry (see [`redact_message`]);
+/// the rest of the text is kept as the driver wrote it.
+fn redact_error(error: StoreError) -> StoreError {
+    let s = |t: String| redact_message(&t);
     match error {
         StoreError::Unreachable(m) => StoreError::Unreachable(s(m)),
         StoreError::Network(m) => StoreError::Network(s(m)),
@@ -205,139 +213,5 @@ fn scrub_error(error: StoreError, secret: Option<&str>) -> StoreError {
             hint,
         },
         other => other,
-    }
-}
-
-fn scrub_secret(text: String, secret: Option<&str>) -> String {
-    match secret {
-        Some(secret) if !secret.is_empty() => {
-            let mut text = text.replace(secret, "***");
-            let decoded = percent_decode(secret);
-            if !decoded.is_empty() && decoded != secret {
-                text = text.replace(&decoded, "***");
-            }
-            text
-        }
-        _ => text,
-    }
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            let hex = |b: u8| (b as char).to_digit(16);
-            if let (Some(high), Some(low)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                out.push((high * 16 + low) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(bytes[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// Where the password sits in `uri`: the byte range between the `:` after the user
-/// name and the `@` that starts the host list.
-fn password_span(uri: &str) -> Option<(usize, usize)> {
-    let start = uri.find("://").map(|i| i + 3).unwrap_or(0);
-    let rest = &uri[start..];
-    // The userinfo ends at the last '@' that is followed by something shaped like a
-    // host list. Choosing the last such '@' can only hide too much, never too little.
-    let at = rest
-        .char_indices()
-        .rev()
-        .filter(|(_, c)| *c == '@')
-        .map(|(i, _)| i)
-        .find(|i| looks_like_hosts(&rest[i + 1..]))
-        .or_else(|| rest.rfind('@'))?;
-    let colon = rest[..at].find(':')?;
-    Some((start + colon + 1, start + at))
-}
-
-fn looks_like_hosts(text: &str) -> bool {
-    let hosts = text.split(['/', '?']).next().unwrap_or_default();
-    !hosts.is_empty()
-        && hosts
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || ".-_:,[]%".contains(c))
-}
-
-fn password_of(uri: &str) -> Option<String> {
-    password_span(uri)
-        .map(|(from, to)| uri[from..to].to_string())
-        .filter(|p| !p.is_empty())
-}
-
-/// `uri` with any password replaced by `***`; safe to print and log. Strings that
-/// are not URIs are treated the same way (`user:secret@host` → `user:***@host`).
-pub fn redact_uri(uri: &str) -> String {
-    match password_span(uri) {
-        Some((from, to)) => format!("{}***{}", &uri[..from], &uri[to..]),
-        None => uri.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn redacts_plain_passwords() {
-        assert_eq!(
-            redact_uri("mongodb://app:s3cret@db1:27017,db2/admin?replicaSet=rs0"),
-            "mongodb://app:***@db1:27017,db2/admin?replicaSet=rs0"
-        );
-        assert_eq!(
-            redact_uri("mongodb+srv://app:p%40ss@cluster0.example.net/"),
-            "mongodb+srv://app:***@cluster0.example.net/"
-        );
-    }
-
-    #[test]
-    fn leaves_uris_without_password_alone() {
-        for uri in [
-            "mongodb://localhost:27017",
-            "mongodb://user@host/",
-            "mongodb://host/?authMechanism=MONGODB-X509",
-            "",
-            "not a uri",
-        ] {
-            assert_eq!(redact_uri(uri), uri);
-        }
-    }
-
-    #[test]
-    fn at_signs_inside_the_password_are_hidden_too() {
-        let redacted = redact_uri("mongodb://app:p@ss@w0rd@db1:27017/?w=majority");
-        assert_eq!(redacted, "mongodb://app:***@db1:27017/?w=majority");
-        assert_eq!(
-            redact_uri("mongodb://app:a/b@c@db1/"),
-            "mongodb://app:***@db1/"
-        );
-    }
-
-    #[test]
-    fn at_signs_in_options_never_reveal_the_password() {
-        let redacted = redact_uri("mongodb://app:topsecret@db1/?appName=me@home");
-        assert!(!redacted.contains("topsecret"), "{redacted}");
-    }
-
-    #[test]
-    fn unparsable_strings_are_redacted_conservatively() {
-        assert_eq!(redact_uri("app:hunter2@db"), "app:***@db");
-        assert!(!redact_uri("mongodb://:hunter2@").contains("hunter2"));
-        assert!(!redact_uri("mongodb://u:hunter2@@@").contains("hunter2"));
-        assert!(!redact_uri("u:hunter2@/").contains("hunter2"));
-    }
-
-    #[test]
-    fn scrubbing_hides_raw_and_decoded_password() {
-        let text = scrub_secret("failed for p%40ss and p@ss".into(), Some("p%40ss"));
-        assert_eq!(text, "failed for *** and ***");
     }
 }

@@ -14,6 +14,7 @@ mod errors;
 mod feed;
 mod lease_write;
 mod leases;
+mod redact;
 pub mod version;
 
 use std::sync::Arc;
@@ -23,9 +24,10 @@ use bson::Document;
 use mongodb::options::{Acknowledgment, WriteConcern};
 use mongodb::{Client, Collection};
 
-pub use connect::{redact_uri, MongoSettings};
+pub use connect::MongoSettings;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
+pub use redact::redact_uri;
 
 use crate::store::{Namespace, StoreError};
 
