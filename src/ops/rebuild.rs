@@ -198,33 +198,8 @@ where
         },
         note: format!("rebuilt {name} by {}: replay from {t0}", plan.operator),
     };
-    match store.operator_swap(&give_back).await {
-        Ok(SwapOutcome::Applied { after, .. }) => {
-            let audit_id = store
-                .append_audit(&audit(
-                    Some(after.clone()),
-                    format!("applied: {}; listeners replay from {t0}", report.summary),
-                ))
-                .await
-                .map_err(|source| OpsError::AuditMissing {
-                    action: "rebuild".into(),
-                    resource: bulk.resource.clone(),
-                    version: after.version,
-                    source: Box::new(source),
-                })?;
-            Ok(RebuildOutcome {
-                executed: Executed {
-                    action: ActionKind::Rebuild,
-                    resource: bulk.resource.clone(),
-                    before: original,
-                    after,
-                    audit_id,
-                    operation_time: t0,
-                },
-                t0,
-                report,
-            })
-        }
+    let (after, remark) = match store.operator_swap(&give_back).await {
+        Ok(SwapOutcome::Applied { after, .. }) => (after, String::new()),
         Ok(SwapOutcome::Changed { current }) => {
             let what = format!(
                 "finished ({}) but the bulk lease was taken away meanwhile (now version {}), so it was not given back with resumeAt {t0}",
@@ -235,45 +210,19 @@ where
                 .append_audit(&audit(current.clone(), format!("failed: {what}")))
                 .await
                 .map_err(|e| e.to_string());
-            Err(OpsError::BulkTakenAway {
+            return Err(OpsError::BulkTakenAway {
                 name,
                 resource: bulk.resource.clone(),
                 what,
                 audit_id,
-            })
+            });
         }
         Err(e) => match landed(store, &give_back).await {
-            Some(after) => {
-                // The reply was lost but the lease was given back: the rebuild is done.
-                let audit_id = store
-                    .append_audit(&audit(
-                        Some(after.clone()),
-                        format!(
-                            "applied: {}; listeners replay from {t0} (the give-back's reply was lost: {e}; \
-                             read back as given back)",
-                            report.summary
-                        ),
-                    ))
-                    .await
-                    .map_err(|source| OpsError::AuditMissing {
-                        action: "rebuild".into(),
-                        resource: bulk.resource.clone(),
-                        version: after.version,
-                        source: Box::new(source),
-                    })?;
-                Ok(RebuildOutcome {
-                    executed: Executed {
-                        action: ActionKind::Rebuild,
-                        resource: bulk.resource.clone(),
-                        before: original,
-                        after,
-                        audit_id,
-                        operation_time: t0,
-                    },
-                    t0,
-                    report,
-                })
-            }
+            // The reply was lost but the lease was given back: the rebuild is done.
+            Some(after) => (
+                after,
+                format!(" (the give-back's reply was lost: {e}; read back as given back)"),
+            ),
             None => {
                 let _ = store.release(&tenure).await;
                 let now = store.get(&bulk.resource).await.ok().flatten();
@@ -288,15 +237,42 @@ where
                     ))
                     .await
                     .map_err(|e| e.to_string());
-                Err(OpsError::StuckBulk {
+                return Err(OpsError::StuckBulk {
                     name,
                     resource: bulk.resource.clone(),
                     what,
                     audit_id,
-                })
+                });
             }
         },
-    }
+    };
+    let audit_id = store
+        .append_audit(&audit(
+            Some(after.clone()),
+            format!(
+                "applied: {}; listeners replay from {t0}{remark}",
+                report.summary
+            ),
+        ))
+        .await
+        .map_err(|source| OpsError::AuditMissing {
+            action: "rebuild".into(),
+            resource: bulk.resource.clone(),
+            version: after.version,
+            source: Box::new(source),
+        })?;
+    Ok(RebuildOutcome {
+        executed: Executed {
+            action: ActionKind::Rebuild,
+            resource: bulk.resource.clone(),
+            before: original,
+            after,
+            audit_id,
+            operation_time: t0,
+        },
+        t0,
+        report,
+    })
 }
 
 /// The lease as `change` left it, when a read-back shows it applied although its
