@@ -168,22 +168,10 @@ where
                 RebuildFailure::Cancelled => "was cancelled".to_string(),
                 RebuildFailure::Failed(detail) => format!("failed: {detail}"),
             };
-            // Released but still bulk: STUCK BULK now, not when the lease runs out.
-            let _ = store.release(&tenure).await;
-            let now = store.get(&bulk.resource).await.ok().flatten();
-            let audit_id = store
-                .append_audit(&audit(
-                    now.or(Some(bulk.clone())),
-                    format!("{what}; the lease stays bulk (STUCK BULK)"),
-                ))
-                .await
-                .map_err(|e| e.to_string());
-            return Err(OpsError::StuckBulk {
-                name,
-                resource: bulk.resource.clone(),
-                what,
-                audit_id,
-            });
+            let outcome = format!("{what}; the lease stays bulk (STUCK BULK)");
+            return Err(
+                leave_stuck_bulk(store, &bulk, |now| audit(now, outcome), name, what).await,
+            );
         }
     };
     let give_back = OperatorChange {
@@ -224,25 +212,14 @@ where
                 format!(" (the give-back's reply was lost: {e}; read back as given back)"),
             ),
             None => {
-                let _ = store.release(&tenure).await;
-                let now = store.get(&bulk.resource).await.ok().flatten();
                 let what = format!(
                     "finished ({}) but the lease could not be given back: {e}",
                     report.summary
                 );
-                let audit_id = store
-                    .append_audit(&audit(
-                        now.or(Some(bulk.clone())),
-                        format!("failed: {what}"),
-                    ))
-                    .await
-                    .map_err(|e| e.to_string());
-                return Err(OpsError::StuckBulk {
-                    name,
-                    resource: bulk.resource.clone(),
-                    what,
-                    audit_id,
-                });
+                let outcome = format!("failed: {what}");
+                return Err(
+                    leave_stuck_bulk(store, &bulk, |now| audit(now, outcome), name, what).await,
+                );
             }
         },
     };
@@ -304,25 +281,39 @@ async fn after_a_lost_bulk_swap<S: OperatorStore + AuditLog>(
             source: Box::new(error),
         };
     };
-    if let Some(tenure) = Tenure::of(&bulk) {
+    let what =
+        format!("lost the reply of its bulk swap ({error}); it was applied, nothing was rebuilt");
+    let outcome = format!("failed: {what}; the lease stays bulk (STUCK BULK)");
+    let entry = |after: Option<Lease>| AuditEntry {
+        resource: bulk.resource.clone(),
+        context: context.clone(),
+        before: plan.before.clone(),
+        after,
+        outcome,
+    };
+    leave_stuck_bulk(store, &bulk, entry, name, what).await
+}
+
+/// Releases the bulk lease (STUCK BULK at once, not when it runs out), records the
+/// failure with the lease as it is then, and says how to recover.
+async fn leave_stuck_bulk<S: OperatorStore + AuditLog>(
+    store: &S,
+    bulk: &Lease,
+    entry: impl FnOnce(Option<Lease>) -> AuditEntry,
+    name: String,
+    what: String,
+) -> OpsError {
+    if let Some(tenure) = Tenure::of(bulk) {
         let _ = store.release(&tenure).await;
     }
     let now = store.get(&bulk.resource).await.ok().flatten();
-    let what =
-        format!("lost the reply of its bulk swap ({error}); it was applied, nothing was rebuilt");
     let audit_id = store
-        .append_audit(&AuditEntry {
-            resource: bulk.resource.clone(),
-            context: context.clone(),
-            before: plan.before.clone(),
-            after: now.or(Some(bulk.clone())),
-            outcome: format!("failed: {what}; the lease stays bulk (STUCK BULK)"),
-        })
+        .append_audit(&entry(now.or(Some(bulk.clone()))))
         .await
         .map_err(|e| e.to_string());
     OpsError::StuckBulk {
         name,
-        resource: bulk.resource,
+        resource: bulk.resource.clone(),
         what,
         audit_id,
     }
