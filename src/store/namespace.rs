@@ -23,12 +23,84 @@ impl fmt::Display for Namespace {
     }
 }
 
+/// MongoDB's naming rules (Unix servers): a database name has fewer than 64
+/// characters and none of `/\. "$` or NUL; a collection name is not empty, has no
+/// `$` or NUL and does not start with `system.`; `db.collection` is at most 255 bytes.
+const DB_NAME_MAX_CHARS: usize = 63;
+const NAMESPACE_MAX_BYTES: usize = 255;
+
+/// Parses `DB.COLLECTION` (as typed by a user) and checks it against MongoDB's naming
+/// rules, so a name the server would refuse is a usage error before connecting.
 impl FromStr for Namespace {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.split_once('.') {
-            Some((db, coll)) if !db.is_empty() && !coll.is_empty() => Ok(Namespace::new(db, coll)),
-            _ => Err(format!("{s:?} is not a namespace: expected DB.COLLECTION")),
+        let shown: String = s.chars().take(80).collect();
+        let Some((db, coll)) = s
+            .split_once('.')
+            .filter(|(d, c)| !d.is_empty() && !c.is_empty())
+        else {
+            return Err(format!(
+                "{shown:?} is not a namespace: expected DB.COLLECTION"
+            ));
+        };
+        let refuse = |why: &str| Err(format!("{shown:?} is not a valid namespace: {why}"));
+        if db.chars().count() > DB_NAME_MAX_CHARS {
+            return refuse("a database name has fewer than 64 characters");
         }
+        if db
+            .chars()
+            .any(|c| matches!(c, '/' | '\\' | ' ' | '"' | '$' | '\0'))
+        {
+            return refuse("a database name cannot contain / \\ space \" $ or NUL");
+        }
+        if coll.contains(['$', '\0']) {
+            return refuse("a collection name cannot contain $ or NUL");
+        }
+        if coll.starts_with("system.") {
+            return refuse("system. collections belong to the server");
+        }
+        if s.len() > NAMESPACE_MAX_BYTES {
+            return refuse("DB.COLLECTION is at most 255 bytes");
+        }
+        Ok(Namespace::new(db, coll))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_the_server_would_refuse_are_refused_here() {
+        assert_eq!(
+            "sw.leases".parse::<Namespace>(),
+            Ok(Namespace::new("sw", "leases"))
+        );
+        assert_eq!(
+            "sw.leases.v2".parse::<Namespace>(),
+            Ok(Namespace::new("sw", "leases.v2"))
+        );
+        for bad in [
+            "leases",
+            ".leases",
+            "sw.",
+            "s$w.leases",
+            "s w.leases",
+            "sw.lea$es",
+            "sw.system.users",
+            "sw.a\0b",
+        ] {
+            assert!(bad.parse::<Namespace>().is_err(), "{bad:?}");
+        }
+        assert!(format!("{}.c", "d".repeat(64))
+            .parse::<Namespace>()
+            .is_err());
+        let long = format!("db.{}", "c".repeat(300));
+        let refused = long.parse::<Namespace>().unwrap_err();
+        assert!(refused.contains("255 bytes"), "{refused}");
+        assert!(
+            refused.chars().count() < 200,
+            "the echo is bounded: {refused}"
+        );
     }
 }
