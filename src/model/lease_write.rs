@@ -143,31 +143,42 @@ impl LeaseWrite {
     /// does not apply (a requirement fails, or the document is missing and the write
     /// does not insert).
     pub fn apply(&self, existing: Option<&Lease>, now: DateTime<Utc>) -> Option<Lease> {
-        let mut lease = match existing {
-            Some(lease) => lease.clone(),
-            None if self.may_insert => Lease {
-                version: -1,
-                ..Lease::vacant(self.resource.clone())
-            },
-            None => return None,
-        };
-        let fields_missing = existing.is_none();
-        if !self
-            .requires
-            .iter()
-            .all(|r| requirement_on_missing(r, fields_missing) || r.holds(&lease, now))
-        {
-            return None;
+        match existing {
+            Some(lease) => {
+                let mut after = lease.clone();
+                self.apply_in_place(&mut after, now).then_some(after)
+            }
+            // Every field of a document that does not exist yet is missing: no holder
+            // or version matches, and it has expired and is not bulk.
+            None if self.may_insert
+                && self
+                    .requires
+                    .iter()
+                    .all(|r| matches!(r, Requirement::Expired | Requirement::NotBulk)) =>
+            {
+                let mut inserted = Lease::vacant(self.resource.clone());
+                for set in &self.sets {
+                    set.apply(&mut inserted, now);
+                }
+                Some(inserted)
+            }
+            None => None,
+        }
+    }
+
+    /// Applies this write to a stored lease in place, if its requirements hold there;
+    /// returns whether it did. The same rule as [`Self::apply`], without a copy.
+    pub fn apply_in_place(&self, lease: &mut Lease, now: DateTime<Utc>) -> bool {
+        if !self.requires.iter().all(|r| r.holds(lease, now)) {
+            return false;
         }
         if self.bumps_version {
             lease.version += 1;
-        } else if fields_missing {
-            lease.version = 0;
         }
         for set in &self.sets {
-            set.apply(&mut lease, now);
+            set.apply(lease, now);
         }
-        Some(lease)
+        true
     }
 
     /// The first of `writes` that applies, applied; `None` when none does. How one
@@ -303,12 +314,6 @@ impl LeaseWrite {
         };
         [refresh, take]
     }
-}
-
-/// On a document that does not exist yet every field is missing: `listenerId` equals
-/// no name, a missing `expiresAt` has expired and a missing `kind` is not bulk.
-fn requirement_on_missing(requirement: &Requirement, fields_missing: bool) -> bool {
-    fields_missing && matches!(requirement, Requirement::Expired | Requirement::NotBulk)
 }
 
 #[cfg(test)]

@@ -27,7 +27,11 @@ impl SandboxStore {
     ) -> TenureWrite {
         let now = self.inner.clock.now();
         let mut state = self.lock();
-        let Some(after) = write.apply(state.leases.get(&tenure.resource), now) else {
+        let applied = state
+            .leases
+            .get_mut(&tenure.resource)
+            .and_then(|lease| write.apply_in_place(lease, now).then_some(&*lease));
+        let Some(after) = applied else {
             state.record(|| HistoryEntry::TenureRefused {
                 resource: tenure.resource.clone(),
                 listener: tenure.listener.clone(),
@@ -35,8 +39,7 @@ impl SandboxStore {
             });
             return TenureWrite::LostLock;
         };
-        self.publish_lease(&after);
-        state.leases.insert(after.resource.clone(), after);
+        self.publish_lease(after);
         // Recorded under the same lock as the write, so the history orders them as they happened.
         if let Some(entry) = done() {
             state.record(|| entry);
