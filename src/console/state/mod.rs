@@ -157,7 +157,9 @@ pub struct ConsoleState {
     pub leases: LeaseTable,
     pub frozen: bool,
     pending_snapshot: Option<Vec<Lease>>,
-    pending_changes: HashMap<String, Lease>,
+    /// Per resource, the lease as it is now, or `None` when its document can no
+    /// longer be read (the row goes on unfreeze).
+    pending_changes: HashMap<String, Option<Lease>>,
     pub window: Option<OplogWindow>,
     pub ops_per_sec: Option<f64>,
     /// Server clock minus local clock, from the last oplog read.
@@ -254,8 +256,11 @@ impl ConsoleState {
             DataEvent::LeaseMalformed(document) => {
                 self.recovered(DataSource::Leases);
                 if let Some(id) = &document.id {
-                    self.pending_changes.remove(id);
-                    self.leases.remove(id, local_now);
+                    if self.frozen {
+                        self.pending_changes.insert(id.clone(), None);
+                    } else {
+                        self.leases.remove(id, local_now);
+                    }
                 }
                 self.malformed_leases.retain(|d| d.id != document.id);
                 self.malformed_leases.push(document);
@@ -265,7 +270,8 @@ impl ConsoleState {
                 self.malformed_leases
                     .retain(|d| d.id.as_deref() != Some(lease.resource.as_str()));
                 if self.frozen {
-                    self.pending_changes.insert(lease.resource.clone(), *lease);
+                    self.pending_changes
+                        .insert(lease.resource.clone(), Some(*lease));
                 } else {
                     self.leases.upsert(*lease, local_now);
                 }
@@ -390,8 +396,11 @@ impl ConsoleState {
                 self.leases.replace_all(leases, self.now);
             }
             let now = self.now;
-            for (_, lease) in self.pending_changes.drain() {
-                self.leases.upsert(lease, now);
+            for (resource, change) in std::mem::take(&mut self.pending_changes) {
+                match change {
+                    Some(lease) => self.leases.upsert(lease, now),
+                    None => self.leases.remove(&resource, now),
+                }
             }
             self.reassess();
         }

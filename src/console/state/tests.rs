@@ -131,6 +131,26 @@ fn a_lease_that_turns_malformed_leaves_the_table_and_is_named_until_readable_aga
 }
 
 #[test]
+fn a_lease_that_turns_malformed_while_frozen_leaves_only_on_unfreeze() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('f'));
+    state.apply(
+        DataEvent::LeaseMalformed(MalformedDocument {
+            id: Some("shop.orders".into()),
+            problem: "field version: expected an integer, found String".into(),
+        }),
+        now(),
+    );
+    assert!(
+        state.leases.get("shop.orders").is_some(),
+        "frozen means frozen"
+    );
+    assert_eq!(state.pending(), 1);
+    press(&mut state, KeyCode::Char('f'));
+    assert!(state.leases.get("shop.orders").is_none());
+}
+
+#[test]
 fn freeze_holds_lease_changes_until_unfrozen() {
     let mut state = loaded();
     press(&mut state, KeyCode::Char('f'));
