@@ -635,3 +635,56 @@ async fn a_give_back_applied_with_its_reply_lost_is_reported_done_not_stuck() {
     assert_eq!(stored.get_str("kind"), Ok("update"));
     assert_eq!(server.commands("insert").len(), 1, "one audit record");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bulk_swap_the_server_refused_is_a_plain_error_not_an_unknown_outcome() {
+    let server = WireServer::start().await;
+    let mut expired = live_lease();
+    expired.insert("expiresAt", now());
+    let lease = cluster(&server, expired.clone(), |_| {});
+    server.on("findAndModify", |_| {
+        Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on streamward to execute command { findAndModify: \"leases\" }",
+        )
+    });
+    let config = std::env::temp_dir().join(format!(
+        "streamward-ops-mongo-refused-{}.toml",
+        std::process::id()
+    ));
+    std::fs::write(
+        &config,
+        r#"[rebuilds.rollup]
+resource = "shop.orders"
+db = "shop"
+collection = "orders"
+pipeline = '[{"$group": {"_id": "$status"}}, {"$merge": {"into": "order_counts"}}]'
+"#,
+    )
+    .unwrap();
+    let mut cmd = streamward();
+    cmd.args([
+        "rebuild",
+        "rollup",
+        "--execute",
+        "--operator",
+        "ann",
+        "--uri",
+        &server.uri(),
+    ])
+    .arg("--config")
+    .arg(&config);
+    let assert = run(cmd).await;
+    std::fs::remove_file(&config).unwrap();
+    let assert = assert.code(5);
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(err.contains("not permitted"), "{err}");
+    assert!(
+        !err.contains("unknown"),
+        "a refusal is not an unknown outcome: {err}"
+    );
+    assert!(!err.contains("STUCK BULK"), "{err}");
+    assert!(server.commands("insert").is_empty(), "nothing to audit");
+    assert_eq!(*lease.lock().unwrap(), expired, "the lease is untouched");
+}

@@ -4,7 +4,7 @@ use super::plan::Plan;
 use super::{ActionKind, OpsError};
 use crate::model::{ClusterTime, Lease};
 use crate::store::{
-    AuditContext, AuditEntry, AuditLog, OperatorChange, OperatorStore, StoreError, SwapOutcome,
+    AuditContext, AuditEntry, AuditLog, OperatorChange, OperatorStore, SwapOutcome,
 };
 
 /// An action that was applied.
@@ -77,18 +77,18 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
     change: &OperatorChange,
     context: &AuditContext,
 ) -> Result<OperatorOutcome, OpsError> {
-    let swapped = store
-        .operator_swap(change)
-        .await
-        .map_err(|error| match error {
-            StoreError::Network(_) | StoreError::WriteConcern(_) => OpsError::OutcomeUnknown {
+    let swapped = store.operator_swap(change).await.map_err(|error| {
+        if error.write_may_have_applied() {
+            OpsError::OutcomeUnknown {
                 action: context.action.clone(),
                 resource: change.resource.clone(),
                 planned_version: change.expected_version,
                 source: Box::new(error),
-            },
-            other => OpsError::Store(other),
-        })?;
+            }
+        } else {
+            OpsError::Store(error)
+        }
+    })?;
     let (before, after, operation_time) = match swapped {
         SwapOutcome::Applied {
             before,

@@ -130,9 +130,10 @@ where
     }
     let swapped = match store.operator_swap(change).await {
         Ok(swapped) => swapped,
-        Err(error) => {
+        Err(error) if error.write_may_have_applied() => {
             return Err(after_a_lost_bulk_swap(store, plan, change, &context, name, error).await)
         }
+        Err(error) => return Err(OpsError::Store(error)),
     };
     let (original, bulk, t0) = match swapped {
         SwapOutcome::Applied {

@@ -56,6 +56,13 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether a write that failed this way may still have been applied: its reply
+    /// was lost (network) or the majority did not confirm it (write concern). Any
+    /// other error means the server did not apply it.
+    pub fn write_may_have_applied(&self) -> bool {
+        matches!(self, StoreError::Network(_) | StoreError::WriteConcern(_))
+    }
+
     /// What an `Invalidated` error records on the lease; `None` for any other error.
     pub fn invalidation(&self) -> Option<Invalidation> {
         match self {
