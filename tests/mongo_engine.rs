@@ -57,8 +57,8 @@ const PATIENCE: Duration = Duration::from_secs(10);
 #[derive(Clone, Default)]
 struct Routes {
     queues: Arc<Mutex<HashMap<String, VecDeque<Action>>>>,
-    /// `(route, idle)` for every command answered, in arrival order.
-    log: Arc<Mutex<Vec<(String, bool)>>>,
+    /// `(route, idle, when it arrived)` for every command answered, in arrival order.
+    log: Arc<Mutex<Vec<(String, bool, std::time::Instant)>>>,
     unscripted: Arc<Mutex<Vec<Document>>>,
 }
 
@@ -101,7 +101,10 @@ impl Routes {
             .get_mut(&route)
             .and_then(VecDeque::pop_front);
         let idle = queued.is_none() && route.starts_with("getMore ");
-        self.log.lock().unwrap().push((route, idle));
+        self.log
+            .lock()
+            .unwrap()
+            .push((route, idle, std::time::Instant::now()));
         match queued {
             Some(action) => action,
             None if idle => idle_get_more(command),
@@ -118,9 +121,20 @@ impl Routes {
             .lock()
             .unwrap()
             .iter()
-            .filter(|(_, idle)| !idle)
-            .map(|(route, _)| route.clone())
+            .filter(|(_, idle, _)| !idle)
+            .map(|(route, _, _)| route.clone())
             .collect()
+    }
+
+    /// When the `nth` command on `route` arrived.
+    fn arrival(&self, route: &str, nth: usize) -> Option<std::time::Instant> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(r, idle, _)| r == route && !idle)
+            .nth(nth)
+            .map(|(_, _, at)| *at)
     }
 
     fn unscripted(&self) -> Vec<Document> {
@@ -834,6 +848,15 @@ async fn reading_ahead_hands_a_batch_over_only_after_the_previous_commit_landed(
         "o1 paid is published only after o1 placed was committed: {trace:?}"
     );
     assert!(second_read < second_write, "{trace:?}");
+    // Arrival order alone cannot tell "after the commit landed" from "while it
+    // stalled": the second write must wait out the first commit's stall.
+    let stalled_commit = routes.arrival("update leases", 0).expect("first commit");
+    let second_write_at = routes.arrival("update outbox", 1).expect("second write");
+    assert!(
+        second_write_at.duration_since(stalled_commit) >= Duration::from_millis(300),
+        "o1 paid was published {:?} after the first commit was sent, before its reply",
+        second_write_at.duration_since(stalled_commit)
+    );
     let commits = with_route(&server, "update", "leases");
     assert_eq!(
         set_of(&update_of(&commits[1])).get_document("resumeToken"),
