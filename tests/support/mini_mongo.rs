@@ -89,6 +89,8 @@ pub fn apply_pipeline(pipeline: &[Bson], doc: &Document, now: DateTime) -> Docum
 fn eval_field(expression: &Bson, doc: &Document, now: DateTime) -> Option<Bson> {
     match expression {
         Bson::String(s) if s.starts_with('$') && !s.starts_with("$$") => doc.get(&s[1..]).cloned(),
+        // `$$REMOVE` in `$set` removes the field (it is not stored as null).
+        Bson::String(s) if s == "$$REMOVE" => None,
         Bson::Document(d) if d.len() == 1 && d.contains_key("$cond") => {
             let parts = d.get_array("$cond").expect("$cond array");
             let branch = if truthy(&eval(&parts[0], doc, now)) {
@@ -123,6 +125,9 @@ fn switch_branch<'a>(d: &'a Document, doc: &Document, now: DateTime) -> &'a Bson
 pub fn eval(expression: &Bson, doc: &Document, now: DateTime) -> Bson {
     match expression {
         Bson::String(s) if s == "$$NOW" => Bson::DateTime(now),
+        Bson::String(s) if s.starts_with("$$") => {
+            panic!("mini_mongo: system variable {s} is not supported here")
+        }
         Bson::String(s) if s.starts_with('$') => doc.get(&s[1..]).cloned().unwrap_or(Bson::Null),
         Bson::Document(d) if d.len() == 1 && d.keys().all(|k| k.starts_with('$')) => {
             let (op, arg) = d.iter().next().expect("one operator");
