@@ -123,6 +123,16 @@ impl Requirement {
             Requirement::NotBulk => lease.kind != LockKind::Bulk,
         }
     }
+
+    /// Whether a document that does not exist yet meets this: every field is missing,
+    /// so no holder or version matches, and it has expired and is not bulk (a missing
+    /// field sorts below every date and equals no string).
+    pub fn holds_on_missing(&self) -> bool {
+        match self {
+            Requirement::VersionIs(_) | Requirement::HolderIs(_) => false,
+            Requirement::Expired | Requirement::NotBulk => true,
+        }
+    }
 }
 
 /// A conditional write to one lease document.
@@ -144,18 +154,13 @@ impl LeaseWrite {
     /// does not insert).
     pub fn apply(&self, existing: Option<&Lease>, now: DateTime<Utc>) -> Option<Lease> {
         match existing {
-            Some(lease) => {
+            Some(lease) if self.admits(lease, now) => {
                 let mut after = lease.clone();
-                self.apply_in_place(&mut after, now).then_some(after)
+                self.set_fields(&mut after, now);
+                Some(after)
             }
-            // Every field of a document that does not exist yet is missing: no holder
-            // or version matches, and it has expired and is not bulk.
-            None if self.may_insert
-                && self
-                    .requires
-                    .iter()
-                    .all(|r| matches!(r, Requirement::Expired | Requirement::NotBulk)) =>
-            {
+            Some(_) => None,
+            None if self.may_insert && self.requires.iter().all(Requirement::holds_on_missing) => {
                 let mut inserted = Lease::vacant(self.resource.clone());
                 for set in &self.sets {
                     set.apply(&mut inserted, now);
@@ -169,16 +174,25 @@ impl LeaseWrite {
     /// Applies this write to a stored lease in place, if its requirements hold there;
     /// returns whether it did. The same rule as [`Self::apply`], without a copy.
     pub fn apply_in_place(&self, lease: &mut Lease, now: DateTime<Utc>) -> bool {
-        if !self.requires.iter().all(|r| r.holds(lease, now)) {
-            return false;
+        let admitted = self.admits(lease, now);
+        if admitted {
+            self.set_fields(lease, now);
         }
+        admitted
+    }
+
+    fn admits(&self, lease: &Lease, now: DateTime<Utc>) -> bool {
+        self.requires.iter().all(|r| r.holds(lease, now))
+    }
+
+    /// The version move and the fields, on a lease the write admits.
+    fn set_fields(&self, lease: &mut Lease, now: DateTime<Utc>) {
         if self.bumps_version {
             lease.version += 1;
         }
         for set in &self.sets {
             set.apply(lease, now);
         }
-        true
     }
 
     /// The first of `writes` that applies, applied; `None` when none does. How one

@@ -136,9 +136,9 @@ impl OperatorChange {
             requires: Vec::new(),
             ..self.write()
         };
-        unconditional
-            .apply(Some(lease), now)
-            .unwrap_or_else(|| lease.clone())
+        let mut after = lease.clone();
+        unconditional.apply_in_place(&mut after, now);
+        after
     }
 }
 

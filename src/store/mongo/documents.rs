@@ -280,7 +280,7 @@ impl DocumentStore for MongoStore {
             "renameCollection": from.to_string(),
             "to": to.to_string(),
             "dropTarget": drop_target,
-            "writeConcern": { "w": "majority", "wtimeout": i64::try_from(self.timeout().as_millis()).unwrap_or(i64::MAX) },
+            "writeConcern": { "w": "majority", "wtimeout": super::lease_write::millis(self.timeout()) },
         };
         super::errors::bounded(self.timeout(), &action, async {
             admin.run_command(command).await

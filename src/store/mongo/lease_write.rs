@@ -14,13 +14,13 @@ use bson::{doc, Bson, Document};
 
 use super::codec::{invalidation_to_document, watch_to_document};
 use crate::model::lease_field as field;
-use crate::model::{FieldSet, LeaseWrite, Moment, Requirement};
+use crate::model::{FieldSet, LeaseWrite, LockKind, Moment, Requirement};
 
 /// Temporary field holding the chosen alternative between the pipeline's stages.
 const CHOSEN: &str = "__streamwardWrite";
 
-/// Milliseconds as the int64 `$add` takes them.
-fn millis(duration: Duration) -> i64 {
+/// Milliseconds as the int64 `$add` and `wtimeout` take them.
+pub(super) fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -82,7 +82,7 @@ fn expression(requirement: &Requirement) -> Bson {
         }
         // A missing or null `expiresAt` sorts below every date: expired.
         Requirement::Expired => doc! { "$lte": [path(field::EXPIRES_AT), "$$NOW"] },
-        Requirement::NotBulk => doc! { "$ne": [path(field::KIND), "bulk"] },
+        Requirement::NotBulk => doc! { "$ne": [path(field::KIND), LockKind::Bulk.as_str()] },
     }
     .into()
 }
@@ -100,6 +100,11 @@ fn next_version(may_insert: bool) -> Bson {
 /// A write on an existing document: its requirements as the filter, one `$set`.
 /// Matching nothing means it did not apply.
 pub(super) fn render_filtered(write: &LeaseWrite) -> Result<(Document, Vec<Document>), String> {
+    if write.may_insert {
+        return Err(
+            "a write that may insert is rendered as alternatives (an upsert on _id)".into(),
+        );
+    }
     let mut filter = doc! { field::RESOURCE: &write.resource };
     for requirement in &write.requires {
         let (name, value) = query_predicate(requirement).ok_or_else(|| {

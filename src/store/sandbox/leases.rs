@@ -18,12 +18,13 @@ use crate::store::{
 
 impl SandboxStore {
     /// A holder's write (commit, renew, release, invalidation) on the sandbox's clock;
-    /// `done` is what the history records when it applied (nothing for a renewal).
+    /// `done` is what the history records when it applied (nothing for a renewal),
+    /// built only when the history is kept.
     fn tenure_write(
         &self,
         tenure: &Tenure,
         write: &LeaseWrite,
-        done: impl FnOnce() -> Option<HistoryEntry>,
+        done: Option<impl FnOnce() -> HistoryEntry>,
     ) -> TenureWrite {
         let now = self.inner.clock.now();
         let mut state = self.lock();
@@ -41,8 +42,8 @@ impl SandboxStore {
         };
         self.publish_lease(after);
         // Recorded under the same lock as the write, so the history orders them as they happened.
-        if let Some(entry) = done() {
-            state.record(|| entry);
+        if let Some(done) = done {
+            state.record(done);
         }
         TenureWrite::Done
     }
@@ -81,19 +82,21 @@ impl LeaseStore for SandboxStore {
         lease: Duration,
     ) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.commit);
-        Ok(self.tenure_write(tenure, &tenure.commit(token, lease), || {
-            Some(HistoryEntry::Committed {
+        Ok(self.tenure_write(
+            tenure,
+            &tenure.commit(token, lease),
+            Some(|| HistoryEntry::Committed {
                 resource: tenure.resource.clone(),
                 listener: tenure.listener.clone(),
                 version: tenure.version,
                 token_time: token.time(),
-            })
-        }))
+            }),
+        ))
     }
 
     async fn renew(&self, tenure: &Tenure, lease: Duration) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.renew);
-        Ok(self.tenure_write(tenure, &tenure.renew(lease), || None))
+        Ok(self.tenure_write(tenure, &tenure.renew(lease), None::<fn() -> HistoryEntry>))
     }
 
     async fn record_invalidation(
@@ -102,26 +105,28 @@ impl LeaseStore for SandboxStore {
         invalidation: &Invalidation,
     ) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.record_invalidation);
-        Ok(
-            self.tenure_write(tenure, &tenure.record_invalidation(invalidation), || {
-                Some(HistoryEntry::Invalidated {
-                    resource: tenure.resource.clone(),
-                    listener: tenure.listener.clone(),
-                    version: tenure.version,
-                })
+        Ok(self.tenure_write(
+            tenure,
+            &tenure.record_invalidation(invalidation),
+            Some(|| HistoryEntry::Invalidated {
+                resource: tenure.resource.clone(),
+                listener: tenure.listener.clone(),
+                version: tenure.version,
             }),
-        )
+        ))
     }
 
     async fn release(&self, tenure: &Tenure) -> StoreResult<TenureWrite> {
         count(&self.inner.calls.release);
-        Ok(self.tenure_write(tenure, &tenure.release(), || {
-            Some(HistoryEntry::Released {
+        Ok(self.tenure_write(
+            tenure,
+            &tenure.release(),
+            Some(|| HistoryEntry::Released {
                 resource: tenure.resource.clone(),
                 listener: tenure.listener.clone(),
                 version: tenure.version,
-            })
-        }))
+            }),
+        ))
     }
 
     async fn get(&self, resource: &str) -> StoreResult<Option<Lease>> {
