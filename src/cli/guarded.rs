@@ -201,8 +201,6 @@ fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<(
     Ok(())
 }
 
-/// Plans `request`; prints the plan; with `--execute` applies it. A refused plan is
-/// printed and returned as `OpsError::Refused` (exit 3) without writing anything.
 /// The plan as JSON, with the exit code its refusal (if any) means.
 fn plan_json(plan: &Plan) -> serde_json::Value {
     let mut json = describe::plan_json(plan);
@@ -215,6 +213,9 @@ fn plan_json(plan: &Plan) -> serde_json::Value {
     json
 }
 
+/// Plans `request`; prints the plan; with `--execute` applies it. A refused plan is
+/// printed and returned as `OpsError::Refused` (exit 3, or 5 when the oplog cannot
+/// be read) without writing anything.
 pub async fn run_action<S: OperatorStore + AuditLog>(
     store: &S,
     request: ActionRequest,

@@ -93,7 +93,7 @@ const LEASE_HEADERS: [&str; 9] = [
 pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) -> String {
     let rows: Vec<[String; N]> = rows
         .iter()
-        .map(|row| row.clone().map(|cell| clip(&cell, CELL_MAX_CHARS)))
+        .map(|row| row.each_ref().map(|cell| clip(cell, CELL_MAX_CHARS)))
         .collect();
     let mut widths = headers.map(|h| h.chars().count());
     for row in &rows {

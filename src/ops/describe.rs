@@ -198,6 +198,10 @@ pub fn lease_json(lease: &Lease) -> Value {
         (F::RENEWED_AT): date(lease.renewed_at),
         (F::COMMITTED_AT): date(lease.committed_at),
         (F::NOTE): lease.note,
+        (F::INVALIDATED): lease.invalidated.as_ref().map(|i| json!({
+            "at": time_json(i.at),
+            "reason": i.reason,
+        })),
     })
 }
 

@@ -34,7 +34,7 @@ const NAMESPACE_MAX_BYTES: usize = 255;
 impl FromStr for Namespace {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let shown: String = s.chars().take(80).collect();
+        let shown = crate::model::text::clip(s, 80);
         let Some((db, coll)) = s
             .split_once('.')
             .filter(|(d, c)| !d.is_empty() && !c.is_empty())
