@@ -18,8 +18,9 @@ fn main() -> ExitCode {
     match runtime.block_on(cli::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            // Errors can quote database strings (a holder, a resource): escape them.
-            let message = format!("{error:#}");
+            // Errors can quote database strings (a holder, a resource): escape them. A
+            // driver message can quote a connection string: mask its secrets.
+            let message = streamward::store::mongo::redact_message(&format!("{error:#}"));
             eprintln!(
                 "error: {}",
                 streamward::model::text::escape_control(&message)

@@ -10,7 +10,7 @@ use std::time::Duration;
 use assert_cmd::Command;
 use bson::doc;
 use serde_json::Value;
-use streamward::model::{LockKind, ResumeToken};
+use streamward::model::{AuditState, LockKind, ResumeToken};
 use streamward::store::mongo::MongoStore;
 use streamward::store::*;
 use support::live::{live, LiveDb};
@@ -495,11 +495,10 @@ async fn malformed_leases_and_audit_records_are_reported_and_the_rest_listed() {
     .await;
 }
 
-/// A unique index the tool does not know refuses an audit record on its first insert:
-/// the change is applied, and the operator is told its record is missing, never
-/// handed an id that names nothing.
+/// A unique index the tool does not know refuses an action's audit record: with no
+/// record to stand on, the action is not started and the lease is not touched.
 #[tokio::test(flavor = "multi_thread")]
-async fn an_audit_record_refused_by_a_foreign_unique_index_is_reported_missing() {
+async fn an_action_whose_audit_record_is_refused_by_a_foreign_unique_index_is_not_started() {
     live("cli_audit_refused", |live| async move {
         held_lease_with_a_real_token(&live).await;
         let client = mongodb::Client::with_uri_str(&live.uri).await.unwrap();
@@ -522,12 +521,17 @@ async fn an_audit_record_refused_by_a_foreign_unique_index_is_reported_missing()
         cmd.args(["takeover", RESOURCE, "--execute"]);
         let (code, _, err) = run(cmd).await;
         assert_eq!(code, 0, "the first record is written: {err}");
+        let released = live.store.get(RESOURCE).await.unwrap().unwrap();
         let mut cmd = streamward(&live);
         cmd.args(["takeover", RESOURCE, "--hold", "1m", "--execute"]);
         let (code, out, err) = run(cmd).await;
         assert_eq!(code, 1, "{out}{err}");
-        assert!(err.contains("was applied"), "{err}");
-        assert!(err.contains("not written"), "{err}");
+        assert!(err.contains("was not started"), "{err}");
+        assert!(err.contains("nothing was written to the lease"), "{err}");
+        assert!(
+            err.contains("not written"),
+            "names the refused record: {err}"
+        );
         let printed_id = |text: &str| {
             text.split("audit record ").skip(1).any(|rest| {
                 rest.chars()
@@ -543,11 +547,130 @@ async fn an_audit_record_refused_by_a_foreign_unique_index_is_reported_missing()
         );
         let records = live.store.audit_log(10).await.unwrap().items;
         assert_eq!(records.len(), 1, "only the first action has a record");
-        let lease = live.store.get(RESOURCE).await.unwrap().unwrap();
         assert_eq!(
-            lease.holder.as_deref(),
-            Some("oncall@test"),
-            "the second takeover was applied: the operator holds it"
+            live.store.get(RESOURCE).await.unwrap().unwrap(),
+            released,
+            "the second takeover changed nothing"
+        );
+    })
+    .await;
+}
+
+/// A rebuild killed with SIGKILL while its pipeline runs on the server: its record
+/// stays pending with the bulk swap as a step, `audit` judges it STUCK BULK against
+/// the lease and names abort-bulk, and abort-bulk gives the lease back.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rebuild_killed_mid_run_leaves_a_pending_record_that_names_its_recovery() {
+    live("cli_rebuild_killed", |live| async move {
+        held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+        let orders = live.ns("orders");
+        for n in 0..100 {
+            store
+                .put(&orders, doc! {"_id": format!("slow-{n}"), "status": "new"})
+                .await
+                .unwrap();
+        }
+        // 30 ms of server-side JavaScript per order: about 3 s for the pipeline.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("streamward.toml"),
+            format!(
+                r#"[rebuilds.slow-counts]
+resource = "{RESOURCE}"
+db = "{db}"
+collection = "orders"
+pipeline = '[{{"$addFields": {{"spin": {{"$function": {{"body": "function() {{ const end = Date.now() + 30; while (Date.now() < end) {{}} return 1; }}", "args": [], "lang": "js"}}}}}}}}, {{"$group": {{"_id": "$status", "n": {{"$sum": "$spin"}}}}}}, {{"$merge": {{"into": "order_counts", "whenMatched": "replace"}}}}]'
+timeout = "20s"
+"#,
+                db = live.db
+            ),
+        )
+        .unwrap();
+        let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("streamward"))
+            .env("NO_COLOR", "1")
+            .env_remove("STREAMWARD_URI")
+            .current_dir(dir.path())
+            .args([
+                "--uri",
+                &live.uri,
+                "--leases",
+                &format!("{}.leases", live.db),
+                "--operator",
+                "oncall@test",
+                "rebuild",
+                "slow-counts",
+                "--execute",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let swapped = async {
+            loop {
+                let records = store.audit_log(10).await.unwrap().items;
+                if let Some(record) = records
+                    .into_iter()
+                    .find(|r| r.steps.iter().any(|s| s.what.starts_with("bulk swap applied")))
+                {
+                    break record;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        let record = tokio::time::timeout(Duration::from_secs(30), swapped)
+            .await
+            .expect("the rebuild records its bulk swap within 30 s");
+        child.kill().unwrap();
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "killed mid-run: {status}");
+
+        let record = store.audit_record(&record.id).await.unwrap().unwrap();
+        assert_eq!(record.state, AuditState::Pending, "{record:?}");
+        assert_eq!(record.steps.len(), 1, "killed before the run finished: {record:?}");
+        let lease = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(lease.kind, LockKind::Bulk);
+        assert_eq!(Some(lease.version), record.intended.as_ref().map(|l| l.version));
+
+        let mut cmd = streamward(&live);
+        cmd.args(["audit"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("PENDING"), "{out}");
+        assert!(
+            out.contains(&format!("streamward abort-bulk {RESOURCE} --execute")),
+            "the pending record names its recovery: {out}"
+        );
+        let mut cmd = streamward(&live);
+        cmd.args(["audit", "--output", "json"]);
+        let (_, out, _) = run(cmd).await;
+        let json: Value = serde_json::from_str(&out).unwrap();
+        let pending = json
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["id"] == record.id.as_str())
+            .expect("the record in JSON");
+        assert_eq!(pending["state"], "pending", "{pending}");
+        assert_eq!(pending["pending"]["verdict"], "stuck bulk", "{pending}");
+
+        let mut cmd = streamward(&live);
+        cmd.args(["abort-bulk", RESOURCE, "--execute", "--reason", "rebuild killed"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{out}{err}");
+        let given_back = store.get(RESOURCE).await.unwrap().unwrap();
+        assert_eq!(
+            (given_back.kind, given_back.version),
+            (LockKind::Update, lease.version + 1)
+        );
+        let records = store.audit_log(10).await.unwrap().items;
+        assert_eq!(records[0].action, "abort-bulk");
+        assert_eq!(records[0].state, AuditState::Applied);
+        println!(
+            "killed mid-rebuild: record {} pending with step {:?}; audit said: {}",
+            record.id,
+            record.steps[0].what,
+            pending["pending"]["recovery"]
         );
     })
     .await;

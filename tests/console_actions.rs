@@ -11,7 +11,7 @@ use streamward::console::action_runner::{ActionCommand, ActionRunner};
 use streamward::console::data::DataEvent;
 use streamward::demo::pets::PET_RESOURCE;
 use streamward::demo::rebuild::PetRebuild;
-use streamward::model::{LeaseHealth, LeaseStatus, LockKind};
+use streamward::model::{AuditState, LeaseHealth, LeaseStatus, LockKind};
 use streamward::ops::{ActionRequest, GatherOptions, Plan};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::AuditLog;
@@ -139,8 +139,25 @@ async fn a_plan_gone_stale_writes_nothing() {
     h.commands.send(ActionCommand::Execute(plan)).await.unwrap();
     let error = h.done().await.expect_err("the stale plan is refused");
     assert!(error.contains("changed"), "{error}");
+    assert!(
+        error.contains("not applied"),
+        "says how it was recorded: {error}"
+    );
     assert_eq!(h.store.get("shop.orders").await.unwrap(), lease);
-    assert_eq!(h.store.audit_log(10).await.unwrap().items.len(), 1);
+    let states: Vec<AuditState> = h
+        .store
+        .audit_log(10)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| r.state)
+        .collect();
+    assert_eq!(
+        states,
+        [AuditState::NotApplied, AuditState::Applied],
+        "the stale attempt is recorded as not applied"
+    );
 }
 
 #[tokio::test]

@@ -15,8 +15,8 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, OplogWindow, ResumeToken, TokenKind,
-    WatchTarget,
+    AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LockKind, OplogWindow,
+    ResumeToken, TokenKind, WatchTarget,
 };
 
 fn now() -> DateTime<Utc> {
@@ -115,17 +115,45 @@ fn audit() -> Vec<AuditRecord> {
     let mut after = before.clone();
     after.holder = None;
     after.version = 7;
-    vec![AuditRecord {
-        id: "a-0001".into(),
-        operator: "alice@bastion".into(),
-        at: ago(90),
-        action: "takeover".into(),
-        resource: "shop.orders".into(),
-        before: Some(before),
-        after: Some(after),
-        reason: Some("holder hung\u{7} (pager 4411)".into()),
-        outcome: "applied".into(),
-    }]
+    // A rebuild that died after its bulk swap: pending, judged against the lease now.
+    let pets = lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0);
+    let mut bulk = pets.clone();
+    bulk.holder = Some("rebuild:pet-aggregates:bob@ops".into());
+    bulk.kind = LockKind::Bulk;
+    bulk.version = 4;
+    vec![
+        AuditRecord {
+            id: "a-0002".into(),
+            operator: "bob@ops".into(),
+            at: ago(30),
+            action: "rebuild".into(),
+            resource: "pet-aggregates".into(),
+            state: AuditState::Pending,
+            before: Some(pets),
+            intended: Some(bulk.clone()),
+            after: Some(bulk),
+            steps: vec![AuditStep {
+                at: ago(29),
+                what: "bulk swap applied: version 3 → 4".into(),
+            }],
+            reason: None,
+            outcome: "pending".into(),
+        },
+        AuditRecord {
+            id: "a-0001".into(),
+            operator: "alice@bastion".into(),
+            at: ago(90),
+            action: "takeover".into(),
+            resource: "shop.orders".into(),
+            state: AuditState::Applied,
+            before: Some(before),
+            intended: Some(after.clone()),
+            after: Some(after),
+            steps: Vec::new(),
+            reason: Some("holder hung\u{7} (pager 4411)".into()),
+            outcome: "applied".into(),
+        },
+    ]
 }
 
 fn state(mode: Mode) -> ConsoleState {

@@ -103,7 +103,7 @@ async fn reset_to_now(store: &SandboxStore) {
         reason: Some("orders collection recreated".into()),
     };
     assert!(matches!(
-        apply_audited(store, &reset, &ctx).await.unwrap(),
+        apply_audited(store, &reset, None, &ctx).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
 }

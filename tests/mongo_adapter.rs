@@ -7,7 +7,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use bson::{doc, Bson, Document, Timestamp};
-use streamward::model::{ClusterTime, LockKind, ResumeToken, WatchTarget};
+use streamward::model::{ClusterTime, Lease, LockKind, ResumeToken, WatchTarget};
 use streamward::ops::apply_audited;
 use streamward::ops::OperatorOutcome;
 use streamward::store::mongo::{MongoSettings, MongoStore};
@@ -549,13 +549,14 @@ async fn lease_watch_is_a_change_stream_filtered_to_one_id_with_update_lookup() 
 // ---------------------------------------------------------------- operator actions and audit
 
 #[tokio::test]
-async fn an_operator_change_is_compare_and_swap_then_read_then_audit() {
+async fn an_operator_change_is_a_pending_record_then_the_swap_then_the_record_finalized() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
     server.set_operation_time(Timestamp {
         time: 1_700_000_500,
         increment: 3,
     });
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
     server.script(
         "findAndModify",
         [Action::ok(doc! { "value": lease_doc("worker-1", 4) })],
@@ -568,7 +569,7 @@ async fn an_operator_change_is_compare_and_swap_then_read_then_audit() {
             doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [after] } },
         )],
     );
-    server.script("insert", [Action::ok(doc! { "n": 1 })]);
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
     let change = OperatorChange {
         resource: "shop.orders".into(),
         expected_version: 4,
@@ -586,18 +587,34 @@ async fn an_operator_change_is_compare_and_swap_then_read_then_audit() {
         action: "takeover".into(),
         reason: Some("stuck".into()),
     };
+    let planned = planned_lease("worker-1", 4);
     let OperatorOutcome::Applied {
         before,
         after,
         operation_time,
         audit_id,
-    } = apply_audited(&store, &change, &audit).await.unwrap()
+        remark,
+    } = apply_audited(&store, &change, Some(&planned), &audit)
+        .await
+        .unwrap()
     else {
         panic!("not applied")
     };
-    assert_eq!(before.version, 4);
+    assert_eq!(before.map(|b| b.version), Some(4));
     assert_eq!(after.version, 5);
-    assert_eq!(operation_time, ClusterTime::new(1_700_000_500, 3));
+    assert_eq!(operation_time, Some(ClusterTime::new(1_700_000_500, 3)));
+    assert_eq!(remark, None);
+    let order: Vec<String> = server
+        .received()
+        .into_iter()
+        .map(|r| r.name)
+        .filter(|name| name != "ping")
+        .collect();
+    assert_eq!(
+        order,
+        ["insert", "findAndModify", "find", "update"],
+        "the record comes first, its finalization last"
+    );
 
     let fam = server.commands_stripped("findAndModify").remove(0);
     assert_eq!(
@@ -634,33 +651,83 @@ async fn an_operator_change_is_compare_and_swap_then_read_then_audit() {
     assert_eq!(record.get_object_id("_id").unwrap().to_hex(), audit_id);
     assert_eq!(record.get_str("operator").unwrap(), "ann@host");
     assert_eq!(record.get_str("reason").unwrap(), "stuck");
-    assert_eq!(
+    assert_eq!(record.get_str("state").unwrap(), "pending");
+    let version_of = |field: &str| {
         record
-            .get_document("before")
+            .get_document(field)
             .unwrap()
             .get_i64("version")
-            .unwrap(),
-        4
-    );
+            .unwrap()
+    };
+    assert_eq!(version_of("before"), 4);
+    assert_eq!(version_of("intended"), 5);
     assert_eq!(
         record
-            .get_document("after")
+            .get_document("intended")
             .unwrap()
-            .get_str("note")
+            .get_str("listenerId")
             .unwrap(),
+        "ops"
+    );
+    assert_eq!(record.get("after"), Some(&Bson::Null));
+
+    let update = server.commands_stripped("update").remove(0);
+    assert_eq!(update.get_str("update").unwrap(), "audit");
+    assert_eq!(update.get_document("writeConcern").unwrap(), &majority());
+    let statement = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        statement.get_document("q").unwrap(),
+        &doc! { "_id": bson::oid::ObjectId::parse_str(&audit_id).unwrap(), "state": "pending" }
+    );
+    let set = statement
+        .get_document("u")
+        .unwrap()
+        .get_document("$set")
+        .unwrap();
+    assert_eq!(set.get_str("state").unwrap(), "applied");
+    assert_eq!(set.get_str("outcome").unwrap(), "applied");
+    assert_eq!(
+        set.get_document("after").unwrap().get_str("note").unwrap(),
         "hold"
     );
 }
 
+fn planned_lease(holder: &str, version: i64) -> Lease {
+    let mut lease = Lease::vacant("shop.orders");
+    lease.holder = Some(holder.into());
+    lease.version = version;
+    lease
+}
+
+/// The `$set` of the n-th `update` on the audit collection (a finalization).
+fn audit_update_set(server: &WireServer, n: usize) -> Document {
+    let update = server.commands_stripped("update").remove(n);
+    let statement = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .clone();
+    statement
+        .get_document("u")
+        .unwrap()
+        .get_document("$set")
+        .cloned()
+        .unwrap_or_default()
+}
+
 #[tokio::test]
-async fn an_operator_change_on_a_moved_version_writes_nothing_and_reports_the_current_lease() {
+async fn an_operator_change_on_a_moved_version_changes_no_lease_and_is_recorded_not_applied() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
     server.script("findAndModify", [Action::ok(doc! { "value": null })]);
     server.script(
         "find",
         [Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [lease_doc("worker-2", 9)] } })],
     );
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
     let change = OperatorChange {
         resource: "shop.orders".into(),
         expected_version: 4,
@@ -675,28 +742,33 @@ async fn an_operator_change_on_a_moved_version_writes_nothing_and_reports_the_cu
         action: "takeover".into(),
         reason: None,
     };
-    let outcome = apply_audited(&store, &change, &audit).await.unwrap();
+    let outcome = apply_audited(&store, &change, None, &audit).await.unwrap();
     let OperatorOutcome::Changed {
         current: Some(current),
+        audit,
     } = outcome
     else {
         panic!("expected Changed, got {outcome:?}")
     };
     assert_eq!(current.version, 9);
+    assert!(audit.ends_with(": not applied"), "{audit}");
+    assert_eq!(server.commands("findAndModify").len(), 1);
+    let set = audit_update_set(&server, 0);
+    assert_eq!(set.get_str("state").unwrap(), "not applied");
     assert!(
-        server.commands("insert").is_empty(),
-        "no audit for an action not taken"
+        set.get_str("outcome").unwrap().contains("now version 9"),
+        "{set}"
     );
-    let set = server.commands_stripped("findAndModify").remove(0);
-    let set = set.get_array("update").unwrap()[0]
+    let fam = server.commands_stripped("findAndModify").remove(0);
+    let fam_set = fam.get_array("update").unwrap()[0]
         .as_document()
         .unwrap()
         .get_document("$set")
         .unwrap()
         .clone();
-    assert_eq!(set.get("listenerId"), Some(&Bson::Null));
+    assert_eq!(fam_set.get("listenerId"), Some(&Bson::Null));
     assert!(
-        !set.contains_key("resumeToken"),
+        !fam_set.contains_key("resumeToken"),
         "Keep leaves the resume point alone"
     );
 }
@@ -720,10 +792,44 @@ fn takeover_to(holder: &str) -> (OperatorChange, AuditContext) {
     )
 }
 
+fn unauthorized(command: &str) -> Action {
+    Action::error(
+        13,
+        "Unauthorized",
+        &format!("not authorized on sw to execute command {{ {command}: \"audit\" }}"),
+    )
+}
+
 #[tokio::test]
-async fn an_audit_append_that_fails_after_the_swap_reports_the_change_as_applied_without_record() {
+async fn a_refused_audit_record_starts_nothing() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
+    server.script("insert", [unauthorized("insert"), unauthorized("insert")]);
+    let (change, audit) = takeover_to("ops");
+    let error = apply_audited(&store, &change, None, &audit)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, streamward::ops::OpsError::NotStarted { .. }),
+        "{error:?}"
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("nothing was written to the lease"),
+        "{message}"
+    );
+    assert!(message.contains("not permitted"), "{message}");
+    assert!(
+        server.commands("findAndModify").is_empty(),
+        "no lease write without its record"
+    );
+}
+
+#[tokio::test]
+async fn a_finalization_that_fails_after_the_swap_reports_it_applied_with_the_record_pending() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
     server.script(
         "findAndModify",
         [Action::ok(doc! { "value": lease_doc("worker-1", 4) })],
@@ -734,44 +840,97 @@ async fn an_audit_append_that_fails_after_the_swap_reports_the_change_as_applied
             doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [lease_doc("ops", 5)] } },
         )],
     );
-    // The insert is retried once; both attempts are refused.
-    let refused = || {
-        Action::error(
-            13,
-            "Unauthorized",
-            "not authorized on sw to execute command { insert: \"audit\" }",
-        )
-    };
-    server.script("insert", [refused(), refused()]);
+    // The finalization is retried once; both attempts are refused.
+    server.script("update", [unauthorized("update"), unauthorized("update")]);
     let (change, audit) = takeover_to("ops");
-    let error = apply_audited(&store, &change, &audit).await.unwrap_err();
+    let error = apply_audited(&store, &change, None, &audit)
+        .await
+        .unwrap_err();
     let message = error.to_string();
-    assert!(
-        matches!(
-            error,
-            streamward::ops::OpsError::AuditMissing { version: 5, .. }
-        ),
-        "{error:?}"
+    let streamward::ops::OpsError::AuditUnfinished {
+        version, audit_id, ..
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!(*version, 5);
+    let inserted = server.commands("insert").remove(0);
+    let record_id = inserted.get_array("documents").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_object_id("_id")
+        .unwrap()
+        .to_hex();
+    assert_eq!(
+        audit_id, &record_id,
+        "it names the pending record that exists"
     );
-    assert!(message.contains("was applied (version 5)"), "{message}");
-    assert!(
-        message.contains("audit record was not written"),
-        "{message}"
-    );
+    assert!(message.contains("was applied (now version 5)"), "{message}");
+    assert!(message.contains("stays pending"), "{message}");
     assert_eq!(
         server.commands("findAndModify").len(),
         1,
-        "the swap is never repeated"
+        "the swap is never repeated after a reply"
     );
 }
 
 #[tokio::test]
-async fn a_swap_whose_reply_is_lost_is_an_unknown_outcome_and_writes_no_record() {
+async fn a_swap_whose_reply_is_lost_is_sent_again_and_found_applied() {
     let server = WireServer::start().await;
     let store = connected(&server).await;
-    server.script("findAndModify", [Action::HangUp]);
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
+    // The first reply is lost after the write applied; sent again, the swap finds the
+    // lease at the next version, held as this change leaves it.
+    server.script(
+        "findAndModify",
+        [Action::HangUp, Action::ok(doc! { "value": null })],
+    );
+    server.script(
+        "find",
+        [Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "sw.leases", "firstBatch": [lease_doc("ops", 5)] } },
+        )],
+    );
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
     let (change, audit) = takeover_to("ops");
-    let error = apply_audited(&store, &change, &audit).await.unwrap_err();
+    let outcome = apply_audited(&store, &change, Some(&planned_lease("worker-1", 4)), &audit)
+        .await
+        .unwrap();
+    let OperatorOutcome::Applied {
+        before,
+        after,
+        operation_time,
+        remark,
+        ..
+    } = outcome
+    else {
+        panic!("expected Applied, got {outcome:?}")
+    };
+    assert_eq!(after.version, 5);
+    assert_eq!(before.map(|b| b.version), Some(4), "as planned against");
+    assert_eq!(operation_time, None, "the applied write's reply was lost");
+    let remark = remark.expect("says how it was found");
+    assert!(remark.contains("reply was lost"), "{remark}");
+    assert_eq!(server.commands("findAndModify").len(), 2);
+    let set = audit_update_set(&server, 0);
+    assert_eq!(set.get_str("state").unwrap(), "applied");
+    assert!(
+        set.get_str("outcome").unwrap().contains("reply was lost"),
+        "{set}"
+    );
+}
+
+#[tokio::test]
+async fn a_swap_whose_reply_is_lost_twice_leaves_the_record_pending_and_says_so() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
+    server.script("findAndModify", [Action::HangUp, Action::HangUp]);
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
+    let (change, audit) = takeover_to("ops");
+    let error = apply_audited(&store, &change, None, &audit)
+        .await
+        .unwrap_err();
     let message = error.to_string();
     assert!(
         matches!(
@@ -787,15 +946,26 @@ async fn a_swap_whose_reply_is_lost_is_an_unknown_outcome_and_writes_no_record()
         message.contains("whether it was applied is unknown"),
         "{message}"
     );
+    assert!(message.contains("stays pending"), "{message}");
     assert!(
         message.contains("version 4 means nothing was written"),
         "{message}"
     );
-    assert_eq!(server.commands("findAndModify").len(), 1, "never retried");
-    assert!(
-        server.commands("insert").is_empty(),
-        "no audit record for an unknown outcome"
+    assert_eq!(
+        server.commands("findAndModify").len(),
+        2,
+        "sent twice, not more"
     );
+    // The only audit update is a step: the record is not finalized.
+    let update = server.commands_stripped("update").remove(0);
+    let u = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("u")
+        .unwrap()
+        .clone();
+    assert!(u.contains_key("$push"), "{u}");
+    assert!(!u.contains_key("$set"), "{u}");
 }
 
 #[tokio::test]
@@ -820,8 +990,8 @@ async fn audit_log_is_newest_first_and_limited() {
     );
 }
 
-fn applied_rewind_entry() -> AuditEntry {
-    AuditEntry {
+fn rewind_intent() -> AuditIntent {
+    AuditIntent {
         resource: "shop.orders".into(),
         context: AuditContext {
             operator: "ann".into(),
@@ -829,8 +999,7 @@ fn applied_rewind_entry() -> AuditEntry {
             reason: None,
         },
         before: None,
-        after: None,
-        outcome: "applied".into(),
+        intended: None,
     }
 }
 
@@ -852,10 +1021,7 @@ async fn a_duplicate_key_on_the_first_audit_insert_is_not_taken_for_success() {
             doc! { "cursor": { "id": 0_i64, "ns": "sw.audit", "firstBatch": [] } },
         )],
     );
-    let error = store
-        .append_audit(&applied_rewind_entry())
-        .await
-        .unwrap_err();
+    let error = store.begin_audit(&rewind_intent()).await.unwrap_err();
     assert!(error.to_string().contains("not written"), "{error}");
     let find = server.commands_stripped("find").remove(0);
     assert_eq!(
@@ -866,24 +1032,80 @@ async fn a_duplicate_key_on_the_first_audit_insert_is_not_taken_for_success() {
 }
 
 #[tokio::test]
-async fn a_write_concern_error_on_the_audit_insert_says_the_record_exists_unconfirmed() {
+async fn a_write_concern_error_on_the_audit_insert_says_the_record_exists_unconfirmed_and_stops_the_action(
+) {
     let server = WireServer::start().await;
     let store = connected(&server).await;
-    server.script(
-        "insert",
-        [Action::ok(doc! {
+    let unconfirmed = || {
+        Action::ok(doc! {
             "n": 1,
             "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out" },
-        })],
-    );
-    let error = store
-        .append_audit(&applied_rewind_entry())
-        .await
-        .unwrap_err();
+        })
+    };
+    server.script("insert", [unconfirmed(), unconfirmed()]);
+    let error = store.begin_audit(&rewind_intent()).await.unwrap_err();
     let message = error.to_string();
     assert!(matches!(error, StoreError::WriteConcern(_)), "{error:?}");
     assert!(
         message.contains("on the primary but not confirmed"),
         "{message}"
     );
+    let (change, audit) = takeover_to("ops");
+    let error = apply_audited(&store, &change, None, &audit)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, streamward::ops::OpsError::NotStarted { .. }),
+        "{error:?}"
+    );
+    assert!(
+        server.commands("findAndModify").is_empty(),
+        "an unconfirmed record may be rolled back: no lease write on it"
+    );
+}
+
+#[tokio::test]
+async fn finalizing_a_record_twice_the_same_way_is_a_no_op_and_otherwise_an_error() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let oid = bson::oid::ObjectId::new();
+    let stored = doc! {
+        "_id": oid, "operator": "ann", "at": bson::DateTime::from_millis(5), "action": "rewind",
+        "resource": "shop.orders", "state": "applied", "outcome": "applied",
+    };
+    // Matched nothing both times: the record is no longer pending.
+    server.script(
+        "update",
+        [
+            Action::ok(doc! { "n": 0, "nModified": 0 }),
+            Action::ok(doc! { "n": 0, "nModified": 0 }),
+        ],
+    );
+    let found = || {
+        Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "sw.audit", "firstBatch": [stored.clone()] } },
+        )
+    };
+    server.script("find", [found(), found()]);
+    let id = oid.to_hex();
+    let same = AuditFinish {
+        state: streamward::model::AuditState::Applied,
+        after: None,
+        outcome: "applied".into(),
+    };
+    store
+        .finish_audit(&id, &same)
+        .await
+        .expect("a retry of the same finish");
+    let other = AuditFinish {
+        state: streamward::model::AuditState::NotApplied,
+        after: None,
+        outcome: "not applied: x".into(),
+    };
+    let error = store.finish_audit(&id, &other).await.unwrap_err();
+    assert!(
+        matches!(error, StoreError::AuditNotPending { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("already applied"), "{error}");
 }

@@ -448,7 +448,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             reason: Some("live scenario".into()),
         };
         let OperatorOutcome::Applied { after, .. } =
-            apply_audited(&live.store, &bulk, &ctx).await.unwrap()
+            apply_audited(&live.store, &bulk, None, &ctx).await.unwrap()
         else {
             panic!("the operator's compare-and-swap should apply");
         };
@@ -508,7 +508,9 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             ..bulk
         };
         assert!(matches!(
-            apply_audited(&live.store, &give_back, &ctx).await.unwrap(),
+            apply_audited(&live.store, &give_back, None, &ctx)
+                .await
+                .unwrap(),
             OperatorOutcome::Applied { .. }
         ));
         eventually("a took over", || {

@@ -59,21 +59,27 @@ fn live_lease() -> Document {
     }
 }
 
-/// A cluster with one lease: `find` reads it (and the oplog's edges), `findAndModify`
-/// applies the filter and pipeline to it, `aggregate` on the oplog counts 7 changes.
-/// `interfere` runs on the lease just before each findAndModify (another writer).
+type Shared<T> = Arc<Mutex<T>>;
+
+/// A cluster with one lease and an audit collection: `find` reads them (and the
+/// oplog's edges), `findAndModify` and `update` apply their filter and pipeline or
+/// update operators, `insert` adds audit records, `aggregate` on the oplog counts 7
+/// changes. `interfere` runs on the lease just before each findAndModify (another
+/// writer).
 fn cluster(
     server: &WireServer,
     lease: Document,
     interfere: impl Fn(&mut Document) + Send + Sync + 'static,
-) -> Arc<Mutex<Document>> {
+) -> (Shared<Document>, Shared<Vec<Document>>) {
     server.set_local_time(now());
     server.set_operation_time(Timestamp {
         time: NOW_SECS,
         increment: 9,
     });
     let state = Arc::new(Mutex::new(lease));
+    let audit: Shared<Vec<Document>> = Arc::default();
     let read = state.clone();
+    let read_audit = audit.clone();
     server.on("find", move |cmd| {
         let coll = cmd.get_str("find").unwrap_or_default();
         match coll {
@@ -101,6 +107,17 @@ fn cluster(
                     if found { vec![lease] } else { vec![] },
                 )
             }
+            "audit" => {
+                let filter = cmd.get_document("filter").cloned().unwrap_or_default();
+                let found = read_audit
+                    .lock()
+                    .unwrap()
+                    .iter()
+                    .filter(|d| mini_mongo::matches(&filter, Some(d), now()))
+                    .cloned()
+                    .collect();
+                cursor("streamward.audit", found)
+            }
             other => cursor(&format!("streamward.{other}"), vec![]),
         }
     });
@@ -122,8 +139,54 @@ fn cluster(
         // A rebuild pipeline ending in $merge returns no documents.
         _ => cursor("shop.orders", vec![]),
     });
-    server.on("insert", |_| Action::ok(doc! { "n": 1 }));
-    state
+    let inserted = audit.clone();
+    server.on("insert", move |cmd| {
+        assert_eq!(
+            cmd.get_str("insert"),
+            Ok("audit"),
+            "only audit records are inserted"
+        );
+        let documents = cmd.get_array("documents").unwrap();
+        inserted
+            .lock()
+            .unwrap()
+            .extend(documents.iter().map(|d| d.as_document().unwrap().clone()));
+        Action::ok(doc! { "n": documents.len() as i32 })
+    });
+    let updated_lease = state.clone();
+    let updated_audit = audit.clone();
+    server.on("update", move |cmd| {
+        let statement = cmd.get_array("updates").unwrap()[0]
+            .as_document()
+            .unwrap()
+            .clone();
+        let filter = statement.get_document("q").cloned().unwrap_or_default();
+        let matched = |doc: &mut Document| {
+            if !mini_mongo::matches(&filter, Some(doc), now()) {
+                return false;
+            }
+            *doc = match statement.get("u") {
+                Some(Bson::Array(pipeline)) => mini_mongo::apply_pipeline(pipeline, doc, now()),
+                Some(Bson::Document(update)) => mini_mongo::apply_update(update, doc),
+                other => panic!("an update without u: {other:?}"),
+            };
+            true
+        };
+        let n = match cmd.get_str("update") {
+            Ok("leases") => i32::from(matched(&mut updated_lease.lock().unwrap())),
+            Ok("audit") => i32::from(updated_audit.lock().unwrap().iter_mut().any(matched)),
+            other => panic!("an update of {other:?}"),
+        };
+        Action::ok(doc! { "n": n, "nModified": n })
+    });
+    (state, audit)
+}
+
+/// The one audit record stored.
+fn only_record(audit: &Shared<Vec<Document>>) -> Document {
+    let records = audit.lock().unwrap();
+    assert_eq!(records.len(), 1, "one audit record: {records:?}");
+    records[0].clone()
 }
 
 fn writes(server: &WireServer) -> Vec<String> {
@@ -140,9 +203,9 @@ fn majority() -> Document {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn takeover_executes_one_version_cas_with_majority_then_one_audit_insert() {
+async fn takeover_executes_a_pending_record_one_version_cas_then_the_finalization() {
     let server = WireServer::start().await;
-    let lease = cluster(&server, live_lease(), |_| {});
+    let (lease, audit) = cluster(&server, live_lease(), |_| {});
     let mut cmd = streamward();
     cmd.args([
         "takeover",
@@ -172,8 +235,8 @@ async fn takeover_executes_one_version_cas_with_majority_then_one_audit_insert()
 
     assert_eq!(
         writes(&server),
-        ["findAndModify", "insert"],
-        "one CAS, one audit insert"
+        ["insert", "findAndModify", "update"],
+        "the pending record, one CAS, the record finalized"
     );
     assert_eq!(
         server.commands_stripped("findAndModify").remove(0),
@@ -203,6 +266,20 @@ async fn takeover_executes_one_version_cas_with_majority_then_one_audit_insert()
     assert_eq!(record.get_str("operator"), Ok("ann"));
     assert_eq!(record.get_str("action"), Ok("takeover"));
     assert_eq!(record.get_str("reason"), Ok("w1 hung"));
+    assert_eq!(
+        record.get_str("state"),
+        Ok("pending"),
+        "written before the CAS"
+    );
+    assert_eq!(
+        record.get_document("intended").unwrap().get_i64("version"),
+        Ok(13)
+    );
+    let finalize = server.commands_stripped("update").remove(0);
+    assert_eq!(finalize.get_str("update"), Ok("audit"));
+    assert_eq!(finalize.get_document("writeConcern"), Ok(&majority()));
+    let record = only_record(&audit);
+    assert_eq!(record.get_str("state"), Ok("applied"));
     assert_eq!(record.get_str("outcome"), Ok("applied"));
     let before = record.get_document("before").unwrap();
     assert_eq!(before.get_i64("version"), Ok(12));
@@ -224,7 +301,7 @@ async fn takeover_executes_one_version_cas_with_majority_then_one_audit_insert()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_standby_acquiring_right_after_the_swap_is_not_reported_as_its_outcome() {
     let server = WireServer::start().await;
-    let lease = cluster(&server, live_lease(), |_| {});
+    let (lease, audit) = cluster(&server, live_lease(), |_| {});
     let write = lease.clone();
     server.on("findAndModify", move |cmd| {
         let mut lease = write.lock().unwrap();
@@ -260,11 +337,8 @@ async fn a_standby_acquiring_right_after_the_swap_is_not_reported_as_its_outcome
         serde_json::Value::Null,
         "{out}"
     );
-    let insert = server.commands_stripped("insert").remove(0);
-    let record = insert.get_array("documents").unwrap()[0]
-        .as_document()
-        .unwrap()
-        .clone();
+    let record = only_record(&audit);
+    assert_eq!(record.get_str("state"), Ok("applied"));
     let after = record.get_document("after").unwrap();
     assert_eq!(after.get_i64("version"), Ok(13));
     assert_eq!(after.get("listenerId"), Some(&Bson::Null));
@@ -272,10 +346,10 @@ async fn a_standby_acquiring_right_after_the_swap_is_not_reported_as_its_outcome
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing() {
+async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing_to_the_lease() {
     let server = WireServer::start().await;
     // A standby takes the lease between the plan and the swap.
-    let lease = cluster(&server, live_lease(), |lease| {
+    let (lease, audit) = cluster(&server, live_lease(), |lease| {
         lease.insert("version", 13_i64);
         lease.insert("listenerId", "w2");
     });
@@ -290,13 +364,23 @@ async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing() {
     let assert = run(cmd).await.code(4);
     let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
     assert!(
-        err.contains("shop.orders changed since it was planned (planned against version 12, now version 13 held by w2): nothing was written; plan again"),
+        err.contains("shop.orders changed since it was planned (planned against version 12, now version 13 held by w2): nothing was written to the lease; plan again (audit record "),
         "{err}"
     );
+    assert!(err.contains(": not applied)"), "{err}");
     assert_eq!(
         writes(&server),
-        ["findAndModify"],
-        "the CAS matched nothing; no audit"
+        ["insert", "findAndModify", "update"],
+        "the CAS matched nothing; its record says so"
+    );
+    let record = only_record(&audit);
+    assert_eq!(record.get_str("state"), Ok("not applied"));
+    assert!(
+        record
+            .get_str("outcome")
+            .unwrap()
+            .contains("now version 13"),
+        "{record}"
     );
     assert_eq!(lease.lock().unwrap().get_str("listenerId"), Ok("w2"));
 }
@@ -304,7 +388,7 @@ async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dry_run_reads_and_counts_but_sends_no_write() {
     let server = WireServer::start().await;
-    let lease = cluster(&server, live_lease(), |_| {});
+    let (lease, audit) = cluster(&server, live_lease(), |_| {});
     let mut cmd = streamward();
     cmd.args([
         "rewind",
@@ -373,12 +457,17 @@ async fn a_dry_run_reads_and_counts_but_sends_no_write() {
     assert_eq!(json["plan"]["change"]["version"], 13);
     assert_eq!(json["plan"]["effect"]["resume"]["counted"], 7);
     assert!(writes(&server).is_empty());
+    assert!(
+        audit.lock().unwrap().is_empty(),
+        "a dry run leaves no record"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn read_only_and_guard_refusals_exit_3_without_a_write() {
     let server = WireServer::start().await;
-    cluster(&server, live_lease(), |_| {});
+    let (_lease, audit) = cluster(&server, live_lease(), |_| {});
+    let no_record = audit.clone();
     for args in [
         vec!["takeover", "shop.orders", "--execute", "--read-only"],
         vec!["reset", "shop.orders", "--to", "now", "--execute"],
@@ -398,6 +487,10 @@ async fn read_only_and_guard_refusals_exit_3_without_a_write() {
         assert!(err.starts_with("error: refused: "), "{args:?}: {err}");
     }
     assert!(writes(&server).is_empty(), "{:?}", writes(&server));
+    assert!(
+        no_record.lock().unwrap().is_empty(),
+        "a refusal leaves no record"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -405,7 +498,7 @@ async fn an_attached_rebuild_takes_the_bulk_lease_runs_the_merge_and_gives_it_ba
     let server = WireServer::start().await;
     let mut expired = live_lease();
     expired.insert("expiresAt", now());
-    let lease = cluster(&server, expired, |_| {});
+    let (lease, audit) = cluster(&server, expired, |_| {});
     let config =
         std::env::temp_dir().join(format!("streamward-ops-mongo-{}.toml", std::process::id()));
     std::fs::write(
@@ -451,8 +544,15 @@ pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into
 
     assert_eq!(
         writes(&server),
-        ["findAndModify", "findAndModify", "insert"],
-        "bulk, give back, one audit"
+        [
+            "insert",
+            "findAndModify",
+            "update",
+            "update",
+            "findAndModify",
+            "update"
+        ],
+        "the pending record, bulk, its step, the run's step, give back, the finalization"
     );
     let swaps = server.commands_stripped("findAndModify");
     let set = |i: usize| {
@@ -496,18 +596,16 @@ pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into
     assert_eq!(merge.get_str("$db"), Ok("shop"));
     assert_eq!(merge.get_document("writeConcern"), Ok(&majority()));
     assert_eq!(merge.get_array("pipeline").unwrap().len(), 2);
-    let record = server
-        .commands_stripped("insert")
-        .remove(0)
-        .get_array("documents")
-        .unwrap()[0]
-        .as_document()
-        .unwrap()
-        .clone();
+    let record = only_record(&audit);
     assert_eq!(record.get_str("action"), Ok("rebuild"));
+    assert_eq!(record.get_str("state"), Ok("applied"));
     assert_eq!(
         record.get_document("before").unwrap().get_i64("version"),
         Ok(12)
+    );
+    assert_eq!(
+        record.get_document("intended").unwrap().get_str("kind"),
+        Ok("bulk")
     );
     assert_eq!(
         record.get_document("after").unwrap().get_i64("version"),
@@ -517,6 +615,24 @@ pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into
         .get_str("outcome")
         .unwrap()
         .starts_with("applied: ran the pipeline on shop.orders"));
+    let steps: Vec<String> = record
+        .get_array("steps")
+        .unwrap()
+        .iter()
+        .map(|s| {
+            s.as_document()
+                .unwrap()
+                .get_str("what")
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(
+        steps[0].starts_with("bulk swap applied: version 12 → 13, T0 "),
+        "{steps:?}"
+    );
+    assert!(steps[1].starts_with("ran: "), "{steps:?}");
     let now = lease.lock().unwrap().clone();
     assert_eq!(
         (now.get_str("kind"), now.get("listenerId")),
@@ -528,11 +644,11 @@ pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into
 /// the way back (the connection drops): `hang_up_on` says which findAndModify.
 async fn rebuild_losing_a_reply(
     hang_up_on: usize,
-) -> (assert_cmd::assert::Assert, Document, WireServer) {
+) -> (assert_cmd::assert::Assert, Document, Document, WireServer) {
     let server = WireServer::start().await;
     let mut expired = live_lease();
     expired.insert("expiresAt", now());
-    let lease = cluster(&server, expired, |_| {});
+    let (lease, audit) = cluster(&server, expired, |_| {});
     let write = lease.clone();
     let calls = Arc::new(Mutex::new(0_usize));
     server.on("findAndModify", move |cmd| {
@@ -551,22 +667,6 @@ async fn rebuild_losing_a_reply(
         } else {
             Action::ok(doc! { "value": before })
         }
-    });
-    let update = lease.clone();
-    server.on("update", move |cmd| {
-        let mut lease = update.lock().unwrap();
-        let statement = cmd.get_array("updates").unwrap()[0]
-            .as_document()
-            .unwrap()
-            .clone();
-        let filter = statement.get_document("q").cloned().unwrap_or_default();
-        if !mini_mongo::matches(&filter, Some(&lease), now()) {
-            return Action::ok(doc! { "n": 0, "nModified": 0 });
-        }
-        let pipeline = statement.get_array("u").cloned().unwrap_or_default();
-        let before = lease.clone();
-        *lease = mini_mongo::apply_pipeline(&pipeline, &before, now());
-        Action::ok(doc! { "n": 1, "nModified": 1 })
     });
     let config = std::env::temp_dir().join(format!(
         "streamward-ops-mongo-lost-{hang_up_on}-{}.toml",
@@ -597,24 +697,31 @@ pipeline = '[{"$group": {"_id": "$status"}}, {"$merge": {"into": "order_counts"}
     let assert = run(cmd).await;
     std::fs::remove_file(&config).unwrap();
     let stored = lease.lock().unwrap().clone();
-    (assert, stored, server)
+    let record = only_record(&audit);
+    (assert, stored, record, server)
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bulk_swap_applied_with_its_reply_lost_is_released_as_stuck_bulk_and_audited() {
-    let (assert, stored, server) = rebuild_losing_a_reply(1).await;
+    let (assert, stored, record, server) = rebuild_losing_a_reply(1).await;
     let assert = assert.code(1);
     let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
     assert!(err.contains("STUCK BULK"), "{err}");
     assert!(err.contains("abort-bulk shop.orders --execute"), "{err}");
-    assert!(err.contains("audit record"), "{err}");
+    assert!(err.contains(": failed"), "{err}");
+    assert!(err.contains("reply was lost"), "{err}");
+    assert_eq!(record.get_str("state"), Ok("failed"), "{record}");
+    assert_eq!(
+        server.commands("findAndModify").len(),
+        2,
+        "sent again once, which found it applied"
+    );
     assert_eq!(stored.get_str("kind"), Ok("bulk"), "{stored}");
     assert_eq!(
         stored.get("listenerId"),
         Some(&bson::Bson::Null),
         "released at once"
     );
-    assert_eq!(server.commands("insert").len(), 1, "one audit record");
     assert!(
         server
             .commands("aggregate")
@@ -626,14 +733,20 @@ async fn a_bulk_swap_applied_with_its_reply_lost_is_released_as_stuck_bulk_and_a
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_give_back_applied_with_its_reply_lost_is_reported_done_not_stuck() {
-    let (assert, stored, server) = rebuild_losing_a_reply(2).await;
+    let (assert, stored, record, server) = rebuild_losing_a_reply(2).await;
     let assert = assert.success();
     let out = String::from_utf8(assert.get_output().stdout.clone()).unwrap();
     let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
     assert!(out.contains("applied: rebuild shop.orders"), "{out}{err}");
+    assert!(out.contains("reply was lost"), "says how it knows: {out}");
     assert!(!err.contains("STUCK BULK"), "{err}");
     assert_eq!(stored.get_str("kind"), Ok("update"));
-    assert_eq!(server.commands("insert").len(), 1, "one audit record");
+    assert_eq!(record.get_str("state"), Ok("applied"), "{record}");
+    assert_eq!(
+        server.commands("findAndModify").len(),
+        3,
+        "bulk, give back twice"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -641,7 +754,7 @@ async fn a_bulk_swap_the_server_refused_is_a_plain_error_not_an_unknown_outcome(
     let server = WireServer::start().await;
     let mut expired = live_lease();
     expired.insert("expiresAt", now());
-    let lease = cluster(&server, expired.clone(), |_| {});
+    let (lease, audit) = cluster(&server, expired.clone(), |_| {});
     server.on("findAndModify", |_| {
         Action::error(
             13,
@@ -685,6 +798,8 @@ pipeline = '[{"$group": {"_id": "$status"}}, {"$merge": {"into": "order_counts"}
         "a refusal is not an unknown outcome: {err}"
     );
     assert!(!err.contains("STUCK BULK"), "{err}");
-    assert!(server.commands("insert").is_empty(), "nothing to audit");
+    assert!(err.contains("nothing was written to the lease"), "{err}");
+    let record = only_record(&audit);
+    assert_eq!(record.get_str("state"), Ok("not applied"), "{record}");
     assert_eq!(*lease.lock().unwrap(), expired, "the lease is untouched");
 }

@@ -20,7 +20,7 @@ use streamward::demo::pets::{
 use streamward::demo::rebuild::{PetRebuild, PET_REBUILD};
 use streamward::demo::workload::{Workload, WorkloadConfig};
 use streamward::engine::{ListenerHandle, ListenerState};
-use streamward::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, LockKind};
+use streamward::model::{AuditState, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LockKind};
 use streamward::ops::{
     self, ActionRequest, Direction, Executed, GatherOptions, OpsError, Progress, RefusalKind,
     ResetTarget, RewindTarget,
@@ -908,7 +908,8 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
         "dry runs and refusals wrote nothing at all"
     );
 
-    // A plan whose lease moved on: exit 4, nothing written.
+    // A plan whose lease moved on: exit 4, nothing written to the lease; the attempt
+    // is recorded as not applied.
     let request = everything[0].clone();
     let stale = ops::plan(
         &request,
@@ -922,15 +923,22 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
     assert!(
         error
             .to_string()
-            .contains("nothing was written; plan again"),
+            .contains("nothing was written to the lease; plan again"),
         "{error}"
     );
     let after_conflict = written(&store).await;
     assert_eq!(
-        (after_conflict.0, after_conflict.1, after_conflict.3),
-        (moved_on.0, moved_on.1, moved_on.3),
-        "the failed compare-and-swap changed no lease, audit or history"
+        (after_conflict.0, after_conflict.3),
+        (moved_on.0, moved_on.3),
+        "the failed compare-and-swap changed no lease or history"
     );
+    assert_eq!(
+        after_conflict.1,
+        moved_on.1 + 1,
+        "one record of the attempt"
+    );
+    let attempt = store.audit_log(1).await.unwrap().items.remove(0);
+    assert_eq!(attempt.state, AuditState::NotApplied);
 
     // Executed through the command line: one record each, with before and after.
     for request in [
@@ -956,6 +964,7 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
         let now = store.audit_log(usize::MAX).await.unwrap().items;
         assert_eq!(now.len(), records + 1);
         assert!(now[0].before.is_some() && now[0].after.is_some());
+        assert_eq!(now[0].state, AuditState::Applied);
         assert_eq!(now[0].reason.as_deref(), Some("should not happen"));
     }
     let mut listing = Vec::new();

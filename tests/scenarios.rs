@@ -363,7 +363,7 @@ async fn history_lost_waits_for_an_operator_without_restarting_from_now() {
         reason: None,
     };
     assert!(matches!(
-        apply_audited(&store, &reset, &ctx).await.unwrap(),
+        apply_audited(&store, &reset, None, &ctx).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     // It resumes by itself from the oldest entry still in the log. (Each change it
@@ -436,7 +436,8 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         action: "rebuild".into(),
         reason: None,
     };
-    let OperatorOutcome::Applied { after, .. } = apply_audited(&store, &bulk, &ctx).await.unwrap()
+    let OperatorOutcome::Applied { after, .. } =
+        apply_audited(&store, &bulk, None, &ctx).await.unwrap()
     else {
         panic!("the operator's CAS should apply");
     };
@@ -466,7 +467,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         ..bulk
     };
     assert!(matches!(
-        apply_audited(&store, &give_back, &ctx).await.unwrap(),
+        apply_audited(&store, &give_back, None, &ctx).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     eventually(5 * SECOND, "the listener takes over promptly", || {

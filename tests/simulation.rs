@@ -228,7 +228,7 @@ impl Sim {
             action: action.into(),
             reason: Some("simulation".into()),
         };
-        match apply_audited(&self.store, &change, &ctx)
+        match apply_audited(&self.store, &change, None, &ctx)
             .await
             .expect("sandbox operator update")
         {
@@ -236,7 +236,7 @@ impl Sim {
                 after,
                 operation_time,
                 ..
-            } => Some((after, operation_time)),
+            } => operation_time.map(|t| (after, t)),
             OperatorOutcome::Changed { .. } => None,
         }
     }

@@ -46,7 +46,10 @@ pub fn for_ops(error: &OpsError) -> u8 {
         OpsError::Refused(refusal) => for_refusal(refusal),
         OpsError::Changed { .. } => CHANGED,
         OpsError::Store(error) => for_store(error),
-        OpsError::AuditMissing { .. }
+        OpsError::NotStarted { source, .. } | OpsError::NotApplied { source, .. } => {
+            for_store(source)
+        }
+        OpsError::AuditUnfinished { .. }
         | OpsError::OutcomeUnknown { .. }
         | OpsError::StuckBulk { .. }
         | OpsError::BulkTakenAway { .. }
@@ -112,6 +115,7 @@ mod tests {
             planned: 1,
             current: Some(2),
             holder: None,
+            audit: None,
         })
         .context("taking over r");
         assert_eq!(code_for(&changed), ExitCode::from(CHANGED));
@@ -121,15 +125,25 @@ mod tests {
             hint: "h".into(),
         }));
         assert_eq!(code_for(&not_permitted), ExitCode::from(CANNOT_CONNECT));
+        let not_started = anyhow::Error::new(OpsError::NotStarted {
+            action: "takeover".into(),
+            resource: "r".into(),
+            source: Box::new(StoreError::NotPermitted {
+                action: "a".into(),
+                detail: "d".into(),
+                hint: "h".into(),
+            }),
+        });
+        assert_eq!(code_for(&not_started), ExitCode::from(CANNOT_CONNECT));
         let stuck = anyhow::Error::new(OpsError::StuckBulk {
             name: "n".into(),
             resource: "r".into(),
             what: "failed: x".into(),
-            audit_id: Err("timeout".into()),
+            audit: "audit record 1 stays pending (timeout)".into(),
         });
         assert!(stuck
             .to_string()
-            .contains("NO audit record was written (timeout)"));
+            .contains("audit record 1 stays pending (timeout)"));
         assert_eq!(code_for(&stuck), ExitCode::from(ERROR));
     }
 }

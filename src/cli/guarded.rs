@@ -15,12 +15,15 @@ use super::exit;
 use super::lease_table::render_columns;
 use super::limits;
 use super::settings::{OutputFormat, Settings};
+use std::collections::BTreeMap;
+
 use crate::model::text::escape_control;
+use crate::model::{AuditRecord, AuditState, Lease, PendingJudgment};
 use crate::ops::{
     self, describe, ActionRequest, GatherOptions, OpsError, Plan, Progress, RebuildDefinition,
     RebuildProgress, RebuildTarget, ResetTarget, RewindTarget, TimeSpec,
 };
-use crate::store::{AuditLog, OperatorStore};
+use crate::store::{AuditLog, LeaseStore, OperatorStore};
 
 /// What every action takes besides its target.
 #[derive(Debug, Clone, Args, Default)]
@@ -392,8 +395,9 @@ async fn show_progress(
     }
 }
 
-/// `audit`: the most recent records, newest first.
-pub async fn run_audit<S: AuditLog>(
+/// `audit`: the most recent records, newest first. A pending record (an action that
+/// has not said how it ended) is judged against its lease read now, with what to do.
+pub async fn run_audit<S: AuditLog + LeaseStore>(
     store: &S,
     limit: usize,
     output: OutputFormat,
@@ -404,13 +408,15 @@ pub async fn run_audit<S: AuditLog>(
         .await
         .context("reading the audit log")?;
     let records = listing.items;
+    let judged = judge_pending(store, &records).await?;
     match output {
         OutputFormat::Json => print_json(
             out,
             serde_json::Value::Array(
                 records
                     .iter()
-                    .map(describe::audit_json)
+                    .zip(&judged)
+                    .map(|(r, j)| describe::audit_json(r, j.as_ref()))
                     .chain(listing.malformed.iter().map(describe::malformed_json))
                     .collect(),
             ),
@@ -425,7 +431,7 @@ pub async fn run_audit<S: AuditLog>(
                 l.as_ref()
                     .map_or_else(|| "-".into(), |l| l.version.to_string())
             };
-            let rows: Vec<[String; 8]> = records
+            let rows: Vec<[String; 9]> = records
                 .iter()
                 .map(|r| {
                     [
@@ -434,7 +440,14 @@ pub async fn run_audit<S: AuditLog>(
                         escape_control(&r.operator),
                         escape_control(&r.action),
                         escape_control(&r.resource),
-                        format!("{} → {}", version(&r.before), version(&r.after)),
+                        r.state.as_str().to_uppercase(),
+                        match (&r.after, &r.intended) {
+                            // Not known yet: what it means to make, in brackets.
+                            (None, Some(intended)) => {
+                                format!("{} → ({})", version(&r.before), intended.version)
+                            }
+                            _ => format!("{} → {}", version(&r.before), version(&r.after)),
+                        },
                         escape_control(&r.outcome),
                         r.reason
                             .as_deref()
@@ -447,15 +460,55 @@ pub async fn run_audit<S: AuditLog>(
                 "{}",
                 render_columns(
                     [
-                        "ID", "AT", "OPERATOR", "ACTION", "RESOURCE", "VERSION", "OUTCOME",
-                        "REASON"
+                        "ID", "AT", "OPERATOR", "ACTION", "RESOURCE", "STATE", "VERSION",
+                        "OUTCOME", "REASON"
                     ],
                     &rows
                 )
             )?;
+            for (record, judgment) in records.iter().zip(&judged) {
+                if let Some(judgment) = judgment {
+                    writeln!(
+                        out,
+                        "pending {}: {} on {} by {} — {}",
+                        escape_control(&record.id),
+                        escape_control(&record.action),
+                        escape_control(&record.resource),
+                        escape_control(&record.operator),
+                        escape_control(&judgment.recovery)
+                    )?;
+                }
+            }
             Ok(())
         }
     }
+}
+
+/// Each pending record judged against its lease, read once per resource.
+async fn judge_pending<S: LeaseStore>(
+    store: &S,
+    records: &[AuditRecord],
+) -> anyhow::Result<Vec<Option<PendingJudgment>>> {
+    let mut leases: BTreeMap<&str, Option<Lease>> = BTreeMap::new();
+    for record in records.iter().filter(|r| r.state == AuditState::Pending) {
+        if !leases.contains_key(record.resource.as_str()) {
+            let lease = store.get(&record.resource).await.with_context(|| {
+                format!(
+                    "reading lease {} to judge pending audit record {}",
+                    escape_control(&record.resource),
+                    escape_control(&record.id)
+                )
+            })?;
+            leases.insert(&record.resource, lease);
+        }
+    }
+    Ok(records
+        .iter()
+        .map(|r| {
+            let now = leases.get(r.resource.as_str()).and_then(Option::as_ref);
+            r.judge_pending(now)
+        })
+        .collect())
 }
 
 // ---------------------------------------------------------------- against a cluster

@@ -22,8 +22,8 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Options every command accepts.
-#[derive(Debug, Clone, Args, Default)]
+/// Options every command accepts. Its `Debug` shows the URI redacted.
+#[derive(Clone, Args, Default)]
 pub struct GlobalArgs {
     /// The cluster, e.g. mongodb://host1,host2/?replicaSet=rs0 (passwords are never printed).
     #[arg(long, env = "STREAMWARD_URI", global = true, hide_env_values = true)]
@@ -52,8 +52,8 @@ pub struct GlobalArgs {
     pub uri_on_command_line: bool,
 }
 
-/// The config file's keys; every one optional.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The config file's keys; every one optional. Its `Debug` shows the URI redacted.
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     pub uri: Option<String>,
@@ -138,8 +138,8 @@ impl ConfigFile {
     }
 }
 
-/// Everything a command needs to know, resolved.
-#[derive(Debug, Clone)]
+/// Everything a command needs to know, resolved. Its `Debug` shows the URI redacted.
+#[derive(Clone)]
 pub struct Settings {
     pub uri: Option<String>,
     pub leases: Namespace,
@@ -355,5 +355,86 @@ mod tests {
             "{error}"
         );
         std::fs::remove_file(file).unwrap();
+    }
+}
+
+/// A URI as `Debug` may show it: redacted.
+fn shown_uri(uri: &Option<String>) -> Option<String> {
+    uri.as_deref().map(crate::store::mongo::redact_uri)
+}
+
+impl std::fmt::Debug for GlobalArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GlobalArgs")
+            .field("uri", &shown_uri(&self.uri))
+            .field("leases", &self.leases)
+            .field("config", &self.config)
+            .field("output", &self.output)
+            .field("read_only", &self.read_only)
+            .field("operator", &self.operator)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("uri_on_command_line", &self.uri_on_command_line)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for ConfigFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConfigFile")
+            .field("uri", &shown_uri(&self.uri))
+            .field("leases", &self.leases)
+            .field("output", &self.output)
+            .field("read_only", &self.read_only)
+            .field("operator", &self.operator)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("thresholds", &self.thresholds)
+            .field("theme", &self.theme)
+            .field("rebuilds", &self.rebuilds)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Settings")
+            .field("uri", &shown_uri(&self.uri))
+            .field("leases", &self.leases)
+            .field("output", &self.output)
+            .field("read_only", &self.read_only)
+            .field("operator", &self.operator)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("thresholds", &self.thresholds)
+            .field("theme", &self.theme)
+            .field("rebuilds", &self.rebuilds)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod debug_tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_a_uri_secret() {
+        let uri = "mongodb://ann:hunter2@db1/?proxyPassword=pp-secret&authMechanismProperties=AWS_SESSION_TOKEN:tok-secret";
+        let args = GlobalArgs {
+            uri: Some(uri.into()),
+            ..GlobalArgs::default()
+        };
+        let file = ConfigFile {
+            uri: Some(uri.into()),
+            ..ConfigFile::default()
+        };
+        let mongo = crate::store::mongo::MongoSettings::new(uri);
+        for shown in [
+            format!("{args:?}"),
+            format!("{file:?}"),
+            format!("{mongo:?}"),
+        ] {
+            for secret in ["hunter2", "pp-secret", "tok-secret"] {
+                assert!(!shown.contains(secret), "{secret} in {shown}");
+            }
+            assert!(shown.contains("ann:***@db1"), "{shown}");
+        }
     }
 }

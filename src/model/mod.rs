@@ -9,7 +9,7 @@ mod oplog_window;
 mod resume_token;
 pub mod text;
 
-pub use audit::AuditRecord;
+pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
 pub use cluster_time::ClusterTime;
 pub use health::{HealthThresholds, LeaseHealth, LeaseStatus};
 pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};

@@ -12,7 +12,7 @@ use super::refusal::RefusalKind;
 use super::resume::Direction;
 use crate::model::lease_field as F;
 use crate::model::text::{clip, clock_and_relative, escape_control, pad_to, CELL_MAX_CHARS};
-use crate::model::{AuditRecord, ClusterTime, Lease};
+use crate::model::{AuditRecord, ClusterTime, Lease, PendingJudgment};
 use crate::store::ResumeChange;
 
 /// One lease field before and after.
@@ -158,14 +158,18 @@ pub fn plan_text(plan: &Plan) -> String {
 
 /// The text of an applied action.
 pub fn executed_text(done: &Executed) -> String {
-    format!(
+    let mut text = format!(
         "applied: {} {}, version {} → {}, audit record {}\n",
         done.action,
         escape_control(&done.resource),
         done.before.version,
         done.after.version,
         escape_control(&done.audit_id)
-    )
+    );
+    if let Some(remark) = &done.remark {
+        text.push_str(&format!("  note: {}\n", escape_control(remark)));
+    }
+    text
 }
 
 fn time_json(time: Option<ClusterTime>) -> Value {
@@ -268,13 +272,15 @@ pub fn executed_json(done: &Executed) -> Value {
         "action": done.action.name(),
         "resource": done.resource,
         "auditId": done.audit_id,
-        "operationTime": time_json(Some(done.operation_time)),
+        "operationTime": time_json(done.operation_time),
+        "remark": done.remark,
         "before": lease_json(&done.before),
         "after": lease_json(&done.after),
     })
 }
 
-pub fn audit_json(record: &AuditRecord) -> Value {
+/// A record in JSON; a pending one with its judgment against the lease read now.
+pub fn audit_json(record: &AuditRecord, judged: Option<&PendingJudgment>) -> Value {
     json!({
         "id": record.id,
         "at": record.at.to_rfc3339(),
@@ -282,9 +288,13 @@ pub fn audit_json(record: &AuditRecord) -> Value {
         "action": record.action,
         "resource": record.resource,
         "reason": record.reason,
+        "state": record.state.as_str(),
         "outcome": record.outcome,
         "before": record.before.as_ref().map(lease_json),
+        "intended": record.intended.as_ref().map(lease_json),
         "after": record.after.as_ref().map(lease_json),
+        "steps": record.steps.iter().map(|s| json!({ "at": s.at.to_rfc3339(), "what": s.what })).collect::<Vec<_>>(),
+        "pending": judged.map(|j| json!({ "verdict": j.verdict.as_str(), "recovery": j.recovery })),
     })
 }
 

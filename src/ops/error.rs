@@ -11,38 +11,65 @@ pub enum OpsError {
     /// A guard refused the plan; nothing was written.
     #[error("refused: {0}")]
     Refused(Refusal),
-    /// The compare-and-swap found another version: nothing was written.
+    /// The action's audit record could not be written first, so nothing was done.
     #[error(
-        "{resource} changed since it was planned (planned against version {planned}, now {}): nothing was written; plan again",
-        current.map_or_else(|| "missing".to_string(), |v| format!("version {v} held by {}", holder.as_deref().unwrap_or("nobody")))
+        "{action} on {resource} was not started: its audit record could not be written, and no lease \
+         is changed without one, so nothing was written to the lease. Cause: {source}"
+    )]
+    NotStarted {
+        action: String,
+        resource: String,
+        source: Box<StoreError>,
+    },
+    /// The compare-and-swap found another version: nothing was written to the lease.
+    #[error(
+        "{resource} changed since it was planned (planned against version {planned}, now {}): nothing was written to the lease; plan again{}",
+        current.map_or_else(|| "missing".to_string(), |v| format!("version {v} held by {}", holder.as_deref().unwrap_or("nobody"))),
+        audit.as_ref().map(|a| format!(" ({a})")).unwrap_or_default()
     )]
     Changed {
         resource: String,
         planned: i64,
         current: Option<i64>,
         holder: Option<String>,
+        /// How the action's audit record was finalized.
+        audit: Option<String>,
     },
-    /// The lease was changed but its audit record could not be written.
-    #[error("{action} on {resource} was applied (version {version}) but its audit record was not written or not confirmed: {source}")]
-    AuditMissing {
+    /// The server refused the lease write: nothing was written to the lease.
+    #[error("{action} on {resource} was not applied: nothing was written to the lease ({audit}). Cause: {source}")]
+    NotApplied {
+        action: String,
+        resource: String,
+        audit: String,
+        source: Box<StoreError>,
+    },
+    /// The lease was changed, but its pending audit record could not be finalized.
+    #[error(
+        "{action} on {resource} was applied (now version {version}), but its audit record {audit_id} \
+         could not be finalized and stays pending; `streamward audit` shows it with the lease read back. Cause: {source}"
+    )]
+    AuditUnfinished {
         action: String,
         resource: String,
         version: i64,
+        audit_id: String,
         source: Box<StoreError>,
     },
-    /// The compare-and-swap's reply was lost (a network or write-concern error): the
-    /// write may or may not have been applied, and no audit record was written.
+    /// The compare-and-swap's reply was lost, and sent again it was lost too (or found
+    /// the lease moved on): whether it was applied is unknown.
     #[error(
-        "{action} on {resource}: the lease write's reply was lost, so whether it was applied is unknown, \
-         and no audit record was written. Check with `streamward leases`: version {planned} means \
-         nothing was written (plan again); a later version means it was applied or someone else \
-         changed the lease since. Cause: {source}",
-        planned = planned_version
+        "{action} on {resource}: the lease write's reply was lost (it was sent twice), so whether it was applied \
+         is unknown; its audit record {audit_id} stays pending. `streamward audit` judges it against the lease \
+         as it is now: version {planned} means nothing was written (plan again); version {next} with the new \
+         holder means it was applied. Cause: {source}",
+        planned = planned_version,
+        next = planned_version + 1
     )]
     OutcomeUnknown {
         action: String,
         resource: String,
         planned_version: i64,
+        audit_id: String,
         source: Box<StoreError>,
     },
     /// A rebuild failed or was cancelled after it took the bulk lease: the lease stays
@@ -50,35 +77,27 @@ pub enum OpsError {
     #[error(
         "rebuild {name} {what}; the lease {resource} stays bulk (STUCK BULK) and incremental listeners stay out. \
          Recover by running the rebuild again (streamward rebuild {name} --execute) or by giving the lease back \
-         without rebuilding (streamward abort-bulk {resource} --execute){}",
-        match audit_id {
-            Ok(id) => format!("; audit record {id}"),
-            Err(e) => format!("; NO audit record was written ({e})"),
-        }
+         without rebuilding (streamward abort-bulk {resource} --execute); {audit}"
     )]
     StuckBulk {
         name: String,
         resource: String,
         /// "failed: …" or "was cancelled".
         what: String,
-        /// The failure's audit record, or why it could not be written.
-        audit_id: Result<String, String>,
+        /// Where its audit record stands.
+        audit: String,
     },
     /// A rebuild ran to its end, but its bulk lease was taken away before it could be
     /// given back: the derived data was rebuilt, the lease is whatever the other writer
     /// left, and listeners do not replay from the rebuild's T0.
     #[error(
-        "rebuild {name} {what}; check the lease of {resource} (streamward leases) and, if the listeners must replay from the rebuild, rewind it{}",
-        match audit_id {
-            Ok(id) => format!("; audit record {id}"),
-            Err(e) => format!("; NO audit record was written ({e})"),
-        }
+        "rebuild {name} {what}; check the lease of {resource} (streamward leases) and, if the listeners must replay from the rebuild, rewind it; {audit}"
     )]
     BulkTakenAway {
         name: String,
         resource: String,
         what: String,
-        audit_id: Result<String, String>,
+        audit: String,
     },
     /// The plan is for another way of executing (a rebuild plan given to `execute`).
     #[error("{0}")]

@@ -1,10 +1,14 @@
-//! Executing a plan: one compare-and-swap on the captured version, then its audit record.
+//! Executing a plan, intent first: a pending audit record, one compare-and-swap on the
+//! captured version, then the record finalized with what happened.
+
+use chrono::Utc;
 
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
-use crate::model::{ClusterTime, Lease};
+use crate::model::{AuditState, ClusterTime, Lease};
 use crate::store::{
-    AuditContext, AuditEntry, AuditLog, OperatorChange, OperatorStore, SwapOutcome,
+    AuditContext, AuditFinish, AuditIntent, AuditLog, OperatorChange, OperatorStore, StoreError,
+    SwapOutcome,
 };
 
 /// An action that was applied.
@@ -12,13 +16,17 @@ use crate::store::{
 pub struct Executed {
     pub action: ActionKind,
     pub resource: String,
-    /// The lease as the swap found it and as it left it (for a rebuild: before the bulk
-    /// write and after the final release).
+    /// The lease as the swap found it (as planned against, when its reply was lost)
+    /// and as it left it (for a rebuild: before the bulk write and after the final
+    /// release).
     pub before: Lease,
     pub after: Lease,
     pub audit_id: String,
-    /// Cluster time of the (first) lease write.
-    pub operation_time: ClusterTime,
+    /// Cluster time of the (first) lease write; unknown when its reply was lost and the
+    /// lease was read back.
+    pub operation_time: Option<ClusterTime>,
+    /// How it got there, when not plainly ("the reply was lost; read back as applied").
+    pub remark: Option<String>,
 }
 
 /// Who acts and why, for the audit record.
@@ -30,25 +38,153 @@ pub fn audit_context(plan: &Plan, reason: Option<String>) -> AuditContext {
     }
 }
 
-/// The change a plan may execute, or why not.
-pub(super) fn executable(plan: &Plan) -> Result<&OperatorChange, OpsError> {
+/// The change a plan may execute and the lease it was planned against, or why not.
+pub(super) fn executable(plan: &Plan) -> Result<(&OperatorChange, &Lease), OpsError> {
     if let Some(refusal) = &plan.refusal {
         return Err(OpsError::Refused(refusal.clone()));
     }
-    plan.change.as_ref().ok_or_else(|| {
-        OpsError::WrongPlan(format!(
+    match (&plan.change, &plan.before) {
+        (Some(change), Some(before)) => Ok((change, before)),
+        _ => Err(OpsError::WrongPlan(format!(
             "the {} plan has no lease change to make",
             plan.action
-        ))
-    })
+        ))),
+    }
 }
 
-pub(super) fn changed(change: &OperatorChange, current: Option<Lease>) -> OpsError {
+pub(super) fn changed(
+    change: &OperatorChange,
+    current: Option<Lease>,
+    audit: Option<String>,
+) -> OpsError {
     OpsError::Changed {
         resource: change.resource.clone(),
         planned: change.expected_version,
         current: current.as_ref().map(|l| l.version),
         holder: current.and_then(|l| l.holder),
+        audit,
+    }
+}
+
+/// The pending record written before `change`.
+pub(super) fn intent(
+    change: &OperatorChange,
+    before: Option<&Lease>,
+    context: &AuditContext,
+) -> AuditIntent {
+    AuditIntent {
+        resource: change.resource.clone(),
+        context: context.clone(),
+        before: before.cloned(),
+        intended: before.map(|lease| change.applied_to(lease, Utc::now())),
+    }
+}
+
+/// Writes the pending record, or says why the action cannot start.
+pub(super) async fn begin<S: AuditLog>(
+    store: &S,
+    intent: &AuditIntent,
+) -> Result<String, OpsError> {
+    store
+        .begin_audit(intent)
+        .await
+        .map_err(|source| OpsError::NotStarted {
+            action: intent.context.action.clone(),
+            resource: intent.resource.clone(),
+            source: Box::new(source),
+        })
+}
+
+/// Finalizes a record and says, for the operator's message, where it stands.
+pub(super) async fn finish<S: AuditLog>(store: &S, id: &str, finish: AuditFinish) -> String {
+    let state = finish.state;
+    match store.finish_audit(id, &finish).await {
+        Ok(()) => format!("audit record {id}: {state}"),
+        Err(e) => format!("audit record {id} stays pending (it could not be finalized: {e})"),
+    }
+}
+
+/// A compare-and-swap whose outcome is known.
+#[derive(Debug, Clone, PartialEq)]
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Resolved {
+    Applied {
+        before: Option<Lease>,
+        after: Lease,
+        operation_time: Option<ClusterTime>,
+        remark: Option<String>,
+    },
+    Changed {
+        current: Option<Lease>,
+        remark: Option<String>,
+    },
+}
+
+/// Whether `lease` is what `change` leaves: the next version, with its holder and kind.
+/// Versions grow by one per change, so the next version with anything else means
+/// another writer's change took it.
+pub(super) fn left_by(change: &OperatorChange, lease: &Lease) -> bool {
+    lease.version == change.expected_version + 1
+        && lease.holder == change.holder
+        && lease.kind == change.kind
+}
+
+/// The swap, and when its reply is lost (network or write concern), the swap sent once
+/// more: being conditional on the planned version, the second one applies only if the
+/// first did not, and otherwise finds the lease as the first left it. `Err` is a swap
+/// that did not apply, or whose outcome is still unknown (`write_may_have_applied`).
+pub(super) async fn swap_resolved<S: OperatorStore>(
+    store: &S,
+    change: &OperatorChange,
+) -> Result<Resolved, StoreError> {
+    let first = match store.operator_swap(change).await {
+        Ok(outcome) => return Ok(resolved(outcome, None)),
+        Err(e) if e.write_may_have_applied() => e,
+        Err(e) => return Err(e),
+    };
+    tracing::warn!(resource = %change.resource, error = %first, "the operator swap's reply was lost; sending it again");
+    match store.operator_swap(change).await {
+        Ok(SwapOutcome::Changed {
+            current: Some(current),
+        }) if left_by(change, &current) => Ok(Resolved::Applied {
+            before: None,
+            after: current,
+            operation_time: None,
+            remark: Some(format!(
+                "its reply was lost ({first}); sent again, it found the lease as this write leaves it"
+            )),
+        }),
+        // Gone, or moved on past the version this write would have made: whether the
+        // first one applied cannot be told.
+        Ok(SwapOutcome::Changed { current })
+            if current
+                .as_ref()
+                .is_none_or(|c| c.version > change.expected_version + 1) =>
+        {
+            Err(first)
+        }
+        Ok(outcome) => Ok(resolved(
+            outcome,
+            Some(format!("its first reply was lost ({first}); sent again")),
+        )),
+        Err(second) if second.write_may_have_applied() => Err(first),
+        Err(second) => Err(second),
+    }
+}
+
+fn resolved(outcome: SwapOutcome, remark: Option<String>) -> Resolved {
+    match outcome {
+        SwapOutcome::Applied {
+            before,
+            after,
+            operation_time,
+        } => Resolved::Applied {
+            before: Some(before),
+            after,
+            operation_time: Some(operation_time),
+            remark,
+        },
+        SwapOutcome::Changed { current } => Resolved::Changed { current, remark },
     }
 }
 
@@ -58,98 +194,163 @@ pub(super) fn changed(change: &OperatorChange, current: Option<Lease>) -> OpsErr
 #[allow(clippy::large_enum_variant)]
 pub enum OperatorOutcome {
     Applied {
-        before: Lease,
+        /// As the swap found it; as planned against when its reply was lost.
+        before: Option<Lease>,
         after: Lease,
-        /// Cluster time of the write (the rebuild's T0).
-        operation_time: ClusterTime,
+        operation_time: Option<ClusterTime>,
         audit_id: String,
+        remark: Option<String>,
     },
-    /// The lease changed since it was planned (or does not exist): nothing written.
-    Changed { current: Option<Lease> },
+    /// The lease changed since it was planned (or does not exist): nothing written to
+    /// it; `audit` says how its record was finalized.
+    Changed {
+        current: Option<Lease>,
+        audit: String,
+    },
 }
 
-/// One operator change in two steps: the compare-and-swap, then, only once it has
-/// applied, its audit record. A swap that did not apply wrote nothing; a swap whose
-/// reply was lost is `OutcomeUnknown` (the operator must look at the lease); a failed append after an applied swap is `AuditMissing`,
-/// naming the version the lease is now at.
+/// One operator change, intent first: the pending record (no record, no write), the
+/// compare-and-swap (sent again once if its reply was lost), then the record finalized
+/// as applied or not applied. A swap whose outcome stays unknown leaves the record
+/// pending (`OutcomeUnknown`); `before` is the lease as planned against, kept in the
+/// record so that a pending one can be judged by reading the lease back.
 pub async fn apply_audited<S: OperatorStore + AuditLog>(
     store: &S,
     change: &OperatorChange,
+    before: Option<&Lease>,
     context: &AuditContext,
 ) -> Result<OperatorOutcome, OpsError> {
-    let swapped = store.operator_swap(change).await.map_err(|error| {
-        if error.write_may_have_applied() {
-            OpsError::OutcomeUnknown {
-                action: context.action.clone(),
+    let audit_id = begin(store, &intent(change, before, context)).await?;
+    let action = context.action.clone();
+    match swap_resolved(store, change).await {
+        Ok(Resolved::Applied {
+            before: found,
+            after,
+            operation_time,
+            remark,
+        }) => {
+            let outcome = match &remark {
+                Some(remark) => format!("applied: {remark}"),
+                None => "applied".to_string(),
+            };
+            let finished = store
+                .finish_audit(
+                    &audit_id,
+                    &AuditFinish {
+                        state: AuditState::Applied,
+                        after: Some(after.clone()),
+                        outcome,
+                    },
+                )
+                .await;
+            if let Err(source) = finished {
+                return Err(OpsError::AuditUnfinished {
+                    action,
+                    resource: change.resource.clone(),
+                    version: after.version,
+                    audit_id,
+                    source: Box::new(source),
+                });
+            }
+            Ok(OperatorOutcome::Applied {
+                before: found.or_else(|| before.cloned()),
+                after,
+                operation_time,
+                audit_id,
+                remark,
+            })
+        }
+        Ok(Resolved::Changed { current, remark }) => {
+            let now = current
+                .as_ref()
+                .map_or_else(|| "missing".into(), |l| format!("version {}", l.version));
+            let outcome = format!(
+                "not applied: {} changed since it was planned against version {} (now {now}){}",
+                change.resource,
+                change.expected_version,
+                remark.map(|r| format!("; {r}")).unwrap_or_default()
+            );
+            let audit = finish(
+                store,
+                &audit_id,
+                AuditFinish {
+                    state: AuditState::NotApplied,
+                    after: current.clone(),
+                    outcome,
+                },
+            )
+            .await;
+            Ok(OperatorOutcome::Changed { current, audit })
+        }
+        Err(source) if source.write_may_have_applied() => {
+            let _ = store
+                .audit_step(
+                    &audit_id,
+                    &format!("the lease write's reply was lost, also when sent again: {source}"),
+                    None,
+                )
+                .await;
+            Err(OpsError::OutcomeUnknown {
+                action,
                 resource: change.resource.clone(),
                 planned_version: change.expected_version,
-                source: Box::new(error),
-            }
-        } else {
-            OpsError::Store(error)
+                audit_id,
+                source: Box::new(source),
+            })
         }
-    })?;
-    let (before, after, operation_time) = match swapped {
-        SwapOutcome::Applied {
-            before,
-            after,
-            operation_time,
-        } => (before, after, operation_time),
-        SwapOutcome::Changed { current } => return Ok(OperatorOutcome::Changed { current }),
-    };
-    let entry = AuditEntry {
-        resource: change.resource.clone(),
-        context: context.clone(),
-        before: Some(before.clone()),
-        after: Some(after.clone()),
-        outcome: "applied".into(),
-    };
-    match store.append_audit(&entry).await {
-        Ok(audit_id) => Ok(OperatorOutcome::Applied {
-            before,
-            after,
-            operation_time,
-            audit_id,
-        }),
-        Err(source) => Err(OpsError::AuditMissing {
-            action: context.action.clone(),
-            resource: change.resource.clone(),
-            version: after.version,
-            source: Box::new(source),
-        }),
+        Err(source) => {
+            let audit = finish(
+                store,
+                &audit_id,
+                AuditFinish {
+                    state: AuditState::NotApplied,
+                    after: before.cloned(),
+                    outcome: format!("not applied: {source}"),
+                },
+            )
+            .await;
+            Err(OpsError::NotApplied {
+                action,
+                resource: change.resource.clone(),
+                audit,
+                source: Box::new(source),
+            })
+        }
     }
 }
 
 /// Executes a takeover, rewind, reset, abort-bulk or undo plan: a compare-and-swap on
-/// the version captured when it was planned, then its audit record. A refused plan
-/// writes nothing (`Refused`); a lease that moved on writes nothing (`Changed`, exit 4).
+/// the version captured when it was planned, intent-first audited. A refused plan
+/// writes nothing (`Refused`); a lease that moved on is not written (`Changed`, exit 4).
 /// Rebuild plans go through [`super::rebuild`].
 pub async fn execute<S: OperatorStore + AuditLog>(
     store: &S,
     plan: &Plan,
     reason: Option<String>,
 ) -> Result<Executed, OpsError> {
-    let change = executable(plan)?;
+    let (change, planned) = executable(plan)?;
     if plan.action == ActionKind::Rebuild {
         return Err(OpsError::WrongPlan(
             "a rebuild plan runs through ops::rebuild with its definition".into(),
         ));
     }
     let context = audit_context(plan, reason);
-    match apply_audited(store, change, &context).await? {
+    match apply_audited(store, change, Some(planned), &context).await? {
         OperatorOutcome::Applied {
             before,
             after,
             operation_time,
             audit_id,
+            remark,
         } => Ok(Executed {
             action: plan.action,
             resource: change.resource.clone(),
-            before,
+            before: before.unwrap_or_else(|| planned.clone()),
             after,
             audit_id,
             operation_time,
+            remark,
         }),
-        OperatorOutcome::Changed { current } => Err(changed(change, current)),
+        OperatorOutcome::Changed { current, audit } => Err(changed(change, current, Some(audit))),
     }
 }

@@ -2,18 +2,22 @@
 //! while the definition runs, then give it back with `resumeAt = T0`; one audit record.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::execute::{audit_context, changed, executable, Executed};
+use super::execute::{
+    audit_context, begin, changed, executable, finish, intent, left_by, swap_resolved, Executed,
+    Resolved,
+};
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
-use crate::model::{ClusterTime, Lease, LockKind};
+use crate::model::{AuditState, ClusterTime, Lease, LockKind};
 use crate::store::{
-    AuditEntry, AuditLog, LeaseStore, OperatorChange, OperatorStore, ResumeChange, SwapOutcome,
-    Tenure, TenureWrite,
+    AuditFinish, AuditLog, LeaseStore, OperatorChange, OperatorStore, ResumeChange, Tenure,
+    TenureWrite,
 };
 
 /// How far a rebuild has got: `done` of `total` units (`total` unknown for a pipeline
@@ -96,12 +100,13 @@ pub struct RebuildOutcome {
     pub report: RebuildReport,
 }
 
-/// Runs a rebuild plan: compare-and-swap to kind bulk with the operator as holder
-/// (`Changed` → nothing written, exit 4), renew that tenure every third of the bulk
-/// lease while `definition` runs, then swap to kind update, resumeToken null,
-/// resumeAt T0, released. If the definition fails or is cancelled, or the bulk lease
-/// is taken away, the lease stays bulk, released at once so it shows as STUCK BULK,
-/// and the error says how to recover. One audit record in every case.
+/// Runs a rebuild plan, intent first: a pending audit record, then a compare-and-swap
+/// to kind bulk with the operator as holder (`Changed` → nothing written to the lease,
+/// exit 4), renewing that tenure every third of the bulk lease while `definition`
+/// runs, then a swap to kind update, resumeToken null, resumeAt T0, released. Each
+/// lease write is a step of the record, which is finalized at the end. If the
+/// definition fails or is cancelled, or the bulk lease is taken away, the lease stays
+/// bulk, released at once so it shows as STUCK BULK, and the error says how to recover.
 pub async fn rebuild<S, D>(
     store: &S,
     plan: &Plan,
@@ -114,7 +119,7 @@ where
     S: OperatorStore + AuditLog,
     D: RebuildDefinition<S>,
 {
-    let change = executable(plan)?;
+    let (change, planned) = executable(plan)?;
     let super::ActionRequest::Rebuild { name } = &plan.request else {
         return Err(OpsError::WrongPlan(format!(
             "a {} plan runs through ops::execute",
@@ -128,40 +133,112 @@ where
             "the rebuild was cancelled before it started; nothing was written".into(),
         ));
     }
-    let swapped = match store.operator_swap(change).await {
-        Ok(swapped) => swapped,
-        Err(error) if error.write_may_have_applied() => {
-            return Err(after_a_lost_bulk_swap(store, plan, change, &context, name, error).await)
-        }
-        Err(error) => return Err(OpsError::Store(error)),
-    };
-    let (original, bulk, t0) = match swapped {
-        SwapOutcome::Applied {
+    let audit_id = begin(store, &intent(change, Some(planned), &context)).await?;
+    let (original, bulk, t0) = match swap_resolved(store, change).await {
+        Ok(Resolved::Applied {
             before,
             after,
-            operation_time,
-        } => (before, after, operation_time),
-        SwapOutcome::Changed { current } => return Err(changed(change, current)),
+            operation_time: Some(t0),
+            ..
+        }) => (before.unwrap_or_else(|| planned.clone()), after, t0),
+        Ok(Resolved::Applied {
+            after,
+            operation_time: None,
+            remark,
+            ..
+        }) => {
+            // Applied, but without its cluster time there is no T0 to replay from.
+            let what = format!(
+                "took the bulk lease, but {}; without the write's cluster time there is no point to replay from, so nothing was rebuilt",
+                remark.unwrap_or_default()
+            );
+            step(
+                store,
+                &audit_id,
+                "bulk swap applied (its reply was lost)",
+                Some(&after),
+            )
+            .await;
+            return Err(leave_stuck_bulk(store, &after, &audit_id, name, what).await);
+        }
+        Ok(Resolved::Changed { current, remark }) => {
+            let outcome = format!(
+                "not applied: {} changed since it was planned against version {}{}",
+                change.resource,
+                change.expected_version,
+                remark.map(|r| format!("; {r}")).unwrap_or_default()
+            );
+            let audit = finish(
+                store,
+                &audit_id,
+                AuditFinish {
+                    state: AuditState::NotApplied,
+                    after: current.clone(),
+                    outcome,
+                },
+            )
+            .await;
+            return Err(changed(change, current, Some(audit)));
+        }
+        Err(error) if error.write_may_have_applied() => {
+            step(
+                store,
+                &audit_id,
+                &format!("the bulk swap's reply was lost, also when sent again: {error}"),
+                None,
+            )
+            .await;
+            return Err(OpsError::OutcomeUnknown {
+                action: plan.action.name().to_string(),
+                resource: change.resource.clone(),
+                planned_version: change.expected_version,
+                audit_id,
+                source: Box::new(error),
+            });
+        }
+        Err(error) => {
+            let audit = finish(
+                store,
+                &audit_id,
+                AuditFinish {
+                    state: AuditState::NotApplied,
+                    after: Some(planned.clone()),
+                    outcome: format!("not applied: {error}"),
+                },
+            )
+            .await;
+            return Err(OpsError::NotApplied {
+                action: plan.action.name().to_string(),
+                resource: change.resource.clone(),
+                audit,
+                source: Box::new(error),
+            });
+        }
     };
+    step(
+        store,
+        &audit_id,
+        &format!(
+            "bulk swap applied: version {} → {}, T0 {t0}",
+            change.expected_version, bulk.version
+        ),
+        Some(&bulk),
+    )
+    .await;
     let tenure = Tenure {
         resource: bulk.resource.clone(),
         listener: change.holder.clone().unwrap_or_default(),
         version: bulk.version,
     };
     let lease_for = change.expires_in;
+    let renewals = AtomicU64::new(0);
     progress.stage("running");
     let ran = tokio::select! {
         ran = definition.run(store, progress, cancel) => ran,
-        lost = keep_renewing(store, &tenure, lease_for) => Err(RebuildFailure::Failed(lost)),
+        lost = keep_renewing(store, &tenure, lease_for, &renewals) => Err(RebuildFailure::Failed(lost)),
     };
     progress.finish();
-    let audit = |after: Option<Lease>, outcome: String| AuditEntry {
-        resource: bulk.resource.clone(),
-        context: context.clone(),
-        before: Some(original.clone()),
-        after,
-        outcome,
-    };
+    let renewed = renewals.load(Ordering::Relaxed);
     let report = match ran {
         Ok(report) => report,
         Err(failure) => {
@@ -169,12 +246,19 @@ where
                 RebuildFailure::Cancelled => "was cancelled".to_string(),
                 RebuildFailure::Failed(detail) => format!("failed: {detail}"),
             };
-            let outcome = format!("{what}; the lease stays bulk (STUCK BULK)");
-            return Err(
-                leave_stuck_bulk(store, &bulk, |now| audit(now, outcome), name, what).await,
-            );
+            return Err(leave_stuck_bulk(store, &bulk, &audit_id, name, what).await);
         }
     };
+    step(
+        store,
+        &audit_id,
+        &format!(
+            "ran: {} (the bulk lease renewed {renewed} times); giving the lease back with resumeAt {t0}",
+            report.summary
+        ),
+        None,
+    )
+    .await;
     let give_back = OperatorChange {
         resource: bulk.resource.clone(),
         expected_version: bulk.version,
@@ -187,56 +271,70 @@ where
         },
         note: format!("rebuilt {name} by {}: replay from {t0}", plan.operator),
     };
-    let (after, remark) = match store.operator_swap(&give_back).await {
-        Ok(SwapOutcome::Applied { after, .. }) => (after, String::new()),
-        Ok(SwapOutcome::Changed { current }) => {
+    let (after, remark) = match swap_resolved(store, &give_back).await {
+        Ok(Resolved::Applied { after, remark, .. }) => (after, remark),
+        Ok(Resolved::Changed { current, .. }) => {
             let what = format!(
                 "finished ({}) but the bulk lease was taken away meanwhile (now version {}), so it was not given back with resumeAt {t0}",
                 report.summary,
                 current.as_ref().map_or_else(|| "missing".into(), |l| l.version.to_string())
             );
-            let audit_id = store
-                .append_audit(&audit(current.clone(), format!("failed: {what}")))
-                .await
-                .map_err(|e| e.to_string());
+            let audit = finish(
+                store,
+                &audit_id,
+                AuditFinish {
+                    state: AuditState::Failed,
+                    after: current,
+                    outcome: format!("failed: {what}"),
+                },
+            )
+            .await;
             return Err(OpsError::BulkTakenAway {
                 name,
                 resource: bulk.resource.clone(),
                 what,
-                audit_id,
+                audit,
             });
         }
-        Err(e) => match landed(store, &give_back).await {
-            // The reply was lost but the lease was given back: the rebuild is done.
-            Some(after) => (
-                after,
-                format!(" (the give-back's reply was lost: {e}; read back as given back)"),
-            ),
-            None => {
-                let what = format!(
-                    "finished ({}) but the lease could not be given back: {e}",
-                    report.summary
-                );
-                let outcome = format!("failed: {what}");
-                return Err(
-                    leave_stuck_bulk(store, &bulk, |now| audit(now, outcome), name, what).await,
-                );
+        Err(e) => {
+            // Sent twice without a reply, it may still have applied: read it back.
+            let read_back = store.get(&bulk.resource).await.ok().flatten();
+            match read_back.filter(|lease| left_by(&give_back, lease)) {
+                Some(after) => (
+                    after,
+                    Some(format!("its reply was lost ({e}); read back as given back")),
+                ),
+                None => {
+                    let what = format!(
+                        "finished ({}) but the lease could not be given back: {e}",
+                        report.summary
+                    );
+                    return Err(leave_stuck_bulk(store, &bulk, &audit_id, name, what).await);
+                }
             }
-        },
+        }
     };
-    let audit_id = store
-        .append_audit(&audit(
-            Some(after.clone()),
-            format!(
-                "applied: {}; listeners replay from {t0}{remark}",
-                report.summary
-            ),
-        ))
+    let remark = remark
+        .map(|r| format!(" (the give-back: {r})"))
+        .unwrap_or_default();
+    store
+        .finish_audit(
+            &audit_id,
+            &AuditFinish {
+                state: AuditState::Applied,
+                after: Some(after.clone()),
+                outcome: format!(
+                    "applied: {}; listeners replay from {t0}{remark}",
+                    report.summary
+                ),
+            },
+        )
         .await
-        .map_err(|source| OpsError::AuditMissing {
+        .map_err(|source| OpsError::AuditUnfinished {
             action: "rebuild".into(),
             resource: bulk.resource.clone(),
             version: after.version,
+            audit_id: audit_id.clone(),
             source: Box::new(source),
         })?;
     Ok(RebuildOutcome {
@@ -246,61 +344,28 @@ where
             before: original,
             after,
             audit_id,
-            operation_time: t0,
+            operation_time: Some(t0),
+            remark: (!remark.is_empty()).then(|| remark.trim().to_string()),
         },
         t0,
         report,
     })
 }
 
-/// The lease as `change` left it, when a read-back shows it applied although its
-/// reply was lost: the next version, with the holder and kind it sets.
-async fn landed<S: OperatorStore>(store: &S, change: &OperatorChange) -> Option<Lease> {
-    let lease = store.get(&change.resource).await.ok().flatten()?;
-    (lease.version == change.expected_version + 1
-        && lease.holder == change.holder
-        && lease.kind == change.kind)
-        .then_some(lease)
+/// Records a step; a step that cannot be written leaves the record one step behind,
+/// which its finalization or the lease read back makes up for, so the rebuild goes on.
+async fn step<S: AuditLog>(store: &S, audit_id: &str, what: &str, after: Option<&Lease>) {
+    if let Err(e) = store.audit_step(audit_id, what, after).await {
+        tracing::warn!(audit_id, error = %e, step = what, "could not record a rebuild step");
+    }
 }
 
-/// The bulk swap's reply was lost. If it applied, the lease is bulk and held by the
-/// operator with nothing running: release it (STUCK BULK at once), record that, and
-/// say how to recover. If it did not, nothing was written.
-async fn after_a_lost_bulk_swap<S: OperatorStore + AuditLog>(
-    store: &S,
-    plan: &Plan,
-    change: &OperatorChange,
-    context: &crate::store::AuditContext,
-    name: String,
-    error: crate::store::StoreError,
-) -> OpsError {
-    let Some(bulk) = landed(store, change).await else {
-        return OpsError::OutcomeUnknown {
-            action: plan.action.name().to_string(),
-            resource: change.resource.clone(),
-            planned_version: change.expected_version,
-            source: Box::new(error),
-        };
-    };
-    let what =
-        format!("lost the reply of its bulk swap ({error}); it was applied, nothing was rebuilt");
-    let outcome = format!("failed: {what}; the lease stays bulk (STUCK BULK)");
-    let entry = |after: Option<Lease>| AuditEntry {
-        resource: bulk.resource.clone(),
-        context: context.clone(),
-        before: plan.before.clone(),
-        after,
-        outcome,
-    };
-    leave_stuck_bulk(store, &bulk, entry, name, what).await
-}
-
-/// Releases the bulk lease (STUCK BULK at once, not when it runs out), records the
-/// failure with the lease as it is then, and says how to recover.
+/// Releases the bulk lease (STUCK BULK at once, not when it runs out) and finalizes the
+/// record as failed with the lease as it is then.
 async fn leave_stuck_bulk<S: OperatorStore + AuditLog>(
     store: &S,
     bulk: &Lease,
-    entry: impl FnOnce(Option<Lease>) -> AuditEntry,
+    audit_id: &str,
     name: String,
     what: String,
 ) -> OpsError {
@@ -308,27 +373,40 @@ async fn leave_stuck_bulk<S: OperatorStore + AuditLog>(
         let _ = store.release(&tenure).await;
     }
     let now = store.get(&bulk.resource).await.ok().flatten();
-    let audit_id = store
-        .append_audit(&entry(now.or(Some(bulk.clone()))))
-        .await
-        .map_err(|e| e.to_string());
+    let audit = finish(
+        store,
+        audit_id,
+        AuditFinish {
+            state: AuditState::Failed,
+            after: now.or_else(|| Some(bulk.clone())),
+            outcome: format!("failed: {what}; the lease stays bulk (STUCK BULK)"),
+        },
+    )
+    .await;
     OpsError::StuckBulk {
         name,
         resource: bulk.resource.clone(),
         what,
-        audit_id,
+        audit,
     }
 }
 
-/// Renews the bulk tenure every third of its lease; returns only when it is lost. A
-/// failed renewal is tried again at the next tick: nobody but an operator can take a
-/// bulk lease, so an expiry in between costs nothing.
-async fn keep_renewing<S: LeaseStore>(store: &S, tenure: &Tenure, lease: Duration) -> String {
+/// Renews the bulk tenure every third of its lease, counting renewals; returns only
+/// when it is lost. A failed renewal is tried again at the next tick: nobody but an
+/// operator can take a bulk lease, so an expiry in between costs nothing.
+async fn keep_renewing<S: LeaseStore>(
+    store: &S,
+    tenure: &Tenure,
+    lease: Duration,
+    renewals: &AtomicU64,
+) -> String {
     let every = (lease / 3).max(Duration::from_millis(50));
     loop {
         tokio::time::sleep(every).await;
         match store.renew(tenure, lease).await {
-            Ok(TenureWrite::Done) => {}
+            Ok(TenureWrite::Done) => {
+                renewals.fetch_add(1, Ordering::Relaxed);
+            }
             Ok(TenureWrite::LostLock) => {
                 return format!(
                     "the bulk lease {} (version {}) was taken away while the rebuild ran",

@@ -22,6 +22,9 @@ pub enum RefusalKind {
     RebuildRunning,
     /// The audit record has no prior resume point to restore.
     NothingToRestore,
+    /// The audit record is of an action that did not change the lease (or, pending,
+    /// cannot be shown to have).
+    NotApplied,
     UndecodableToken,
     ConflictingOptions,
     /// The oplog window cannot be read, so the target cannot be checked.

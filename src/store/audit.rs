@@ -1,12 +1,13 @@
-//! The audit port: every operator action leaves one record, appended after its lease
-//! write as a step of its own.
+//! The audit port. Intent first: an action's record is written `pending` before its
+//! first lease write, gains a step per further write, and is finalized once the
+//! outcome is known, so no lease change exists without a record of it.
 
 use std::future::Future;
 
 use super::StoreResult;
-use crate::model::{AuditRecord, Lease};
+use crate::model::{AuditRecord, AuditState, Lease};
 
-/// Who did it and why.
+/// Who does it and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditContext {
     pub operator: String,
@@ -14,21 +15,49 @@ pub struct AuditContext {
     pub reason: Option<String>,
 }
 
-/// An audit record to append. An action made of several lease writes (a rebuild) is
-/// audited once, with the lease before its first write and after its last.
+/// The record written before an action's first lease write.
 #[derive(Debug, Clone, PartialEq)]
-pub struct AuditEntry {
+pub struct AuditIntent {
     pub resource: String,
     pub context: AuditContext,
+    /// The lease as planned against.
     pub before: Option<Lease>,
+    /// The lease as the first write means to leave it.
+    pub intended: Option<Lease>,
+}
+
+/// How an action ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuditFinish {
+    /// Not `Pending`.
+    pub state: AuditState,
+    /// The lease as the action left it (as read back, when the reply was lost).
     pub after: Option<Lease>,
-    /// "applied", or what went wrong ("failed: …; the lease stays bulk").
+    /// What happened, in words.
     pub outcome: String,
 }
 
 pub trait AuditLog: Send + Sync {
-    /// Appends one audit record; returns its id.
-    fn append_audit(&self, entry: &AuditEntry) -> impl Future<Output = StoreResult<String>> + Send;
+    /// Writes a `pending` record (majority); returns its id. An error means the lease
+    /// must not be written: the action has no record to stand on.
+    fn begin_audit(&self, intent: &AuditIntent)
+        -> impl Future<Output = StoreResult<String>> + Send;
+
+    /// Adds a step to a pending record, with the lease as that step left it.
+    fn audit_step(
+        &self,
+        id: &str,
+        what: &str,
+        after: Option<&Lease>,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Finalizes a pending record. Finalizing it again the same way is a no-op (a
+    /// retried write); any other record, or one already finalized otherwise, is an error.
+    fn finish_audit(
+        &self,
+        id: &str,
+        finish: &AuditFinish,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// The most recent audit records, newest first, and each of those documents that
     /// is not a readable record.

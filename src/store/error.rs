@@ -50,6 +50,15 @@ pub enum StoreError {
     Malformed { what: String, detail: String },
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// An audit record that is not there, or no longer pending, was to be written to.
+    #[error("audit record {id} {}", match found {
+        Some(state) => format!("is already {state}, not pending: it was finalized before"),
+        None => "does not exist".to_string(),
+    })]
+    AuditNotPending {
+        id: String,
+        found: Option<crate::model::AuditState>,
+    },
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,

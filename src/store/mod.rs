@@ -11,7 +11,7 @@ pub mod mongo;
 mod namespace;
 pub mod sandbox;
 
-pub use audit::{AuditContext, AuditEntry, AuditLog};
+pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
 pub use documents::{
     DocumentStore, FencedMemberWrites, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
     SOURCE_VERSION_FIELD,

@@ -237,7 +237,7 @@ pub async fn a_bulk_lease_is_never_taken_by_an_update_listener<H: Harness>(h: &H
         reason: None,
     };
     assert!(matches!(
-        apply_audited(store, &change, &audit).await.unwrap(),
+        apply_audited(store, &change, None, &audit).await.unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     let w = acquired(store, &update("res", "w", LONG)).await;

@@ -1,16 +1,16 @@
-//! Operator compare-and-swap and the audit log (DESIGN §5).
+//! Operator compare-and-swap and the audit log, intent first (docs/protocol.md §3.5).
 
 use std::time::Duration;
 
 use bson::doc;
-use streamward::model::{ClusterTime, Lease, LockKind, ResumeToken, TokenKind};
+use streamward::model::{AuditState, ClusterTime, Lease, LockKind, ResumeToken, TokenKind};
 use streamward::ops::apply_audited;
 use streamward::ops::OperatorOutcome;
 use streamward::store::AuditLog;
 use streamward::store::OperatorStore;
 use streamward::store::{
-    AuditContext, AuditEntry, ChangeFeed, DocumentStore, LeaseStore, OperatorChange, ResumeChange,
-    StartPoint, SwapOutcome, Tenure,
+    AuditContext, AuditFinish, AuditIntent, ChangeFeed, DocumentStore, LeaseStore, OperatorChange,
+    ResumeChange, StartPoint, SwapOutcome, Tenure,
 };
 
 use super::*;
@@ -59,7 +59,7 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
     let audits_before = store.audit_log(100).await.unwrap().items.len();
     let time_before = store.cluster_time().await.unwrap();
     let now_before = server_now(store).await;
-    let outcome = apply_audited(store, &change, &context("rewind"))
+    let outcome = apply_audited(store, &change, Some(&lease), &context("rewind"))
         .await
         .unwrap();
     let now_after = server_now(store).await;
@@ -67,12 +67,14 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
     let OperatorOutcome::Applied {
         before,
         after,
-        operation_time,
+        operation_time: Some(operation_time),
         audit_id,
+        remark: None,
     } = outcome
     else {
         panic!("the compare-and-swap on the current version applies: {outcome:?}");
     };
+    let before = before.expect("the swap returns the lease it found");
     assert_eq!(before, lease, "before is the lease as it was");
     let stored = lease_of(store, "res").await;
     assert_eq!(after, stored, "after is the lease as stored");
@@ -126,6 +128,22 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
         (record.before.as_ref(), record.after.as_ref()),
         (Some(&before), Some(&after)),
         "the record keeps the full prior resume point, so it can be undone"
+    );
+    assert_eq!(record.state, AuditState::Applied);
+    let intended = record.intended.as_ref().expect("the intended lease");
+    assert_eq!(
+        (
+            intended.version,
+            intended.holder.as_deref(),
+            intended.resume_at
+        ),
+        (after.version, after.holder.as_deref(), after.resume_at),
+        "the pending record said what the write meant to leave"
+    );
+    assert!(
+        record.at <= now_after,
+        "written before the swap's reply: {} vs {now_after}",
+        record.at
     );
     let log = store.audit_log(100).await.unwrap().items;
     assert_eq!(log.len(), audits_before + 1, "one record per action");
@@ -186,14 +204,12 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     let store = h.store();
     let lease = held_lease(store).await;
     let stale = rewind_to(lease.version - 1, None, ClusterTime::new(3, 0));
-    assert_eq!(
-        apply_audited(store, &stale, &context("rewind"))
-            .await
-            .unwrap(),
-        OperatorOutcome::Changed {
-            current: Some(lease.clone())
-        },
-        "a version that moved on since planning: nothing written, the current lease reported"
+    let outcome = apply_audited(store, &stale, None, &context("rewind"))
+        .await
+        .unwrap();
+    assert!(
+        matches!(&outcome, OperatorOutcome::Changed { current: Some(current), audit } if *current == lease && audit.ends_with(": not applied")),
+        "a version that moved on since planning: nothing written, the current lease reported: {outcome:?}"
     );
     assert_eq!(
         store.operator_swap(&stale).await.unwrap(),
@@ -203,7 +219,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     );
     let ahead = rewind_to(lease.version + 1, None, ClusterTime::new(3, 0));
     assert!(matches!(
-        apply_audited(store, &ahead, &context("rewind"))
+        apply_audited(store, &ahead, None, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Changed { .. }
@@ -212,41 +228,57 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
         resource: "nothing".into(),
         ..rewind_to(0, None, ClusterTime::new(3, 0))
     };
-    assert_eq!(
-        apply_audited(store, &missing, &context("rewind"))
+    assert!(matches!(
+        apply_audited(store, &missing, None, &context("rewind"))
             .await
             .unwrap(),
-        OperatorOutcome::Changed { current: None }
-    );
+        OperatorOutcome::Changed { current: None, .. }
+    ));
     assert_eq!(store.get("nothing").await.unwrap(), None, "never inserted");
     assert_eq!(
         lease_of(store, "res").await,
         lease,
         "the lease is untouched"
     );
+    let log = store.audit_log(10).await.unwrap().items;
+    assert_eq!(
+        log.iter().map(|r| r.state).collect::<Vec<_>>(),
+        [AuditState::NotApplied; 3],
+        "each attempt is recorded, as not applied"
+    );
     assert!(
-        store.audit_log(10).await.unwrap().items.is_empty(),
-        "no audit record for what was not done"
+        log.iter().all(|r| r.outcome.starts_with("not applied: ")),
+        "{log:?}"
     );
 
     // Applied once, the same planned change finds the version moved.
     let change = rewind_to(lease.version, None, ClusterTime::new(3, 0));
     assert!(matches!(
-        apply_audited(store, &change, &context("rewind"))
+        apply_audited(store, &change, None, &context("rewind"))
             .await
             .unwrap(),
         OperatorOutcome::Applied { .. }
     ));
     let applied = lease_of(store, "res").await;
-    assert_eq!(
-        apply_audited(store, &change, &context("rewind"))
+    assert!(matches!(
+        apply_audited(store, &change, None, &context("rewind"))
             .await
             .unwrap(),
-        OperatorOutcome::Changed {
-            current: Some(applied)
-        }
+        OperatorOutcome::Changed { current: Some(current), .. } if current == applied
+    ));
+    let states: Vec<AuditState> = store
+        .audit_log(10)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|r| r.state)
+        .collect();
+    assert_eq!(
+        states[..2],
+        [AuditState::NotApplied, AuditState::Applied],
+        "newest first"
     );
-    assert_eq!(store.audit_log(10).await.unwrap().items.len(), 1);
 }
 
 pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
@@ -254,14 +286,13 @@ pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
     let lease = held_lease(store).await;
     let mut ids = Vec::new();
     for action in ["first", "second", "third"] {
-        let entry = AuditEntry {
+        let intent = AuditIntent {
             resource: "res".into(),
             context: context(action),
             before: Some(lease.clone()),
-            after: None,
-            outcome: format!("failed: {action}"),
+            intended: None,
         };
-        ids.push(store.append_audit(&entry).await.unwrap());
+        ids.push(store.begin_audit(&intent).await.unwrap());
     }
     let log = store.audit_log(2).await.unwrap().items;
     assert_eq!(
@@ -272,12 +303,118 @@ pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
     assert_eq!(
         (
             log[0].action.as_str(),
+            log[0].state,
             log[0].outcome.as_str(),
             &log[0].after
         ),
-        ("third", "failed: third", &None)
+        ("third", AuditState::Pending, "pending", &None)
     );
     let first = store.audit_record(&ids[0]).await.unwrap().expect("by id");
     assert_eq!(first.before, Some(lease));
     assert_eq!(store.audit_record("no-such-record").await.unwrap(), None);
+}
+
+pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<H: Harness>(h: &H) {
+    let store = h.store();
+    let lease = held_lease(store).await;
+    let mut intended = lease.clone();
+    intended.version += 1;
+    intended.kind = LockKind::Bulk;
+    let id = store
+        .begin_audit(&AuditIntent {
+            resource: "res".into(),
+            context: context("rebuild"),
+            before: Some(lease.clone()),
+            intended: Some(intended.clone()),
+        })
+        .await
+        .unwrap();
+    let pending = store.audit_record(&id).await.unwrap().expect("by id");
+    assert_eq!(
+        (
+            pending.state,
+            pending.intended.as_ref(),
+            pending.steps.len()
+        ),
+        (AuditState::Pending, Some(&intended), 0)
+    );
+
+    store
+        .audit_step(&id, "bulk swap applied", Some(&intended))
+        .await
+        .unwrap();
+    store
+        .audit_step(&id, "bulk swap applied", Some(&intended))
+        .await
+        .expect("the same step again (a retry) is no error");
+    store.audit_step(&id, "ran", None).await.unwrap();
+    let stepped = store.audit_record(&id).await.unwrap().expect("by id");
+    assert_eq!(
+        stepped
+            .steps
+            .iter()
+            .map(|s| s.what.as_str())
+            .collect::<Vec<_>>(),
+        ["bulk swap applied", "ran"],
+        "each step once, in order"
+    );
+    assert_eq!(
+        stepped.after.as_ref(),
+        Some(&intended),
+        "a step without a lease keeps after"
+    );
+    assert_eq!(stepped.state, AuditState::Pending);
+
+    let done = AuditFinish {
+        state: AuditState::Applied,
+        after: Some(lease.clone()),
+        outcome: "applied: rebuilt".into(),
+    };
+    store.finish_audit(&id, &done).await.unwrap();
+    store
+        .finish_audit(&id, &done)
+        .await
+        .expect("the same finish again (a retry) is no error");
+    let finished = store.audit_record(&id).await.unwrap().expect("by id");
+    assert_eq!(
+        (
+            finished.state,
+            finished.outcome.as_str(),
+            finished.after.as_ref()
+        ),
+        (AuditState::Applied, "applied: rebuilt", Some(&lease))
+    );
+    assert_eq!(finished.steps.len(), 2, "the steps stay");
+
+    let otherwise = AuditFinish {
+        state: AuditState::Failed,
+        after: None,
+        outcome: "failed: x".into(),
+    };
+    let refused = store.finish_audit(&id, &otherwise).await.unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            StoreError::AuditNotPending {
+                found: Some(AuditState::Applied),
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        store.audit_step(&id, "late", None).await.unwrap_err(),
+        StoreError::AuditNotPending { .. }
+    ));
+    assert_eq!(
+        store.audit_record(&id).await.unwrap(),
+        Some(finished),
+        "a refused write changes nothing"
+    );
+    for unknown in ["no-such-record", "000000000000000000000000"] {
+        assert!(matches!(
+            store.finish_audit(unknown, &done).await.unwrap_err(),
+            StoreError::AuditNotPending { found: None, .. }
+        ));
+    }
 }

@@ -1,7 +1,8 @@
 //! Just enough of MongoDB's query and aggregation-expression semantics to apply the
-//! adapter's lease commands to a document held by a scripted server: equality,
-//! `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$and`, `$cond`, `$add`, `$ifNull`,
-//! `$literal`, field paths and `$$NOW`; `$set` and `$unset` stages. Anything else
+//! adapter's lease and audit commands to documents held by a scripted server:
+//! equality, `$ne`, `$or`, `$expr`, `$lte`, `$eq`, `$and`, `$cond`, `$add`, `$ifNull`,
+//! `$literal`, field paths (a dotted query path reaches into arrays of documents) and
+//! `$$NOW`; `$set` and `$unset` stages; `$set` and `$push` update operators. Anything else
 //! panics, so a test never passes by silently ignoring an operator it does not
 //! understand. Where it answers, it answers as a real 6.0 server did: an upsert whose
 //! query holds `$expr` is refused with code 224 ([`upsert_query_error`]), and a field
@@ -21,8 +22,76 @@ pub fn matches(filter: &Document, doc: Option<&Document>, now: DateTime) -> bool
             .iter()
             .any(|branch| matches(branch.as_document().expect("$or branch"), Some(doc), now)),
         "$expr" => truthy(&eval(condition, doc, now)),
+        path if path.contains('.') => path_matches(doc, path, condition),
         field => field_matches(doc.get(field), condition),
     })
+}
+
+/// A dotted path: every value it reaches (through arrays of documents, as a real
+/// server does) is a candidate; `$ne` holds when none is equal, equality when one is.
+fn path_matches(doc: &Document, path: &str, condition: &Bson) -> bool {
+    fn reach<'a>(value: &'a Bson, rest: &str, out: &mut Vec<&'a Bson>) {
+        match value {
+            Bson::Array(items) => items.iter().for_each(|item| reach(item, rest, out)),
+            Bson::Document(d) => {
+                let (head, tail) = rest.split_once('.').unwrap_or((rest, ""));
+                if let Some(next) = d.get(head) {
+                    if tail.is_empty() {
+                        out.push(next);
+                    } else {
+                        reach(next, tail, out);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let whole = Bson::Document(doc.clone());
+    let mut reached = Vec::new();
+    reach(&whole, path, &mut reached);
+    match condition {
+        Bson::Document(ops) if ops.keys().all(|k| k.starts_with('$')) => {
+            ops.iter().all(|(op, arg)| match op.as_str() {
+                "$ne" => !reached.iter().any(|v| equal(v, arg)),
+                other => {
+                    panic!("mini_mongo: query operator {other} on a dotted path is not supported")
+                }
+            })
+        }
+        expected => reached.iter().any(|v| equal(v, expected)),
+    }
+}
+
+/// Applies an update document of `$set` and `$push` operators (plain values) to `doc`.
+pub fn apply_update(update: &Document, doc: &Document) -> Document {
+    let mut out = doc.clone();
+    for (op, fields) in update {
+        let fields = fields
+            .as_document()
+            .expect("an update operator takes a document");
+        for (field, value) in fields {
+            assert!(
+                !field.contains('.'),
+                "mini_mongo: dotted update paths are not supported"
+            );
+            match op.as_str() {
+                "$set" => {
+                    out.insert(field, value.clone());
+                }
+                "$push" => {
+                    let mut items = match out.get(field) {
+                        None => Vec::new(),
+                        Some(Bson::Array(items)) => items.clone(),
+                        Some(other) => panic!("mini_mongo: $push onto a non-array {other}"),
+                    };
+                    items.push(value.clone());
+                    out.insert(field, items);
+                }
+                other => panic!("mini_mongo: update operator {other} is not supported"),
+            }
+        }
+    }
+    out
 }
 
 fn field_matches(value: Option<&Bson>, condition: &Bson) -> bool {

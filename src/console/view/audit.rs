@@ -10,10 +10,10 @@ use crate::console::layout;
 use crate::console::state::{visible_start, ConsoleState};
 use crate::console::theme::Theme;
 use crate::model::text::escape_control;
-use crate::model::{AuditRecord, Lease};
+use crate::model::{AuditRecord, AuditState, Lease};
 
-const HEADERS: [&str; 6] = [
-    "TIME", "OPERATOR", "ACTION", "RESOURCE", "OUTCOME", "REASON",
+const HEADERS: [&str; 7] = [
+    "TIME", "OPERATOR", "ACTION", "RESOURCE", "STATE", "OUTCOME", "REASON",
 ];
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
@@ -47,6 +47,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                 Cell::from(escape_control(&r.operator)),
                 Cell::from(escape_control(&r.action)),
                 Cell::from(escape_control(&r.resource)),
+                state_cell(r, theme),
                 Cell::from(escape_control(&r.outcome)),
                 Cell::from(
                     r.reason
@@ -61,6 +62,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         Constraint::Fill(2),
         Constraint::Length(12),
         Constraint::Fill(2),
+        Constraint::Length(11),
         Constraint::Fill(2),
         Constraint::Fill(3),
     ];
@@ -73,11 +75,55 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     let mut table_state = TableState::default().with_selected(Some(cursor.selected - start));
     frame.render_stateful_widget(table, list_area, &mut table_state);
     if let Some(record) = state.audit.get(cursor.selected) {
-        draw_record(frame, detail_area, record, theme);
+        let now = state.leases.get(&record.resource).map(|e| &e.lease);
+        draw_record(frame, detail_area, record, now, theme);
     }
 }
 
-fn draw_record(frame: &mut Frame, area: Rect, record: &AuditRecord, theme: &Theme) {
+fn state_cell<'a>(record: &AuditRecord, theme: &Theme) -> Cell<'a> {
+    let style = match record.state {
+        AuditState::Applied => theme.base,
+        AuditState::NotApplied => theme.muted,
+        AuditState::Pending => theme.warn,
+        AuditState::Failed => theme.danger,
+    };
+    Cell::from(Span::styled(record.state.as_str().to_uppercase(), style))
+}
+
+fn draw_record(
+    frame: &mut Frame,
+    area: Rect,
+    record: &AuditRecord,
+    now: Option<&Lease>,
+    theme: &Theme,
+) {
+    // A pending record says first what it means now and what to do.
+    let area = match record.judge_pending(now) {
+        Some(judgment) => {
+            let text = format!(
+                "PENDING ({}): {}",
+                judgment.verdict.as_str(),
+                escape_control(&judgment.recovery)
+            );
+            let width = usize::from(area.width.saturating_sub(2).max(1));
+            let lines = (text.chars().count().div_ceil(width)).clamp(1, 4);
+            let height = u16::try_from(lines).unwrap_or(4) + 2;
+            let [note, rest] =
+                Layout::vertical([Constraint::Length(height), Constraint::Fill(1)]).areas(area);
+            frame.render_widget(
+                Paragraph::new(Line::styled(text, theme.warn))
+                    .wrap(Wrap { trim: false })
+                    .block(
+                        Block::default()
+                            .borders(Borders::ALL)
+                            .border_style(theme.border),
+                    ),
+                note,
+            );
+            rest
+        }
+        None => area,
+    };
     let [before, after] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
     for (title, lease, target) in [

@@ -7,7 +7,7 @@ use super::guards::{fence_effect, holder_warning, refuse_bulk};
 use super::{change, Decision, PlanEffect};
 use crate::model::text::{escape_control, group_digits, short_duration};
 use crate::model::OplogWindow;
-use crate::model::{Invalidation, Lease, ResumePoint};
+use crate::model::{AuditRecord, AuditState, Invalidation, Lease, PendingVerdict, ResumePoint};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::request::{ActionRequest, ResetTarget, RewindTarget};
@@ -233,6 +233,9 @@ pub(super) fn undo(
     audit_id: &str,
     facts: &PlanFacts,
 ) -> Result<Decision, Refusal> {
+    if let Some(record) = &facts.audit {
+        refuse_unapplied(record, lease, audit_id)?;
+    }
     let note = format!("undo {audit_id} by {}", facts.operator);
     let (mut decision, moved) = move_resume(request, lease, facts, note)?;
     if let Some(record) = &facts.audit {
@@ -258,4 +261,34 @@ pub(super) fn undo(
         );
     }
     Ok(decision)
+}
+
+/// Only an action that changed the lease can be undone: one recorded as applied, or a
+/// pending one the lease reads back as applied.
+fn refuse_unapplied(record: &AuditRecord, lease: &Lease, audit_id: &str) -> Result<(), Refusal> {
+    let id = escape_control(audit_id);
+    match record.state {
+        AuditState::Applied => Ok(()),
+        AuditState::Pending => match PendingVerdict::of(record, Some(lease)) {
+            PendingVerdict::Applied => Ok(()),
+            verdict => Err(Refusal::new(
+                RefusalKind::NotApplied,
+                format!(
+                    "audit record {id} is pending: {}",
+                    escape_control(&verdict.recovery(record, Some(lease)))
+                ),
+            )),
+        },
+        AuditState::NotApplied => Err(Refusal::new(
+            RefusalKind::NotApplied,
+            format!("audit record {id} was not applied: there is nothing to undo"),
+        )),
+        AuditState::Failed => Err(Refusal::new(
+            RefusalKind::NotApplied,
+            format!(
+                "audit record {id} failed part-way ({}): recover with the action its outcome names, not undo",
+                escape_control(&record.outcome)
+            ),
+        )),
+    }
 }

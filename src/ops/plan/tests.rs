@@ -7,7 +7,9 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::*;
 use crate::model::text::group_digits;
-use crate::model::{AuditRecord, ClusterTime, OplogWindow, ResumeToken, TokenKind, WatchTarget};
+use crate::model::{
+    AuditRecord, AuditState, ClusterTime, OplogWindow, ResumeToken, TokenKind, WatchTarget,
+};
 use crate::ops::facts::{ChangeCount, ChangeRange, RebuildTarget};
 use crate::ops::request::{ResetTarget, RewindTarget, TimeSpec};
 use crate::ops::resume::Direction;
@@ -132,8 +134,11 @@ fn record(before: Option<Lease>) -> AuditRecord {
         at: wall(3500),
         action: "rewind".into(),
         resource: "shop.orders".into(),
+        state: AuditState::Applied,
+        intended: None,
         before,
         after: None,
+        steps: Vec::new(),
         reason: None,
         outcome: "applied".into(),
     }
@@ -610,6 +615,37 @@ fn undo_refusals() {
 
     let mut fine = live_lease();
     fine.resume_at = Some(at(10));
+    for state in [AuditState::NotApplied, AuditState::Failed] {
+        let mut unapplied = record(Some(fine.clone()));
+        unapplied.state = state;
+        f.audit = Some(unapplied);
+        assert_eq!(
+            refusal(&plan(&request, &f)),
+            RefusalKind::NotApplied,
+            "{state}"
+        );
+    }
+    // A pending record: undoable only when the lease reads back as it intended.
+    let mut pending = record(Some(fine.clone()));
+    pending.state = AuditState::Pending;
+    pending.before = Some(Lease {
+        version: live_lease().version,
+        ..fine.clone()
+    });
+    f.audit = Some(pending.clone());
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::NotApplied);
+    let mut moved = live_lease();
+    moved.version += 1;
+    pending.before = Some(Lease {
+        version: live_lease().version,
+        ..fine.clone()
+    });
+    pending.intended = Some(moved.clone());
+    f.audit = Some(pending);
+    f.lease = Some(moved);
+    accepted(&plan(&request, &f));
+    f.lease = Some(live_lease());
+
     f.audit = Some(record(Some(fine)));
     f.lease = None;
     assert_eq!(refusal(&plan(&request, &f)), RefusalKind::UnknownResource);

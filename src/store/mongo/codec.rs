@@ -6,7 +6,8 @@ use chrono::{DateTime, Utc};
 
 use crate::model::lease_field as F;
 use crate::model::{
-    AuditRecord, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget,
+    AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LockKind, ResumeToken,
+    WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -284,17 +285,25 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
 }
 
 pub fn audit_to_document(record: &AuditRecord, id: Bson) -> Document {
+    let lease = |l: Option<&Lease>| opt(l, |l| Bson::Document(lease_to_document(l)));
     doc! {
         "_id": id,
         "operator": &record.operator,
         "at": date(record.at),
         "action": &record.action,
         "resource": &record.resource,
-        "before": opt(record.before.as_ref(), |l| Bson::Document(lease_to_document(l))),
-        "after": opt(record.after.as_ref(), |l| Bson::Document(lease_to_document(l))),
+        "state": record.state.as_str(),
+        "before": lease(record.before.as_ref()),
+        "intended": lease(record.intended.as_ref()),
+        "after": lease(record.after.as_ref()),
+        "steps": record.steps.iter().map(|s| Bson::Document(audit_step_document(s))).collect::<Vec<_>>(),
         "reason": opt(record.reason.clone(), Bson::String),
         "outcome": &record.outcome,
     }
+}
+
+pub fn audit_step_document(step: &AuditStep) -> Document {
+    doc! { "at": date(step.at), "what": &step.what }
 }
 
 pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreError> {
@@ -313,17 +322,69 @@ pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreErro
     let required = |field: &str| -> Result<String, StoreError> {
         opt_string(WHAT, document, field)?.ok_or_else(|| malformed(WHAT, field, "missing"))
     };
+    // Read in the order of the document, so the first field in error is named.
+    let operator = required("operator")?;
+    let at = opt_date(WHAT, document, "at")?.ok_or_else(|| malformed(WHAT, "at", "missing"))?;
+    let action = required("action")?;
+    let resource = required("resource")?;
+    let outcome = required("outcome")?;
+    // Records from before intent-first auditing have no state: their outcome says it.
+    let state = match opt_string(WHAT, document, "state")? {
+        Some(text) => AuditState::parse(&text).ok_or_else(|| {
+            malformed(
+                WHAT,
+                "state",
+                format!("unknown state {text:?}: expected pending, applied, not applied or failed"),
+            )
+        })?,
+        None if outcome.starts_with("applied") => AuditState::Applied,
+        None => AuditState::Failed,
+    };
     Ok(AuditRecord {
-        operator: required("operator")?,
-        at: opt_date(WHAT, document, "at")?.ok_or_else(|| malformed(WHAT, "at", "missing"))?,
-        action: required("action")?,
-        resource: required("resource")?,
+        operator,
+        at,
+        action,
+        resource,
+        state,
         before: lease("before")?,
+        intended: lease("intended")?,
         after: lease("after")?,
+        steps: audit_steps(document)?,
         reason: opt_string(WHAT, document, "reason")?,
-        outcome: required("outcome")?,
+        outcome,
         id,
     })
+}
+
+fn audit_steps(document: &Document) -> Result<Vec<AuditStep>, StoreError> {
+    const WHAT: &str = "audit record";
+    let steps = match optional(document, "steps") {
+        None => return Ok(Vec::new()),
+        Some(Bson::Array(steps)) => steps,
+        Some(other) => {
+            return Err(malformed(
+                WHAT,
+                "steps",
+                format!("expected an array, found {}", type_name(other)),
+            ))
+        }
+    };
+    steps
+        .iter()
+        .enumerate()
+        .map(|(n, step)| {
+            let field = format!("steps.{n}");
+            let Bson::Document(step) = step else {
+                return Err(malformed(WHAT, &field, "expected a document"));
+            };
+            Ok(AuditStep {
+                at: opt_date(WHAT, step, "at")?
+                    .ok_or_else(|| malformed(WHAT, &format!("{field}.at"), "missing"))?,
+                what: opt_string(WHAT, step, "what")?
+                    .ok_or_else(|| malformed(WHAT, &format!("{field}.what"), "missing"))?,
+            })
+        })
+        .collect()
 }
 
 /// A change stream document, by what it means for the stream on `watched`.
@@ -648,10 +709,16 @@ mod tests {
             at: Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap(),
             action: "takeover".into(),
             resource: "shop.orders".into(),
+            state: AuditState::Pending,
             before: Some(full_lease()),
+            intended: Some(full_lease()),
             after: None,
+            steps: vec![AuditStep {
+                at: Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 1).unwrap(),
+                what: "bulk swap applied".into(),
+            }],
             reason: Some("stuck".into()),
-            outcome: "applied".into(),
+            outcome: "pending".into(),
         };
         let oid = bson::oid::ObjectId::parse_str(&record.id).unwrap();
         let document = audit_to_document(&record, Bson::ObjectId(oid));

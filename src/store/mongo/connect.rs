@@ -20,8 +20,9 @@ const MALFORMED_SECRET: &str = "the password or a secret option is malformed (a 
      character such as ? & @ not percent-encoded, or an authMechanismProperties entry that \
      is not KEY:value); the driver's reason is not shown as it would quote part of the secret";
 
-/// How to reach the cluster and where the leases live.
-#[derive(Debug, Clone, PartialEq)]
+/// How to reach the cluster and where the leases live. Its `Debug` shows the URI
+/// redacted.
+#[derive(Clone, PartialEq)]
 pub struct MongoSettings {
     pub uri: String,
     /// The lease collection; the audit collection is `audit` in the same database.
@@ -30,6 +31,17 @@ pub struct MongoSettings {
     pub server_selection_timeout: Duration,
     /// Upper bound of one driver call (client side; also the write concern `wtimeout`).
     pub operation_timeout: Duration,
+}
+
+impl std::fmt::Debug for MongoSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MongoSettings")
+            .field("uri", &redact_uri(&self.uri))
+            .field("leases", &self.leases)
+            .field("server_selection_timeout", &self.server_selection_timeout)
+            .field("operation_timeout", &self.operation_timeout)
+            .finish()
+    }
 }
 
 impl MongoSettings {

@@ -4,25 +4,21 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use bson::{doc, oid::ObjectId, Bson, Document};
+use bson::{doc, Bson, Document};
 use chrono::{DateTime, Utc};
-use futures_util::TryStreamExt;
 use mongodb::change_stream::ChangeStream;
 use mongodb::options::{FullDocumentType, ReturnDocument};
 
-use super::codec::{
-    audit_from_document, audit_to_document, lease_from_document, malformed_document, read_each,
-    required_date,
-};
+use super::codec::{lease_from_document, malformed_document, read_each, required_date};
 use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
 use super::lease_write::{render_alternatives, render_filtered};
 use super::MongoStore;
 use crate::model::lease_field as field;
-use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LeaseWrite};
+use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, AuditEntry, AuditLog, LeaseChange, LeaseScope, LeaseStore,
-    LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult,
-    SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing,
+    Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome, Tenure,
+    TenureWrite,
 };
 
 /// The filter and pipeline of `acquire`: refresh, else take, chosen in the pipeline.
@@ -47,7 +43,7 @@ impl MongoStore {
         error.into_store_hinted(action, &self.lease_hint())
     }
 
-    fn operator_hint(&self) -> String {
+    pub(super) fn operator_hint(&self) -> String {
         format!(
             "readWrite on the {} database (the streamwardOperator role in docs/permissions.md)",
             self.settings.leases.db
@@ -120,68 +116,6 @@ impl MongoStore {
             after,
             operation_time,
         })
-    }
-
-    /// `insert` into the audit collection, majority. Idempotent by `_id`, so retried once.
-    /// A duplicate-key error is success only when the record with this `_id` is ours
-    /// (a retry that found its own first attempt): a unique index elsewhere refuses
-    /// the record, and then it does not exist. A write-concern error says the record
-    /// exists on the primary but is not confirmed by a majority.
-    async fn insert_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
-        let id = ObjectId::new();
-        let record = AuditRecord {
-            id: id.to_hex(),
-            operator: entry.context.operator.clone(),
-            at: Utc::now(),
-            action: entry.context.action.clone(),
-            resource: entry.resource.clone(),
-            before: entry.before.clone(),
-            after: entry.after.clone(),
-            reason: entry.context.reason.clone(),
-            outcome: entry.outcome.clone(),
-        };
-        let record_doc = audit_to_document(&record, Bson::ObjectId(id));
-        let audit_coll = self.audit();
-        let action = format!(
-            "record the audit of {} on lease {} (the lease change itself was applied)",
-            entry.context.action, entry.resource
-        );
-        let inserted = with_one_retry(self.timeout(), &action, || {
-            audit_coll
-                .insert_one(record_doc.clone())
-                .write_concern(self.majority())
-                .into_future()
-        })
-        .await;
-        match inserted {
-            Ok(_) => Ok(record.id),
-            Err(CallError::Driver(e)) if is_duplicate_key(&e) => {
-                let stored = bounded(self.timeout(), &action, async {
-                    audit_coll.find_one(doc! { "_id": id }).await
-                })
-                .await
-                .map_err(|e| e.into_store_hinted(&action, &self.operator_hint()))?;
-                if stored.as_ref() == Some(&record_doc) {
-                    Ok(record.id)
-                } else {
-                    Err(StoreError::Command {
-                        code: 11000,
-                        message: format!(
-                            "{action}: the audit collection refused the record as a duplicate \
-                             (a unique index other than _id?), so it was not written: {e}"
-                        ),
-                    })
-                }
-            }
-            Err(e) => match e.into_store_hinted(&action, &self.operator_hint()) {
-                StoreError::WriteConcern(detail) => Err(StoreError::WriteConcern(format!(
-                    "audit record {} is on the primary but not confirmed by a majority \
-                     (it may be rolled back): {detail}",
-                    record.id
-                ))),
-                other => Err(other),
-            },
-        }
     }
 
     /// updateOne filtered on the tenure, majority; matched 0 is a lost lock.
@@ -350,45 +284,6 @@ impl OperatorStore for MongoStore {
         limit: u64,
     ) -> StoreResult<u64> {
         self.count_oplog_changes(ns, from, to, limit).await
-    }
-}
-
-impl AuditLog for MongoStore {
-    async fn append_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
-        self.insert_audit(entry).await
-    }
-
-    async fn audit_log(&self, limit: usize) -> StoreResult<Listing<AuditRecord>> {
-        let action = "read the audit log";
-        let audit = self.audit();
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let documents: Vec<Document> = with_one_retry(self.timeout(), action, || async {
-            audit
-                .find(doc! {})
-                .sort(doc! { "at": -1, "_id": -1 })
-                .limit(limit)
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| e.into_store(action))?;
-        Ok(read_each(&documents, audit_from_document))
-    }
-
-    async fn audit_record(&self, id: &str) -> StoreResult<Option<AuditRecord>> {
-        // Records this program writes have ObjectId ids; anything else names none of them.
-        let Ok(oid) = ObjectId::parse_str(id) else {
-            return Ok(None);
-        };
-        let action = "read an audit record";
-        let audit = self.audit();
-        let found = with_one_retry(self.timeout(), action, || {
-            audit.find_one(doc! { "_id": oid }).into_future()
-        })
-        .await
-        .map_err(|e| e.into_store(action))?;
-        found.as_ref().map(audit_from_document).transpose()
     }
 }
 

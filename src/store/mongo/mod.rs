@@ -7,6 +7,7 @@
 //! with `retryWrites=false`/`retryReads=false`: this adapter owns the single retry
 //! (see [`errors`]), and every write it retries is conditional on holder and version.
 
+mod audit;
 mod codec;
 mod connect;
 mod documents;
@@ -27,7 +28,7 @@ use mongodb::{Client, Collection};
 pub use connect::MongoSettings;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
-pub use redact::redact_uri;
+pub use redact::{redact_message, redact_uri};
 
 use crate::store::{Namespace, StoreError};
 

@@ -102,7 +102,7 @@ fn scheme_end(uri: &str) -> usize {
 /// `text` with every connection string in it (from `mongodb://` or `mongodb+srv://`,
 /// in any case, up to whitespace or a quote) redacted by [`redact_uri`]; all other
 /// text is kept as it is.
-pub(crate) fn redact_message(text: &str) -> String {
+pub fn redact_message(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
     let mut at = 0;

@@ -9,11 +9,13 @@ use tokio::sync::broadcast;
 use super::history::{HistoryEntry, StartMark};
 use super::state::State;
 use super::{count, SandboxStore};
-use crate::model::{AuditRecord, ClusterTime, Invalidation, Lease, LeaseWrite, ResumeToken};
+use crate::model::{
+    AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LeaseWrite, ResumeToken,
+};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, AuditEntry, AuditLog, LeaseChange, LeaseScope, LeaseStore,
-    LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore, StoreError, StoreResult,
-    SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, LeaseChange, LeaseScope,
+    LeaseStore, LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore, StoreError,
+    StoreResult, SwapOutcome, Tenure, TenureWrite,
 };
 
 impl SandboxStore {
@@ -176,10 +178,59 @@ impl OperatorStore for SandboxStore {
 }
 
 impl AuditLog for SandboxStore {
-    async fn append_audit(&self, entry: &AuditEntry) -> StoreResult<String> {
-        count(&self.inner.calls.append_audit);
+    async fn begin_audit(&self, intent: &AuditIntent) -> StoreResult<String> {
+        count(&self.inner.calls.audit_writes);
         let now = self.inner.clock.now();
-        Ok(push_audit(&mut self.lock(), entry, now))
+        let mut state = self.lock();
+        let id = format!("{}-{}", now.timestamp_millis(), state.audit.len() + 1);
+        state.audit.push(AuditRecord {
+            id: id.clone(),
+            operator: intent.context.operator.clone(),
+            at: now,
+            action: intent.context.action.clone(),
+            resource: intent.resource.clone(),
+            state: AuditState::Pending,
+            before: intent.before.clone(),
+            intended: intent.intended.clone(),
+            after: None,
+            steps: Vec::new(),
+            reason: intent.context.reason.clone(),
+            outcome: AuditState::Pending.as_str().into(),
+        });
+        Ok(id)
+    }
+
+    async fn audit_step(&self, id: &str, what: &str, after: Option<&Lease>) -> StoreResult<()> {
+        count(&self.inner.calls.audit_writes);
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        let record = pending_record(&mut state, id)?;
+        // A step is known by its text: sent again (a retry), it is not added twice.
+        if !record.steps.iter().any(|s| s.what == what) {
+            record.steps.push(AuditStep {
+                at: now,
+                what: what.into(),
+            });
+        }
+        if after.is_some() {
+            record.after = after.cloned();
+        }
+        Ok(())
+    }
+
+    async fn finish_audit(&self, id: &str, finish: &AuditFinish) -> StoreResult<()> {
+        count(&self.inner.calls.audit_writes);
+        let mut state = self.lock();
+        if let Some(done) = state.audit.iter().find(|r| r.id == id) {
+            if done.state == finish.state && done.outcome == finish.outcome {
+                return Ok(());
+            }
+        }
+        let record = pending_record(&mut state, id)?;
+        record.state = finish.state;
+        record.after = finish.after.clone();
+        record.outcome = finish.outcome.clone();
+        Ok(())
     }
 
     async fn audit_log(&self, limit: usize) -> StoreResult<Listing<AuditRecord>> {
@@ -199,20 +250,16 @@ impl AuditLog for SandboxStore {
     }
 }
 
-fn push_audit(state: &mut State, entry: &AuditEntry, now: DateTime<Utc>) -> String {
-    let id = format!("{}-{}", now.timestamp_millis(), state.audit.len() + 1);
-    state.audit.push(AuditRecord {
-        id: id.clone(),
-        operator: entry.context.operator.clone(),
-        at: now,
-        action: entry.context.action.clone(),
-        resource: entry.resource.clone(),
-        before: entry.before.clone(),
-        after: entry.after.clone(),
-        reason: entry.context.reason.clone(),
-        outcome: entry.outcome.clone(),
-    });
-    id
+/// The pending record `id`, or why it cannot be written to.
+fn pending_record<'a>(state: &'a mut State, id: &str) -> StoreResult<&'a mut AuditRecord> {
+    let record = state.audit.iter_mut().find(|r| r.id == id);
+    match record {
+        Some(record) if record.state == AuditState::Pending => Ok(record),
+        other => Err(StoreError::AuditNotPending {
+            id: id.into(),
+            found: other.map(|r| r.state),
+        }),
+    }
 }
 
 impl SandboxStore {

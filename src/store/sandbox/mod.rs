@@ -56,7 +56,7 @@ pub struct CallCounts {
     pub watch: AtomicU64,
     pub server_now: AtomicU64,
     pub operator_swap: AtomicU64,
-    pub append_audit: AtomicU64,
+    pub audit_writes: AtomicU64,
     pub open: AtomicU64,
     pub next_batch: AtomicU64,
     pub oplog_window: AtomicU64,
@@ -78,7 +78,7 @@ impl CallCounts {
             &self.watch,
             &self.server_now,
             &self.operator_swap,
-            &self.append_audit,
+            &self.audit_writes,
         ]
         .iter()
         .map(|c| c.load(Ordering::Relaxed))
@@ -88,7 +88,7 @@ impl CallCounts {
     /// Calls by which operator actions write, or try to (a compare-and-swap that finds
     /// another version still counts): a dry run must make none.
     pub fn operator_writes(&self) -> u64 {
-        [&self.operator_swap, &self.append_audit]
+        [&self.operator_swap, &self.audit_writes]
             .iter()
             .map(|c| c.load(Ordering::Relaxed))
             .sum()
