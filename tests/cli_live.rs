@@ -632,6 +632,59 @@ timeout = "20s"
         assert_eq!(lease.kind, LockKind::Bulk);
         assert_eq!(Some(lease.version), record.intended.as_ref().map(|l| l.version));
 
+        // Until its bulk lease runs out it may be running: `audit` says so.
+        let verdict_of = |out: &str| -> Value {
+            let json: Value = serde_json::from_str(out).unwrap();
+            json.as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["id"] == record.id.as_str())
+                .expect("the record in JSON")
+                .clone()
+        };
+        let mut cmd = streamward(&live);
+        cmd.args(["audit", "--output", "json"]);
+        let (_, out, _) = run(cmd).await;
+        let running = verdict_of(&out);
+        assert_eq!(running["state"], "pending", "{running}");
+        assert_eq!(running["pending"]["verdict"], "running", "{running}");
+
+        // The runbook: the killed client's pipeline may still run on the server; stop it.
+        let client = mongodb::Client::with_uri_str(&live.uri).await.unwrap();
+        let ops = client
+            .database("admin")
+            .aggregate([
+                doc! {"$currentOp": {}},
+                doc! {"$match": {"ns": format!("{}.orders", live.db), "command.aggregate": "orders"}},
+            ])
+            .await
+            .unwrap();
+        let ops: Vec<bson::Document> = futures_util::TryStreamExt::try_collect(ops).await.unwrap();
+        for op in &ops {
+            if let Some(opid) = op.get("opid") {
+                let _ = client
+                    .database("admin")
+                    .run_command(doc! {"killOp": 1, "op": opid.clone()})
+                    .await;
+            }
+        }
+
+        // Once the bulk lease has run out, it is STUCK BULK, and the recovery is named.
+        let stuck = async {
+            loop {
+                let mut cmd = streamward(&live);
+                cmd.args(["audit", "--output", "json"]);
+                let (_, out, _) = run(cmd).await;
+                let judged = verdict_of(&out);
+                if judged["pending"]["verdict"] == "stuck bulk" {
+                    break judged;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        };
+        let pending = tokio::time::timeout(Duration::from_secs(60), stuck)
+            .await
+            .expect("stuck bulk once the 30 s bulk lease runs out");
         let mut cmd = streamward(&live);
         cmd.args(["audit"]);
         let (code, out, err) = run(cmd).await;
@@ -641,18 +694,6 @@ timeout = "20s"
             out.contains(&format!("streamward abort-bulk {RESOURCE} --execute")),
             "the pending record names its recovery: {out}"
         );
-        let mut cmd = streamward(&live);
-        cmd.args(["audit", "--output", "json"]);
-        let (_, out, _) = run(cmd).await;
-        let json: Value = serde_json::from_str(&out).unwrap();
-        let pending = json
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["id"] == record.id.as_str())
-            .expect("the record in JSON");
-        assert_eq!(pending["state"], "pending", "{pending}");
-        assert_eq!(pending["pending"]["verdict"], "stuck bulk", "{pending}");
 
         let mut cmd = streamward(&live);
         cmd.args(["abort-bulk", RESOURCE, "--execute", "--reason", "rebuild killed"]);
@@ -667,9 +708,11 @@ timeout = "20s"
         assert_eq!(records[0].action, "abort-bulk");
         assert_eq!(records[0].state, AuditState::Applied);
         println!(
-            "killed mid-rebuild: record {} pending with step {:?}; audit said: {}",
+            "killed mid-rebuild: record {} pending with step {:?}; {} server op(s) killed; audit said: {} / {}",
             record.id,
             record.steps[0].what,
+            ops.len(),
+            running["pending"]["recovery"],
             pending["pending"]["recovery"]
         );
     })

@@ -15,8 +15,8 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LockKind, OplogWindow,
-    ResumeToken, TokenKind, WatchTarget,
+    AuditRecord, AuditState, ClusterTime, Invalidation, Lease, LockKind, OplogWindow, ResumeToken,
+    TokenKind, WatchTarget,
 };
 
 fn now() -> DateTime<Utc> {
@@ -115,7 +115,8 @@ fn audit() -> Vec<AuditRecord> {
     let mut after = before.clone();
     after.holder = None;
     after.version = 7;
-    // A rebuild that died after its bulk swap: pending, judged against the lease now.
+    // A rebuild killed between its record and its bulk swap: pending, judged against
+    // the lease now (still at the version it found), its intended lease shown.
     let pets = lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0);
     let mut bulk = pets.clone();
     bulk.holder = Some("rebuild:pet-aggregates:bob@ops".into());
@@ -130,14 +131,12 @@ fn audit() -> Vec<AuditRecord> {
             resource: "pet-aggregates".into(),
             state: AuditState::Pending,
             before: Some(pets),
-            intended: Some(bulk.clone()),
-            after: Some(bulk),
-            steps: vec![AuditStep {
-                at: ago(29),
-                what: "bulk swap applied: version 3 → 4".into(),
-            }],
+            intended: Some(bulk),
+            after: None,
+            steps: Vec::new(),
             reason: None,
             outcome: "pending".into(),
+            finished_at: None,
         },
         AuditRecord {
             id: "a-0001".into(),
@@ -152,6 +151,7 @@ fn audit() -> Vec<AuditRecord> {
             steps: Vec::new(),
             reason: Some("holder hung\u{7} (pager 4411)".into()),
             outcome: "applied".into(),
+            finished_at: Some(ago(89)),
         },
     ]
 }

@@ -603,9 +603,20 @@ pipeline = '[{"$group": {"_id": "$status", "n": {"$sum": 1}}}, {"$merge": {"into
         record.get_document("before").unwrap().get_i64("version"),
         Ok(12)
     );
+    // The last announced write: the give-back.
+    let intended = record.get_document("intended").unwrap();
     assert_eq!(
-        record.get_document("intended").unwrap().get_str("kind"),
-        Ok("bulk")
+        (intended.get_str("kind"), intended.get_i64("version")),
+        (Ok("update"), Ok(14))
+    );
+    let insert = server.commands_stripped("insert").remove(0);
+    let first = insert.get_array("documents").unwrap()[0]
+        .as_document()
+        .unwrap();
+    assert_eq!(
+        first.get_document("intended").unwrap().get_str("kind"),
+        Ok("bulk"),
+        "the pending record announced the bulk swap"
     );
     assert_eq!(
         record.get_document("after").unwrap().get_i64("version"),

@@ -490,7 +490,16 @@ async fn judge_pending<S: LeaseStore>(
     records: &[AuditRecord],
 ) -> anyhow::Result<Vec<Option<PendingJudgment>>> {
     let mut leases: BTreeMap<&str, Option<Lease>> = BTreeMap::new();
-    for record in records.iter().filter(|r| r.state == AuditState::Pending) {
+    let pending = records.iter().filter(|r| r.state == AuditState::Pending);
+    // Whether a bulk lease has run out is the server's clock's call.
+    let at = match records.iter().any(|r| r.state == AuditState::Pending) {
+        true => store
+            .server_now()
+            .await
+            .context("reading the server's clock to judge pending audit records")?,
+        false => chrono::Utc::now(),
+    };
+    for record in pending {
         if !leases.contains_key(record.resource.as_str()) {
             let lease = store.get(&record.resource).await.with_context(|| {
                 format!(
@@ -506,7 +515,7 @@ async fn judge_pending<S: LeaseStore>(
         .iter()
         .map(|r| {
             let now = leases.get(r.resource.as_str()).and_then(Option::as_ref);
-            r.judge_pending(now)
+            r.judge_pending(now, at)
         })
         .collect())
 }

@@ -77,13 +77,15 @@ pub struct AuditRecord {
     pub reason: Option<String>,
     /// What happened, in words ("applied", "not applied: …", "failed: …").
     pub outcome: String,
+    /// When it was finalized; `None` while pending.
+    pub finished_at: Option<DateTime<Utc>>,
 }
 
 impl AuditRecord {
-    /// For a pending record, what it means against the lease as read now.
-    pub fn judge_pending(&self, now: Option<&Lease>) -> Option<PendingJudgment> {
+    /// For a pending record, what it means against the lease as read at `at`.
+    pub fn judge_pending(&self, now: Option<&Lease>, at: DateTime<Utc>) -> Option<PendingJudgment> {
         (self.state == AuditState::Pending).then(|| {
-            let verdict = PendingVerdict::of(self, now);
+            let verdict = PendingVerdict::of(self, now, at);
             PendingJudgment {
                 recovery: verdict.recovery(self, now),
                 verdict,
@@ -102,15 +104,24 @@ pub struct PendingJudgment {
 /// What a pending record means, judged against the lease as it is now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PendingVerdict {
-    /// The lease is as the action's write meant to leave it.
+    /// The lease is as the action's write (or its last recorded step) left it.
     Applied,
     /// The lease is still at the version the action found: nothing was written.
     NotApplied,
-    /// A rebuild holds the lease bulk (or left it bulk): it died or lost the server
-    /// between its bulk swap and its give-back.
+    /// The action holds the lease bulk and its lease has not run out: a rebuild that
+    /// is running (it renews the lease), or that stopped less than a lease ago.
+    Running,
+    /// The action left the lease bulk and its lease ran out: a rebuild that died or
+    /// lost the server between its bulk swap and its give-back.
     StuckBulk,
     /// The lease moved on (or is gone) since: the record alone cannot tell.
     Unknown,
+}
+
+/// Whether `now` is `left` as far as a verdict can tell: the version, the holder and
+/// the kind (every change of holder or kind moves the version).
+fn same_tenure(now: &Lease, left: &Lease) -> bool {
+    now.version == left.version && now.holder == left.holder && now.kind == left.kind
 }
 
 impl PendingVerdict {
@@ -119,37 +130,41 @@ impl PendingVerdict {
         match self {
             PendingVerdict::Applied => "applied",
             PendingVerdict::NotApplied => "not applied",
+            PendingVerdict::Running => "running",
             PendingVerdict::StuckBulk => "stuck bulk",
             PendingVerdict::Unknown => "unknown",
         }
     }
 
-    /// Judges a pending record by the lease read now.
-    pub fn of(record: &AuditRecord, now: Option<&Lease>) -> PendingVerdict {
+    /// Judges a pending record by the lease read at `at`: the lease as its last
+    /// recorded step or its intended write left it, or as it was found.
+    pub fn of(record: &AuditRecord, now: Option<&Lease>, at: DateTime<Utc>) -> PendingVerdict {
         let Some(now) = now else {
             return PendingVerdict::Unknown;
         };
-        let before_version = record.before.as_ref().map(|b| b.version);
-        if let Some(intended) = &record.intended {
-            if now.version == intended.version
-                && now.holder == intended.holder
-                && now.kind == intended.kind
-            {
-                return if intended.kind == LockKind::Bulk {
-                    PendingVerdict::StuckBulk
-                } else {
-                    PendingVerdict::Applied
-                };
-            }
-        }
-        if now.kind == LockKind::Bulk {
-            if let Some(after) = &record.after {
-                if after.kind == LockKind::Bulk && after.version == now.version {
-                    return PendingVerdict::StuckBulk;
+        let left = [record.after.as_ref(), record.intended.as_ref()];
+        if left.into_iter().flatten().any(|l| same_tenure(now, l)) {
+            return match now.kind {
+                LockKind::Bulk
+                    if now.holder.is_some() && now.expires_at.is_some_and(|e| e > at) =>
+                {
+                    PendingVerdict::Running
                 }
-            }
+                LockKind::Bulk => PendingVerdict::StuckBulk,
+                LockKind::Update => PendingVerdict::Applied,
+            };
         }
-        if Some(now.version) == before_version {
+        // Released as STUCK BULK by its own failure path, not yet finalized.
+        if now.kind == LockKind::Bulk
+            && now.holder.is_none()
+            && left
+                .into_iter()
+                .flatten()
+                .any(|l| l.kind == LockKind::Bulk && l.version == now.version)
+        {
+            return PendingVerdict::StuckBulk;
+        }
+        if Some(now.version) == record.before.as_ref().map(|b| b.version) {
             return PendingVerdict::NotApplied;
         }
         PendingVerdict::Unknown
@@ -171,8 +186,13 @@ impl PendingVerdict {
                 "not finalized, and the lease is still at {version}, as the {} found it: nothing was written; plan it again if it is still needed",
                 record.action
             ),
+            PendingVerdict::Running => format!(
+                "{resource} is held bulk by this {} and its lease has not run out ({version}): it is running, or stopped less than a lease ago; look again after {}",
+                record.action,
+                now.and_then(|l| l.expires_at).map_or_else(|| "its expiry".to_string(), |e| e.to_rfc3339())
+            ),
             PendingVerdict::StuckBulk => format!(
-                "the rebuild stopped while it held {resource} bulk ({version}): run it again (streamward rebuild … --execute) or give the lease back without rebuilding (streamward abort-bulk {resource} --execute)"
+                "the rebuild stopped while it held {resource} bulk ({version}): once its pipeline is no longer running on the server, run it again (streamward rebuild … --execute) or give the lease back without rebuilding (streamward abort-bulk {resource} --execute)"
             ),
             PendingVerdict::Unknown => format!(
                 "not finalized, and {resource} has moved on since ({version}): whether this {} was applied cannot be told from the lease; see the audit records after it",
@@ -210,13 +230,23 @@ mod tests {
             steps: Vec::new(),
             reason: None,
             outcome: "pending".into(),
+            finished_at: None,
         }
+    }
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(secs)
+    }
+
+    fn expiring(mut lease: Lease, secs: i64) -> Lease {
+        lease.expires_at = Some(at(secs));
+        lease
     }
 
     #[test]
     fn a_pending_record_is_judged_by_the_lease_read_now() {
         let takeover = pending("takeover", lease(5, None, LockKind::Update));
-        let verdict = |now: Option<Lease>| PendingVerdict::of(&takeover, now.as_ref());
+        let verdict = |now: Option<Lease>| PendingVerdict::of(&takeover, now.as_ref(), at(0));
         assert_eq!(
             verdict(Some(lease(5, None, LockKind::Update))),
             PendingVerdict::Applied
@@ -235,17 +265,24 @@ mod tests {
             PendingVerdict::Unknown
         );
         assert_eq!(verdict(None), PendingVerdict::Unknown);
+    }
 
-        let rebuild = pending("rebuild", lease(5, Some("ann"), LockKind::Bulk));
+    #[test]
+    fn a_pending_rebuild_is_running_until_its_bulk_lease_runs_out_then_stuck() {
+        let bulk = lease(5, Some("ann"), LockKind::Bulk);
+        let rebuild = pending("rebuild", bulk.clone());
+        let verdict = |now: Lease, secs: i64| PendingVerdict::of(&rebuild, Some(&now), at(secs));
         assert_eq!(
-            PendingVerdict::of(&rebuild, Some(&lease(5, Some("ann"), LockKind::Bulk))),
+            verdict(expiring(bulk.clone(), 10), 0),
+            PendingVerdict::Running
+        );
+        assert_eq!(
+            verdict(expiring(bulk.clone(), 10), 10),
             PendingVerdict::StuckBulk
         );
-        // Released but still bulk, as its last step left it.
-        let mut stepped = rebuild.clone();
-        stepped.after = Some(lease(5, Some("ann"), LockKind::Bulk));
+        // Released at once by its own failure path, not yet finalized.
         assert_eq!(
-            PendingVerdict::of(&stepped, Some(&lease(5, None, LockKind::Bulk))),
+            verdict(lease(5, None, LockKind::Bulk), 0),
             PendingVerdict::StuckBulk
         );
         let stuck = PendingVerdict::StuckBulk.recovery(&rebuild, None);
@@ -253,14 +290,42 @@ mod tests {
             stuck.contains("streamward abort-bulk r --execute"),
             "{stuck}"
         );
+        let running = PendingVerdict::Running.recovery(&rebuild, Some(&expiring(bulk.clone(), 10)));
+        assert!(
+            running.contains("look again after 2026-01-01T00:00:10"),
+            "{running}"
+        );
+
+        // Its run finished and it announced the give-back: given back reads applied,
+        // still bulk as its first step left it reads stuck.
+        let mut giving_back = rebuild.clone();
+        giving_back.after = Some(bulk.clone());
+        giving_back.intended = Some(lease(6, None, LockKind::Update));
+        assert_eq!(
+            PendingVerdict::of(&giving_back, Some(&lease(6, None, LockKind::Update)), at(0)),
+            PendingVerdict::Applied
+        );
+        assert_eq!(
+            PendingVerdict::of(&giving_back, Some(&expiring(bulk, -1)), at(0)),
+            PendingVerdict::StuckBulk
+        );
+        // Someone else gave it back (abort-bulk): the record cannot tell.
+        assert_eq!(
+            PendingVerdict::of(
+                &giving_back,
+                Some(&lease(6, Some("w1"), LockKind::Update)),
+                at(0)
+            ),
+            PendingVerdict::Unknown
+        );
     }
 
     #[test]
     fn only_a_pending_record_is_judged_and_states_read_back_as_written() {
         let mut record = pending("takeover", lease(5, None, LockKind::Update));
-        assert!(record.judge_pending(None).is_some());
+        assert!(record.judge_pending(None, at(0)).is_some());
         record.state = AuditState::Applied;
-        assert_eq!(record.judge_pending(None), None);
+        assert_eq!(record.judge_pending(None, at(0)), None);
         for state in AuditState::ALL {
             assert_eq!(AuditState::parse(state.as_str()), Some(state));
         }

@@ -289,6 +289,7 @@ pub fn audit_json(record: &AuditRecord, judged: Option<&PendingJudgment>) -> Val
         "resource": record.resource,
         "reason": record.reason,
         "state": record.state.as_str(),
+        "finishedAt": record.finished_at.map(|t| t.to_rfc3339()),
         "outcome": record.outcome,
         "before": record.before.as_ref().map(lease_json),
         "intended": record.intended.as_ref().map(lease_json),

@@ -87,9 +87,9 @@ pub enum OpsError {
         /// Where its audit record stands.
         audit: String,
     },
-    /// A rebuild ran to its end, but its bulk lease was taken away before it could be
-    /// given back: the derived data was rebuilt, the lease is whatever the other writer
-    /// left, and listeners do not replay from the rebuild's T0.
+    /// A rebuild's bulk lease was taken away by another writer, while the definition
+    /// ran (abandoned half-way) or before it could be given back (rebuilt): the lease
+    /// is whatever that writer left, and listeners do not replay from the rebuild's T0.
     #[error(
         "rebuild {name} {what}; check the lease of {resource} (streamward leases) and, if the listeners must replay from the rebuild, rewind it; {audit}"
     )]

@@ -288,6 +288,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
                     &audit_id,
                     &format!("the lease write's reply was lost, also when sent again: {source}"),
                     None,
+                    None,
                 )
                 .await;
             Err(OpsError::OutcomeUnknown {

@@ -5,6 +5,8 @@ use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use chrono::Utc;
+
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -105,8 +107,10 @@ pub struct RebuildOutcome {
 /// exit 4), renewing that tenure every third of the bulk lease while `definition`
 /// runs, then a swap to kind update, resumeToken null, resumeAt T0, released. Each
 /// lease write is a step of the record, which is finalized at the end. If the
-/// definition fails or is cancelled, or the bulk lease is taken away, the lease stays
-/// bulk, released at once so it shows as STUCK BULK, and the error says how to recover.
+/// definition fails or is cancelled, the lease stays bulk, released at once so it
+/// shows as STUCK BULK, and the error says how to recover; if another writer takes
+/// the bulk lease, the run is abandoned and the lease is that writer's
+/// (`BulkTakenAway`).
 pub async fn rebuild<S, D>(
     store: &S,
     plan: &Plan,
@@ -157,6 +161,7 @@ where
                 &audit_id,
                 "bulk swap applied (its reply was lost)",
                 Some(&after),
+                None,
             )
             .await;
             return Err(leave_stuck_bulk(store, &after, &audit_id, name, what).await);
@@ -185,6 +190,7 @@ where
                 store,
                 &audit_id,
                 &format!("the bulk swap's reply was lost, also when sent again: {error}"),
+                None,
                 None,
             )
             .await;
@@ -223,6 +229,7 @@ where
             change.expected_version, bulk.version
         ),
         Some(&bulk),
+        None,
     )
     .await;
     let tenure = Tenure {
@@ -234,31 +241,48 @@ where
     let renewals = AtomicU64::new(0);
     progress.stage("running");
     let ran = tokio::select! {
-        ran = definition.run(store, progress, cancel) => ran,
-        lost = keep_renewing(store, &tenure, lease_for, &renewals) => Err(RebuildFailure::Failed(lost)),
+        ran = definition.run(store, progress, cancel) => Ok(ran),
+        lost = keep_renewing(store, &tenure, lease_for, &renewals) => Err(lost),
     };
     progress.finish();
     let renewed = renewals.load(Ordering::Relaxed);
     let report = match ran {
-        Ok(report) => report,
-        Err(failure) => {
+        Ok(Ok(report)) => report,
+        Ok(Err(failure)) => {
             let what = match &failure {
                 RebuildFailure::Cancelled => "was cancelled".to_string(),
                 RebuildFailure::Failed(detail) => format!("failed: {detail}"),
             };
             return Err(leave_stuck_bulk(store, &bulk, &audit_id, name, what).await);
         }
+        // Someone else's write took the bulk lease (an abort-bulk, another rebuild):
+        // the lease is theirs now, not STUCK BULK.
+        Err(lost) => {
+            let current = store.get(&bulk.resource).await.ok().flatten();
+            let what = format!(
+                "stopped: {lost} (now {}); the run was abandoned half-way",
+                current
+                    .as_ref()
+                    .map_or_else(|| "missing".into(), |l| format!("version {}", l.version))
+            );
+            let audit = finish(
+                store,
+                &audit_id,
+                AuditFinish {
+                    state: AuditState::Failed,
+                    after: current,
+                    outcome: format!("failed: {what}"),
+                },
+            )
+            .await;
+            return Err(OpsError::BulkTakenAway {
+                name,
+                resource: bulk.resource.clone(),
+                what,
+                audit,
+            });
+        }
     };
-    step(
-        store,
-        &audit_id,
-        &format!(
-            "ran: {} (the bulk lease renewed {renewed} times); giving the lease back with resumeAt {t0}",
-            report.summary
-        ),
-        None,
-    )
-    .await;
     let give_back = OperatorChange {
         resource: bulk.resource.clone(),
         expected_version: bulk.version,
@@ -271,6 +295,17 @@ where
         },
         note: format!("rebuilt {name} by {}: replay from {t0}", plan.operator),
     };
+    step(
+        store,
+        &audit_id,
+        &format!(
+            "ran: {} (the bulk lease renewed {renewed} times); giving the lease back with resumeAt {t0}",
+            report.summary
+        ),
+        None,
+        Some(&give_back.applied_to(&bulk, Utc::now())),
+    )
+    .await;
     let (after, remark) = match swap_resolved(store, &give_back).await {
         Ok(Resolved::Applied { after, remark, .. }) => (after, remark),
         Ok(Resolved::Changed { current, .. }) => {
@@ -354,8 +389,14 @@ where
 
 /// Records a step; a step that cannot be written leaves the record one step behind,
 /// which its finalization or the lease read back makes up for, so the rebuild goes on.
-async fn step<S: AuditLog>(store: &S, audit_id: &str, what: &str, after: Option<&Lease>) {
-    if let Err(e) = store.audit_step(audit_id, what, after).await {
+async fn step<S: AuditLog>(
+    store: &S,
+    audit_id: &str,
+    what: &str,
+    after: Option<&Lease>,
+    intends: Option<&Lease>,
+) {
+    if let Err(e) = store.audit_step(audit_id, what, after, intends).await {
         tracing::warn!(audit_id, error = %e, step = what, "could not record a rebuild step");
     }
 }

@@ -43,12 +43,15 @@ pub trait AuditLog: Send + Sync {
     fn begin_audit(&self, intent: &AuditIntent)
         -> impl Future<Output = StoreResult<String>> + Send;
 
-    /// Adds a step to a pending record, with the lease as that step left it.
+    /// Adds a step to a pending record, with the lease as that step left it (`after`)
+    /// and, before a further write, the lease that write means to leave (`intends`
+    /// replaces the record's `intended`): a record left pending is judged by both.
     fn audit_step(
         &self,
         id: &str,
         what: &str,
         after: Option<&Lease>,
+        intends: Option<&Lease>,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
     /// Finalizes a pending record. Finalizing it again the same way is a no-op (a

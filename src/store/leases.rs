@@ -242,8 +242,8 @@ pub trait LeaseStore: Send + Sync {
 
 /// What guarded operator actions need beyond the engine's [`LeaseStore`]: the
 /// compare-and-swap every action is made of, and how many changes a move of the
-/// resume point replays or skips. An action's audit record is a separate step
-/// ([`super::AuditLog`]), so what was and was not written is always known.
+/// resume point replays or skips. An action's audit record is written around it, first
+/// pending and then finalized ([`super::AuditLog`]), so no change exists without one.
 pub trait OperatorStore: LeaseStore + super::ChangeFeed {
     /// Compare-and-swap on `expected_version`: the change as [`OperatorChange::write`]
     /// describes it, and nothing else.

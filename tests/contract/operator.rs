@@ -340,14 +340,20 @@ pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<
     );
 
     store
-        .audit_step(&id, "bulk swap applied", Some(&intended))
+        .audit_step(&id, "bulk swap applied", Some(&intended), None)
         .await
         .unwrap();
     store
-        .audit_step(&id, "bulk swap applied", Some(&intended))
+        .audit_step(&id, "bulk swap applied", Some(&intended), None)
         .await
         .expect("the same step again (a retry) is no error");
-    store.audit_step(&id, "ran", None).await.unwrap();
+    let mut given_back = intended.clone();
+    given_back.version += 1;
+    given_back.kind = LockKind::Update;
+    store
+        .audit_step(&id, "ran", None, Some(&given_back))
+        .await
+        .unwrap();
     let stepped = store.audit_record(&id).await.unwrap().expect("by id");
     assert_eq!(
         stepped
@@ -403,7 +409,7 @@ pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<
         "{refused:?}"
     );
     assert!(matches!(
-        store.audit_step(&id, "late", None).await.unwrap_err(),
+        store.audit_step(&id, "late", None, None).await.unwrap_err(),
         StoreError::AuditNotPending { .. }
     ));
     assert_eq!(

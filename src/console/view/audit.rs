@@ -1,5 +1,6 @@
 //! Recent operator actions, newest first, and the selected one's before and after.
 
+use chrono::{DateTime, Utc};
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
@@ -76,7 +77,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     frame.render_stateful_widget(table, list_area, &mut table_state);
     if let Some(record) = state.audit.get(cursor.selected) {
         let now = state.leases.get(&record.resource).map(|e| &e.lease);
-        draw_record(frame, detail_area, record, now, theme);
+        draw_record(frame, detail_area, record, now, state.server_now(), theme);
     }
 }
 
@@ -95,10 +96,11 @@ fn draw_record(
     area: Rect,
     record: &AuditRecord,
     now: Option<&Lease>,
+    at: DateTime<Utc>,
     theme: &Theme,
 ) {
     // A pending record says first what it means now and what to do.
-    let area = match record.judge_pending(now) {
+    let area = match record.judge_pending(now, at) {
         Some(judgment) => {
             let text = format!(
                 "PENDING ({}): {}",
@@ -126,9 +128,14 @@ fn draw_record(
     };
     let [before, after] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
+    // Pending with no step done: what its write means to leave, not "no lease".
+    let (after_title, after_lease) = match (&record.after, record.state) {
+        (None, AuditState::Pending) => (" Intended ", record.intended.as_ref()),
+        (after, _) => (" After ", after.as_ref()),
+    };
     for (title, lease, target) in [
         (" Before ", record.before.as_ref(), before),
-        (" After ", record.after.as_ref(), after),
+        (after_title, after_lease, after),
     ] {
         frame.render_widget(
             Paragraph::new(lease_summary(lease, theme))

@@ -234,7 +234,7 @@ pub(super) fn undo(
     facts: &PlanFacts,
 ) -> Result<Decision, Refusal> {
     if let Some(record) = &facts.audit {
-        refuse_unapplied(record, lease, audit_id)?;
+        refuse_unapplied(record, lease, audit_id, facts.now)?;
     }
     let note = format!("undo {audit_id} by {}", facts.operator);
     let (mut decision, moved) = move_resume(request, lease, facts, note)?;
@@ -265,11 +265,16 @@ pub(super) fn undo(
 
 /// Only an action that changed the lease can be undone: one recorded as applied, or a
 /// pending one the lease reads back as applied.
-fn refuse_unapplied(record: &AuditRecord, lease: &Lease, audit_id: &str) -> Result<(), Refusal> {
+fn refuse_unapplied(
+    record: &AuditRecord,
+    lease: &Lease,
+    audit_id: &str,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), Refusal> {
     let id = escape_control(audit_id);
     match record.state {
         AuditState::Applied => Ok(()),
-        AuditState::Pending => match PendingVerdict::of(record, Some(lease)) {
+        AuditState::Pending => match PendingVerdict::of(record, Some(lease), now) {
             PendingVerdict::Applied => Ok(()),
             verdict => Err(Refusal::new(
                 RefusalKind::NotApplied,

@@ -141,6 +141,7 @@ fn record(before: Option<Lease>) -> AuditRecord {
         steps: Vec::new(),
         reason: None,
         outcome: "applied".into(),
+        finished_at: None,
     }
 }
 

@@ -73,6 +73,7 @@ impl AuditLog for MongoStore {
             steps: Vec::new(),
             reason: intent.context.reason.clone(),
             outcome: AuditState::Pending.as_str().into(),
+            finished_at: None,
         };
         let record_doc = audit_to_document(&record, Bson::ObjectId(id));
         let audit = self.audit();
@@ -119,7 +120,13 @@ impl AuditLog for MongoStore {
     }
 
     /// `updateOne {_id, state: pending, steps.what ≠ what}` pushing the step, majority.
-    async fn audit_step(&self, id: &str, what: &str, after: Option<&Lease>) -> StoreResult<()> {
+    async fn audit_step(
+        &self,
+        id: &str,
+        what: &str,
+        after: Option<&Lease>,
+        intends: Option<&Lease>,
+    ) -> StoreResult<()> {
         let oid = record_id(id)?;
         let step = AuditStep {
             at: Utc::now(),
@@ -128,6 +135,9 @@ impl AuditLog for MongoStore {
         let mut set = doc! {};
         if after.is_some() {
             set.insert("after", lease_bson(after));
+        }
+        if intends.is_some() {
+            set.insert("intended", lease_bson(intends));
         }
         let mut update = doc! { "$push": { "steps": audit_step_document(&step) } };
         if !set.is_empty() {

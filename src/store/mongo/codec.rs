@@ -299,6 +299,7 @@ pub fn audit_to_document(record: &AuditRecord, id: Bson) -> Document {
         "steps": record.steps.iter().map(|s| Bson::Document(audit_step_document(s))).collect::<Vec<_>>(),
         "reason": opt(record.reason.clone(), Bson::String),
         "outcome": &record.outcome,
+        "finishedAt": opt(record.finished_at, date),
     }
 }
 
@@ -352,6 +353,7 @@ pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreErro
         steps: audit_steps(document)?,
         reason: opt_string(WHAT, document, "reason")?,
         outcome,
+        finished_at: opt_date(WHAT, document, "finishedAt")?,
         id,
     })
 }
@@ -719,6 +721,7 @@ mod tests {
             }],
             reason: Some("stuck".into()),
             outcome: "pending".into(),
+            finished_at: None,
         };
         let oid = bson::oid::ObjectId::parse_str(&record.id).unwrap();
         let document = audit_to_document(&record, Bson::ObjectId(oid));

@@ -64,8 +64,9 @@ impl MongoStore {
         .map_err(fail)?;
         let leases = self.leases();
         let (filter, pipeline) = filtered_command(&change.write())?;
-        // Not retried: after a lost reply we cannot tell "applied" from "changed", and
-        // the operator's re-plan is the safe way forward.
+        // Not retried here: a lost reply is the caller's to resolve, and it does
+        // (`ops::execute` sends the swap once more and tells applied from changed by
+        // the lease the second one finds).
         let before = bounded(self.timeout(), &action, async {
             leases
                 .find_one_and_update(filter, pipeline)

@@ -5,7 +5,8 @@
 //! `operator_swap` (compare-and-swap, then the read-back) and `replace_all`
 //! (a replace per document, then one delete). The client is built
 //! with `retryWrites=false`/`retryReads=false`: this adapter owns the single retry
-//! (see [`errors`]), and every write it retries is conditional on holder and version.
+//! (see [`errors`]), and every write it retries is conditional: lease writes on
+//! holder and version, audit writes on the record's `_id` and state.
 
 mod audit;
 mod codec;

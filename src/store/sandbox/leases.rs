@@ -196,11 +196,18 @@ impl AuditLog for SandboxStore {
             steps: Vec::new(),
             reason: intent.context.reason.clone(),
             outcome: AuditState::Pending.as_str().into(),
+            finished_at: None,
         });
         Ok(id)
     }
 
-    async fn audit_step(&self, id: &str, what: &str, after: Option<&Lease>) -> StoreResult<()> {
+    async fn audit_step(
+        &self,
+        id: &str,
+        what: &str,
+        after: Option<&Lease>,
+        intends: Option<&Lease>,
+    ) -> StoreResult<()> {
         count(&self.inner.calls.audit_writes);
         let now = self.inner.clock.now();
         let mut state = self.lock();
@@ -215,11 +222,15 @@ impl AuditLog for SandboxStore {
         if after.is_some() {
             record.after = after.cloned();
         }
+        if intends.is_some() {
+            record.intended = intends.cloned();
+        }
         Ok(())
     }
 
     async fn finish_audit(&self, id: &str, finish: &AuditFinish) -> StoreResult<()> {
         count(&self.inner.calls.audit_writes);
+        let now = self.inner.clock.now();
         let mut state = self.lock();
         if let Some(done) = state.audit.iter().find(|r| r.id == id) {
             if done.state == finish.state && done.outcome == finish.outcome {
@@ -230,6 +241,7 @@ impl AuditLog for SandboxStore {
         record.state = finish.state;
         record.after = finish.after.clone();
         record.outcome = finish.outcome.clone();
+        record.finished_at = Some(now);
         Ok(())
     }
 
