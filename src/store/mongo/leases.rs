@@ -70,7 +70,7 @@ impl MongoStore {
         let (filter, pipeline) = filtered_command(&change.write())?;
         // Not retried: after a lost reply we cannot tell "applied" from "changed", and
         // the operator's re-plan is the safe way forward.
-        let before = bounded(self.timeout(), &action, async {
+        let before = bounded(self.write_timeout(), &action, async {
             leases
                 .find_one_and_update(filter, pipeline)
                 .return_document(ReturnDocument::Before)
@@ -146,7 +146,7 @@ impl MongoStore {
             "record the audit of {} on lease {} (the lease change itself was applied)",
             entry.context.action, entry.resource
         );
-        let inserted = with_one_retry(self.timeout(), &action, || {
+        let inserted = with_one_retry(self.write_timeout(), &action, || {
             audit_coll
                 .insert_one(record_doc.clone())
                 .write_concern(self.majority())
@@ -188,7 +188,7 @@ impl MongoStore {
     async fn tenure_update(&self, write: &LeaseWrite, action: &str) -> StoreResult<TenureWrite> {
         let leases = self.leases();
         let (filter, pipeline) = filtered_command(write)?;
-        let result = with_one_retry(self.timeout(), action, || {
+        let result = with_one_retry(self.write_timeout(), action, || {
             leases
                 .update_one(filter.clone(), pipeline.clone())
                 .write_concern(self.majority())
@@ -213,7 +213,7 @@ impl LeaseStore for MongoStore {
         let (filter, pipeline) = acquire_command(request);
         // Retrying is safe: after a first attempt that was applied, the lease is mine, so
         // the pipeline keeps the version and only refreshes.
-        let reply = with_one_retry(self.timeout(), &action, || {
+        let reply = with_one_retry(self.write_timeout(), &action, || {
             leases
                 .find_one_and_update(filter.clone(), pipeline.clone())
                 .upsert(true)
