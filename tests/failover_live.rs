@@ -56,8 +56,9 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bounds every wait for the listeners to catch up.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-/// One test at a time on the shared replica set.
-static SERIAL: Mutex<()> = Mutex::new(());
+/// One test at a time on the shared replica set (each test has its own runtime; a
+/// tokio mutex works across runtimes and is not poisoned by a failed test).
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 // ---------------------------------------------------------------- harness
 
@@ -140,9 +141,7 @@ where
     F: FnOnce(Rig) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let _serial = SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _serial = SERIAL.lock().await;
     let Some(uri) = live_uri(test, RS3_URI_VAR) else {
         return;
     };
