@@ -81,7 +81,7 @@ impl AuditLog for MongoStore {
             "record the intent of {} on lease {} before changing it",
             intent.context.action, intent.resource
         );
-        let inserted = with_one_retry(self.timeout(), &action, || {
+        let inserted = with_one_retry(self.write_timeout(), &action, || {
             audit
                 .insert_one(record_doc.clone())
                 .write_concern(self.majority())
@@ -150,7 +150,7 @@ impl AuditLog for MongoStore {
         };
         let action = format!("record a step of audit record {id}");
         let audit = self.audit();
-        let updated = with_one_retry(self.timeout(), &action, || {
+        let updated = with_one_retry(self.write_timeout(), &action, || {
             audit
                 .update_one(filter.clone(), update.clone())
                 .write_concern(self.majority())
@@ -182,7 +182,7 @@ impl AuditLog for MongoStore {
         }};
         let action = format!("finalize audit record {id} as {}", finish.state);
         let audit = self.audit();
-        let updated = with_one_retry(self.timeout(), &action, || {
+        let updated = with_one_retry(self.write_timeout(), &action, || {
             audit
                 .update_one(filter.clone(), update.clone())
                 .write_concern(self.majority())

@@ -138,7 +138,7 @@ impl MongoStore {
         action: &str,
     ) -> StoreResult<WriteOutcome> {
         let collection = self.collection(ns);
-        let result = with_one_retry(self.timeout(), action, || {
+        let result = with_one_retry(self.write_timeout(), action, || {
             collection
                 .update_one(filter.clone(), update.clone())
                 .upsert(true)
@@ -205,7 +205,7 @@ impl DocumentStore for MongoStore {
         let action = format!("write to {ns}");
         let collection = self.collection(ns);
         // Replacing by `_id` with the same document is idempotent, so one retry is safe.
-        with_one_retry(self.timeout(), &action, || {
+        with_one_retry(self.write_timeout(), &action, || {
             collection
                 .replace_one(doc! { "_id": id.clone() }, document.clone())
                 .upsert(true)
@@ -237,7 +237,7 @@ impl DocumentStore for MongoStore {
         }
         let action = format!("replace all of {ns}");
         let collection = self.collection(ns);
-        with_one_retry(self.timeout(), &action, || {
+        with_one_retry(self.write_timeout(), &action, || {
             collection
                 .delete_many(doc! { "_id": { "$nin": ids.clone() } })
                 .write_concern(self.majority())
@@ -253,7 +253,7 @@ impl DocumentStore for MongoStore {
     async fn drop_collection(&self, ns: &Namespace) -> StoreResult<()> {
         let action = format!("drop {ns}");
         let collection = self.collection(ns);
-        with_one_retry(self.timeout(), &action, || {
+        with_one_retry(self.write_timeout(), &action, || {
             collection
                 .drop()
                 .write_concern(self.majority())
@@ -282,7 +282,7 @@ impl DocumentStore for MongoStore {
             "dropTarget": drop_target,
             "writeConcern": { "w": "majority", "wtimeout": super::lease_write::millis(self.timeout()) },
         };
-        super::errors::bounded(self.timeout(), &action, async {
+        super::errors::bounded(self.write_timeout(), &action, async {
             admin.run_command(command).await
         })
         .await
@@ -294,7 +294,7 @@ impl DocumentStore for MongoStore {
     async fn drop_database(&self, db: &str) -> StoreResult<()> {
         let action = format!("drop database {db}");
         let database = self.client.database(db);
-        with_one_retry(self.timeout(), &action, || {
+        with_one_retry(self.write_timeout(), &action, || {
             database.drop().write_concern(self.majority()).into_future()
         })
         .await

@@ -67,7 +67,7 @@ impl MongoStore {
         // Not retried here: a lost reply is the caller's to resolve, and it does
         // (`ops::execute` sends the swap once more and tells applied from changed by
         // the lease the second one finds).
-        let before = bounded(self.timeout(), &action, async {
+        let before = bounded(self.write_timeout(), &action, async {
             leases
                 .find_one_and_update(filter, pipeline)
                 .return_document(ReturnDocument::Before)
@@ -123,7 +123,7 @@ impl MongoStore {
     async fn tenure_update(&self, write: &LeaseWrite, action: &str) -> StoreResult<TenureWrite> {
         let leases = self.leases();
         let (filter, pipeline) = filtered_command(write)?;
-        let result = with_one_retry(self.timeout(), action, || {
+        let result = with_one_retry(self.write_timeout(), action, || {
             leases
                 .update_one(filter.clone(), pipeline.clone())
                 .write_concern(self.majority())
@@ -148,7 +148,7 @@ impl LeaseStore for MongoStore {
         let (filter, pipeline) = acquire_command(request);
         // Retrying is safe: after a first attempt that was applied, the lease is mine, so
         // the pipeline keeps the version and only refreshes.
-        let reply = with_one_retry(self.timeout(), &action, || {
+        let reply = with_one_retry(self.write_timeout(), &action, || {
             leases
                 .find_one_and_update(filter.clone(), pipeline.clone())
                 .upsert(true)

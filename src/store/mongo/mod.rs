@@ -33,6 +33,11 @@ pub use redact::{redact_message, redact_uri};
 
 use crate::store::{Namespace, StoreError};
 
+/// How much longer than the write concern's `wtimeout` the client waits for a majority
+/// write's reply: the server starts its `wtimeout` clock only once the write is applied,
+/// and its reply still has to travel.
+const WRITE_CONCERN_GRACE: Duration = Duration::from_secs(1);
+
 /// A connected store. Cloning is cheap (the driver client is shared).
 #[derive(Debug, Clone)]
 pub struct MongoStore {
@@ -91,6 +96,16 @@ impl MongoStore {
 
     fn timeout(&self) -> Duration {
         self.settings.operation_timeout
+    }
+
+    /// The client's bound on one majority write: the write concern's `wtimeout` (the
+    /// operation timeout) plus [`WRITE_CONCERN_GRACE`]. With the same bound on both
+    /// sides the client always gave up first, so a majority out of reach was reported
+    /// as a lost reply ("no reply within …") and the connection dropped, and the
+    /// server's own answer (`writeConcernError` 64: applied here, not confirmed by a
+    /// majority) never reached the caller (seen on a real 6.0.5: tests/failover_live.rs).
+    fn write_timeout(&self) -> Duration {
+        self.settings.operation_timeout + WRITE_CONCERN_GRACE
     }
 
     /// Every document of `collection` sorted by `_id` (a missing collection is empty).
