@@ -1239,7 +1239,7 @@ async fn an_operator_swap_that_loses_its_connection_is_audited_or_reported_unwri
             assert!(
                 matches!(
                     &result,
-                    Err(e) if !matches!(e, OpsError::OutcomeUnknown { .. } | OpsError::AuditMissing { .. })
+                    Err(e) if !matches!(e, OpsError::OutcomeUnknown { .. } | OpsError::AuditUnfinished { .. })
                 ),
                 "the lease is unchanged, so the tool must say nothing was written: {result:?}"
             );

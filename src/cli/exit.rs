@@ -46,9 +46,7 @@ pub fn for_ops(error: &OpsError) -> u8 {
         OpsError::Refused(refusal) => for_refusal(refusal),
         OpsError::Changed { .. } => CHANGED,
         OpsError::Store(error) => for_store(error),
-        OpsError::NotStarted { source, .. } | OpsError::NotApplied { source, .. } => {
-            for_store(source)
-        }
+        OpsError::NotStarted { cause, .. } | OpsError::NotApplied { cause, .. } => for_store(cause),
         OpsError::AuditUnfinished { .. }
         | OpsError::OutcomeUnknown { .. }
         | OpsError::StuckBulk { .. }
@@ -128,7 +126,7 @@ mod tests {
         let not_started = anyhow::Error::new(OpsError::NotStarted {
             action: "takeover".into(),
             resource: "r".into(),
-            source: Box::new(StoreError::NotPermitted {
+            cause: Box::new(StoreError::NotPermitted {
                 action: "a".into(),
                 detail: "d".into(),
                 hint: "h".into(),

@@ -14,12 +14,14 @@ pub enum OpsError {
     /// The action's audit record could not be written first, so nothing was done.
     #[error(
         "{action} on {resource} was not started: its audit record could not be written, and no lease \
-         is changed without one, so nothing was written to the lease. Cause: {source}"
+         is changed without one, so nothing was written to the lease. Cause: {cause}"
     )]
     NotStarted {
         action: String,
         resource: String,
-        source: Box<StoreError>,
+        /// What failed (shown in the message, not chained as a source, so it is
+        /// printed once).
+        cause: Box<StoreError>,
     },
     /// The compare-and-swap found another version: nothing was written to the lease.
     #[error(
@@ -36,24 +38,28 @@ pub enum OpsError {
         audit: Option<String>,
     },
     /// The server refused the lease write: nothing was written to the lease.
-    #[error("{action} on {resource} was not applied: nothing was written to the lease ({audit}). Cause: {source}")]
+    #[error("{action} on {resource} was not applied: nothing was written to the lease ({audit}). Cause: {cause}")]
     NotApplied {
         action: String,
         resource: String,
         audit: String,
-        source: Box<StoreError>,
+        /// What failed (shown in the message, not chained as a source, so it is
+        /// printed once).
+        cause: Box<StoreError>,
     },
     /// The lease was changed, but its pending audit record could not be finalized.
     #[error(
         "{action} on {resource} was applied (now version {version}), but its audit record {audit_id} \
-         could not be finalized and stays pending; `streamward audit` shows it with the lease read back. Cause: {source}"
+         could not be finalized and stays pending; `streamward audit` shows it with the lease read back. Cause: {cause}"
     )]
     AuditUnfinished {
         action: String,
         resource: String,
         version: i64,
         audit_id: String,
-        source: Box<StoreError>,
+        /// What failed (shown in the message, not chained as a source, so it is
+        /// printed once).
+        cause: Box<StoreError>,
     },
     /// The compare-and-swap's reply was lost, and sent again it was lost too (or found
     /// the lease moved on): whether it was applied is unknown.
@@ -61,7 +67,7 @@ pub enum OpsError {
         "{action} on {resource}: the lease write's reply was lost (it was sent twice), so whether it was applied \
          is unknown; its audit record {audit_id} stays pending. `streamward audit` judges it against the lease \
          as it is now: version {planned} means nothing was written (plan again); version {next} with the new \
-         holder means it was applied. Cause: {source}",
+         holder means it was applied. Cause: {cause}",
         planned = planned_version,
         next = planned_version + 1
     )]
@@ -70,7 +76,9 @@ pub enum OpsError {
         resource: String,
         planned_version: i64,
         audit_id: String,
-        source: Box<StoreError>,
+        /// What failed (shown in the message, not chained as a source, so it is
+        /// printed once).
+        cause: Box<StoreError>,
     },
     /// A rebuild failed or was cancelled after it took the bulk lease: the lease stays
     /// bulk (STUCK BULK) until a re-run or abort-bulk.

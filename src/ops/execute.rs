@@ -91,7 +91,7 @@ pub(super) async fn begin<S: AuditLog>(
         .map_err(|source| OpsError::NotStarted {
             action: intent.context.action.clone(),
             resource: intent.resource.clone(),
-            source: Box::new(source),
+            cause: Box::new(source),
         })
 }
 
@@ -249,7 +249,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
                     resource: change.resource.clone(),
                     version: after.version,
                     audit_id,
-                    source: Box::new(source),
+                    cause: Box::new(source),
                 });
             }
             Ok(OperatorOutcome::Applied {
@@ -296,7 +296,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
                 resource: change.resource.clone(),
                 planned_version: change.expected_version,
                 audit_id,
-                source: Box::new(source),
+                cause: Box::new(source),
             })
         }
         Err(source) => {
@@ -314,7 +314,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
                 action,
                 resource: change.resource.clone(),
                 audit,
-                source: Box::new(source),
+                cause: Box::new(source),
             })
         }
     }

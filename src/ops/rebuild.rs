@@ -199,7 +199,7 @@ where
                 resource: change.resource.clone(),
                 planned_version: change.expected_version,
                 audit_id,
-                source: Box::new(error),
+                cause: Box::new(error),
             });
         }
         Err(error) => {
@@ -217,7 +217,7 @@ where
                 action: plan.action.name().to_string(),
                 resource: change.resource.clone(),
                 audit,
-                source: Box::new(error),
+                cause: Box::new(error),
             });
         }
     };
@@ -370,7 +370,7 @@ where
             resource: bulk.resource.clone(),
             version: after.version,
             audit_id: audit_id.clone(),
-            source: Box::new(source),
+            cause: Box::new(source),
         })?;
     Ok(RebuildOutcome {
         executed: Executed {
