@@ -33,8 +33,13 @@
 //!   it, so an unlabelled 11602 on `getMore` ends the tenure (version + 1) instead.
 //!   Opening the stream is not retried: a failed `aggregate` ends the tenure.
 //! - `replSetStepDown` (election handoff, a new primary within about 50 ms) and
-//!   `replSetStepUp` are absorbed by the one retry and the stream resume: no error, no
-//!   new version, nothing delivered twice.
+//!   `replSetStepUp` are mostly absorbed by the one retry and the stream resume: no
+//!   error, no new version, nothing delivered twice. A handler write caught by the
+//!   step-down (2 runs in 6) came back either as `writeErrors` 189 "Not primary while
+//!   writing" (not applied; retried once since that run showed it was not) or as a
+//!   `writeConcernError` 11602 "operation was interrupted" (applied, not retried): the
+//!   tenure ended, the next version got the batch again, and the message was
+//!   rewritten in place.
 //! - A primary stopped with SIGSTOP: a new one after the election timeout (11–21 s
 //!   here); reads and writes to the old one end at the adapter's bounds ("no reply
 //!   within …"), and whichever listener acquires first on the new primary holds the
