@@ -34,12 +34,13 @@
 //!   Opening the stream is not retried: a failed `aggregate` ends the tenure.
 //! - `replSetStepDown` (election handoff, a new primary within about 50 ms) and
 //!   `replSetStepUp` are mostly absorbed by the one retry and the stream resume: no
-//!   error, no new version, nothing delivered twice. A handler write caught by the
-//!   step-down (2 runs in 6) came back either as `writeErrors` 189 "Not primary while
-//!   writing" (not applied; retried once since that run showed it was not) or as a
-//!   `writeConcernError` 11602 "operation was interrupted" (applied, not retried): the
-//!   tenure ended, the next version got the batch again, and the message was
-//!   rewritten in place.
+//!   error, no new version, nothing delivered twice. In about half of the runs a
+//!   commit or handler write was caught by an election: as `writeErrors` 189 "Not
+//!   primary while writing" (not applied; now retried once, like the command error) or
+//!   as a `writeConcernError` 11602 "operation was interrupted" (applied, not retried).
+//!   The latter ends the tenure: the next version resumes after the last commit that
+//!   landed, so a handler write's batch is delivered again and its message rewritten
+//!   in place, a commit's batch is not.
 //! - A primary stopped with SIGSTOP: a new one after the election timeout (11–21 s
 //!   here); reads and writes to the old one end at the adapter's bounds ("no reply
 //!   within …"), and whichever listener acquires first on the new primary holds the
