@@ -14,14 +14,41 @@
 //! fail point, the first member primary and every member caught up.
 //!
 //! What the driver does here, since the adapter builds its client with
-//! `retryWrites=false` and `retryReads=false` (docs/protocol.md §13):
-//! - no write or read is retried by the driver; the adapter retries once after a
-//!   network error or a not-primary code, and never after a write-concern error;
-//! - an open change stream is still resumed by the driver on a resumable error (any
-//!   network error, or a server error labelled `ResumableChangeStreamError`), inside
-//!   the same `next_if_any` call, from its cached token;
-//! - a network error on a pooled connection marks the server unknown and clears its
-//!   pool; the next command selects a server again.
+//! `retryWrites=false` and `retryReads=false` (docs/protocol.md §13), and what the
+//! listeners showed on MongoDB 6.0.5 (each test prints its timeline):
+//! - No command is retried by the driver. The adapter retries once after a network
+//!   error or a not-primary code, never after a write-concern error or its own time
+//!   limit. A `closeConnection` or a 10107 once on the acquire or the commit is absorbed
+//!   by that retry: no error shown, same version. Twice: the call fails (`Network`
+//!   "unexpected end of file"); a failed commit releases, the next tenure (version + 1)
+//!   gets the batch again, and the lease-fenced message is rewritten in place.
+//! - A `writeConcernError` (64, 91, 100) comes with the write applied: a failed acquire
+//!   is followed by one that refreshes the same version; a failed commit releases, and
+//!   the next tenure resumes after the batch (the commit landed), so nothing is
+//!   delivered twice. A 91 also marks the server unknown and clears its pool: with the
+//!   streaming heartbeat the driver selects no primary for about 10 s.
+//! - An open change stream is resumed by the driver on a network error or a server error
+//!   labelled `ResumableChangeStreamError`, inside one `next_if_any`: the listener sees
+//!   nothing. A `failCommand` error code carries no label unless the fail point adds
+//!   it, so an unlabelled 11602 on `getMore` ends the tenure (version + 1) instead.
+//!   Opening the stream is not retried: a failed `aggregate` ends the tenure.
+//! - `replSetStepDown` (election handoff, a new primary within about 50 ms) and
+//!   `replSetStepUp` are mostly absorbed by the one retry and the stream resume: no
+//!   error, no new version, nothing delivered twice. In about half of the runs a
+//!   commit or handler write was caught by an election: as `writeErrors` 189 "Not
+//!   primary while writing" (not applied; now retried once, like the command error) or
+//!   as a `writeConcernError` 11602 "operation was interrupted" (applied, not retried).
+//!   The latter ends the tenure: the next version resumes after the last commit that
+//!   landed, so a handler write's batch is delivered again and its message rewritten
+//!   in place, a commit's batch is not.
+//! - A primary stopped with SIGSTOP: a new one after the election timeout (11–21 s
+//!   here); reads and writes to the old one end at the adapter's bounds ("no reply
+//!   within …"), and whichever listener acquires first on the new primary holds the
+//!   lease (the old holder keeps its version, or the standby takes the next one).
+//! - Both secondaries stopped: majority writes end with `writeConcernError` 64 after
+//!   `wtimeout`, applied on the primary only (a local read shows them, a majority read
+//!   does not); no commit reports success; once the secondaries continue, those writes
+//!   become majority-committed and the listeners go on from there.
 
 #[path = "common/failpoint.rs"]
 mod failpoint;

@@ -394,6 +394,33 @@ async fn primary_stepdown_is_retried_once_after_rediscovery() {
     assert_eq!(sent[0], sent[1]);
 }
 
+/// What a real 6.0.5 answers an `update` whose primary stepped down while it ran: the
+/// command succeeds and its one statement carries the not-primary code. The statement
+/// was not applied, so it is retried like the same code as a command error.
+#[tokio::test]
+async fn a_not_primary_write_error_is_retried_once() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "update",
+        [
+            Action::ok(doc! { "n": 0, "nModified": 0, "writeErrors": [{
+                "index": 0, "code": 189,
+                "errmsg": "Not primary while writing to sw.leases",
+            }] }),
+            Action::ok(doc! { "n": 1, "nModified": 1 }),
+        ],
+    );
+    let outcome = store
+        .commit(&tenure(), &token("82"), Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert_eq!(outcome, TenureWrite::Done);
+    let sent = server.commands_stripped("update");
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0], sent[1]);
+}
+
 #[tokio::test]
 async fn other_command_errors_are_never_retried() {
     let server = WireServer::start().await;

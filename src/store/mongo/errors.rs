@@ -62,11 +62,17 @@ pub fn is_duplicate_key(error: &Error) -> bool {
     ) && code_of(error) == Some(DUPLICATE_KEY)
 }
 
-/// Whether one more attempt of the same conditional call is allowed.
+/// Whether one more attempt of the same conditional call is allowed. A not-primary
+/// code counts whether the server sends it as the command's error or as the write
+/// error of the statement: a primary that steps down while an `update` runs answers
+/// `ok: 1` with `writeErrors: [{code: 189, errmsg: "Not primary while writing to …"}]`
+/// (seen on a real 6.0.5: tests/failover_live.rs), and that statement was not applied.
+/// A write-concern error is never retried: its write was applied.
 pub fn is_retryable(error: &Error) -> bool {
     match &*error.kind {
         ErrorKind::Io(_) | ErrorKind::ConnectionPoolCleared { .. } => true,
         ErrorKind::Command(c) => NOT_PRIMARY_CODES.contains(&c.code),
+        ErrorKind::Write(WriteFailure::WriteError(w)) => NOT_PRIMARY_CODES.contains(&w.code),
         _ => false,
     }
 }
