@@ -25,6 +25,9 @@ use support::live::{live, LiveDb};
 const RESOURCE: &str = "shop.orders";
 const APP: &str = "sw-operator-faults";
 
+/// `failCommand` is one fail point per server: the tests here take turns.
+static FAIL_POINT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// A store for the operator whose commands carry `appName`, so a fail point picks them
 /// alone (not the test's own reads).
 async fn operator_store(live: &LiveDb) -> MongoStore {
@@ -162,6 +165,7 @@ fn assert_told_the_truth(case: &Case, seen: &Seen) {
 #[tokio::test(flavor = "multi_thread")]
 async fn operator_writes_under_fail_points_change_nothing_unaudited_and_say_what_happened() {
     live("operator_faults", |live| async move {
+        let _turn = FAIL_POINT.lock().await;
         let set = ReplicaSet::connect(&live.uri).await;
         let operator = operator_store(&live).await;
 
@@ -346,6 +350,7 @@ async fn operator_writes_under_fail_points_change_nothing_unaudited_and_say_what
 #[tokio::test(flavor = "multi_thread")]
 async fn the_binary_reports_a_twice_lost_swap_as_unknown_and_audit_judges_it() {
     live("operator_faults_cli", |live| async move {
+        let _turn = FAIL_POINT.lock().await;
         let set = ReplicaSet::connect(&live.uri).await;
         let before = held(&live).await;
         let uri = with_app_name(&live.uri, "sw-faults-cli");
