@@ -70,13 +70,20 @@ impl State {
             ns: ns.clone(),
             time,
         });
+        // As an oplog holds it: an insert or replacement keeps its document, an update
+        // does not (a reader looks the document up when it reads, as `updateLookup`
+        // does), so a log of updates to a growing document does not keep every copy.
+        let full_document = match operation {
+            OperationType::Update => None,
+            _ => document,
+        };
         self.log.append(ChangeEvent {
             token: ResumeToken::encode(time, TokenKind::Event, seq),
             cluster_time: time,
             operation,
             ns: ns.clone(),
             document_key: bson::doc! {"_id": id.clone()},
-            full_document: document,
+            full_document,
         });
     }
 
