@@ -1,9 +1,12 @@
 use std::process::ExitCode;
 
-use streamward::cli::{self, exit};
+use streamward::cli::{self, exit, output};
 
 fn main() -> ExitCode {
-    let cli = cli::parse();
+    let cli = match cli::parse() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     init_logging(cli.command.is_interactive());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -11,23 +14,12 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            output::say(format_args!("error: cannot start the async runtime: {e}"));
             return ExitCode::from(exit::ERROR);
         }
     };
-    match runtime.block_on(cli::run(cli)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // Errors can quote database strings (a holder, a resource): escape them. A
-            // driver message can quote a connection string: mask its secrets.
-            let message = streamward::store::mongo::redact_message(&format!("{error:#}"));
-            eprintln!(
-                "error: {}",
-                streamward::model::text::escape_control(&message)
-            );
-            exit::code_for(&error)
-        }
-    }
+    // Errors are told by `run` (text on stderr, and JSON on stdout with --output json).
+    runtime.block_on(cli::run(cli))
 }
 
 /// Logs go to a file named by `STREAMWARD_LOG`, never to the screen the tables draw
@@ -56,7 +48,9 @@ fn init_logging(interactive: bool) {
                 .with_ansi(false)
                 .try_init();
         }
-        Err(e) => eprintln!("warning: cannot open log file {path}: {e}; logging is off"),
+        Err(e) => output::say(format_args!(
+            "warning: cannot open log file {path}: {e}; logging is off"
+        )),
     }
 }
 

@@ -718,3 +718,111 @@ timeout = "20s"
     })
     .await;
 }
+
+/// For cron and monitors, on the real cluster: `leases --check` passes while the lease
+/// is healthy and exits 6 naming it once it is STUCK BULK; `leases --watch --output
+/// json` prints a line when that happens.
+#[tokio::test(flavor = "multi_thread")]
+async fn leases_check_and_watch_follow_the_real_cluster() {
+    live("cli_check_watch", |live| async move {
+        held_lease_with_a_real_token(&live).await;
+        let store = &live.store;
+
+        let mut cmd = streamward(&live);
+        cmd.args(["leases", "--check"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out, "ok: 1 leases, none AT RISK, LOST, INVALIDATED or STUCK BULK\n",
+            "{err}"
+        );
+
+        let mut watch = std::process::Command::new(assert_cmd::cargo::cargo_bin("streamward"))
+            .env_remove("STREAMWARD_URI")
+            .args([
+                "--uri",
+                &live.uri,
+                "--leases",
+                &format!("{}.leases", live.db),
+            ])
+            .args([
+                "leases",
+                "--watch",
+                "--interval",
+                "200ms",
+                "--output",
+                "json",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("watch started");
+        let stdout = watch.stdout.take().unwrap();
+        let (lines, mut received) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let first = next_json(&mut received).await;
+        assert_eq!(first[0]["resource"], RESOURCE);
+        assert_eq!(first[0]["holder"], "worker-1");
+
+        // A rebuild that died after taking the bulk lease.
+        let current = store.get(RESOURCE).await.unwrap().unwrap();
+        let swapped = store
+            .operator_swap(&OperatorChange {
+                resource: RESOURCE.into(),
+                expected_version: current.version,
+                holder: Some("rebuild@gone".into()),
+                expires_in: Duration::ZERO,
+                kind: LockKind::Bulk,
+                resume: ResumeChange::Keep,
+                note: "rebuild by rebuild@gone".into(),
+            })
+            .await
+            .unwrap();
+        assert!(matches!(swapped, SwapOutcome::Applied { .. }));
+        let stuck = loop {
+            let line = next_json(&mut received).await;
+            if line[0]["status"] == "STUCK BULK" {
+                break line;
+            }
+        };
+        let _ = watch.kill();
+        let _ = watch.wait();
+        assert_eq!(stuck[0]["version"], current.version + 1);
+
+        let mut cmd = streamward(&live);
+        cmd.args(["leases", "--check"]);
+        let (code, out, err) = run(cmd).await;
+        assert_eq!(code, 6, "{err}");
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with(RESOURCE) && l.ends_with("STUCK BULK")),
+            "{out}"
+        );
+        assert!(
+            err.contains(&format!(
+                "1 of 1 leases need attention: {RESOURCE} STUCK BULK"
+            )),
+            "{err}"
+        );
+    })
+    .await;
+}
+
+/// The next line of a `--watch`, as JSON, within 30 s.
+async fn next_json(lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>) -> Value {
+    let line = tokio::time::timeout(Duration::from_secs(30), lines.recv())
+        .await
+        .expect("a line within 30 s")
+        .expect("the watch still runs");
+    serde_json::from_str(&line).expect("one JSON document per line")
+}

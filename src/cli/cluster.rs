@@ -1,75 +1,370 @@
 //! `streamward leases` and `streamward oplog`: what the cluster says, as a table or JSON.
+//! `leases --watch` prints again whenever a lease changes hands or status; `leases
+//! --check` is for cron and monitors: exit 6 when a lease needs attention.
+
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
+use clap::Args;
 use serde_json::{json, Value};
 
+use super::exit::{Unhealthy, Unreachable};
 use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
-use super::settings::{OutputFormat, Settings};
+use super::output::say;
+use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::lease_field as F;
 use crate::model::text::{escape_control, short_duration};
-use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, OplogWindow};
+use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow};
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
-use crate::store::{ChangeFeed, LeaseStore, StoreError};
+use crate::store::{ChangeFeed, LeaseStore, MalformedDocument, StoreError};
 
+#[derive(Debug, Args)]
+pub struct LeasesArgs {
+    /// Keep listing: print again whenever a lease changes holder, version, kind or
+    /// status (with --output json: one JSON document per line). Ctrl-C stops.
+    #[arg(long, conflicts_with = "check")]
+    pub watch: bool,
+    /// How often --watch reads the leases.
+    #[arg(long, default_value = "2s", value_name = "DURATION", requires = "watch", value_parser = parse_interval)]
+    pub interval: Duration,
+    /// For cron and monitors: list only the leases that are AT RISK, LOST, INVALIDATED
+    /// or STUCK BULK (or unreadable) and exit 6 if there is one; exit 0 if none.
+    #[arg(long)]
+    pub check: bool,
+    #[command(flatten)]
+    pub common: ReaderArgs,
+}
+
+/// At least 100 ms (a tighter loop only loads the cluster), at most a day.
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = super::limits::duration_at_most(text, Duration::from_secs(24 * 3600))?;
+    if interval < Duration::from_millis(100) {
+        return Err(format!("{text} is shorter than the least allowed, 100ms"));
+    }
+    Ok(interval)
+}
+
+/// Connects to the cluster of `settings`. An unreachable one is one sentence with the
+/// redacted address ([`Unreachable`]); the driver's account of it goes to the log.
 pub(super) async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
     let mongo = settings.mongo()?;
     let shown = crate::store::mongo::redact_uri(&mongo.uri);
-    MongoStore::connect(mongo)
-        .await
-        .with_context(|| format!("connecting to {shown}"))
-}
-
-/// The oplog window, or `None` with a note on stderr when it may not be read.
-async fn window_if_permitted(store: &MongoStore) -> anyhow::Result<Option<OplogWindow>> {
-    match store.oplog_window().await {
-        Ok(window) => Ok(Some(window)),
-        Err(e @ StoreError::NotPermitted { .. }) => {
-            eprintln!("note: {e}; lag, headroom and history status are not shown");
-            Ok(None)
+    match MongoStore::connect(mongo).await {
+        Ok(store) => Ok(store),
+        Err(StoreError::Unreachable(detail)) => {
+            tracing::warn!(cluster = %shown, %detail, "cannot reach the cluster");
+            Err(Unreachable {
+                address: shown,
+                within: humantime::format_duration(settings.connect_timeout).to_string(),
+                why: why_unreachable(&detail).into(),
+            }
+            .into())
         }
-        Err(e) => Err(e).context("reading the oplog window"),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("connecting to {shown}"))),
     }
 }
 
-pub async fn leases(settings: &Settings) -> anyhow::Result<()> {
+/// The driver's account of a failed server selection, in a few words.
+fn why_unreachable(detail: &str) -> &'static str {
+    let lower = detail.to_lowercase();
+    if lower.contains("connection refused") {
+        "connection refused"
+    } else if lower.contains("dns") || lower.contains("lookup") || lower.contains("resolve") {
+        "the host name does not resolve"
+    } else if lower.contains("tls") || lower.contains("certificate") || lower.contains("ssl") {
+        "the TLS handshake failed"
+    } else if lower.contains("replicasetnoprimary") {
+        "no primary answered (check the replicaSet name)"
+    } else if lower.contains("timed out") || lower.contains("timeout") {
+        "no server answered"
+    } else {
+        "no server could be used"
+    }
+}
+
+/// Everything one listing shows.
+struct Snapshot {
+    leases: Vec<Lease>,
+    malformed: Vec<MalformedDocument>,
+    /// `None` when the oplog may not be read: lag, headroom and history status unknown.
+    window: Option<OplogWindow>,
+    /// Why the window is unknown, when it may not be read.
+    window_denied: Option<StoreError>,
+    now: DateTime<Utc>,
+}
+
+impl Snapshot {
+    async fn read(store: &MongoStore, settings: &Settings) -> anyhow::Result<Snapshot> {
+        let listing = store
+            .list()
+            .await
+            .with_context(|| format!("listing leases in {}", settings.leases))?;
+        let (window, window_denied) = match store.oplog_window().await {
+            Ok(window) => (Some(window), None),
+            Err(e @ StoreError::NotPermitted { .. }) => (None, Some(e)),
+            Err(e) => return Err(e).context("reading the oplog window"),
+        };
+        let now = store
+            .server_now()
+            .await
+            .context("reading the server's clock")?;
+        Ok(Snapshot {
+            leases: listing.items,
+            malformed: listing.malformed,
+            window,
+            window_denied,
+            now,
+        })
+    }
+
+    fn note_denied(&self) {
+        if let Some(e) = &self.window_denied {
+            say(format_args!(
+                "note: {e}; lag, headroom and history status are not shown"
+            ));
+        }
+    }
+
+    fn health(&self, lease: &Lease, thresholds: &HealthThresholds) -> LeaseHealth {
+        LeaseHealth::assess(lease, self.window.as_ref(), self.now, thresholds)
+    }
+
+    fn json(
+        &self,
+        thresholds: &HealthThresholds,
+        leases: &[&Lease],
+        malformed: bool,
+    ) -> Vec<Value> {
+        let shown = leases
+            .iter()
+            .map(|l| lease_json(l, self.window.as_ref(), self.now, thresholds));
+        let unreadable = self
+            .malformed
+            .iter()
+            .filter(|_| malformed)
+            .map(describe::malformed_json);
+        shown.chain(unreadable).collect()
+    }
+
+    fn table(&self, thresholds: &HealthThresholds, leases: &[&Lease]) -> String {
+        let rows: Vec<LeaseRow> = leases
+            .iter()
+            .map(|l| LeaseRow::new(l, self.window.as_ref(), self.now, thresholds))
+            .collect();
+        let owned: Vec<Lease> = leases.iter().map(|l| (*l).clone()).collect();
+        format!("{}{}", render_leases(&rows), render_invalidations(&owned))
+    }
+
+    /// What `--watch` compares: who holds what, at which version, in which status —
+    /// not the token or the lag, which move with every commit.
+    fn fingerprint(&self, thresholds: &HealthThresholds) -> Vec<String> {
+        let mut seen: Vec<String> = self
+            .leases
+            .iter()
+            .map(|l| {
+                format!(
+                    "{:?} {:?} {} {} {} {:?}",
+                    l.resource,
+                    l.live_holder(self.now),
+                    l.version,
+                    l.kind,
+                    self.health(l, thresholds).status.label(),
+                    l.invalidated.as_ref().map(|i| &i.reason),
+                )
+            })
+            .collect();
+        seen.extend(self.malformed.iter().map(|m| format!("malformed {m}")));
+        seen
+    }
+}
+
+/// The statuses `--check` fails on.
+const NEEDS_ATTENTION: [LeaseStatus; 4] = [
+    LeaseStatus::AtRisk,
+    LeaseStatus::Lost,
+    LeaseStatus::Invalidated,
+    LeaseStatus::StuckBulk,
+];
+
+pub async fn leases(
+    settings: &Settings,
+    args: &LeasesArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let store = connect(settings).await?;
-    let listing = store
-        .list()
-        .await
-        .with_context(|| format!("listing leases in {}", settings.leases))?;
-    let leases = listing.items;
-    let window = window_if_permitted(&store).await?;
-    let now = store
-        .server_now()
-        .await
-        .context("reading the server's clock")?;
+    if args.watch {
+        return watch(&store, settings, args.interval, out).await;
+    }
+    let snapshot = Snapshot::read(&store, settings).await?;
+    if args.check {
+        return check(&snapshot, settings, out);
+    }
+    snapshot.note_denied();
     let thresholds = settings.thresholds;
+    let all: Vec<&Lease> = snapshot.leases.iter().collect();
     match settings.output {
         OutputFormat::Table => {
-            super::guarded::warn_malformed("lease document", &listing.malformed);
-            if leases.is_empty() && listing.malformed.is_empty() {
-                println!("no leases in {}", settings.leases);
+            super::guarded::warn_malformed("lease document", &snapshot.malformed);
+            if all.is_empty() && snapshot.malformed.is_empty() {
+                writeln!(out, "no leases in {}", settings.leases)?;
                 return Ok(());
             }
-            let rows: Vec<LeaseRow> = leases
-                .iter()
-                .map(|l| LeaseRow::new(l, window.as_ref(), now, &thresholds))
-                .collect();
-            print!("{}", render_leases(&rows));
-            print!("{}", render_invalidations(&leases));
+            write!(out, "{}", snapshot.table(&thresholds, &all))?;
         }
         OutputFormat::Json => {
-            let items: Vec<Value> = leases
-                .iter()
-                .map(|l| lease_json(l, window.as_ref(), now, &thresholds))
-                .chain(listing.malformed.iter().map(describe::malformed_json))
-                .collect();
-            println!("{}", serde_json::to_string_pretty(&items)?);
+            let items = snapshot.json(&thresholds, &all, true);
+            writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
         }
     }
     Ok(())
+}
+
+/// `leases --check`: the leases that need attention, or a line saying there are none.
+fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
+    let thresholds = settings.thresholds;
+    let problems: Vec<&Lease> = snapshot
+        .leases
+        .iter()
+        .filter(|l| NEEDS_ATTENTION.contains(&snapshot.health(l, &thresholds).status))
+        .collect();
+    let named: Vec<String> = problems
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                escape_control(&l.resource),
+                snapshot.health(l, &thresholds).status.label()
+            )
+        })
+        .chain(
+            snapshot
+                .malformed
+                .iter()
+                .map(|m| format!("{} MALFORMED", escape_control(&m.to_string()))),
+        )
+        .collect();
+    let total = snapshot.leases.len() + snapshot.malformed.len();
+    match settings.output {
+        OutputFormat::Table if named.is_empty() => {
+            if snapshot.window_denied.is_none() {
+                writeln!(
+                    out,
+                    "ok: {total} leases, none AT RISK, LOST, INVALIDATED or STUCK BULK"
+                )?;
+            }
+        }
+        OutputFormat::Table => {
+            super::guarded::warn_malformed("lease document", &snapshot.malformed);
+            if !problems.is_empty() {
+                write!(out, "{}", snapshot.table(&thresholds, &problems))?;
+            }
+        }
+        OutputFormat::Json => {
+            let document = json!({
+                "ok": named.is_empty() && snapshot.window_denied.is_none(),
+                "leases": total,
+                "problems": snapshot.json(&thresholds, &problems, true),
+            });
+            writeln!(out, "{}", serde_json::to_string_pretty(&document)?)?;
+        }
+    }
+    if !named.is_empty() {
+        return Err(Unhealthy(format!(
+            "{} of {total} leases need attention: {}",
+            named.len(),
+            named.join(", ")
+        ))
+        .into());
+    }
+    if let Some(denied) = &snapshot.window_denied {
+        // AT RISK and LOST cannot be told without the oplog: not a pass.
+        return Err(anyhow::Error::new(denied.clone())
+            .context("cannot check for AT RISK and LOST leases without reading the oplog"));
+    }
+    Ok(())
+}
+
+/// `leases --watch`: a listing at once, then again whenever it changes. A failed read
+/// is a warning (once until it recovers), not the end: the cluster may be electing.
+async fn watch(
+    store: &MongoStore,
+    settings: &Settings,
+    interval: Duration,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let thresholds = settings.thresholds;
+    let clear = settings.output == OutputFormat::Table && std::io::stdout().is_terminal();
+    let mut shown: Option<Vec<String>> = None;
+    let mut failing: Option<String> = None;
+    let mut noted = false;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut ctrl_c => return Ok(()),
+            _ = ticker.tick() => {}
+        }
+        let snapshot = match Snapshot::read(store, settings).await {
+            Ok(snapshot) => snapshot,
+            Err(error) => {
+                let message = super::output::error_message(&error);
+                if failing.as_ref() != Some(&message) {
+                    say(format_args!(
+                        "warning: {}; trying again every {}",
+                        escape_control(&message),
+                        humantime::format_duration(interval)
+                    ));
+                    failing = Some(message);
+                }
+                continue;
+            }
+        };
+        if failing.take().is_some() {
+            say("note: reading the leases again");
+        }
+        if !noted {
+            snapshot.note_denied();
+            noted = true;
+        }
+        let fingerprint = snapshot.fingerprint(&thresholds);
+        if shown.as_ref() == Some(&fingerprint) {
+            continue;
+        }
+        let all: Vec<&Lease> = snapshot.leases.iter().collect();
+        match settings.output {
+            OutputFormat::Json => {
+                let items = snapshot.json(&thresholds, &all, true);
+                writeln!(out, "{}", serde_json::to_string(&items)?)?;
+            }
+            OutputFormat::Table => {
+                if clear {
+                    write!(out, "\x1b[H\x1b[2J")?;
+                } else if shown.is_some() {
+                    writeln!(out)?;
+                }
+                writeln!(
+                    out,
+                    "leases in {} at {}",
+                    settings.leases,
+                    snapshot.now.format("%Y-%m-%d %H:%M:%S UTC")
+                )?;
+                super::guarded::warn_malformed("lease document", &snapshot.malformed);
+                if all.is_empty() && snapshot.malformed.is_empty() {
+                    writeln!(out, "no leases")?;
+                } else {
+                    write!(out, "{}", snapshot.table(&thresholds, &all))?;
+                }
+            }
+        }
+        out.flush()?;
+        shown = Some(fingerprint);
+    }
 }
 
 fn time_json(time: Option<ClusterTime>) -> Value {
@@ -114,7 +409,7 @@ fn lease_json(
     })
 }
 
-pub async fn oplog(settings: &Settings) -> anyhow::Result<()> {
+pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
     let store = connect(settings).await?;
     let window = store
         .oplog_window()
@@ -127,13 +422,13 @@ pub async fn oplog(settings: &Settings) -> anyhow::Result<()> {
     let members = match store.members().await {
         Ok(members) => members,
         Err(e @ StoreError::NotPermitted { .. }) => {
-            eprintln!("note: {e}; replica set members are not shown");
+            say(format_args!("note: {e}; replica set members are not shown"));
             Vec::new()
         }
         Err(e) => return Err(e).context("reading the replica set status"),
     };
     match settings.output {
-        OutputFormat::Table => print!("{}", render_oplog(&window, cluster_time, &members)),
+        OutputFormat::Table => write!(out, "{}", render_oplog(&window, cluster_time, &members))?,
         OutputFormat::Json => {
             let value = json!({
                 "first": time_json(Some(window.first)),
@@ -148,7 +443,7 @@ pub async fn oplog(settings: &Settings) -> anyhow::Result<()> {
                     "lagSecs": m.lag.map(|d| d.as_secs()),
                 })).collect::<Vec<_>>(),
             });
-            println!("{}", serde_json::to_string_pretty(&value)?);
+            writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
         }
     }
     Ok(())

@@ -10,7 +10,7 @@ use crossterm::event::EventStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::Settings;
+use super::settings::{ActorArgs, ClusterArgs, ConfigArgs, Settings};
 use std::sync::Arc;
 
 use crate::console::action_runner::{ActionCommand, ActionRunner};
@@ -26,7 +26,6 @@ use crate::demo::runtime::{DemoConfig, DemoRuntime};
 use crate::demo::DemoNamespaces;
 use crate::model::text::escape_control;
 use crate::ops::{GatherOptions, RebuildDefinition, RebuildTarget};
-use crate::store::mongo::MongoStore;
 
 /// How the interactive console looks and behaves.
 #[derive(Debug, Clone, Args, Default)]
@@ -52,6 +51,12 @@ pub struct ConsoleArgs {
     /// of demo and shop, e.g. to run it on a shared cluster without touching those.
     #[arg(long, requires = "run", value_name = "DB", value_parser = parse_database)]
     pub demo_db: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub actor: ActorArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
 }
 
 /// A database name MongoDB accepts: 1 to 63 bytes without `/`, `\`, `.`, space, `"`, `$` or NUL.
@@ -76,9 +81,7 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
     }
     let theme = resolve_theme(&args.view, settings)?;
     require_terminal()?;
-    let store = MongoStore::connect(settings.mongo()?)
-        .await
-        .context("connecting to the cluster")?;
+    let store = super::cluster::connect(settings).await?;
     let mode = if args.run {
         Mode::InProcess
     } else {
@@ -199,7 +202,7 @@ where
     // said is printed here, on the restored terminal.
     if let Some(task) = runner_task {
         if let Ok(Some(last_word)) = task.await {
-            eprintln!("{}", escape_control(&last_word));
+            super::output::say(escape_control(&last_word));
         }
     }
     result

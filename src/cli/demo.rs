@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::console::{interactive, listener_source, require_terminal, resolve_theme, ViewArgs};
 use super::lease_table::{render_leases, render_listeners, LeaseRow};
-use super::settings::Settings;
+use super::settings::{ActorArgs, ConfigArgs, Settings};
 use crate::console::state::Mode;
 use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
@@ -47,6 +47,14 @@ pub struct DemoArgs {
     /// ("0s" leaves the mailer out).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub mailer_delay: Duration,
+    /// Read-only removes the console's actions; the operator names you in the audit.
+    #[command(flatten)]
+    pub actor: ActorArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Not offered: accepted only to say that the demo takes no cluster.
+    #[arg(long, hide = true)]
+    pub uri: Option<String>,
 }
 
 impl DemoArgs {
@@ -79,10 +87,10 @@ fn parse_rate(text: &str) -> Result<f64, String> {
     }
 }
 
-pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
+pub async fn run(args: DemoArgs, settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
     let config = args.config()?;
     if args.plain {
-        return plain(args, &config, settings).await;
+        return plain(args, &config, settings, out).await;
     }
     let theme = resolve_theme(&args.view, settings)?;
     require_terminal()?;
@@ -107,32 +115,47 @@ pub async fn run(args: DemoArgs, settings: &Settings) -> anyhow::Result<()> {
     outcome
 }
 
-async fn plain(args: DemoArgs, config: &DemoConfig, settings: &Settings) -> anyhow::Result<()> {
+async fn plain(
+    args: DemoArgs,
+    config: &DemoConfig,
+    settings: &Settings,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let demo = DemoRuntime::start(config);
     let clear = std::io::stdout().is_terminal();
     let started = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval(args.refresh.max(Duration::from_millis(100)));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    loop {
+    let result = loop {
         tokio::select! {
             biased;
-            _ = &mut ctrl_c => break,
+            _ = &mut ctrl_c => break Ok(()),
             _ = ticker.tick() => {
-                let frame = render_frame(&demo, started.elapsed(), &settings.thresholds).await?;
-                let mut out = std::io::stdout().lock();
-                if clear {
-                    write!(out, "\x1b[H\x1b[2J")?;
+                let shown = match render_frame(&demo, started.elapsed(), &settings.thresholds).await {
+                    Ok(frame) => print_frame(out, &frame, clear),
+                    Err(e) => Err(e),
+                };
+                // A reader that went away (`| head`) ends the demo like Ctrl-C, quietly.
+                if shown.is_err() {
+                    break shown;
                 }
-                writeln!(out, "{frame}")?;
-                out.flush()?;
                 if args.duration.is_some_and(|d| started.elapsed() >= d) {
-                    break;
+                    break Ok(());
                 }
             }
         }
-    }
+    };
     demo.stop().await;
+    result
+}
+
+fn print_frame(out: &mut dyn Write, frame: &str, clear: bool) -> anyhow::Result<()> {
+    if clear {
+        write!(out, "\x1b[H\x1b[2J")?;
+    }
+    writeln!(out, "{frame}")?;
+    out.flush()?;
     Ok(())
 }
 

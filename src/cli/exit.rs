@@ -1,4 +1,4 @@
-//! Exit codes (listed in the README, "Against a cluster"), and which failure means which. 0 is `ExitCode::SUCCESS`.
+//! Exit codes (listed in the README, "Exit codes"), and which failure means which. 0 is `ExitCode::SUCCESS`.
 
 use std::process::ExitCode;
 
@@ -18,6 +18,27 @@ pub const USAGE: u8 = 2;
 pub const REFUSED: u8 = 3;
 pub const CHANGED: u8 = 4;
 pub const CANNOT_CONNECT: u8 = 5;
+/// `leases --check`: some lease is AT RISK, LOST, INVALIDATED or STUCK BULK (or unreadable).
+pub const UNHEALTHY: u8 = 6;
+/// Standard output was closed early (`streamward … | head`): the code of a program
+/// stopped by SIGPIPE, with nothing said.
+pub const BROKEN_PIPE: u8 = 141;
+
+/// No server of the cluster answered: one sentence with the address (redacted), not
+/// the driver's view of the topology (that goes to the log). Exit 5.
+#[derive(Debug, Error)]
+#[error("cannot reach {address} within {within}: {why} (is it running, and is the address right?)")]
+pub struct Unreachable {
+    /// The connection string, passwords masked.
+    pub address: String,
+    pub within: String,
+    pub why: String,
+}
+
+/// `leases --check` found leases that need attention; the message names them. Exit 6.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub struct Unhealthy(pub String);
 
 /// What a store error at the root of a failure means for the exit code.
 pub fn for_store(error: &StoreError) -> u8 {
@@ -58,17 +79,51 @@ pub fn for_ops(error: &OpsError) -> u8 {
 /// The exit code for a failed command: a guarded action's own, else from the store
 /// error at its root if any.
 pub fn code_for(error: &anyhow::Error) -> ExitCode {
+    ExitCode::from(code_of(error))
+}
+
+/// [`code_for`] as a number, for `{"error": {"exit": N}}`.
+pub fn code_of(error: &anyhow::Error) -> u8 {
+    if is_broken_pipe(error) {
+        return BROKEN_PIPE;
+    }
     if error.chain().any(|e| e.is::<UsageError>()) {
-        return ExitCode::from(USAGE);
+        return USAGE;
+    }
+    if error.chain().any(|e| e.is::<Unreachable>()) {
+        return CANNOT_CONNECT;
+    }
+    if error.chain().any(|e| e.is::<Unhealthy>()) {
+        return UNHEALTHY;
     }
     if let Some(ops) = error.chain().find_map(|e| e.downcast_ref::<OpsError>()) {
-        return ExitCode::from(for_ops(ops));
+        return for_ops(ops);
     }
-    let code = error
+    error
         .chain()
         .find_map(|e| e.downcast_ref::<StoreError>())
-        .map_or(ERROR, for_store);
-    ExitCode::from(code)
+        .map_or(ERROR, for_store)
+}
+
+/// The word for an exit code in `{"error": {"kind": …}}`.
+pub fn kind_of(code: u8) -> &'static str {
+    match code {
+        USAGE => "usage",
+        REFUSED => "refused",
+        CHANGED => "changed",
+        CANNOT_CONNECT => "cannot_connect",
+        UNHEALTHY => "unhealthy",
+        BROKEN_PIPE => "broken_pipe",
+        _ => "error",
+    }
+}
+
+/// Whether the failure is a write to a reader that went away.
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 #[cfg(test)]
@@ -84,6 +139,23 @@ mod tests {
         assert_eq!(code_for(&other), ExitCode::from(ERROR));
         let usage = anyhow::Error::new(UsageError("--to and --by".into())).context("rewind");
         assert_eq!(code_for(&usage), ExitCode::from(USAGE));
+    }
+
+    #[test]
+    fn connect_check_and_pipe_failures_have_their_own_codes() {
+        let unreachable = anyhow::Error::new(Unreachable {
+            address: "mongodb://127.0.0.1:9".into(),
+            within: "2s".into(),
+            why: "connection refused".into(),
+        });
+        assert_eq!(code_of(&unreachable), CANNOT_CONNECT);
+        assert_eq!(kind_of(code_of(&unreachable)), "cannot_connect");
+        let unhealthy = anyhow::Error::new(Unhealthy("x".into())).context("checking");
+        assert_eq!(code_of(&unhealthy), UNHEALTHY);
+        let pipe = anyhow::Error::new(std::io::Error::from(std::io::ErrorKind::BrokenPipe))
+            .context("printing the leases");
+        assert_eq!(code_of(&pipe), BROKEN_PIPE);
+        assert_eq!(kind_of(1), "error");
     }
 
     #[test]

@@ -14,7 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::lease_table::render_columns;
 use super::limits;
-use super::settings::{OutputFormat, Settings};
+use super::output::say;
+use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use std::collections::BTreeMap;
 
 use crate::model::text::escape_control;
@@ -49,6 +50,8 @@ pub struct TakeoverArgs {
     pub hold: Option<Duration>,
     #[command(flatten)]
     pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +71,8 @@ pub struct RewindArgs {
     pub to_token: Option<crate::model::ResumeToken>,
     #[command(flatten)]
     pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
 }
 
 #[derive(Debug, Args)]
@@ -83,6 +88,8 @@ pub struct ResetArgs {
     pub accept_skip: bool,
     #[command(flatten)]
     pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
 }
 
 #[derive(Debug, Args)]
@@ -91,6 +98,8 @@ pub struct RebuildArgs {
     pub name: String,
     #[command(flatten)]
     pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
 }
 
 #[derive(Debug, Args)]
@@ -100,6 +109,8 @@ pub struct AbortBulkArgs {
     pub resource: String,
     #[command(flatten)]
     pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
 }
 
 #[derive(Debug, Args)]
@@ -108,6 +119,8 @@ pub struct UndoArgs {
     pub audit_id: String,
     #[command(flatten)]
     pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
 }
 
 #[derive(Debug, Args)]
@@ -115,6 +128,8 @@ pub struct AuditArgs {
     /// How many records, newest first (1 to 10,000).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=limits::AUDIT_LIMIT_MAX))]
     pub limit: u64,
+    #[command(flatten)]
+    pub common: ReaderArgs,
 }
 
 impl TakeoverArgs {
@@ -383,7 +398,7 @@ async fn show_progress(
                     escape_control(&p.stage)
                 );
                 if line != last_line {
-                    eprintln!("{line}");
+                    say(&line);
                     last_line = line;
                 }
             }
@@ -522,26 +537,52 @@ async fn judge_pending<S: LeaseStore>(
 
 // ---------------------------------------------------------------- against a cluster
 
+/// The guards that need nothing from the cluster, checked before connecting: read-only
+/// mode, a rebuild the config file does not define, `reset --to now` without
+/// `--accept-skip`. The rules are planning's own ([`ops::refuse_before_reading`]);
+/// planning checks them again after reading.
+pub fn refuse_before_connecting(
+    settings: &Settings,
+    request: &ActionRequest,
+) -> anyhow::Result<()> {
+    let rebuild_defined = match request {
+        ActionRequest::Rebuild { name } => settings.rebuilds.contains_key(name),
+        _ => true,
+    };
+    ops::refuse_before_reading(request, settings.read_only, rebuild_defined)
+        .map_err(|refusal| OpsError::Refused(refusal).into())
+}
+
 /// Runs one action against `--uri`.
 pub async fn action(
     settings: &Settings,
     request: ActionRequest,
     options: &ActionOptions,
+    out: &mut dyn Write,
 ) -> anyhow::Result<()> {
+    refuse_before_connecting(settings, &request)?;
     let store = super::cluster::connect(settings).await?;
-    // Unlocked: each write takes the lock for itself, none is held across an await.
-    let mut out = std::io::stdout();
     run_action(
         &store,
         request,
         &ActionSettings::from(settings),
         options,
-        &mut out,
+        out,
     )
     .await
 }
 
-pub async fn rebuild(settings: &Settings, args: &RebuildArgs) -> anyhow::Result<()> {
+pub async fn rebuild(
+    settings: &Settings,
+    args: &RebuildArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    refuse_before_connecting(
+        settings,
+        &ActionRequest::Rebuild {
+            name: args.name.clone(),
+        },
+    )?;
     let store = super::cluster::connect(settings).await?;
     let definition = settings.rebuilds.get(&args.name).map(|r| {
         (
@@ -568,18 +609,21 @@ pub async fn rebuild(settings: &Settings, args: &RebuildArgs) -> anyhow::Result<
         &args.options,
         ProgressDisplay::for_stderr(),
         &cancel,
-        &mut std::io::stdout(),
+        out,
     )
     .await;
     watcher.abort();
     result
 }
 
-pub async fn audit(settings: &Settings, args: &AuditArgs) -> anyhow::Result<()> {
+pub async fn audit(
+    settings: &Settings,
+    args: &AuditArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let store = super::cluster::connect(settings).await?;
-    let mut out = std::io::stdout();
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    run_audit(&store, limit, settings.output, &mut out).await
+    run_audit(&store, limit, settings.output, out).await
 }
 
 /// The longest `--hold`: long enough for any pause, far from date arithmetic limits.
@@ -596,9 +640,165 @@ fn parse_hold(text: &str) -> Result<Duration, String> {
 /// One warning line on stderr per document that could not be read; the rest are shown.
 pub(super) fn warn_malformed(what: &str, malformed: &[crate::store::MalformedDocument]) {
     for document in malformed {
-        eprintln!(
+        say(format_args!(
             "warning: malformed {what} {} (not shown; fix or remove the document)",
             escape_control(&document.to_string())
+        ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeDelta, Utc};
+
+    use super::*;
+    use crate::model::{ClusterTime, LockKind, OplogWindow};
+    use crate::ops::PlanFacts;
+
+    /// Facts a plan could meet: no lease, a live one, a bulk one, with and without
+    /// the oplog; read-only or not; the rebuild defined or not.
+    fn all_facts() -> Vec<(PlanFacts, bool)> {
+        let now = Utc::now();
+        let mut live = Lease::vacant("shop.orders");
+        live.holder = Some("w1".into());
+        live.version = 4;
+        live.expires_at = Some(now + TimeDelta::seconds(8));
+        let mut bulk = live.clone();
+        bulk.kind = LockKind::Bulk;
+        let window = OplogWindow::new(
+            ClusterTime::new(1_700_000_000, 1),
+            ClusterTime::new(1_700_000_600, 1),
+        );
+        let mut all = Vec::new();
+        for lease in [None, Some(live), Some(bulk)] {
+            for window in [None, Some(window)] {
+                for read_only in [false, true] {
+                    for defined in [false, true] {
+                        let mut options = GatherOptions::new("op@host");
+                        options.read_only = read_only;
+                        let facts = PlanFacts {
+                            lease: lease.clone(),
+                            window,
+                            now,
+                            changes: None,
+                            read_only,
+                            audit: None,
+                            rebuild: defined.then(|| RebuildTarget {
+                                name: "rollup".into(),
+                                resource: "shop.orders".into(),
+                                description: "d".into(),
+                            }),
+                            operator: options.operator,
+                            handover_lease: options.handover_lease,
+                            bulk_lease: options.bulk_lease,
+                        };
+                        all.push((facts, defined));
+                    }
+                }
+            }
+        }
+        all
+    }
+
+    /// What refuses before connecting is refused by planning too, whatever the lease:
+    /// the early check never turns away an action the cluster would have allowed.
+    #[test]
+    fn an_early_refusal_is_one_planning_makes_on_any_lease() {
+        let requests = [
+            ActionRequest::Reset {
+                resource: "shop.orders".into(),
+                to: ResetTarget::Now,
+                accept_skip: false,
+            },
+            ActionRequest::Reset {
+                resource: "shop.orders".into(),
+                to: ResetTarget::Now,
+                accept_skip: true,
+            },
+            ActionRequest::Reset {
+                resource: "shop.orders".into(),
+                to: ResetTarget::Oldest,
+                accept_skip: false,
+            },
+            ActionRequest::Rebuild {
+                name: "rollup".into(),
+            },
+            ActionRequest::Takeover {
+                resource: "shop.orders".into(),
+                to: None,
+                hold: None,
+            },
+        ];
+        let mut early_refusals = 0;
+        for request in &requests {
+            for (facts, defined) in all_facts() {
+                let Err(early) = ops::refuse_before_reading(request, facts.read_only, defined)
+                else {
+                    continue;
+                };
+                early_refusals += 1;
+                let planned = ops::plan(request, &facts);
+                let refusal = planned
+                    .refusal
+                    .unwrap_or_else(|| panic!("{request:?} on {facts:?}: planning allowed it"));
+                // Planning may name an earlier guard (no such lease, a bulk lease, no
+                // access to the oplog); when it names the same rule, it says the same.
+                // (A skip's words carry what it skips, counted once the lease is read.)
+                if refusal.kind == early.kind {
+                    let rule =
+                        |reason: &str| reason.split(" (").next().unwrap_or_default().to_string();
+                    assert_eq!(rule(&refusal.reason), rule(&early.reason), "{request:?}");
+                }
+            }
+        }
+        assert!(early_refusals > 20, "{early_refusals}");
+    }
+
+    #[test]
+    fn read_only_an_unknown_rebuild_and_an_unaccepted_skip_refuse_before_connecting() {
+        let settings = |read_only: bool| {
+            let mut settings = Settings::resolve(&super::super::settings::GlobalArgs::default())
+                .expect("defaults resolve");
+            settings.read_only = read_only;
+            settings
+        };
+        let refused = |settings: &Settings, request: ActionRequest| {
+            let error = refuse_before_connecting(settings, &request).unwrap_err();
+            match error.downcast_ref::<OpsError>() {
+                Some(OpsError::Refused(r)) => r.kind,
+                other => panic!("{other:?}"),
+            }
+        };
+        use crate::ops::RefusalKind;
+        let takeover = ActionRequest::Takeover {
+            resource: "r".into(),
+            to: None,
+            hold: None,
+        };
+        assert_eq!(
+            refused(&settings(true), takeover.clone()),
+            RefusalKind::ReadOnly
+        );
+        assert!(refuse_before_connecting(&settings(false), &takeover).is_ok());
+        assert_eq!(
+            refused(
+                &settings(false),
+                ActionRequest::Rebuild {
+                    name: "not-in-the-config".into()
+                }
+            ),
+            RefusalKind::NoRebuildDefinition
+        );
+        assert_eq!(
+            refused(
+                &settings(false),
+                ActionRequest::Reset {
+                    resource: "r".into(),
+                    to: ResetTarget::Now,
+                    accept_skip: false
+                }
+            ),
+            RefusalKind::SkipNotAccepted
         );
     }
 }

@@ -1,4 +1,8 @@
 //! The command line: clap definitions and the non-interactive subcommands.
+//!
+//! Each command takes the options that apply to it (`demo --help` offers no `--uri`).
+//! The same options typed before the command's name are accepted for every command, as
+//! settings for the whole run (like the config file's keys); typed after it they win.
 
 pub mod cluster;
 pub mod console;
@@ -7,24 +11,51 @@ pub mod exit;
 pub mod guarded;
 pub mod lease_table;
 pub mod limits;
+pub mod output;
 pub mod settings;
 
-use clap::parser::ValueSource;
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-use settings::{GlobalArgs, Settings};
+use anyhow::Context;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+
+use output::Out;
+use settings::{
+    ActorArgs, ClusterArgs, ConfigArgs, GlobalArgs, OutputArgs, OutputFormat, ReaderArgs, Settings,
+};
+
+/// `--version`: the package version and the commit it was built from (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("STREAMWARD_COMMIT"),
+    ")"
+);
 
 #[derive(Debug, Parser)]
 #[command(
     name = "streamward",
-    version,
-    about = "Lease-fenced MongoDB change-stream listeners and their operations console"
+    version = VERSION,
+    about = "Lease-fenced MongoDB change-stream listeners and their operations console",
+    after_help = "The options above are accepted before any command, for the whole run; \
+                  `streamward COMMAND --help` lists the ones each command takes."
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub global: GlobalArgs,
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub actor: ActorArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
     #[command(subcommand)]
     pub command: Command,
+    /// The options typed before and after the command's name, merged by [`parse`].
+    #[arg(skip)]
+    pub global: GlobalArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -34,9 +65,9 @@ pub enum Command {
     /// Open the console on a cluster (--run also runs the demo listeners here).
     Console(console::ConsoleArgs),
     /// List the leases of a cluster: holder, version, token time, lag, headroom, status.
-    Leases,
+    Leases(cluster::LeasesArgs),
     /// Show the oplog window, the cluster time and the replica set members.
-    Oplog,
+    Oplog(OplogArgs),
     /// Fence out a lease's holder: release it to any standby, hand it to one (--to), or hold it (--hold).
     Takeover(guarded::TakeoverArgs),
     /// Move a lease's resume point back to a time in the oplog window; the changes since are replayed.
@@ -51,6 +82,31 @@ pub enum Command {
     Undo(guarded::UndoArgs),
     /// List the most recent operator actions.
     Audit(guarded::AuditArgs),
+    /// Print a shell completion script, e.g. `streamward completions bash > /etc/bash_completion.d/streamward`.
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff), or write one per command into a directory (--dir).
+    Man(ManArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct OplogArgs {
+    #[command(flatten)]
+    pub common: ReaderArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete in.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// Write streamward.1 and streamward-COMMAND.1 into this directory instead of
+    /// printing streamward.1.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 impl Command {
@@ -62,30 +118,111 @@ impl Command {
             _ => false,
         }
     }
+
+    /// Adds the options typed after the command's name to those typed before it.
+    fn merge_into(&self, global: &mut GlobalArgs) {
+        match self {
+            Command::Demo(args) => {
+                global.actor(&args.actor);
+                global.config(&args.config);
+                // Only to refuse it: the demo runs on its sandbox.
+                if args.uri.is_some() {
+                    global.uri_on_command_line = true;
+                }
+            }
+            Command::Console(args) => {
+                global.cluster(&args.cluster);
+                global.actor(&args.actor);
+                global.config(&args.config);
+            }
+            Command::Leases(args) => global.reader(&args.common),
+            Command::Oplog(args) => global.reader(&args.common),
+            Command::Audit(args) => global.reader(&args.common),
+            Command::Takeover(args) => global.acting(&args.common),
+            Command::Rewind(args) => global.acting(&args.common),
+            Command::Reset(args) => global.acting(&args.common),
+            Command::Rebuild(args) => global.acting(&args.common),
+            Command::AbortBulk(args) => global.acting(&args.common),
+            Command::Undo(args) => global.acting(&args.common),
+            Command::Completions(_) | Command::Man(_) => {}
+        }
+    }
+
+    /// Whether the command prints a result in the `--output` format (else its output
+    /// and its errors are text).
+    fn takes_output(&self) -> bool {
+        !matches!(
+            self,
+            Command::Demo(_) | Command::Console(_) | Command::Completions(_) | Command::Man(_)
+        )
+    }
+
+    /// Whether its result is a stream of documents, one per line.
+    fn streams(&self) -> bool {
+        matches!(self, Command::Leases(args) if args.watch)
+    }
 }
 
-/// Parses the process's arguments (exits with clap's message on an error), noting
-/// where `--uri` came from.
-pub fn parse() -> Cli {
-    let matches = Cli::command().get_matches();
-    let mut cli = match Cli::from_arg_matches(&matches) {
+/// Parses the process's arguments and merges the options typed before and after the
+/// command's name. A usage error is told (as JSON too when `--output json` was asked
+/// for) and becomes the exit code.
+pub fn parse() -> Result<Cli, ExitCode> {
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let parsed = Cli::command()
+        .try_get_matches_from(&args)
+        .and_then(|matches| Cli::from_arg_matches(&matches));
+    let mut cli = match parsed {
         Ok(cli) => cli,
-        Err(e) => e.exit(),
+        Err(error) => return Err(output::clap_failure(error, &args)),
     };
-    // A global option typed after the subcommand is recorded in the subcommand's matches.
-    let typed = |m: &clap::ArgMatches| m.value_source("uri") == Some(ValueSource::CommandLine);
-    cli.global.uri_on_command_line =
-        typed(&matches) || matches.subcommand().is_some_and(|(_, sub)| typed(sub));
-    cli
+    let mut global = GlobalArgs::default();
+    global.cluster(&cli.cluster);
+    global.output(&cli.output);
+    global.actor(&cli.actor);
+    global.config(&cli.config);
+    cli.command.merge_into(&mut global);
+    cli.global = global;
+    Ok(cli)
 }
 
-pub async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the command and tells how it ended: the process's exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    let Cli {
+        command, global, ..
+    } = cli;
+    match &command {
+        Command::Completions(args) => return Out::text().finish(completions(args.shell)),
+        Command::Man(args) => return Out::text().finish(man(args.dir.as_deref())),
+        _ => {}
+    }
+    let format = |output: OutputFormat| match command.takes_output() {
+        true => output,
+        false => OutputFormat::Table,
+    };
     // Resolved once, before anything connects: a bad config file is a usage error.
-    let settings = Settings::resolve(&cli.global)?;
-    let settings = &settings;
-    match cli.command {
+    let settings = match Settings::resolve(&global) {
+        Ok(settings) => settings,
+        Err(error) => {
+            let asked = format(global.output.unwrap_or_default());
+            return Out::new(asked, command.streams()).finish(Err(error));
+        }
+    };
+    let mut out = Out::new(format(settings.output), command.streams());
+    let result = dispatch(command, &global, &settings, &mut out).await;
+    out.finish(result)
+}
+
+async fn dispatch(
+    command: Command,
+    global: &GlobalArgs,
+    settings: &Settings,
+    out: &mut Out,
+) -> anyhow::Result<()> {
+    match command {
         Command::Demo(args) => {
-            if cli.global.uri_on_command_line {
+            if global.uri_on_command_line {
                 return Err(anyhow::Error::new(exit::UsageError(
                     "demo runs on its embedded sandbox and takes no --uri; to run the demo's \
                      listeners and workload on a cluster use `streamward --uri URI --leases DB.COLL \
@@ -93,27 +230,70 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
                         .into(),
                 )));
             }
-            demo::run(args, settings).await
+            demo::run(args, settings, out).await
         }
         Command::Console(args) => console::run(args, settings).await,
-        Command::Leases => cluster::leases(settings).await,
-        Command::Oplog => cluster::oplog(settings).await,
-        Command::Takeover(args) => guarded::action(settings, args.request(), &args.options).await,
-        Command::Rewind(args) => guarded::action(settings, args.request()?, &args.options).await,
-        Command::Reset(args) => guarded::action(settings, args.request(), &args.options).await,
-        Command::Rebuild(args) => guarded::rebuild(settings, &args).await,
+        Command::Leases(args) => cluster::leases(settings, &args, out).await,
+        Command::Oplog(_) => cluster::oplog(settings, out).await,
+        Command::Takeover(args) => {
+            guarded::action(settings, args.request(), &args.options, out).await
+        }
+        Command::Rewind(args) => {
+            guarded::action(settings, args.request()?, &args.options, out).await
+        }
+        Command::Reset(args) => guarded::action(settings, args.request(), &args.options, out).await,
+        Command::Rebuild(args) => guarded::rebuild(settings, &args, out).await,
         Command::AbortBulk(args) => {
             let request = crate::ops::ActionRequest::AbortBulk {
                 resource: args.resource.clone(),
             };
-            guarded::action(settings, request, &args.options).await
+            guarded::action(settings, request, &args.options, out).await
         }
         Command::Undo(args) => {
             let request = crate::ops::ActionRequest::Undo {
                 audit_id: args.audit_id.clone(),
             };
-            guarded::action(settings, request, &args.options).await
+            guarded::action(settings, request, &args.options, out).await
         }
-        Command::Audit(args) => guarded::audit(settings, &args).await,
+        Command::Audit(args) => guarded::audit(settings, &args, out).await,
+        Command::Completions(_) | Command::Man(_) => Ok(()),
     }
+}
+
+/// The completion script for `shell`, on stdout.
+pub fn completions(shell: clap_complete::Shell) -> anyhow::Result<()> {
+    let mut script = Vec::new();
+    // Generated in memory: the generators panic on a failed write.
+    clap_complete::generate(shell, &mut Cli::command(), "streamward", &mut script);
+    let mut out = std::io::stdout();
+    out.write_all(&script)?;
+    out.flush()?;
+    Ok(())
+}
+
+/// The manual page on stdout, or one page per command in `dir`.
+pub fn man(dir: Option<&std::path::Path>) -> anyhow::Result<()> {
+    let command = Cli::command();
+    let Some(dir) = dir else {
+        let mut page = Vec::new();
+        clap_mangen::Man::new(command).render(&mut page)?;
+        let mut out = std::io::stdout();
+        out.write_all(&page)?;
+        out.flush()?;
+        return Ok(());
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the directory {}", dir.display()))?;
+    let mut pages = vec![("streamward.1".to_string(), command.clone())];
+    for sub in command.get_subcommands() {
+        let name = format!("streamward-{}", sub.get_name());
+        pages.push((format!("{name}.1"), sub.clone().name(name).version(VERSION)));
+    }
+    for (file, page) in pages {
+        let mut text = Vec::new();
+        clap_mangen::Man::new(page).render(&mut text)?;
+        let path = dir.join(file);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }

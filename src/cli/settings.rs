@@ -22,34 +22,133 @@ pub enum OutputFormat {
     Json,
 }
 
-/// Options every command accepts. Its `Debug` shows the URI redacted.
+/// Where the cluster is: the options of the commands that connect. Its `Debug` shows
+/// the URI redacted.
 #[derive(Clone, Args, Default)]
-pub struct GlobalArgs {
-    /// The cluster, e.g. mongodb://host1,host2/?replicaSet=rs0 (passwords are never printed).
-    #[arg(long, env = "STREAMWARD_URI", global = true, hide_env_values = true)]
+pub struct ClusterArgs {
+    /// The cluster, e.g. mongodb://host1,host2/?replicaSet=rs0 (passwords are never
+    /// printed) [env: STREAMWARD_URI; config: uri].
+    #[arg(long)]
     pub uri: Option<String>,
     /// Where the leases live, as DB.COLLECTION [default: streamward.leases].
-    #[arg(long, global = true, value_name = "DB.COLL")]
+    #[arg(long, value_name = "DB.COLL")]
     pub leases: Option<Namespace>,
-    /// Config file [default: ./streamward.toml if present].
-    #[arg(long, global = true, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Output format of listing commands.
-    #[arg(long, global = true, value_enum)]
+    /// How long to look for a reachable server before giving up (at most 1h) [default: 5s].
+    #[arg(long, value_parser = limits::connect_timeout, value_name = "DURATION")]
+    pub connect_timeout: Option<Duration>,
+}
+
+/// `--output`: the commands that print a result a program may read.
+#[derive(Debug, Clone, Args, Default)]
+pub struct OutputArgs {
+    /// table for people; json for programs: one JSON document on stdout, an object
+    /// {"error": …} when the command fails.
+    #[arg(long, value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,
-    /// Make no writes anywhere.
-    #[arg(long, global = true)]
+}
+
+/// Who acts and whether acting is allowed: the commands that can write.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ActorArgs {
+    /// Make no writes anywhere: actions are refused (exit 3), the console offers none.
+    #[arg(long)]
     pub read_only: bool,
     /// Who is acting, for the audit record [default: user@host] (at most 256 characters).
-    #[arg(long, global = true, value_parser = limits::name)]
+    #[arg(long, value_parser = limits::name)]
     pub operator: Option<String>,
-    /// How long to look for a reachable server before giving up (at most 1h).
-    #[arg(long, global = true, value_parser = limits::connect_timeout, value_name = "DURATION")]
+}
+
+/// `--config`: every command that reads settings.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ConfigArgs {
+    /// Config file [default: ./streamward.toml if present].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The options of a command that reads a cluster and prints a result: `leases`,
+/// `oplog`, `audit`.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ReaderArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// The options of a guarded action: a reader's, and who acts.
+#[derive(Debug, Clone, Args, Default)]
+pub struct ActingArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+    #[command(flatten)]
+    pub actor: ActorArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+/// What the command line said, before and after the command's name merged: the
+/// input of [`Settings::resolve`]. Its `Debug` shows the URI redacted.
+#[derive(Clone, Default)]
+pub struct GlobalArgs {
+    pub uri: Option<String>,
+    pub leases: Option<Namespace>,
+    pub config: Option<PathBuf>,
+    pub output: Option<OutputFormat>,
+    pub read_only: bool,
+    pub operator: Option<String>,
     pub connect_timeout: Option<Duration>,
-    /// Whether `--uri` was typed on the command line (not taken from the environment):
-    /// set by [`crate::cli::parse`], for commands that must refuse a cluster.
-    #[arg(skip)]
+    /// Whether `--uri` was typed on the command line (not taken from the environment
+    /// or the config file), for commands that must refuse a cluster.
     pub uri_on_command_line: bool,
+}
+
+impl GlobalArgs {
+    /// Options typed after the command's name win over the same typed before it.
+    pub fn cluster(&mut self, args: &ClusterArgs) {
+        if args.uri.is_some() {
+            self.uri.clone_from(&args.uri);
+        }
+        if args.leases.is_some() {
+            self.leases.clone_from(&args.leases);
+        }
+        self.connect_timeout = args.connect_timeout.or(self.connect_timeout);
+        self.uri_on_command_line = self.uri.is_some();
+    }
+
+    pub fn output(&mut self, args: &OutputArgs) {
+        self.output = args.output.or(self.output);
+    }
+
+    pub fn actor(&mut self, args: &ActorArgs) {
+        self.read_only |= args.read_only;
+        if args.operator.is_some() {
+            self.operator.clone_from(&args.operator);
+        }
+    }
+
+    pub fn config(&mut self, args: &ConfigArgs) {
+        if args.config.is_some() {
+            self.config.clone_from(&args.config);
+        }
+    }
+
+    pub fn reader(&mut self, args: &ReaderArgs) {
+        self.cluster(&args.cluster);
+        self.output(&args.output);
+        self.config(&args.config);
+    }
+
+    pub fn acting(&mut self, args: &ActingArgs) {
+        self.cluster(&args.cluster);
+        self.output(&args.output);
+        self.actor(&args.actor);
+        self.config(&args.config);
+    }
 }
 
 /// The config file's keys; every one optional. Its `Debug` shows the URI redacted.
@@ -221,7 +320,11 @@ impl Settings {
             rebuilds,
             thresholds,
             theme: file.theme,
-            uri: args.uri.clone().or(file.uri),
+            uri: args
+                .uri
+                .clone()
+                .or_else(|| std::env::var(URI_ENV).ok().filter(|uri| !uri.is_empty()))
+                .or(file.uri),
             leases,
             output: args.output.or(file.output).unwrap_or_default(),
             read_only: args.read_only || file.read_only.unwrap_or(false),
@@ -251,17 +354,43 @@ impl Settings {
     }
 }
 
-fn default_operator() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("USERNAME"))
-        .unwrap_or_else(|_| "unknown".into());
-    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "localhost".into());
-    format!("{user}@{host}")
+/// Where `--uri` comes from when it is not typed: after the flag, before the config file.
+pub const URI_ENV: &str = "STREAMWARD_URI";
+
+/// `user@host`, from the operating system (not `$HOSTNAME`, which shells rarely export).
+pub fn default_operator() -> String {
+    let user = whoami::username()
+        .ok()
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|user| !user.trim().is_empty())
+        .unwrap_or_else(|| "unknown".into());
+    let host = whoami::hostname()
+        .ok()
+        .filter(|host| !host.trim().is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    // The audit keeps at most NAME_MAX_CHARS; an odd host name must not make every
+    // action a usage error.
+    let operator = format!("{user}@{host}");
+    match limits::name(&operator) {
+        Ok(operator) => operator,
+        Err(_) => operator.chars().take(limits::NAME_MAX_CHARS).collect(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_operator_is_the_system_user_at_the_system_host() {
+        let operator = default_operator();
+        let host = whoami::hostname().expect("this system has a host name");
+        assert!(operator.ends_with(&format!("@{host}")), "{operator}");
+        if let Ok(user) = whoami::username() {
+            assert_eq!(operator, format!("{user}@{host}"));
+        }
+        assert!(!operator.starts_with("unknown@"), "{operator}");
+    }
 
     #[test]
     fn a_bad_config_names_the_line() {
@@ -363,6 +492,16 @@ fn shown_uri(uri: &Option<String>) -> Option<String> {
     uri.as_deref().map(crate::store::mongo::redact_uri)
 }
 
+impl std::fmt::Debug for ClusterArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterArgs")
+            .field("uri", &shown_uri(&self.uri))
+            .field("leases", &self.leases)
+            .field("connect_timeout", &self.connect_timeout)
+            .finish()
+    }
+}
+
 impl std::fmt::Debug for GlobalArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GlobalArgs")
@@ -421,6 +560,10 @@ mod debug_tests {
             uri: Some(uri.into()),
             ..GlobalArgs::default()
         };
+        let cluster = ClusterArgs {
+            uri: Some(uri.into()),
+            ..ClusterArgs::default()
+        };
         let file = ConfigFile {
             uri: Some(uri.into()),
             ..ConfigFile::default()
@@ -428,6 +571,7 @@ mod debug_tests {
         let mongo = crate::store::mongo::MongoSettings::new(uri);
         for shown in [
             format!("{args:?}"),
+            format!("{cluster:?}"),
             format!("{file:?}"),
             format!("{mongo:?}"),
         ] {

@@ -162,7 +162,7 @@ fn listener_config(
 }
 
 fn hostname() -> String {
-    std::env::var("HOSTNAME")
+    whoami::hostname()
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "localhost".to_string())

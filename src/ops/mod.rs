@@ -32,7 +32,7 @@ pub use execute::{apply_audited, audit_context, execute, Executed, OperatorOutco
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;
-pub use plan::{plan, predict_after, Captured, Plan, PlanEffect};
+pub use plan::{plan, predict_after, refuse_before_reading, Captured, Plan, PlanEffect};
 pub use rebuild::{
     rebuild, Progress, RebuildDefinition, RebuildFailure, RebuildOutcome, RebuildProgress,
     RebuildReport,

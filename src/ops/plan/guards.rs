@@ -3,10 +3,55 @@
 use chrono::{DateTime, Utc};
 
 use super::super::refusal::{Refusal, RefusalKind};
-use super::super::request::ActionKind;
+use super::super::request::{ActionKind, ResetTarget};
 use super::PlanEffect;
 use crate::model::text::short_duration;
 use crate::model::{Lease, LockKind};
+
+// The three rules below need nothing read from a store: `plan` applies them, and so
+// does `refuse_before_reading`, for a caller that checks before it connects.
+
+pub(super) fn refuse_read_only(read_only: bool, action: ActionKind) -> Result<(), Refusal> {
+    if read_only {
+        return Err(Refusal::new(
+            RefusalKind::ReadOnly,
+            format!(
+                "read-only mode: {action} is not allowed (drop --read-only / read_only = false to act)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn refuse_undefined_rebuild(name: &str, defined: bool) -> Result<(), Refusal> {
+    if !defined {
+        return Err(Refusal::new(
+            RefusalKind::NoRebuildDefinition,
+            format!(
+                "no rebuild named {name:?} is defined: add [rebuilds.{name}] with resource, db, collection and pipeline to the config file"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `reset --to now` skips; `what` says what (the counted move, when known).
+pub(super) fn refuse_unaccepted_skip(
+    to: ResetTarget,
+    accept_skip: bool,
+    what: &str,
+) -> Result<(), Refusal> {
+    if to == ResetTarget::Now && !accept_skip {
+        return Err(Refusal::new(
+            RefusalKind::SkipNotAccepted,
+            format!("reset --to now skips what the listener has not processed ({what}): re-run with --accept-skip to accept that"),
+        ));
+    }
+    Ok(())
+}
+
+/// What `reset --to now` skips when the lease and the oplog have not been read.
+pub(super) const UNCOUNTED_SKIP: &str = "unprocessed changes are skipped";
 
 pub(super) fn refuse_bulk(lease: &Lease, action: ActionKind) -> Result<(), Refusal> {
     if lease.kind == LockKind::Bulk {

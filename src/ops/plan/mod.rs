@@ -104,17 +104,8 @@ pub fn plan(request: &ActionRequest, facts: &PlanFacts) -> Plan {
         refusal: None,
         planned_at: facts.now,
     };
-    let decided = if facts.read_only {
-        Err(Refusal::new(
-            RefusalKind::ReadOnly,
-            format!(
-                "read-only mode: {} is not allowed (drop --read-only / read_only = false to act)",
-                request.kind()
-            ),
-        ))
-    } else {
-        decide(request, facts, resource.as_deref())
-    };
+    let decided = guards::refuse_read_only(facts.read_only, request.kind())
+        .and_then(|()| decide(request, facts, resource.as_deref()));
     match decided {
         Ok(decision) => {
             plan.after = lease.map(|l| predict_after(l, &decision.change, facts.now));
@@ -126,6 +117,25 @@ pub fn plan(request: &ActionRequest, facts: &PlanFacts) -> Plan {
         Err(refusal) => plan.refusal = Some(refusal),
     }
     plan
+}
+
+/// The refusals that need nothing read from a store — read-only mode, a rebuild with no
+/// definition (`rebuild_defined` is false), `reset --to now` without `--accept-skip` —
+/// by the same rules [`plan`] applies, so a caller can refuse before it connects. `Ok`
+/// says nothing about the other guards: those need the lease.
+pub fn refuse_before_reading(
+    request: &ActionRequest,
+    read_only: bool,
+    rebuild_defined: bool,
+) -> Result<(), Refusal> {
+    guards::refuse_read_only(read_only, request.kind())?;
+    match request {
+        ActionRequest::Rebuild { name } => guards::refuse_undefined_rebuild(name, rebuild_defined),
+        ActionRequest::Reset {
+            to, accept_skip, ..
+        } => guards::refuse_unaccepted_skip(*to, *accept_skip, guards::UNCOUNTED_SKIP),
+        _ => Ok(()),
+    }
 }
 
 fn affected_resource(request: &ActionRequest, facts: &PlanFacts) -> Option<String> {
@@ -149,13 +159,8 @@ fn decide(
                 format!("there is no audit record {audit_id:?} (streamward audit lists them)"),
             ))
         }
-        ActionRequest::Rebuild { name } if facts.rebuild.is_none() => {
-            return Err(Refusal::new(
-                RefusalKind::NoRebuildDefinition,
-                format!(
-                    "no rebuild named {name:?} is defined: add [rebuilds.{name}] with resource, db, collection and pipeline to the config file"
-                ),
-            ))
+        ActionRequest::Rebuild { name } => {
+            guards::refuse_undefined_rebuild(name, facts.rebuild.is_some())?
         }
         _ => {}
     }

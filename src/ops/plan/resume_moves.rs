@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use super::guards::{fence_effect, holder_warning, refuse_bulk};
+use super::guards::{
+    fence_effect, holder_warning, refuse_bulk, refuse_unaccepted_skip, UNCOUNTED_SKIP,
+};
 use super::{change, Decision, PlanEffect};
 use crate::model::text::{escape_control, group_digits, short_duration};
 use crate::model::OplogWindow;
@@ -213,13 +215,8 @@ pub(super) fn reset(
             .as_ref()
             .filter(|m| m.direction == Direction::Skip)
             .map(ResumeMove::describe)
-            .unwrap_or_else(|| "unprocessed changes are skipped".into());
-        if !accept_skip {
-            return Err(Refusal::new(
-                RefusalKind::SkipNotAccepted,
-                format!("reset --to now skips what the listener has not processed ({what}): re-run with --accept-skip to accept that"),
-            ));
-        }
+            .unwrap_or_else(|| UNCOUNTED_SKIP.into());
+        refuse_unaccepted_skip(to, accept_skip, &what)?;
         decision
             .warnings
             .push(format!("skipping on purpose (--accept-skip): {what}"));
