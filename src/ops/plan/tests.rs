@@ -10,6 +10,7 @@ use crate::model::text::group_digits;
 use crate::model::{
     AuditRecord, AuditState, ClusterTime, OplogWindow, ResumeToken, TokenKind, WatchTarget,
 };
+use crate::ops::describe;
 use crate::ops::facts::{ChangeCount, ChangeRange, RebuildTarget};
 use crate::ops::request::{ResetTarget, RewindTarget, TimeSpec};
 use crate::ops::resume::Direction;
@@ -179,6 +180,28 @@ fn takeover_of_a_live_holder_fences_it_out_and_needs_typing() {
     );
     assert!(p.confirmation.is_some());
     assert_eq!(p.confirm_text(), Some("shop.orders"));
+}
+
+#[test]
+fn the_holder_warning_names_the_field_its_time_comes_from() {
+    // Renewed 14 s ago, committed just now: "renewed 0s ago" would contradict the
+    // renewedAt row of the same plan.
+    let mut lease = live_lease();
+    lease.renewed_at = Some(wall(3600) - TimeDelta::seconds(14));
+    lease.committed_at = Some(wall(3600));
+    let p = plan(&takeover(None, None), &facts(Some(lease.clone())));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w == "holder w1 committed 0s ago: it looks alive"),
+        "{:?}",
+        p.warnings
+    );
+    let renewed = describe::lease_diff(&lease, p.after.as_ref().unwrap(), p.planned_at)
+        .into_iter()
+        .find(|row| row.field == "renewedAt")
+        .unwrap();
+    assert!(renewed.before.ends_with("(14s ago)"), "{renewed:?}");
 }
 
 #[test]
