@@ -235,6 +235,7 @@ pub(super) fn undo(
 ) -> Result<Decision, Refusal> {
     if let Some(record) = &facts.audit {
         refuse_unapplied(record, lease, audit_id, facts.now)?;
+        refuse_unmoved(record)?;
     }
     let note = format!("undo {audit_id} by {}", facts.operator);
     let (mut decision, moved) = move_resume(request, lease, facts, note)?;
@@ -261,6 +262,27 @@ pub(super) fn undo(
         );
     }
     Ok(decision)
+}
+
+/// Undo restores a resume point; an action that left it where it was (a takeover, an
+/// abort-bulk) has none to give back. Restoring the recorded one anyway would move the
+/// lease back over everything processed since: a rewind nobody asked for.
+fn refuse_unmoved(record: &AuditRecord) -> Result<(), Refusal> {
+    let (Some(before), Some(after)) = (&record.before, &record.after) else {
+        return Ok(());
+    };
+    let point = before.resume_point();
+    if point != after.resume_point() {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        RefusalKind::NothingToRestore,
+        format!(
+            "nothing to undo: {} did not move the resume point (it stayed {}); undo only restores resume points",
+            escape_control(&record.action),
+            describe_point(&point)
+        ),
+    ))
 }
 
 /// Only an action that changed the lease can be undone: one recorded as applied, or a

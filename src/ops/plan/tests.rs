@@ -675,6 +675,43 @@ fn undo_refusals() {
     assert_eq!(refusal(&plan(&request, &f)), RefusalKind::UnknownResource);
 }
 
+#[test]
+fn undo_of_an_action_that_did_not_move_the_resume_point_has_nothing_to_undo() {
+    // A takeover recorded before and after at the same resume point; since then the
+    // new holder processed on to the token at +3000 s. Restoring the recorded point
+    // would replay everything since: a rewind nobody asked for.
+    let mut before = live_lease();
+    before.resume_token = Some(token(2000));
+    let mut after = before.clone();
+    after.holder = None;
+    after.version += 1;
+    let mut taken_over = record(Some(before.clone()));
+    taken_over.action = "takeover".into();
+    taken_over.after = Some(after);
+    let mut f = facts(Some(live_lease()));
+    f.audit = Some(taken_over);
+    let request = ActionRequest::Undo {
+        audit_id: "a1".into(),
+    };
+    let p = plan(&request, &f);
+    assert_eq!(refusal(&p), RefusalKind::NothingToRestore);
+    let reason = p.refusal.unwrap().reason;
+    assert!(
+        reason.starts_with("nothing to undo: takeover did not move the resume point"),
+        "{reason}"
+    );
+    assert!(p.effect.resume.is_none(), "nothing is replayed");
+
+    // A rewind moved it: its undo restores the point before it.
+    let mut rewound = before.clone();
+    rewound.resume_token = None;
+    rewound.resume_at = Some(at(1000));
+    let mut rewind_record = record(Some(before));
+    rewind_record.after = Some(rewound);
+    f.audit = Some(rewind_record);
+    accepted(&plan(&request, &f));
+}
+
 // ------------------------------------------------------------------ every action
 
 fn every_request() -> Vec<ActionRequest> {
