@@ -6,8 +6,8 @@ use std::time::Duration;
 use super::guards::{fence_effect, holder_warning, refuse_bulk};
 use super::{change, Decision, PlanEffect};
 use crate::model::text::{escape_control, group_digits, short_duration};
-use crate::model::OplogWindow;
 use crate::model::{AuditRecord, AuditState, Invalidation, Lease, PendingVerdict, ResumePoint};
+use crate::model::{ClusterTime, OplogWindow};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::request::{ActionRequest, ResetTarget, RewindTarget};
@@ -48,6 +48,9 @@ fn resume_move(
         ),
         None => warnings.push("the changes were not counted (no access to the oplog?)".into()),
     }
+    // From a LOST point the range starts before the oldest entry: a count over it reads
+    // only what is still there, which is not the number of changes passed over.
+    let count = count.filter(|_| !starts_before_the_window(from, facts.window.as_ref()));
     Some(ResumeMove {
         direction,
         ns,
@@ -56,6 +59,48 @@ fn resume_move(
         span: to.saturating_since(from),
         count,
     })
+}
+
+fn starts_before_the_window(from: ClusterTime, window: Option<&OplogWindow>) -> bool {
+    window.is_some_and(|w| from < w.first)
+}
+
+/// What a move replays or skips, for people. Changes before the oldest oplog entry are
+/// gone: they are said to be uncountable, never "0 changes", and what is still in the
+/// oplog is counted on its own.
+fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
+    let Some(first) = facts
+        .window
+        .map(|w| w.first)
+        .filter(|first| m.from < *first)
+    else {
+        return m.describe();
+    };
+    let verb = match m.direction {
+        Direction::Replay => "replayed",
+        Direction::Skip => "skipped",
+    };
+    let on =
+        m.ns.as_ref()
+            .map(|ns| format!(" on {ns}"))
+            .unwrap_or_default();
+    let gone = format!(
+        "the changes{on} from {} up to the oldest oplog entry ({first}) fell off the oplog: they cannot be counted, nor {verb} (they are gone)",
+        m.from
+    );
+    if m.to < first {
+        return format!("{gone}; no change still in the oplog is {verb}");
+    }
+    let still = ResumeMove {
+        from: first,
+        span: m.to.saturating_since(first),
+        count: facts
+            .changes
+            .clone()
+            .filter(|c| c.range.to == m.to && Some(&c.range.ns) == m.ns.as_ref()),
+        ..m.clone()
+    };
+    format!("{gone}; {}", still.describe())
 }
 
 /// The shared shape of rewind, reset and undo: fence out, set the resume point.
@@ -83,7 +128,7 @@ fn move_resume(
         ResumePoint::Oldest => "the next holder starts from the oldest oplog entry".into(),
     });
     match &moved {
-        Some(m) => effect.lines.push(m.describe()),
+        Some(m) => effect.lines.push(describe_move(m, facts)),
         None => effect
             .lines
             .push("the resume point does not move: nothing is replayed or skipped".into()),
@@ -184,7 +229,7 @@ pub(super) fn rewind(
         return Ok(decision);
     }
     if skipped_in_window(moved.as_ref(), facts.window.as_ref()) {
-        let what = moved.map(|m| m.describe()).unwrap_or_default();
+        let what = moved.map(|m| describe_move(&m, facts)).unwrap_or_default();
         return Err(Refusal::new(
             RefusalKind::WouldSkip,
             format!(
@@ -212,7 +257,7 @@ pub(super) fn reset(
         let what = moved
             .as_ref()
             .filter(|m| m.direction == Direction::Skip)
-            .map(ResumeMove::describe)
+            .map(|m| describe_move(m, facts))
             .unwrap_or_else(|| "unprocessed changes are skipped".into());
         if !accept_skip {
             return Err(Refusal::new(

@@ -504,6 +504,52 @@ fn reset_of_a_lost_lease_warns_that_history_is_gone() {
     );
 }
 
+#[test]
+fn a_reset_of_a_lost_lease_says_the_lost_changes_cannot_be_counted() {
+    let mut lease = live_lease();
+    lease.resume_token = Some(ResumeToken::encode(
+        ClusterTime::new(BASE - 100, 1),
+        TokenKind::Event,
+        0,
+    ));
+    // To the oldest entry: everything passed over fell off the oplog. The count over
+    // that range reads 0, which is not how many changes were lost.
+    let request = reset(ResetTarget::Oldest, false);
+    let p = plan(
+        &request,
+        &counted(&request, facts(Some(lease.clone())), 0, 100),
+    );
+    let moved = p.effect.resume.as_ref().unwrap();
+    assert_eq!(
+        moved.count, None,
+        "no count is shown for a range that is gone"
+    );
+    let text = p.effect.lines.join("\n");
+    assert!(!text.contains("0 changes"), "{text}");
+    assert!(
+        text.contains("fell off the oplog: they cannot be counted, nor skipped (they are gone); no change still in the oplog is skipped"),
+        "{text}"
+    );
+
+    // To now: the lost part is uncountable, what is still in the oplog is counted.
+    let request = reset(ResetTarget::Now, true);
+    let p = plan(&request, &counted(&request, facts(Some(lease)), 42, 10_000));
+    let text = p.effect.lines.join("\n");
+    assert!(text.contains("they cannot be counted"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "42 changes on shop.orders will be skipped, 1h00m of history ({} to",
+            at(0)
+        )),
+        "{text}"
+    );
+    assert!(
+        p.warnings.iter().any(|w| w.contains("cannot be counted")),
+        "the --accept-skip warning says it too: {:?}",
+        p.warnings
+    );
+}
+
 // ------------------------------------------------------------------ rebuild and abort-bulk
 
 #[test]
