@@ -290,8 +290,9 @@ fn leases_view_filtered_frozen_and_sorted() {
 fn lease_detail_view() {
     snapshot_both_sizes("detail", |state| {
         state.execute_command_line("sort resource");
-        press(state, KeyCode::Char('j'));
-        press(state, KeyCode::Char('j'));
+        for _ in 0..3 {
+            press(state, KeyCode::Char('j'));
+        }
         press(state, KeyCode::Enter);
     });
 }

@@ -133,6 +133,8 @@ impl ConsoleState {
             KeyCommand::Bottom => self.jump(true, height),
             KeyCommand::Open => {
                 if self.leases.selected().is_some() {
+                    // The detail stays on this lease however the rows move.
+                    self.leases.choose();
                     self.view = View::Detail;
                 }
             }
@@ -158,6 +160,7 @@ impl ConsoleState {
         if self.read_only {
             return Vec::new();
         }
+        self.leases.choose();
         let Some(entry) = self.leases.selected() else {
             self.notify(NoticeLevel::Error, "select a lease first");
             return Vec::new();

@@ -611,3 +611,33 @@ fn help_scrolls_no_further_than_its_last_line() {
         "one key press scrolls back up"
     );
 }
+
+#[test]
+fn the_selection_starts_on_the_worst_lease_once_the_window_arrives() {
+    // The leases arrive before the first oplog read: all look alike then.
+    let mut state = state();
+    let mut at_risk = lease("shop.mailer", 2);
+    at_risk.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 550, 1));
+    state.apply(
+        DataEvent::LeaseSnapshot((vec![lease("pet-aggregates", 7), at_risk]).into()),
+        now(),
+    );
+    state.apply(window(), now());
+    assert_eq!(shown(&state)[0], "shop.mailer");
+    assert_eq!(
+        state.leases.selected().unwrap().health.status,
+        LeaseStatus::AtRisk,
+        "the selection is on the top row"
+    );
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.view, View::Detail);
+    // Opened: the detail stays on its lease whatever comes on top.
+    let mut lost = lease("a.lost", 1);
+    lost.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 900, 1));
+    state.apply(DataEvent::LeaseChanged(Box::new(lost)), now());
+    assert_eq!(shown(&state)[0], "a.lost");
+    assert_eq!(
+        state.leases.selected().unwrap().lease.resource,
+        "shop.mailer"
+    );
+}
