@@ -42,6 +42,9 @@ impl ConsoleState {
         if event.kind == KeyEventKind::Release {
             return Vec::new();
         }
+        // A notice has been read once the operator does something else; what this key
+        // says (if anything) replaces it.
+        self.notice = None;
         let ctrl = event.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && event.code == KeyCode::Char('c') {
             return self.quit_asking_for_a_running_rebuild();

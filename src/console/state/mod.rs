@@ -29,8 +29,8 @@ use crate::store::MalformedDocument;
 /// Statuses are re-assessed at least this often, so expiries show without data.
 const REASSESS_AFTER: Duration = Duration::from_millis(900);
 
-/// How long a notice stays in the footer.
-pub const NOTICE_FOR: Duration = Duration::from_secs(6);
+/// How long a notice stays in the footer (the next key press also clears it).
+pub const NOTICE_FOR: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {

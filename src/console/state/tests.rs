@@ -288,13 +288,26 @@ fn the_clock_counts_expiry_down_to_expired() {
 }
 
 #[test]
-fn notices_time_out() {
+fn notices_expire_after_ten_seconds_or_on_the_next_key() {
     let mut state = loaded();
     state.notify(NoticeLevel::Info, "hello");
-    state.tick(now() + chrono::Duration::seconds(1));
+    state.tick(now() + chrono::Duration::seconds(9));
     assert!(state.notice.is_some());
-    state.tick(now() + chrono::Duration::seconds(60));
-    assert!(state.notice.is_none());
+    state.tick(now() + chrono::Duration::seconds(10));
+    assert!(state.notice.is_none(), "gone after 10 s");
+
+    state.notify(NoticeLevel::Error, "bad");
+    press(&mut state, KeyCode::Char('j'));
+    assert!(state.notice.is_none(), "the next key clears it");
+    state.execute_command_line("nonsense");
+    assert!(state.notice.is_some());
+    press(&mut state, KeyCode::Char(':'));
+    type_text(&mut state, "bogus");
+    press(&mut state, KeyCode::Enter);
+    assert!(
+        state.notice.as_ref().unwrap().text.contains("unknown command :bogus"),
+        "a key that says something replaces the old notice"
+    );
 }
 
 #[test]
