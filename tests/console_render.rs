@@ -525,3 +525,62 @@ fn action_dialog_preview_and_progress() {
         press(state, KeyCode::Char('q'));
     });
 }
+
+/// Cells are cut at the end and marked, never from the left: a lag of 1420 days read
+/// `420d11h` in a seven-cell column, and holders were cut without a mark.
+#[test]
+fn long_values_are_cut_at_the_end_with_a_mark() {
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Demo);
+        let age = 1420 * 86_400 + 11 * 3600;
+        let mut ancient = lease(
+            "archive.very-long-resource-name-that-goes-on",
+            Some("host-with-a-really-long-name.example.internal/4242"),
+            4,
+            age,
+        );
+        ancient.resume_token = None;
+        ancient.resume_at = Some(ClusterTime::new(secs(now()) - age, 1));
+        state.apply(DataEvent::LeaseChanged(Box::new(ancient)), now());
+        state.execute_command_line("filter archive");
+        let text = screen(&mut state, width, height);
+        let row = text
+            .lines()
+            .find(|l| l.contains("archive."))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(row.contains("1420d11h"), "{width}: {row}");
+        assert!(!row.contains(" 420d11h"), "{width}: {row}");
+        assert!(row.contains("archive.very-"), "{width}: {row}");
+        assert!(row.contains("host-with-a-"), "{width}: {row}");
+        assert_eq!(
+            row.matches('…').count(),
+            2,
+            "both long names are marked: {row}"
+        );
+    }
+}
+
+/// At 112–120 columns the wide layout took the names down to 14 cells while 111
+/// columns showed them whole: a wider terminal never shows less now.
+#[test]
+fn a_wider_terminal_never_shows_less_of_a_name() {
+    let names = ["shop.audit-export", "app-1/4242-orders", "app-3/90-mailer"];
+    let mut whole_since: Vec<Option<u16>> = vec![None; names.len()];
+    for width in 80..=200u16 {
+        let mut state = state(Mode::Demo);
+        let text = screen(&mut state, width, 40);
+        for (i, name) in names.iter().enumerate() {
+            match (text.contains(name), whole_since[i]) {
+                (true, None) => whole_since[i] = Some(width),
+                (false, Some(since)) => {
+                    panic!("{name} was whole at {since} columns but is cut at {width}:\n{text}")
+                }
+                _ => {}
+            }
+        }
+        if width >= 118 {
+            assert!(text.contains("KIND") && text.contains("COMMIT"), "{width}");
+        }
+    }
+    assert!(whole_since.iter().all(Option::is_some));
+}

@@ -305,7 +305,12 @@ fn notices_expire_after_ten_seconds_or_on_the_next_key() {
     type_text(&mut state, "bogus");
     press(&mut state, KeyCode::Enter);
     assert!(
-        state.notice.as_ref().unwrap().text.contains("unknown command :bogus"),
+        state
+            .notice
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("unknown command :bogus"),
         "a key that says something replaces the old notice"
     );
 }
