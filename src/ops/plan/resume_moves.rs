@@ -10,7 +10,7 @@ use crate::model::{AuditRecord, AuditState, Invalidation, Lease, PendingVerdict,
 use crate::model::{ClusterTime, OplogWindow};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
-use crate::ops::request::{ActionRequest, ResetTarget, RewindTarget};
+use crate::ops::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
 use crate::ops::resume::{describe_point, movement, point_of, start_of, Direction, ResumeMove};
 use crate::ops::target::resume_target;
 use crate::store::{Namespace, ResumeChange};
@@ -312,12 +312,24 @@ pub(super) fn undo(
 /// Undo restores a resume point; an action that left it where it was (a takeover, an
 /// abort-bulk) has none to give back. Restoring the recorded one anyway would move the
 /// lease back over everything processed since: a rewind nobody asked for.
+///
+/// Takeover and abort-bulk keep the resume point by definition; their record's `after`
+/// may still show a later token, committed by the holder between the plan's read and
+/// the swap (the swap is on the version only). Any other action counts as moving it
+/// unless its record's before and after points are equal.
 fn refuse_unmoved(record: &AuditRecord) -> Result<(), Refusal> {
-    let (Some(before), Some(after)) = (&record.before, &record.after) else {
+    let Some(before) = &record.before else {
         return Ok(());
     };
     let point = before.resume_point();
-    if point != after.resume_point() {
+    let keeps_it = [ActionKind::Takeover, ActionKind::AbortBulk]
+        .iter()
+        .any(|kind| record.action == kind.name());
+    let unchanged = record
+        .after
+        .as_ref()
+        .is_some_and(|after| after.resume_point() == point);
+    if !keeps_it && !unchanged {
         return Ok(());
     }
     Err(Refusal::new(

@@ -748,6 +748,13 @@ fn undo_of_an_action_that_did_not_move_the_resume_point_has_nothing_to_undo() {
     );
     assert!(p.effect.resume.is_none(), "nothing is replayed");
 
+    // The holder committed between the plan's read and the swap (which is on the
+    // version only): the record's after has a later token, and it is still a takeover.
+    let mut committed_meanwhile = f.audit.clone().unwrap();
+    committed_meanwhile.after.as_mut().unwrap().resume_token = Some(token(2100));
+    f.audit = Some(committed_meanwhile);
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::NothingToRestore);
+
     // A rewind moved it: its undo restores the point before it.
     let mut rewound = before.clone();
     rewound.resume_token = None;
