@@ -584,3 +584,86 @@ fn a_wider_terminal_never_shows_less_of_a_name() {
     }
     assert!(whole_since.iter().all(Option::is_some));
 }
+
+fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
+    streamward::ops::PlanFacts {
+        lease: Some(lease),
+        window: Some(OplogWindow::new(
+            ClusterTime::new(secs(now()) - 3600, 1),
+            ClusterTime::new(secs(now()), 1),
+        )),
+        now: now(),
+        changes: None,
+        read_only: false,
+        audit: None,
+        rebuild: None,
+        operator: "ann@bastion".into(),
+        handover_lease: Duration::from_secs(10),
+        bulk_lease: Duration::from_secs(30),
+    }
+}
+
+#[test]
+fn dialogs_that_stay_true() {
+    // A standby took the lease while the preview was open: said at the top, Apply off.
+    snapshot_both_sizes("dialog_moved", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        let mut taken = leases().remove(0);
+        taken.holder = Some("app-2/5151-orders".into());
+        taken.version = 8;
+        state.apply(DataEvent::LeaseChanged(Box::new(taken)), now());
+    });
+    // A reason being typed, the name typed: Apply enabled.
+    snapshot_both_sizes("dialog_reason", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        for c in "shop.orders".chars() {
+            press(state, KeyCode::Char(c));
+        }
+        press(state, KeyCode::BackTab);
+        for c in "holder hung, pager 4411".chars() {
+            press(state, KeyCode::Char(c));
+        }
+    });
+    // Reset to now, refused until the skip is accepted.
+    snapshot_both_sizes("dialog_reset_to_now", |state| {
+        state.execute_command_line("filter shop.mailer");
+        press(state, KeyCode::Char('X'));
+        let mailer = leases().remove(2);
+        let request = streamward::ops::ActionRequest::Reset {
+            resource: mailer.resource.clone(),
+            to: streamward::ops::ResetTarget::Now,
+            accept_skip: false,
+        };
+        let plan = streamward::ops::plan(&request, &orders_facts(mailer));
+        state.apply(DataEvent::Planned(Ok(Box::new(plan))), now());
+    });
+    // Hand over: the in-process standbys of the lease, or a typed name.
+    snapshot_both_sizes("dialog_handover", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('T'));
+        press(state, KeyCode::Down);
+    });
+    // esc on a running rebuild asks first, and offers the background.
+    snapshot_both_sizes("dialog_rebuild_cancel", |state| {
+        state.dialog = Some(streamward::console::state::Dialog::Running {
+            action: streamward::ops::ActionKind::Rebuild,
+            resource: "pet-aggregates".into(),
+            progress: None,
+            stage: streamward::console::state::RunningStage::Working,
+        });
+        state.apply(
+            DataEvent::RebuildProgress(streamward::ops::RebuildProgress {
+                done: 3,
+                total: Some(7),
+                stage: "writing tag documents".into(),
+                finished: false,
+            }),
+            now(),
+        );
+        press(state, KeyCode::Esc);
+    });
+}

@@ -129,6 +129,26 @@ fn draw_record(
         }
         None => area,
     };
+    // The reason and the outcome whole: the table has room for their start only.
+    let text = format!(
+        "reason: {} · outcome: {}",
+        record
+            .reason
+            .as_deref()
+            .map_or_else(|| DASH.to_string(), escape_control),
+        escape_control(&record.outcome)
+    );
+    let width = usize::from(area.width.max(1));
+    let lines = text.chars().count().div_ceil(width).clamp(1, 3);
+    let [said, area] = Layout::vertical([
+        Constraint::Length(u16::try_from(lines).unwrap_or(3)),
+        Constraint::Fill(1),
+    ])
+    .areas(area);
+    frame.render_widget(
+        Paragraph::new(Line::styled(text, theme.base)).wrap(Wrap { trim: false }),
+        said,
+    );
     let [before, after] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
     // Pending with no step done: what its write means to leave, not "no lease".
