@@ -72,11 +72,15 @@ impl Harness {
 
     async fn done(&mut self) -> Result<String, String> {
         loop {
-            if let DataEvent::ActionDone(result) = self.next().await {
+            if let DataEvent::ActionDone { result, .. } = self.next().await {
                 return result;
             }
         }
     }
+}
+
+fn execute(plan: Box<Plan>, reason: Option<String>) -> ActionCommand {
+    ActionCommand::Execute { plan, reason }
 }
 
 fn takeover(resource: &str) -> ActionRequest {
@@ -109,7 +113,7 @@ async fn planning_writes_nothing_and_a_confirmed_plan_writes_once_with_its_audit
         "planning audits nothing"
     );
 
-    h.commands.send(ActionCommand::Execute(plan)).await.unwrap();
+    h.commands.send(execute(plan, None)).await.unwrap();
     let text = h.done().await.expect("applied");
     assert!(text.contains("takeover shop.orders"), "{text}");
     let after = h.store.get("shop.orders").await.unwrap().unwrap();
@@ -130,13 +134,10 @@ async fn a_plan_gone_stale_writes_nothing() {
     let plan = h.plan(takeover("shop.orders")).await;
     // Someone else acts first: the version moves on.
     let first = h.plan(takeover("shop.orders")).await;
-    h.commands
-        .send(ActionCommand::Execute(first))
-        .await
-        .unwrap();
+    h.commands.send(execute(first, None)).await.unwrap();
     h.done().await.expect("the first applies");
     let lease = h.store.get("shop.orders").await.unwrap();
-    h.commands.send(ActionCommand::Execute(plan)).await.unwrap();
+    h.commands.send(execute(plan, None)).await.unwrap();
     let error = h.done().await.expect_err("the stale plan is refused");
     assert!(error.contains("changed"), "{error}");
     assert!(
@@ -174,7 +175,10 @@ async fn a_cancelled_rebuild_reports_progress_and_leaves_stuck_bulk() {
         })
         .await;
     assert!(plan.refusal.is_none(), "{:?}", plan.refusal);
-    h.commands.send(ActionCommand::Execute(plan)).await.unwrap();
+    h.commands
+        .send(execute(plan.clone(), Some("aggregates drifted".into())))
+        .await
+        .unwrap();
     loop {
         if let DataEvent::RebuildProgress(progress) = h.next().await {
             if progress.done > 0 {
@@ -182,6 +186,10 @@ async fn a_cancelled_rebuild_reports_progress_and_leaves_stuck_bulk() {
             }
         }
     }
+    // One rebuild at a time: a second one is refused while the first runs.
+    h.commands.send(execute(plan, None)).await.unwrap();
+    let refused = h.done().await.expect_err("one at a time");
+    assert!(refused.contains("already running"), "{refused}");
     h.commands.send(ActionCommand::CancelRebuild).await.unwrap();
     let error = h.done().await.expect_err("cancelled");
     assert!(error.contains("abort-bulk"), "says how to recover: {error}");
@@ -190,5 +198,11 @@ async fn a_cancelled_rebuild_reports_progress_and_leaves_stuck_bulk() {
     let now = h.store.server_now().await.unwrap();
     let health = LeaseHealth::assess(&lease, None, now, &Default::default());
     assert_eq!(health.status, LeaseStatus::StuckBulk);
-    assert_eq!(h.store.audit_log(10).await.unwrap().items.len(), 1);
+    let audit = h.store.audit_log(10).await.unwrap().items;
+    assert_eq!(audit.len(), 1);
+    assert_eq!(
+        audit[0].reason.as_deref(),
+        Some("from the console: aggregates drifted"),
+        "the reason typed in the dialog reaches the audit record"
+    );
 }

@@ -536,17 +536,26 @@ fn a_takeover_from_the_console_is_confirmed_applied_and_audited() {
     session.wait_for("the refusal", &sandbox, |screen| {
         screen.contains("type pet-aggregates to confirm; nothing was written")
     });
+    // A reason for the audit record: tab from Apply to the reason field, enter back.
+    session.send("\te2e check\r");
+    session.wait_for("the reason typed", &sandbox, |screen| {
+        screen.contains("reason (for the audit record): e2e check")
+    });
     session.send("pet-aggregates\r");
     session.wait_for("the outcome", &sandbox, |screen| {
         screen.contains("applied: takeover pet-aggregates")
     });
     session.send("4");
     session.wait_for("the audit record", &sandbox, |screen| {
-        screen.contains("takeover") && screen.contains("from the console")
+        screen.contains("takeover") && screen.contains("reason: from the console: e2e check")
     });
+    // A takeover moved no resume point: its undo has nothing to undo (it used to
+    // rewind the lease over everything processed since).
     session.send("u");
     session.wait_for("the undo plan", &sandbox, |screen| {
-        screen.contains(" undo ") && screen.contains("[ Cancel ]")
+        screen.contains(" undo ")
+            && screen.contains("[ Cancel ]")
+            && screen.contains("nothing to undo: takeover did not move the resume point")
     });
     // Enter on the focused Cancel closes the dialog and writes nothing.
     session.send("\r");

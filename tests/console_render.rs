@@ -290,8 +290,9 @@ fn leases_view_filtered_frozen_and_sorted() {
 fn lease_detail_view() {
     snapshot_both_sizes("detail", |state| {
         state.execute_command_line("sort resource");
-        press(state, KeyCode::Char('j'));
-        press(state, KeyCode::Char('j'));
+        for _ in 0..3 {
+            press(state, KeyCode::Char('j'));
+        }
         press(state, KeyCode::Enter);
     });
 }
@@ -522,5 +523,147 @@ fn action_dialog_preview_and_progress() {
             stage: streamward::console::state::RunningStage::Working,
         });
         press(state, KeyCode::Char('q'));
+    });
+}
+
+/// Cells are cut at the end and marked, never from the left: a lag of 1420 days read
+/// `420d11h` in a seven-cell column, and holders were cut without a mark.
+#[test]
+fn long_values_are_cut_at_the_end_with_a_mark() {
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Demo);
+        let age = 1420 * 86_400 + 11 * 3600;
+        let mut ancient = lease(
+            "archive.very-long-resource-name-that-goes-on",
+            Some("host-with-a-really-long-name.example.internal/4242"),
+            4,
+            age,
+        );
+        ancient.resume_token = None;
+        ancient.resume_at = Some(ClusterTime::new(secs(now()) - age, 1));
+        state.apply(DataEvent::LeaseChanged(Box::new(ancient)), now());
+        state.execute_command_line("filter archive");
+        let text = screen(&mut state, width, height);
+        let row = text
+            .lines()
+            .find(|l| l.contains("archive."))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(row.contains("1420d11h"), "{width}: {row}");
+        assert!(!row.contains(" 420d11h"), "{width}: {row}");
+        assert!(row.contains("archive.very-"), "{width}: {row}");
+        assert!(row.contains("host-with-a-"), "{width}: {row}");
+        assert_eq!(
+            row.matches('…').count(),
+            2,
+            "both long names are marked: {row}"
+        );
+    }
+}
+
+/// At 112–120 columns the wide layout took the names down to 14 cells while 111
+/// columns showed them whole: a wider terminal never shows less now.
+#[test]
+fn a_wider_terminal_never_shows_less_of_a_name() {
+    let names = ["shop.audit-export", "app-1/4242-orders", "app-3/90-mailer"];
+    let mut whole_since: Vec<Option<u16>> = vec![None; names.len()];
+    for width in 80..=200u16 {
+        let mut state = state(Mode::Demo);
+        let text = screen(&mut state, width, 40);
+        for (i, name) in names.iter().enumerate() {
+            match (text.contains(name), whole_since[i]) {
+                (true, None) => whole_since[i] = Some(width),
+                (false, Some(since)) => {
+                    panic!("{name} was whole at {since} columns but is cut at {width}:\n{text}")
+                }
+                _ => {}
+            }
+        }
+        if width >= 118 {
+            assert!(text.contains("KIND") && text.contains("COMMIT"), "{width}");
+        }
+    }
+    assert!(whole_since.iter().all(Option::is_some));
+}
+
+fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
+    streamward::ops::PlanFacts {
+        lease: Some(lease),
+        window: Some(OplogWindow::new(
+            ClusterTime::new(secs(now()) - 3600, 1),
+            ClusterTime::new(secs(now()), 1),
+        )),
+        now: now(),
+        changes: None,
+        read_only: false,
+        audit: None,
+        rebuild: None,
+        operator: "ann@bastion".into(),
+        handover_lease: Duration::from_secs(10),
+        bulk_lease: Duration::from_secs(30),
+    }
+}
+
+#[test]
+fn dialogs_that_stay_true() {
+    // A standby took the lease while the preview was open: said at the top, Apply off.
+    snapshot_both_sizes("dialog_moved", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        let mut taken = leases().remove(0);
+        taken.holder = Some("app-2/5151-orders".into());
+        taken.version = 8;
+        state.apply(DataEvent::LeaseChanged(Box::new(taken)), now());
+    });
+    // A reason being typed, the name typed: Apply enabled.
+    snapshot_both_sizes("dialog_reason", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        for c in "shop.orders".chars() {
+            press(state, KeyCode::Char(c));
+        }
+        press(state, KeyCode::BackTab);
+        for c in "holder hung, pager 4411".chars() {
+            press(state, KeyCode::Char(c));
+        }
+    });
+    // Reset to now, refused until the skip is accepted.
+    snapshot_both_sizes("dialog_reset_to_now", |state| {
+        state.execute_command_line("filter shop.mailer");
+        press(state, KeyCode::Char('X'));
+        let mailer = leases().remove(2);
+        let request = streamward::ops::ActionRequest::Reset {
+            resource: mailer.resource.clone(),
+            to: streamward::ops::ResetTarget::Now,
+            accept_skip: false,
+        };
+        let plan = streamward::ops::plan(&request, &orders_facts(mailer));
+        state.apply(DataEvent::Planned(Ok(Box::new(plan))), now());
+    });
+    // Hand over: the in-process standbys of the lease, or a typed name.
+    snapshot_both_sizes("dialog_handover", |state| {
+        state.execute_command_line("filter shop.orders");
+        press(state, KeyCode::Char('T'));
+        press(state, KeyCode::Down);
+    });
+    // esc on a running rebuild asks first, and offers the background.
+    snapshot_both_sizes("dialog_rebuild_cancel", |state| {
+        state.dialog = Some(streamward::console::state::Dialog::Running {
+            action: streamward::ops::ActionKind::Rebuild,
+            resource: "pet-aggregates".into(),
+            progress: None,
+            stage: streamward::console::state::RunningStage::Working,
+        });
+        state.apply(
+            DataEvent::RebuildProgress(streamward::ops::RebuildProgress {
+                done: 3,
+                total: Some(7),
+                stage: "writing tag documents".into(),
+                finished: false,
+            }),
+            now(),
+        );
+        press(state, KeyCode::Esc);
     });
 }

@@ -18,7 +18,12 @@ use crate::store::OpsStore;
 #[derive(Debug, Clone, PartialEq)]
 pub enum ActionCommand {
     Plan(ActionRequest),
-    Execute(Box<Plan>),
+    /// Execute a confirmed plan; `reason` (typed in the dialog) goes to its audit
+    /// record after the runner's own reason.
+    Execute {
+        plan: Box<Plan>,
+        reason: Option<String>,
+    },
     CancelRebuild,
 }
 
@@ -29,7 +34,8 @@ pub struct ActionRunner<S, D> {
     pub options: GatherOptions,
     /// The rebuilds defined here.
     pub rebuilds: Vec<(RebuildTarget, Arc<D>)>,
-    /// Recorded as the reason of every action taken from the console.
+    /// Recorded as the reason of every action taken from the console, followed by
+    /// what the operator typed into the dialog's reason field.
     pub reason: String,
 }
 
@@ -61,16 +67,32 @@ where
                     ActionCommand::Plan(request) => {
                         Some(DataEvent::Planned(self.plan(&request).await))
                     }
-                    ActionCommand::Execute(plan) if plan.action == ActionKind::Rebuild => {
-                        running = Some(self.start_rebuild(*plan, events.clone()));
+                    ActionCommand::Execute { plan, .. }
+                        if plan.action == ActionKind::Rebuild
+                            && running.as_ref().is_some_and(|r| !r.task.is_finished()) =>
+                    {
+                        Some(DataEvent::ActionDone {
+                            action: ActionKind::Rebuild,
+                            result: Err(
+                                "a rebuild is already running here: one at a time; nothing was written"
+                                    .into(),
+                            ),
+                        })
+                    }
+                    ActionCommand::Execute { plan, reason } if plan.action == ActionKind::Rebuild => {
+                        let reason = self.reason_with(reason);
+                        running = Some(self.start_rebuild(*plan, reason, events.clone()));
                         None
                     }
-                    ActionCommand::Execute(plan) => {
-                        let done = ops::execute(&self.store, &plan, Some(self.reason.clone()))
+                    ActionCommand::Execute { plan, reason } => {
+                        let done = ops::execute(&self.store, &plan, Some(self.reason_with(reason)))
                             .await
                             .map(|done| describe::executed_text(&done).trim_end().to_string())
                             .map_err(|e| format!("{} failed: {e}", plan.action));
-                        Some(DataEvent::ActionDone(done))
+                        Some(DataEvent::ActionDone {
+                            action: plan.action,
+                            result: done,
+                        })
                     }
                     ActionCommand::CancelRebuild => {
                         if let Some(rebuild) = &running {
@@ -95,6 +117,14 @@ where
         })
     }
 
+    /// The audit reason: the runner's own ("from the console"), then the operator's.
+    fn reason_with(&self, typed: Option<String>) -> String {
+        match typed.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
+            Some(typed) => format!("{}: {typed}", self.reason),
+            None => self.reason.clone(),
+        }
+    }
+
     async fn plan(&self, request: &ActionRequest) -> Result<Box<Plan>, String> {
         let mut options = self.options.clone();
         if let ActionRequest::Rebuild { name } = request {
@@ -111,7 +141,12 @@ where
     }
 
     /// Runs the rebuild on its own task, forwarding progress; its token cancels it.
-    fn start_rebuild(&self, plan: Plan, events: mpsc::Sender<DataEvent>) -> RunningRebuild {
+    fn start_rebuild(
+        &self,
+        plan: Plan,
+        reason: String,
+        events: mpsc::Sender<DataEvent>,
+    ) -> RunningRebuild {
         let cancel = CancellationToken::new();
         let definition = match &plan.request {
             ActionRequest::Rebuild { name } => self
@@ -122,7 +157,6 @@ where
             _ => None,
         };
         let store = self.store.clone();
-        let reason = self.reason.clone();
         let token = cancel.clone();
         let task = tokio::spawn(async move {
             let Some((name, definition)) = definition else {
@@ -130,7 +164,12 @@ where
                     "no rebuild named in this {} plan is defined here; nothing was written",
                     plan.action
                 ));
-                let _ = events.send(DataEvent::ActionDone(done.clone())).await;
+                let _ = events
+                    .send(DataEvent::ActionDone {
+                        action: ActionKind::Rebuild,
+                        result: done.clone(),
+                    })
+                    .await;
                 return done;
             };
             let (progress, mut updates) = Progress::channel();
@@ -167,7 +206,12 @@ where
                     )
                 })
                 .map_err(|e| format!("rebuild {name}: {e}"));
-            let _ = events.send(DataEvent::ActionDone(done.clone())).await;
+            let _ = events
+                .send(DataEvent::ActionDone {
+                    action: ActionKind::Rebuild,
+                    result: done.clone(),
+                })
+                .await;
             done
         });
         RunningRebuild { cancel, task }

@@ -52,7 +52,7 @@ pub async fn run<B, I, M>(
     mut data: mpsc::Receiver<DataEvent>,
 ) -> std::io::Result<Ended>
 where
-    B: Backend,
+    B: Backend + std::io::Write,
     B::Error: Into<std::io::Error>,
     I: Stream<Item = std::io::Result<Event>> + Unpin,
     M: FnMut(bool) -> std::io::Result<()>,
@@ -89,6 +89,10 @@ where
                     _ => Vec::new(),
                 };
                 for effect in effects {
+                    if let Effect::Copy { what, text } = effect {
+                        copy(terminal.backend_mut(), state, what, &text);
+                        continue;
+                    }
                     if apply_effect(effect, state, context) == Some(Ended::Quit) {
                         return Ok(Ended::Quit);
                     }
@@ -136,7 +140,10 @@ fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(
             Err(error) => state.notify(NoticeLevel::Error, error.to_string()),
         },
         Effect::Plan(request) => send_action(state, context, ActionCommand::Plan(request)),
-        Effect::Execute(plan) => send_action(state, context, ActionCommand::Execute(plan)),
+        Effect::Execute { plan, reason } => {
+            send_action(state, context, ActionCommand::Execute { plan, reason })
+        }
+        Effect::Copy { .. } => {}
         Effect::CancelRebuild => send_action(state, context, ActionCommand::CancelRebuild),
         Effect::SetMouse(on) => {
             if let Err(error) = (context.set_mouse)(on) {
@@ -157,6 +164,27 @@ fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(
         }
     }
     None
+}
+
+/// Writes `text` to the clipboard through the terminal (OSC 52) and says so; a
+/// terminal that does not allow OSC 52 ignores it, which the notice mentions.
+fn copy<W: std::io::Write>(out: &mut W, state: &mut ConsoleState, what: &str, text: &str) {
+    let written = out
+        .write_all(&super::clipboard::osc52(text))
+        .and_then(|()| out.flush());
+    match written {
+        Ok(()) => state.notify(
+            NoticeLevel::Info,
+            format!(
+                "copied {what} ({} characters) to the clipboard (OSC 52: the terminal must allow it)",
+                text.chars().count()
+            ),
+        ),
+        Err(error) => state.notify(
+            NoticeLevel::Error,
+            format!("cannot copy {what}: {error}"),
+        ),
+    }
 }
 
 /// Hands an action to the runner without waiting; a full or closed runner is reported.

@@ -33,7 +33,10 @@ pub enum DataEvent {
     /// The plan of the action the dialog asked for, or why it could not be read.
     Planned(Result<Box<crate::ops::Plan>, String>),
     /// An executed action's outcome, for the notice line.
-    ActionDone(Result<String, String>),
+    ActionDone {
+        action: crate::ops::ActionKind,
+        result: Result<String, String>,
+    },
     RebuildProgress(crate::ops::RebuildProgress),
     /// A data task lost its source; it keeps retrying and the next success clears this.
     SourceFailed {

@@ -12,6 +12,8 @@ pub enum Scope {
     Lists,
     /// The leases table.
     Leases,
+    /// The lease detail.
+    Detail,
     /// Guarded actions on the selected lease (absent in read-only mode).
     LeaseActions,
     /// Guarded actions on the selected audit record (absent in read-only mode).
@@ -24,6 +26,7 @@ impl Scope {
             Scope::Global => "Anywhere",
             Scope::Lists => "Lists",
             Scope::Leases => "Leases",
+            Scope::Detail => "Lease detail",
             Scope::LeaseActions => "Actions on the selected lease (leases and detail views)",
             Scope::AuditActions => "Actions in the audit view",
         }
@@ -55,11 +58,15 @@ pub enum KeyCommand {
     SortNext,
     SortReverse,
     Takeover,
+    HandOver,
     Rewind,
     Reset,
+    ResetToNow,
     Rebuild,
     AbortBulk,
     Undo,
+    CopyToken,
+    CopyError,
 }
 
 /// One key: a code plus whether Ctrl is held (Shift is part of the character).
@@ -156,7 +163,7 @@ pub const BINDINGS: &[Binding] = &[
         keys: &[key(':')],
         command: KeyCommand::StartCommand,
         scope: Scope::Global,
-        help: "command line (:leases :oplog :listeners :audit :theme NAME :sort COL :q)",
+        help: "command line (:leases :oplog :audit :theme NAME :sort COL :q …)",
         hint: Some("command"),
     },
     Binding {
@@ -293,10 +300,17 @@ pub const BINDINGS: &[Binding] = &[
         hint: Some("takeover"),
     },
     Binding {
+        keys: &[key('T')],
+        command: KeyCommand::HandOver,
+        scope: Scope::LeaseActions,
+        help: "hand over to a standby (one running here, or a typed listener id)",
+        hint: Some("hand over"),
+    },
+    Binding {
         keys: &[key('w')],
         command: KeyCommand::Rewind,
         scope: Scope::LeaseActions,
-        help: "rewind the resume point by a duration (changes are replayed)",
+        help: "rewind: back by a duration (10m) or to a time (RFC 3339, 03:10 UTC)",
         hint: Some("rewind"),
     },
     Binding {
@@ -304,21 +318,28 @@ pub const BINDINGS: &[Binding] = &[
         command: KeyCommand::Reset,
         scope: Scope::LeaseActions,
         help: "reset the resume point to the oldest oplog entry",
-        hint: None,
+        hint: Some("reset"),
+    },
+    Binding {
+        keys: &[key('X')],
+        command: KeyCommand::ResetToNow,
+        scope: Scope::LeaseActions,
+        help: "reset to now: skips what is unprocessed (asks to accept the skip)",
+        hint: Some("reset to now"),
     },
     Binding {
         keys: &[key('b')],
         command: KeyCommand::Rebuild,
         scope: Scope::LeaseActions,
         help: "rebuild the derived data under the bulk lock",
-        hint: None,
+        hint: Some("rebuild"),
     },
     Binding {
         keys: &[key('a')],
         command: KeyCommand::AbortBulk,
         scope: Scope::LeaseActions,
         help: "abort a stuck bulk lease without rebuilding",
-        hint: None,
+        hint: Some("abort-bulk"),
     },
     Binding {
         keys: &[key('u')],
@@ -326,6 +347,20 @@ pub const BINDINGS: &[Binding] = &[
         scope: Scope::AuditActions,
         help: "undo: restore the resume point from before the selected action",
         hint: Some("undo"),
+    },
+    Binding {
+        keys: &[key('c')],
+        command: KeyCommand::CopyToken,
+        scope: Scope::Detail,
+        help: "copy the whole resume token (hex) to the clipboard (OSC 52)",
+        hint: Some("copy token"),
+    },
+    Binding {
+        keys: &[key('C')],
+        command: KeyCommand::CopyError,
+        scope: Scope::Detail,
+        help: "copy the last error of a listener running here (OSC 52)",
+        hint: Some("copy error"),
     },
 ];
 
@@ -419,7 +454,7 @@ pub const LINE_COMMANDS: &[LineCommandSpec] = &[
     LineCommandSpec {
         names: &["theme"],
         usage: ":theme NAME",
-        help: "switch theme (default dark light high-contrast monochrome, or yours)",
+        help: "switch to a built-in theme or one of yours",
         command: LineCommand::Theme,
     },
     LineCommandSpec {
@@ -476,6 +511,7 @@ pub fn help_sections(read_only: bool) -> Vec<(&'static str, Vec<(String, &'stati
         Scope::Global,
         Scope::Lists,
         Scope::Leases,
+        Scope::Detail,
         Scope::LeaseActions,
         Scope::AuditActions,
     ]
@@ -495,13 +531,17 @@ pub fn help_sections(read_only: bool) -> Vec<(&'static str, Vec<(String, &'stati
     .collect()
 }
 
-/// Footer hints for the scopes in force: (first key, hint).
-pub fn hints(scopes: &[Scope]) -> Vec<(String, &'static str)> {
+/// The footer hint of `command`: (its first key, its hint), when it has one.
+pub fn hint(command: KeyCommand) -> Option<(String, &'static str)> {
     BINDINGS
         .iter()
-        .filter(|b| scopes.contains(&b.scope))
-        .filter_map(|b| Some((b.keys.first()?.label(), b.hint?)))
-        .collect()
+        .find(|b| b.command == command)
+        .and_then(|b| Some((b.keys.first()?.label(), b.hint?)))
+}
+
+/// The binding of `command`, for what a key does and in which scope.
+pub fn binding(command: KeyCommand) -> Option<&'static Binding> {
+    BINDINGS.iter().find(|b| b.command == command)
 }
 
 #[cfg(test)]
@@ -520,13 +560,24 @@ mod tests {
     }
 
     #[test]
+    fn help_texts_fit_the_help_popup() {
+        // The popup is at most 90 wide: 88 inside, 20 for the keys.
+        for binding in BINDINGS {
+            assert!(binding.help.chars().count() <= 68, "{}", binding.help);
+        }
+        for spec in LINE_COMMANDS {
+            assert!(spec.help.chars().count() <= 60, "{}", spec.help);
+        }
+    }
+
+    #[test]
     fn help_lists_every_binding() {
         let lines: usize = help_sections(false).iter().map(|(_, l)| l.len()).sum();
         assert_eq!(lines, BINDINGS.len());
         let read_only: usize = help_sections(true).iter().map(|(_, l)| l.len()).sum();
         assert_eq!(
             read_only,
-            BINDINGS.len() - 6,
+            BINDINGS.len() - 8,
             "no action keys in read-only help"
         );
     }

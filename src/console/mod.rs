@@ -5,6 +5,7 @@
 
 pub mod action_runner;
 pub mod app;
+pub mod clipboard;
 pub mod data;
 pub mod feed;
 pub mod keymap;

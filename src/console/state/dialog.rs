@@ -1,15 +1,22 @@
-//! The guarded-action dialog: ask (for a rewind, how far), plan, preview with Cancel
-//! focused and the resource name to type for destructive actions, run, report.
-//! The target (resource, holder, version) is captured when the dialog opens; a plan
-//! read against any other version is not offered for confirmation.
+//! The guarded-action dialog: ask (how far to rewind, whom to hand over to), plan,
+//! preview with Cancel focused, a reason for the audit record and the resource name
+//! to type for destructive actions, run, report.
+//!
+//! The dialog stays true while it is open: the target (resource, holder, version) is
+//! captured when it opens, the lease feed keeps flowing, and a plan whose lease moved
+//! on since (another version or holder) says so and cannot be applied until it is
+//! planned again (`r`).
 
-use std::time::Duration;
-
+use chrono::{DateTime, NaiveTime, Utc};
 use crossterm::event::KeyCode;
 
 use super::input::Effect;
 use crate::model::text::escape_control;
-use crate::ops::{ActionKind, ActionRequest, Plan, RebuildProgress, ResetTarget, RewindTarget};
+use crate::model::Lease;
+use crate::ops::{
+    ActionKind, ActionRequest, Plan, RebuildProgress, RefusalKind, ResetTarget, RewindTarget,
+    TimeSpec,
+};
 
 /// What the operator pointed at when the dialog opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,28 +26,99 @@ pub struct Target {
     pub version: i64,
 }
 
+impl Target {
+    pub fn of(lease: &Lease) -> Target {
+        Target {
+            resource: lease.resource.clone(),
+            holder: lease.holder.clone(),
+            version: lease.version,
+        }
+    }
+
+    /// "v7 held by X" (or "held by nobody").
+    pub fn seen(&self) -> String {
+        seen(self.version, self.holder.as_deref())
+    }
+}
+
+fn seen(version: i64, holder: Option<&str>) -> String {
+    format!(
+        "v{version} held by {}",
+        holder.map_or_else(|| "nobody".to_string(), escape_control)
+    )
+}
+
+/// Where the keyboard goes in the preview.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Button {
+pub enum Focus {
     Cancel,
     Apply,
+    /// The reason field: what is typed goes to the audit record.
+    Reason,
+}
+
+/// What the dialog asks before it can plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ask {
+    /// How far back: a duration, an RFC 3339 time, a clock time (UTC) or `SECS:INC`.
+    Rewind,
+    /// To whom: one of the in-process standbys of the lease (↑/↓), or a typed name.
+    HandOver {
+        standbys: Vec<String>,
+        choice: Option<usize>,
+    },
+}
+
+/// The lease as the console sees it now, against what a plan or the dialog saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// "changed since planned" or "changed since opened".
+    pub since: &'static str,
+    pub then: String,
+    /// `None`: the lease can no longer be read.
+    pub now: Option<String>,
+}
+
+impl Moved {
+    pub fn text(&self) -> String {
+        format!(
+            "changed since {}: {} → {}",
+            self.since,
+            self.then,
+            self.now
+                .as_deref()
+                .unwrap_or("the lease can no longer be read")
+        )
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Dialog {
-    /// A rewind needs to know how far back: a duration such as `10m`.
-    Ask { target: Target, text: String },
+    Ask {
+        target: Target,
+        ask: Ask,
+        text: String,
+    },
     /// The facts are being read.
     Planning {
         target: Option<Target>,
         request: ActionRequest,
+        /// Typed before a re-plan: kept for the new preview.
+        reason: String,
     },
     Preview {
         target: Option<Target>,
         plan: Box<Plan>,
-        focus: Button,
+        focus: Focus,
+        /// The resource name typed to confirm.
         typed: String,
+        /// Why, for the audit record.
+        reason: String,
+        /// The lease moved on since it was planned (kept current by the console).
+        moved: Option<Moved>,
     },
-    /// Executing; a rebuild reports progress and can be cancelled.
+    /// Executing; a rebuild reports progress and can be cancelled or sent to the
+    /// background.
     Running {
         action: ActionKind,
         resource: String,
@@ -54,7 +132,8 @@ pub enum Dialog {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RunningStage {
     Working,
-    /// `esc` was pressed: `y` cancels, anything else keeps it running.
+    /// `esc` was pressed: `y` cancels, `b` closes the dialog and lets it run on in the
+    /// background, anything else keeps it running here.
     ConfirmCancel,
     /// `q` or Ctrl-C was pressed: `y` (or Ctrl-C again) cancels it and quits.
     ConfirmQuit,
@@ -70,28 +149,59 @@ pub enum DialogReply {
     Error(String),
     /// Stay open (in its new step) and have the app do this.
     Effect(Effect),
+    /// Plan again: recapture the lease as it is now and read the facts anew.
+    Replan(ActionRequest),
+    /// Close the dialog; the rebuild goes on and its outcome arrives as a notice.
+    Background,
+}
+
+/// What the dialog needs to know from the console to answer a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyContext {
+    /// The server's clock, for a clock time typed into the rewind question.
+    pub server_now: DateTime<Utc>,
 }
 
 impl Dialog {
     /// The dialog's transitions: ask → plan → preview → run, and back out with `esc`.
-    pub fn on_key(&mut self, code: KeyCode) -> DialogReply {
+    pub fn on_key(&mut self, code: KeyCode, context: KeyContext) -> DialogReply {
         match self {
-            Dialog::Ask { target, text } => match code {
+            Dialog::Ask { target, ask, text } => match code {
                 KeyCode::Esc => return DialogReply::Close,
                 KeyCode::Backspace => {
                     text.pop();
                 }
-                KeyCode::Char(c) if !c.is_control() => text.push(c),
-                KeyCode::Enter => match rewind_request(target, text) {
-                    Ok(request) => {
-                        *self = Dialog::Planning {
-                            target: Some(target.clone()),
-                            request: request.clone(),
-                        };
-                        return DialogReply::Effect(Effect::Plan(request));
+                KeyCode::Up | KeyCode::Down | KeyCode::Tab | KeyCode::BackTab => {
+                    if let Ask::HandOver { standbys, choice } = ask {
+                        *choice = step_choice(*choice, standbys.len(), code);
+                        text.clear();
                     }
-                    Err(error) => return DialogReply::Error(error),
-                },
+                }
+                KeyCode::Char(c) if !c.is_control() => {
+                    text.push(c);
+                    if let Ask::HandOver { choice, .. } = ask {
+                        *choice = None;
+                    }
+                }
+                KeyCode::Enter => {
+                    let request = match ask {
+                        Ask::Rewind => rewind_request(target, text, context.server_now),
+                        Ask::HandOver { standbys, choice } => {
+                            handover_request(target, text, standbys, *choice)
+                        }
+                    };
+                    return match request {
+                        Ok(request) => {
+                            *self = Dialog::Planning {
+                                target: Some(target.clone()),
+                                request: request.clone(),
+                                reason: String::new(),
+                            };
+                            DialogReply::Effect(Effect::Plan(request))
+                        }
+                        Err(error) => DialogReply::Error(error),
+                    };
+                }
                 _ => {}
             },
             Dialog::Planning { .. } if code == KeyCode::Esc => return DialogReply::Close,
@@ -101,47 +211,93 @@ impl Dialog {
                 plan,
                 focus,
                 typed,
-            } => match code {
-                KeyCode::Esc => return DialogReply::Close,
-                KeyCode::Tab | KeyCode::BackTab | KeyCode::Left | KeyCode::Right => {
-                    *focus = match focus {
-                        Button::Cancel => Button::Apply,
-                        Button::Apply => Button::Cancel,
+                reason,
+                moved,
+            } => {
+                let blocked = blocked(target.as_ref(), plan, moved.as_ref());
+                match (code, *focus) {
+                    (KeyCode::Esc, _) => return DialogReply::Close,
+                    (KeyCode::Tab, _) => {
+                        *focus = match focus {
+                            Focus::Cancel => Focus::Apply,
+                            Focus::Apply => Focus::Reason,
+                            Focus::Reason => Focus::Cancel,
+                        }
                     }
-                }
-                KeyCode::Backspace => {
-                    typed.pop();
-                }
-                KeyCode::Char(c) if !c.is_control() && plan.confirm_text().is_some() => {
-                    typed.push(c)
-                }
-                KeyCode::Enter if *focus == Button::Cancel => return DialogReply::Close,
-                KeyCode::Enter => {
-                    if let Some(reason) = Dialog::blocked(target.as_ref(), plan) {
-                        return DialogReply::Error(reason);
+                    (KeyCode::BackTab, _) => {
+                        *focus = match focus {
+                            Focus::Cancel => Focus::Reason,
+                            Focus::Apply => Focus::Cancel,
+                            Focus::Reason => Focus::Apply,
+                        }
                     }
-                    if let Some(expected) = plan.confirm_text().filter(|expected| typed != expected)
+                    (KeyCode::Left | KeyCode::Right, Focus::Cancel | Focus::Apply) => {
+                        *focus = match focus {
+                            Focus::Cancel => Focus::Apply,
+                            _ => Focus::Cancel,
+                        }
+                    }
+                    (KeyCode::Backspace, Focus::Reason) => {
+                        reason.pop();
+                    }
+                    (KeyCode::Char(c), Focus::Reason) if !c.is_control() => reason.push(c),
+                    // Enter in the reason field goes on to the buttons, never applies.
+                    (KeyCode::Enter, Focus::Reason) => *focus = Focus::Apply,
+                    (KeyCode::Backspace, _) => {
+                        typed.pop();
+                    }
+                    (KeyCode::Char('a'), _) if skip_not_accepted(plan) => {
+                        if let ActionRequest::Reset { resource, to, .. } = &plan.request {
+                            return DialogReply::Replan(ActionRequest::Reset {
+                                resource: resource.clone(),
+                                to: *to,
+                                accept_skip: true,
+                            });
+                        }
+                    }
+                    (KeyCode::Char('r'), _) if replan_offered(plan, blocked.is_some()) => {
+                        return DialogReply::Replan(plan.request.clone());
+                    }
+                    (KeyCode::Char(c), _)
+                        if !c.is_control()
+                            && blocked.is_none()
+                            && plan.confirm_text().is_some() =>
                     {
-                        return DialogReply::Error(format!(
-                            "type {} to confirm; nothing was written",
-                            escape_control(expected)
-                        ));
+                        typed.push(c)
                     }
-                    let plan: Box<Plan> = plan.clone();
-                    *self = Dialog::Running {
-                        action: plan.action,
-                        resource: plan.resource.clone().unwrap_or_default(),
-                        progress: None,
-                        stage: RunningStage::Working,
-                    };
-                    return DialogReply::Effect(Effect::Execute(plan));
+                    (KeyCode::Enter, Focus::Cancel) => return DialogReply::Close,
+                    (KeyCode::Enter, _) => {
+                        if let Some(reason) = blocked {
+                            return DialogReply::Error(reason);
+                        }
+                        if let Some(expected) =
+                            plan.confirm_text().filter(|expected| typed != expected)
+                        {
+                            return DialogReply::Error(format!(
+                                "type {} to confirm; nothing was written",
+                                escape_control(expected)
+                            ));
+                        }
+                        let plan: Box<Plan> = plan.clone();
+                        let reason = Some(reason.trim().to_string()).filter(|r| !r.is_empty());
+                        *self = Dialog::Running {
+                            action: plan.action,
+                            resource: plan.resource.clone().unwrap_or_default(),
+                            progress: None,
+                            stage: RunningStage::Working,
+                        };
+                        return DialogReply::Effect(Effect::Execute { plan, reason });
+                    }
+                    _ => {}
                 }
-                _ => {}
-            },
+            }
             Dialog::Running { action, stage, .. } if *action == ActionKind::Rebuild => {
                 let answer_yes = code == KeyCode::Char('y');
                 match (*stage, code) {
                     (RunningStage::Working, KeyCode::Esc) => *stage = RunningStage::ConfirmCancel,
+                    (RunningStage::Working | RunningStage::ConfirmCancel, KeyCode::Char('b')) => {
+                        return DialogReply::Background
+                    }
                     (RunningStage::Working | RunningStage::Cancelling, KeyCode::Char('q')) => {
                         return self.ask_before_quitting();
                     }
@@ -179,25 +335,139 @@ impl Dialog {
         DialogReply::Effect(Effect::Quit)
     }
 
-    /// Why the plan must not be confirmed: refused, or the lease is not the one the
-    /// dialog opened on.
-    pub fn blocked(target: Option<&Target>, plan: &Plan) -> Option<String> {
-        if let Some(refusal) = &plan.refusal {
-            return Some(refusal.reason.clone());
+    /// The resource the dialog is about, as far as it knows one.
+    pub fn resource(&self) -> Option<&str> {
+        match self {
+            Dialog::Ask { target, .. } => Some(&target.resource),
+            Dialog::Planning { target, .. } => target.as_ref().map(|t| t.resource.as_str()),
+            Dialog::Preview { target, plan, .. } => plan
+                .resource
+                .as_deref()
+                .or(target.as_ref().map(|t| t.resource.as_str())),
+            Dialog::Running { resource, .. } => Some(resource),
         }
-        let (Some(target), Some(captured)) = (target, plan.captured.as_ref()) else {
+    }
+
+    /// Why Apply is disabled, if it is: refused, the lease changed since the dialog
+    /// opened or since the plan was read, or the name is not typed yet.
+    pub fn apply_disabled(&self) -> Option<String> {
+        let Dialog::Preview {
+            target,
+            plan,
+            typed,
+            moved,
+            ..
+        } = self
+        else {
             return None;
         };
-        (captured.version != target.version).then(|| {
-            format!(
-                "the lease changed since this dialog opened (version {} → {}): nothing will be written; close and press the key again to re-plan",
-                target.version, captured.version
-            )
+        blocked(target.as_ref(), plan, moved.as_ref()).or_else(|| {
+            plan.confirm_text()
+                .filter(|expected| typed != expected)
+                .map(|expected| format!("type {} to enable Apply", escape_control(expected)))
         })
+    }
+
+    /// Compares the plan with the lease as the console has it now: `Some(None)` when
+    /// its document can no longer be read, `None` when the console has not seen it.
+    /// Called whenever a lease event arrives and when a plan does.
+    pub fn follow(&mut self, lease: Option<Option<&Lease>>) {
+        let Dialog::Preview { plan, moved, .. } = self else {
+            return;
+        };
+        let Some(lease) = lease else {
+            return;
+        };
+        let Some(captured) = &plan.captured else {
+            return;
+        };
+        *moved = match lease {
+            None => Some(Moved {
+                since: "planned",
+                then: seen(captured.version, captured.holder.as_deref()),
+                now: None,
+            }),
+            // The feed may lag behind the plan's own read: an older version is not a
+            // change. A newer one, or another holder at the same version (a release),
+            // is.
+            Some(lease)
+                if lease.version > captured.version
+                    || (lease.version == captured.version && lease.holder != captured.holder) =>
+            {
+                Some(Moved {
+                    since: "planned",
+                    then: seen(captured.version, captured.holder.as_deref()),
+                    now: Some(seen(lease.version, lease.holder.as_deref())),
+                })
+            }
+            Some(_) => None,
+        };
     }
 }
 
-/// The request an action key makes for `target`; `None` for a rewind, which asks first.
+/// Why the plan must not be confirmed: refused, the lease is not the one the dialog
+/// opened on, or it moved on since it was planned.
+pub fn blocked(target: Option<&Target>, plan: &Plan, moved: Option<&Moved>) -> Option<String> {
+    if let Some(refusal) = &plan.refusal {
+        return Some(refusal.reason.clone());
+    }
+    if let Some(moved) = moved {
+        return Some(format!(
+            "{}: nothing will be written; r plans it again",
+            moved.text()
+        ));
+    }
+    let (Some(target), Some(captured)) = (target, plan.captured.as_ref()) else {
+        return None;
+    };
+    (captured.version != target.version || captured.holder != target.holder).then(|| {
+        format!(
+            "{}: nothing will be written; r plans it again",
+            opened_moved(target, plan)
+                .map(|m| m.text())
+                .unwrap_or_default()
+        )
+    })
+}
+
+/// The lease the plan was read against is not the one the dialog opened on.
+pub fn opened_moved(target: &Target, plan: &Plan) -> Option<Moved> {
+    let captured = plan.captured.as_ref()?;
+    (captured.version != target.version || captured.holder != target.holder).then(|| Moved {
+        since: "opened",
+        then: target.seen(),
+        now: Some(seen(captured.version, captured.holder.as_deref())),
+    })
+}
+
+/// `r` plans again when nothing is being typed into the confirmation: the plan cannot
+/// be applied as it is, or needs no name.
+pub fn replan_offered(plan: &Plan, blocked: bool) -> bool {
+    blocked || plan.confirm_text().is_none()
+}
+
+/// A reset to now refused for want of the CLI's `--accept-skip`: `a` accepts it.
+pub fn skip_not_accepted(plan: &Plan) -> bool {
+    plan.refusal
+        .as_ref()
+        .is_some_and(|r| r.kind == RefusalKind::SkipNotAccepted)
+}
+
+fn step_choice(choice: Option<usize>, len: usize, code: KeyCode) -> Option<usize> {
+    if len == 0 {
+        return None;
+    }
+    let back = matches!(code, KeyCode::Up | KeyCode::BackTab);
+    Some(match (choice, back) {
+        (None, false) => 0,
+        (None, true) => len - 1,
+        (Some(i), false) => (i + 1) % len,
+        (Some(i), true) => (i + len - 1) % len,
+    })
+}
+
+/// The request an action key makes for `target`; `None` for the ones that ask first
+/// (rewind, hand over) and those that need more than the lease (rebuild, undo).
 pub fn request_for(action: ActionKind, target: &Target) -> Option<ActionRequest> {
     let resource = target.resource.clone();
     match action {
@@ -216,26 +486,93 @@ pub fn request_for(action: ActionKind, target: &Target) -> Option<ActionRequest>
     }
 }
 
-/// A rewind by the duration typed into the ask dialog.
-pub fn rewind_request(target: &Target, text: &str) -> Result<ActionRequest, String> {
-    let by: Duration = humantime::parse_duration(text.trim()).map_err(|e| {
-        format!(
-            "{:?} is not a duration such as 10m or 1h30m: {e}",
-            text.trim()
-        )
-    })?;
-    if by.is_zero() {
-        return Err("a rewind by 0s changes nothing".into());
-    }
-    Ok(ActionRequest::Rewind {
+/// A rewind as typed into the ask dialog: back by a duration (`10m`, `1h30m`), to an
+/// RFC 3339 time, to a clock time (`03:10`, `03:10:30`, UTC as the console shows
+/// times: the latest such time not after `server_now`), or to `SECS:INC` /
+/// `Timestamp(SECS, INC)`.
+pub fn rewind_request(
+    target: &Target,
+    text: &str,
+    server_now: DateTime<Utc>,
+) -> Result<ActionRequest, String> {
+    let text = text.trim();
+    let rewind = |to| ActionRequest::Rewind {
         resource: target.resource.clone(),
-        to: RewindTarget::By(by),
+        to,
+    };
+    if let Ok(by) = humantime::parse_duration(text) {
+        if by.is_zero() {
+            return Err("a rewind by 0s changes nothing".into());
+        }
+        return Ok(rewind(RewindTarget::By(by)));
+    }
+    if let Some(at) = clock_time(text, server_now) {
+        return Ok(rewind(RewindTarget::Time(TimeSpec::Wall(at))));
+    }
+    let two_digits = |part: &str| part.len() == 2 && part.chars().all(|c| c.is_ascii_digit());
+    let parts: Vec<&str> = text.split(':').collect();
+    if (2..=3).contains(&parts.len()) && parts.iter().all(|p| two_digits(p)) {
+        return Err(format!(
+            "{text:?} is not a clock time: expected HH:MM or HH:MM:SS (UTC, 00:00 to 23:59:59)"
+        ));
+    }
+    match text.parse::<TimeSpec>() {
+        Ok(spec) => Ok(rewind(RewindTarget::Time(spec))),
+        Err(_) => Err(format!(
+            "{text:?} is neither a duration (10m, 1h30m), an RFC 3339 time (2026-01-01T00:10:00Z), a clock time in UTC (03:10 or 03:10:30) nor SECS:INC"
+        )),
+    }
+}
+
+/// `HH:MM` or `HH:MM:SS` in UTC: the latest such time not after `now`.
+fn clock_time(text: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let time = NaiveTime::parse_from_str(text, "%H:%M:%S")
+        .or_else(|_| NaiveTime::parse_from_str(text, "%H:%M"))
+        .ok()?;
+    // Only two-digit hours: `1795442561:5` is a cluster time, not a clock.
+    if text.split(':').next().is_none_or(|h| h.len() != 2) {
+        return None;
+    }
+    let today = now.date_naive().and_time(time).and_utc();
+    Some(if today > now {
+        today - chrono::Duration::days(1)
+    } else {
+        today
     })
+}
+
+/// A takeover handing the lease to the standby chosen or the name typed.
+pub fn handover_request(
+    target: &Target,
+    text: &str,
+    standbys: &[String],
+    choice: Option<usize>,
+) -> Result<ActionRequest, String> {
+    let typed = text.trim();
+    let to = if typed.is_empty() {
+        choice.and_then(|i| standbys.get(i)).cloned()
+    } else {
+        Some(typed.to_string())
+    };
+    match to {
+        Some(to) => Ok(ActionRequest::Takeover {
+            resource: target.resource.clone(),
+            to: Some(to),
+            hold: None,
+        }),
+        None => Err(if standbys.is_empty() {
+            "type the id of the listener to hand the lease to".into()
+        } else {
+            "choose a standby with ↑/↓ or type a listener id".into()
+        }),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use chrono::TimeZone;
+    use std::time::Duration;
 
     fn target() -> Target {
         Target {
@@ -245,18 +582,80 @@ mod tests {
         }
     }
 
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 22, 3, 14, 0).unwrap()
+    }
+
+    fn to(request: Result<ActionRequest, String>) -> RewindTarget {
+        match request {
+            Ok(ActionRequest::Rewind { to, .. }) => to,
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
-    fn rewind_durations_are_checked() {
-        assert!(matches!(
-            rewind_request(&target(), " 10m "),
-            Ok(ActionRequest::Rewind {
-                to: RewindTarget::By(d),
-                ..
-            }) if d == Duration::from_secs(600)
-        ));
-        assert!(rewind_request(&target(), "soon")
+    fn rewinds_go_back_by_a_duration_or_to_a_time() {
+        assert_eq!(
+            to(rewind_request(&target(), " 10m ", now())),
+            RewindTarget::By(Duration::from_secs(600))
+        );
+        assert_eq!(
+            to(rewind_request(&target(), "2026-11-22T03:00:00Z", now())),
+            RewindTarget::Time(TimeSpec::Wall(
+                Utc.with_ymd_and_hms(2026, 11, 22, 3, 0, 0).unwrap()
+            ))
+        );
+        // A clock time is today's, in UTC as the console shows times...
+        assert_eq!(
+            to(rewind_request(&target(), "03:10", now())),
+            RewindTarget::Time(TimeSpec::Wall(
+                Utc.with_ymd_and_hms(2026, 11, 22, 3, 10, 0).unwrap()
+            ))
+        );
+        // ...or yesterday's when today's is still to come.
+        assert_eq!(
+            to(rewind_request(&target(), "23:50:30", now())),
+            RewindTarget::Time(TimeSpec::Wall(
+                Utc.with_ymd_and_hms(2026, 11, 21, 23, 50, 30).unwrap()
+            ))
+        );
+        assert_eq!(
+            to(rewind_request(&target(), "1795442561:5", now())),
+            RewindTarget::Time(TimeSpec::Cluster(crate::model::ClusterTime::new(
+                1_795_442_561,
+                5
+            )))
+        );
+        let error = rewind_request(&target(), "soon", now()).unwrap_err();
+        assert!(
+            error.contains("10m") && error.contains("RFC 3339") && error.contains("03:10"),
+            "{error}"
+        );
+        assert!(rewind_request(&target(), "0s", now()).is_err());
+        assert!(rewind_request(&target(), "25:00", now()).is_err());
+    }
+
+    #[test]
+    fn a_handover_goes_to_the_chosen_standby_or_the_typed_name() {
+        let standbys = vec!["w2".to_string(), "w3".to_string()];
+        let to_of = |r: Result<ActionRequest, String>| match r {
+            Ok(ActionRequest::Takeover { to, .. }) => to,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            to_of(handover_request(&target(), "", &standbys, Some(1))),
+            Some("w3".into())
+        );
+        assert_eq!(
+            to_of(handover_request(&target(), " w9 ", &standbys, Some(1))),
+            Some("w9".into())
+        );
+        assert!(handover_request(&target(), "", &standbys, None)
             .unwrap_err()
-            .contains("10m"));
-        assert!(rewind_request(&target(), "0s").is_err());
+            .contains("↑/↓"));
+        assert_eq!(step_choice(None, 2, KeyCode::Down), Some(0));
+        assert_eq!(step_choice(Some(1), 2, KeyCode::Down), Some(0));
+        assert_eq!(step_choice(Some(0), 2, KeyCode::Up), Some(1));
+        assert_eq!(step_choice(None, 0, KeyCode::Down), None);
     }
 }

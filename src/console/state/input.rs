@@ -4,7 +4,7 @@ use crossterm::event::{
     KeyCode, KeyEvent, KeyEventKind, KeyModifiers, MouseButton, MouseEvent, MouseEventKind,
 };
 
-use super::dialog::{request_for, Dialog, DialogReply, Target};
+use super::dialog::{request_for, Ask, Dialog, DialogReply, KeyContext, Target};
 use super::table::{Column, Filter};
 use super::{ConsoleState, NoticeLevel, View};
 use crate::console::keymap::{self, KeyCommand, LineCommand, Scope};
@@ -32,9 +32,18 @@ pub enum Effect {
     SetMouse(bool),
     /// Read the facts and plan this action (the dialog waits for `Planned`).
     Plan(ActionRequest),
-    /// The operator confirmed this plan: execute it (or run the rebuild).
-    Execute(Box<Plan>),
+    /// The operator confirmed this plan: execute it (or run the rebuild), with the
+    /// reason typed in the dialog for the audit record.
+    Execute {
+        plan: Box<Plan>,
+        reason: Option<String>,
+    },
     CancelRebuild,
+    /// Put this text on the operator's clipboard (OSC 52 through the terminal).
+    Copy {
+        what: &'static str,
+        text: String,
+    },
 }
 
 impl ConsoleState {
@@ -42,6 +51,9 @@ impl ConsoleState {
         if event.kind == KeyEventKind::Release {
             return Vec::new();
         }
+        // A notice has been read once the operator does something else; what this key
+        // says (if anything) replaces it.
+        self.notice = None;
         let ctrl = event.modifiers.contains(KeyModifiers::CONTROL);
         if ctrl && event.code == KeyCode::Char('c') {
             return self.quit_asking_for_a_running_rebuild();
@@ -73,7 +85,12 @@ impl ConsoleState {
         }
         let effects = match keymap::lookup(&event, &self.scopes()) {
             Some(command) => self.run(command),
-            None => Vec::new(),
+            None => {
+                if let Some(reason) = self.unbound_reason(&event) {
+                    self.notify(NoticeLevel::Info, reason);
+                }
+                Vec::new()
+            }
         };
         self.normalise_scroll();
         effects
@@ -90,7 +107,8 @@ impl ConsoleState {
     pub fn scopes(&self) -> Vec<Scope> {
         let mut scopes = match self.view {
             View::Leases => vec![Scope::Global, Scope::Lists, Scope::Leases],
-            View::Detail | View::Listeners | View::Audit => vec![Scope::Global, Scope::Lists],
+            View::Detail => vec![Scope::Global, Scope::Lists, Scope::Detail],
+            View::Listeners | View::Audit => vec![Scope::Global, Scope::Lists],
             View::Oplog => vec![Scope::Global],
         };
         // Read-only: the action keys are not bound at all.
@@ -108,9 +126,9 @@ impl ConsoleState {
         let height = self.table_height();
         let page = height.max(1) as isize;
         match command {
-            KeyCommand::Quit => return vec![Effect::Quit],
+            KeyCommand::Quit => return self.quit_asking_for_a_running_rebuild(),
             KeyCommand::Back => match self.view {
-                View::Leases => return vec![Effect::Quit],
+                View::Leases => return self.quit_asking_for_a_running_rebuild(),
                 _ => self.show(View::Leases),
             },
             KeyCommand::ToggleHelp => self.help = Some(0),
@@ -133,6 +151,8 @@ impl ConsoleState {
             KeyCommand::Bottom => self.jump(true, height),
             KeyCommand::Open => {
                 if self.leases.selected().is_some() {
+                    // The detail stays on this lease however the rows move.
+                    self.leases.choose();
                     self.view = View::Detail;
                 }
             }
@@ -143,36 +163,104 @@ impl ConsoleState {
             KeyCommand::SortNext => self.leases.sort_next(),
             KeyCommand::SortReverse => self.leases.sort_reverse(),
             KeyCommand::Takeover => return self.open_action(ActionKind::Takeover),
+            KeyCommand::HandOver => return self.open_handover(),
             KeyCommand::Rewind => return self.open_action(ActionKind::Rewind),
             KeyCommand::Reset => return self.open_action(ActionKind::Reset),
+            KeyCommand::ResetToNow => return self.open_reset_to_now(),
             KeyCommand::Rebuild => return self.open_action(ActionKind::Rebuild),
             KeyCommand::AbortBulk => return self.open_action(ActionKind::AbortBulk),
             KeyCommand::Undo => return self.open_undo(),
+            KeyCommand::CopyToken => return self.copy_token(),
+            KeyCommand::CopyError => return self.copy_error(),
         }
         Vec::new()
+    }
+
+    /// The selected lease as the dialog captures it: who holds which version now.
+    fn capture(&mut self) -> Option<Target> {
+        if self.read_only {
+            return None;
+        }
+        self.leases.choose();
+        match self.leases.selected() {
+            Some(entry) => Some(Target::of(&entry.lease)),
+            None => {
+                self.notify(NoticeLevel::Error, "select a lease first");
+                None
+            }
+        }
+    }
+
+    fn start_planning(&mut self, target: Option<Target>, request: ActionRequest) -> Vec<Effect> {
+        self.dialog = Some(Dialog::Planning {
+            target,
+            request: request.clone(),
+            reason: String::new(),
+        });
+        vec![Effect::Plan(request)]
+    }
+
+    /// `T`: hand the lease to a named standby: one of the in-process listeners of the
+    /// lease that does not hold it, or a typed name.
+    fn open_handover(&mut self) -> Vec<Effect> {
+        let Some(target) = self.capture() else {
+            return Vec::new();
+        };
+        let standbys: Vec<String> = self
+            .listeners
+            .iter()
+            .filter(|l| l.resource == target.resource)
+            .filter(|l| Some(&l.listener_id) != target.holder.as_ref())
+            .map(|l| l.listener_id.clone())
+            .collect();
+        let choice = (!standbys.is_empty()).then_some(0);
+        self.dialog = Some(Dialog::Ask {
+            target,
+            ask: Ask::HandOver { standbys, choice },
+            text: String::new(),
+        });
+        Vec::new()
+    }
+
+    /// `X`: reset to now. Planned as the CLI does it without `--accept-skip`: the plan
+    /// says what is skipped and is refused until `a` accepts the skip.
+    fn open_reset_to_now(&mut self) -> Vec<Effect> {
+        let Some(target) = self.capture() else {
+            return Vec::new();
+        };
+        let request = ActionRequest::Reset {
+            resource: target.resource.clone(),
+            to: crate::ops::ResetTarget::Now,
+            accept_skip: false,
+        };
+        self.start_planning(Some(target), request)
     }
 
     /// Opens the dialog for `action` on the selected lease, capturing who holds which
     /// version right now.
     fn open_action(&mut self, action: ActionKind) -> Vec<Effect> {
-        if self.read_only {
+        let Some(target) = self.capture() else {
             return Vec::new();
-        }
-        let Some(entry) = self.leases.selected() else {
-            self.notify(NoticeLevel::Error, "select a lease first");
-            return Vec::new();
-        };
-        let target = Target {
-            resource: entry.lease.resource.clone(),
-            holder: entry.lease.holder.clone(),
-            version: entry.lease.version,
         };
         let request = match action {
             ActionKind::Rewind => {
                 self.dialog = Some(Dialog::Ask {
                     target,
+                    ask: Ask::Rewind,
                     text: String::new(),
                 });
+                return Vec::new();
+            }
+            ActionKind::Rebuild if self.background_rebuild.is_some() => {
+                let running = self
+                    .background_rebuild
+                    .as_ref()
+                    .map(|b| crate::model::text::escape_control(&b.resource))
+                    .unwrap_or_default();
+                self.notify(
+                    NoticeLevel::Error,
+                    format!("a rebuild of {running} is running in the background: one rebuild at a time"),
+                );
                 return Vec::new();
             }
             ActionKind::Rebuild => {
@@ -203,11 +291,7 @@ impl ConsoleState {
                 None => return Vec::new(),
             },
         };
-        self.dialog = Some(Dialog::Planning {
-            target: Some(target),
-            request: request.clone(),
-        });
-        vec![Effect::Plan(request)]
+        self.start_planning(Some(target), request)
     }
 
     fn open_undo(&mut self) -> Vec<Effect> {
@@ -218,18 +302,78 @@ impl ConsoleState {
         let request = ActionRequest::Undo {
             audit_id: record.id.clone(),
         };
-        self.dialog = Some(Dialog::Planning {
-            target: None,
-            request: request.clone(),
-        });
-        vec![Effect::Plan(request)]
+        self.start_planning(None, request)
+    }
+
+    /// The selected lease's resume token as hex, when it has one that is hex.
+    pub fn selected_token_hex(&self) -> Option<String> {
+        let token = self.leases.selected()?.lease.resume_token.as_ref()?;
+        token
+            .data_hex()
+            .filter(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()))
+            .map(str::to_string)
+    }
+
+    /// The last error of an in-process listener of the selected lease: its holder's
+    /// when it has one, else the first that has one. Escaped: it came from a server.
+    pub fn selected_listener_error(&self) -> Option<String> {
+        let lease = &self.leases.selected()?.lease;
+        let mut with_error = self
+            .listeners
+            .iter()
+            .filter(|l| l.resource == lease.resource && l.last_error.is_some());
+        let first = with_error.clone().next()?;
+        let chosen = with_error
+            .find(|l| Some(&l.listener_id) == lease.holder.as_ref())
+            .unwrap_or(first);
+        let error = chosen.last_error.as_deref()?;
+        Some(format!(
+            "{}: {}",
+            crate::model::text::escape_control(&chosen.listener_id),
+            crate::model::text::escape_control(error)
+        ))
+    }
+
+    fn copy_token(&mut self) -> Vec<Effect> {
+        match self.selected_token_hex() {
+            Some(text) => vec![Effect::Copy {
+                what: "the resume token",
+                text,
+            }],
+            None => {
+                self.notify(
+                    NoticeLevel::Error,
+                    "nothing copied: this lease has no resume token in hex (resumeAt or the oldest entry instead)",
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    fn copy_error(&mut self) -> Vec<Effect> {
+        match self.selected_listener_error() {
+            Some(text) => vec![Effect::Copy {
+                what: "the last error",
+                text,
+            }],
+            None => {
+                self.notify(
+                    NoticeLevel::Error,
+                    "nothing copied: no listener of this lease in this process has an error",
+                );
+                Vec::new()
+            }
+        }
     }
 
     fn dialog_key(&mut self, code: KeyCode) -> Vec<Effect> {
+        let context = KeyContext {
+            server_now: self.server_now(),
+        };
         let Some(dialog) = &mut self.dialog else {
             return Vec::new();
         };
-        match dialog.on_key(code) {
+        match dialog.on_key(code, context) {
             DialogReply::Nothing => Vec::new(),
             DialogReply::Close => {
                 self.dialog = None;
@@ -240,11 +384,58 @@ impl ConsoleState {
                 Vec::new()
             }
             DialogReply::Effect(effect) => vec![effect],
+            DialogReply::Replan(request) => self.replan(request),
+            DialogReply::Background => {
+                if let Some(Dialog::Running {
+                    resource, progress, ..
+                }) = self.dialog.take()
+                {
+                    self.notify(
+                        NoticeLevel::Info,
+                        format!(
+                            "the rebuild of {} goes on in the background; its outcome will show here and in the audit view",
+                            crate::model::text::escape_control(&resource)
+                        ),
+                    );
+                    self.background_rebuild = Some(super::BackgroundRebuild { resource, progress });
+                }
+                Vec::new()
+            }
         }
     }
 
-    /// Quits at once, unless a running rebuild's dialog asks first.
+    /// `r` in a preview: capture the lease as it is now and plan again; the reason
+    /// typed so far is kept.
+    fn replan(&mut self, request: ActionRequest) -> Vec<Effect> {
+        let Some(Dialog::Preview { target, reason, .. }) = self.dialog.take() else {
+            return Vec::new();
+        };
+        let target = target.map(|old| match self.lease_now(&old.resource) {
+            Some(Some(lease)) => Target::of(lease),
+            _ => old,
+        });
+        self.dialog = Some(Dialog::Planning {
+            target,
+            request: request.clone(),
+            reason,
+        });
+        vec![Effect::Plan(request)]
+    }
+
+    /// Quits at once, unless a running rebuild asks first: the one in the dialog, or
+    /// one running in the background (its dialog comes back to ask).
     fn quit_asking_for_a_running_rebuild(&mut self) -> Vec<Effect> {
+        if self.dialog.is_none() {
+            if let Some(background) = self.background_rebuild.take() {
+                self.dialog = Some(Dialog::Running {
+                    action: ActionKind::Rebuild,
+                    resource: background.resource,
+                    progress: background.progress,
+                    stage: super::RunningStage::ConfirmQuit,
+                });
+                return Vec::new();
+            }
+        }
         match self.dialog.as_mut().map(Dialog::ask_before_quitting) {
             Some(DialogReply::Effect(effect)) => vec![effect],
             Some(_) => Vec::new(),
@@ -347,7 +538,7 @@ impl ConsoleState {
             state.notify(NoticeLevel::Error, format!(":{line}: expected {expected}"));
         };
         match (command, argument.as_slice()) {
-            (LineCommand::Quit, []) => return vec![Effect::Quit],
+            (LineCommand::Quit, []) => return self.quit_asking_for_a_running_rebuild(),
             (LineCommand::Leases, []) => self.show(View::Leases),
             (LineCommand::Oplog, []) => self.show(View::Oplog),
             (LineCommand::Listeners, []) => self.show(View::Listeners),

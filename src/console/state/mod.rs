@@ -3,6 +3,7 @@
 //! no network, no clock of its own: tests drive it directly.
 
 mod dialog;
+mod hints;
 mod history;
 mod input;
 mod lists;
@@ -13,7 +14,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-pub use dialog::{request_for, rewind_request, Button, Dialog, RunningStage, Target};
+pub use dialog::{
+    blocked, handover_request, opened_moved, replan_offered, request_for, rewind_request,
+    skip_not_accepted, Ask, Dialog, Focus, KeyContext, Moved, RunningStage, Target,
+};
+pub use hints::Hint;
 pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};
 pub use input::{Effect, Input};
 pub use lists::ListCursor;
@@ -24,13 +29,14 @@ pub use table::{
 use super::data::{DataEvent, DataSource, MemberRow};
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, HealthThresholds, Lease, OplogWindow};
+use crate::ops::ActionKind;
 use crate::store::MalformedDocument;
 
 /// Statuses are re-assessed at least this often, so expiries show without data.
 const REASSESS_AFTER: Duration = Duration::from_millis(900);
 
-/// How long a notice stays in the footer.
-pub const NOTICE_FOR: Duration = Duration::from_secs(6);
+/// How long a notice stays in the footer (the next key press also clears it).
+pub const NOTICE_FOR: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -99,6 +105,13 @@ pub struct Notice {
     pub until: DateTime<Utc>,
 }
 
+/// A rebuild running on with its dialog closed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackgroundRebuild {
+    pub resource: String,
+    pub progress: Option<crate::ops::RebuildProgress>,
+}
+
 /// A data source that is failing, and since when.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Failure {
@@ -151,6 +164,9 @@ pub struct ConsoleState {
     pub help: Option<usize>,
     /// A guarded action in progress.
     pub dialog: Option<Dialog>,
+    /// A rebuild whose dialog was closed (`b`): it goes on, and its outcome arrives as
+    /// a notice.
+    pub background_rebuild: Option<BackgroundRebuild>,
     /// Rebuilds defined here, as (resource, rebuild name).
     pub rebuilds: Vec<(String, String)>,
     pub input: Input,
@@ -198,6 +214,7 @@ impl ConsoleState {
             view: View::Leases,
             help: None,
             dialog: None,
+            background_rebuild: None,
             rebuilds: setup.rebuilds,
             input: Input::Normal,
             leases: LeaseTable::new(HealthContext {
@@ -316,9 +333,16 @@ impl ConsoleState {
                 self.planned(result);
                 return;
             }
-            DataEvent::ActionDone(result) => {
-                if matches!(self.dialog, Some(Dialog::Running { .. })) {
+            DataEvent::ActionDone { action, result } => {
+                // Only the dialog of this action closes: a rebuild finishing in the
+                // background leaves another action's dialog open.
+                let rebuild = action == ActionKind::Rebuild;
+                if matches!(&self.dialog, Some(Dialog::Running { action: running, .. }) if (*running == ActionKind::Rebuild) == rebuild)
+                {
                     self.dialog = None;
+                }
+                if rebuild {
+                    self.background_rebuild = None;
                 }
                 match result {
                     Ok(text) => self.notify(NoticeLevel::Info, text),
@@ -327,8 +351,17 @@ impl ConsoleState {
                 return;
             }
             DataEvent::RebuildProgress(update) => {
-                if let Some(Dialog::Running { progress, .. }) = &mut self.dialog {
-                    *progress = Some(update);
+                match (&mut self.dialog, &mut self.background_rebuild) {
+                    (
+                        Some(Dialog::Running {
+                            action: ActionKind::Rebuild,
+                            progress,
+                            ..
+                        }),
+                        _,
+                    ) => *progress = Some(update),
+                    (_, Some(background)) => background.progress = Some(update),
+                    _ => {}
                 }
                 return;
             }
@@ -339,7 +372,41 @@ impl ConsoleState {
             }
         }
         self.data_as_of = Some(local_now);
+        self.follow_dialog();
         self.normalise_scroll();
+    }
+
+    /// The lease of `resource` as the console has it now, queued changes included:
+    /// `Some(None)` when its document can no longer be read, `None` when never seen.
+    pub fn lease_now(&self, resource: &str) -> Option<Option<&Lease>> {
+        if let Some(change) = self.pending_changes.get(resource) {
+            return Some(change.as_ref());
+        }
+        if self.frozen {
+            if let Some(snapshot) = &self.pending_snapshot {
+                return Some(snapshot.iter().find(|l| l.resource == resource));
+            }
+        }
+        if let Some(entry) = self.leases.get(resource) {
+            return Some(Some(&entry.lease));
+        }
+        self.malformed_leases
+            .iter()
+            .any(|d| d.id.as_deref() == Some(resource))
+            .then_some(None)
+    }
+
+    /// Keeps an open preview true to the lease feed: a plan whose lease moved on says
+    /// so and cannot be applied.
+    fn follow_dialog(&mut self) {
+        let Some(resource) = self.dialog.as_ref().and_then(Dialog::resource) else {
+            return;
+        };
+        let resource = resource.to_string();
+        let lease = self.lease_now(&resource).map(|l| l.cloned());
+        if let Some(dialog) = &mut self.dialog {
+            dialog.follow(lease.as_ref().map(Option::as_ref));
+        }
     }
 
     /// Keeps each list's stored offset equal to the first row drawn, so a click or a
@@ -422,18 +489,29 @@ impl ConsoleState {
     }
 
     fn planned(&mut self, result: Result<Box<crate::ops::Plan>, String>) {
-        let Some(Dialog::Planning { target, .. }) = &self.dialog else {
+        let Some(Dialog::Planning {
+            target,
+            request,
+            reason,
+        }) = &self.dialog
+        else {
             return; // the operator closed the dialog meanwhile
         };
-        let target = target.clone();
+        if result.as_ref().is_ok_and(|plan| plan.request != *request) {
+            return; // the plan of a dialog closed before this one opened
+        }
+        let (target, reason) = (target.clone(), reason.clone());
         match result {
             Ok(plan) => {
                 self.dialog = Some(Dialog::Preview {
                     target,
                     plan,
-                    focus: Button::Cancel,
+                    focus: Focus::Cancel,
                     typed: String::new(),
-                })
+                    reason,
+                    moved: None,
+                });
+                self.follow_dialog();
             }
             Err(error) => {
                 self.dialog = None;

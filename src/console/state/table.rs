@@ -159,6 +159,10 @@ pub struct LeaseTable {
     descending: bool,
     filter: Filter,
     selected: usize,
+    /// The operator chose the selected row. Until then the selection stays on the
+    /// first row as displayed, so it starts on the worst lease once the statuses are
+    /// known, not on whichever lease was first before the oplog window arrived.
+    chosen: bool,
     /// First row drawn.
     offset: usize,
     context: HealthContext,
@@ -179,6 +183,7 @@ impl LeaseTable {
             descending: false,
             filter: Filter::default(),
             selected: 0,
+            chosen: false,
             offset: 0,
             context,
             status_counts: [0; STATUSES],
@@ -386,22 +391,35 @@ impl LeaseTable {
         self.sort_by(self.sort, !self.descending);
     }
 
+    /// The operator chose the selected row (moved, clicked, opened it): from now on
+    /// it stays on its lease wherever that lease moves.
+    pub fn choose(&mut self) {
+        self.chosen = !self.order.is_empty();
+    }
+
+    pub fn is_chosen(&self) -> bool {
+        self.chosen
+    }
+
     /// Moves the selection by `delta` rows, clamped, and scrolls it into a view of `height` rows.
     pub fn move_selection(&mut self, delta: isize, height: usize) {
         if self.order.is_empty() {
             return;
         }
+        self.choose();
         let last = self.order.len() - 1;
         self.selected = self.selected.saturating_add_signed(delta).min(last);
         self.scroll_into_view(height);
     }
 
     pub fn select_first(&mut self, height: usize) {
+        self.choose();
         self.selected = 0;
         self.scroll_into_view(height);
     }
 
     pub fn select_last(&mut self, height: usize) {
+        self.choose();
         self.selected = self.order.len().saturating_sub(1);
         self.scroll_into_view(height);
     }
@@ -410,6 +428,7 @@ impl LeaseTable {
     pub fn select_visible_row(&mut self, row: usize, height: usize) -> bool {
         let target = self.offset + row;
         if row < height && target < self.order.len() {
+            self.choose();
             self.selected = target;
             true
         } else {
@@ -422,6 +441,7 @@ impl LeaseTable {
         let max_offset = self.order.len().saturating_sub(height.max(1));
         self.offset = self.offset.saturating_add_signed(delta).min(max_offset);
         if height > 0 {
+            self.choose();
             self.selected = self
                 .selected
                 .clamp(self.offset, self.offset + height - 1)
@@ -439,6 +459,10 @@ impl LeaseTable {
     }
 
     fn reselect(&mut self, resource: Option<&str>) {
+        if !self.chosen {
+            self.selected = 0;
+            return;
+        }
         let found = resource
             .and_then(|r| self.by_resource.get(r).copied())
             .and_then(|index| self.position_of(index));
@@ -647,6 +671,40 @@ mod tests {
         table.replace_all(vec![lease("a-ok", Some("h"), 1), lost], now());
         assert_eq!(shown(&table), ["z-lost", "a-ok"]);
         assert_eq!(table.selected().unwrap().health.status, LeaseStatus::Lost);
+    }
+
+    #[test]
+    fn the_selection_starts_on_the_first_row_as_displayed_until_the_operator_moves_it() {
+        // Before the window is known everything looks alike and sorts by name; once it
+        // is, the lease at risk goes on top and the selection goes with the top row.
+        let mut table = LeaseTable::new(HealthContext {
+            window: None,
+            ..context()
+        });
+        let mut at_risk = lease("z-at-risk", Some("h"), 1);
+        at_risk.resume_at = Some(ClusterTime::new(1_795_000_050, 1));
+        table.replace_all(vec![lease("a-ok", Some("h"), 1), at_risk], now());
+        assert_eq!(table.selected().unwrap().lease.resource, "a-ok");
+        table.set_context(context());
+        assert_eq!(shown(&table), ["z-at-risk", "a-ok"]);
+        assert_eq!(
+            table.selected().unwrap().lease.resource,
+            "z-at-risk",
+            "the first row as displayed"
+        );
+        table.upsert(lease("b-new", Some("h"), 1), now());
+        assert_eq!(table.selected_index(), Some(0));
+
+        // Once the operator picks a row it stays on its lease.
+        table.move_selection(1, 10);
+        assert_eq!(table.selected().unwrap().lease.resource, "a-ok");
+        let mut worse = lease("a-ok", Some("h"), 2);
+        worse.resume_at = Some(ClusterTime::new(1_794_999_000, 1));
+        table.upsert(worse, now());
+        assert_eq!(shown(&table)[0], "a-ok");
+        assert_eq!(table.selected().unwrap().lease.resource, "a-ok");
+        table.upsert(lease("0-first", None, 1), now());
+        assert_eq!(table.selected().unwrap().lease.resource, "a-ok");
     }
 
     #[test]

@@ -288,13 +288,31 @@ fn the_clock_counts_expiry_down_to_expired() {
 }
 
 #[test]
-fn notices_time_out() {
+fn notices_expire_after_ten_seconds_or_on_the_next_key() {
     let mut state = loaded();
     state.notify(NoticeLevel::Info, "hello");
-    state.tick(now() + chrono::Duration::seconds(1));
+    state.tick(now() + chrono::Duration::seconds(9));
     assert!(state.notice.is_some());
-    state.tick(now() + chrono::Duration::seconds(60));
-    assert!(state.notice.is_none());
+    state.tick(now() + chrono::Duration::seconds(10));
+    assert!(state.notice.is_none(), "gone after 10 s");
+
+    state.notify(NoticeLevel::Error, "bad");
+    press(&mut state, KeyCode::Char('j'));
+    assert!(state.notice.is_none(), "the next key clears it");
+    state.execute_command_line("nonsense");
+    assert!(state.notice.is_some());
+    press(&mut state, KeyCode::Char(':'));
+    type_text(&mut state, "bogus");
+    press(&mut state, KeyCode::Enter);
+    assert!(
+        state
+            .notice
+            .as_ref()
+            .unwrap()
+            .text
+            .contains("unknown command :bogus"),
+        "a key that says something replaces the old notice"
+    );
 }
 
 #[test]
@@ -415,7 +433,7 @@ fn cancel_is_focused_and_the_resource_must_be_typed() {
     assert!(matches!(
         state.dialog,
         Some(Dialog::Preview {
-            focus: Button::Cancel,
+            focus: Focus::Cancel,
             ..
         })
     ));
@@ -443,12 +461,18 @@ fn cancel_is_focused_and_the_resource_must_be_typed() {
         .contains("type pet-aggregates"));
     press(&mut state, KeyCode::Char('s'));
     let effects = press(&mut state, KeyCode::Enter);
-    let [Effect::Execute(plan)] = effects.as_slice() else {
+    let [Effect::Execute { plan, reason: None }] = effects.as_slice() else {
         panic!("execute: {effects:?}")
     };
     assert_eq!(plan.captured.as_ref().map(|c| c.version), Some(7));
     assert!(matches!(state.dialog, Some(Dialog::Running { .. })));
-    state.apply(DataEvent::ActionDone(Ok("applied".into())), now());
+    state.apply(
+        DataEvent::ActionDone {
+            action: crate::ops::ActionKind::Takeover,
+            result: Ok("applied".into()),
+        },
+        now(),
+    );
     assert_eq!(state.dialog, None);
     assert_eq!(state.notice.clone().unwrap().text, "applied");
 }
@@ -463,15 +487,44 @@ fn a_plan_read_against_another_version_cannot_be_confirmed() {
         &takeover_of("pet-aggregates"),
         &lease("pet-aggregates", 8),
     );
+    assert_eq!(
+        state.dialog.as_ref().unwrap().apply_disabled().unwrap(),
+        "changed since opened: v7 held by pet-aggregates-holder → v8 held by pet-aggregates-holder: nothing will be written; r plans it again"
+    );
     press(&mut state, KeyCode::Tab);
-    type_text(&mut state, "pet-aggregates");
     assert!(press(&mut state, KeyCode::Enter).is_empty());
     assert!(state
         .notice
         .clone()
         .unwrap()
         .text
-        .contains("changed since this dialog opened"));
+        .starts_with("changed since opened: v7"));
+    // r captures the lease as the console has it now and plans again.
+    state.apply(
+        DataEvent::LeaseChanged(Box::new(lease("pet-aggregates", 8))),
+        now(),
+    );
+    assert_eq!(
+        press(&mut state, KeyCode::Char('r')),
+        vec![Effect::Plan(takeover_of("pet-aggregates"))]
+    );
+    let Some(Dialog::Planning {
+        target: Some(target),
+        ..
+    }) = &state.dialog
+    else {
+        panic!("planning again: {:?}", state.dialog)
+    };
+    assert_eq!(target.version, 8);
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 8),
+    );
+    assert_eq!(
+        state.dialog.as_ref().unwrap().apply_disabled().as_deref(),
+        Some("type pet-aggregates to enable Apply")
+    );
 }
 
 #[test]
@@ -610,4 +663,495 @@ fn help_scrolls_no_further_than_its_last_line() {
         Some(bottom - 1),
         "one key press scrolls back up"
     );
+}
+
+#[test]
+fn the_selection_starts_on_the_worst_lease_once_the_window_arrives() {
+    // The leases arrive before the first oplog read: all look alike then.
+    let mut state = state();
+    let mut at_risk = lease("shop.mailer", 2);
+    at_risk.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 550, 1));
+    state.apply(
+        DataEvent::LeaseSnapshot((vec![lease("pet-aggregates", 7), at_risk]).into()),
+        now(),
+    );
+    state.apply(window(), now());
+    assert_eq!(shown(&state)[0], "shop.mailer");
+    assert_eq!(
+        state.leases.selected().unwrap().health.status,
+        LeaseStatus::AtRisk,
+        "the selection is on the top row"
+    );
+    press(&mut state, KeyCode::Enter);
+    assert_eq!(state.view, View::Detail);
+    // Opened: the detail stays on its lease whatever comes on top.
+    let mut lost = lease("a.lost", 1);
+    lost.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 900, 1));
+    state.apply(DataEvent::LeaseChanged(Box::new(lost)), now());
+    assert_eq!(shown(&state)[0], "a.lost");
+    assert_eq!(
+        state.leases.selected().unwrap().lease.resource,
+        "shop.mailer"
+    );
+}
+
+// ------------------------------------------------------------- dialogs that stay true
+
+fn preview_of(state: &mut ConsoleState, key: char, request: &crate::ops::ActionRequest) {
+    press(state, KeyCode::Char(key));
+    let lease = state
+        .leases
+        .get(request.named_resource().unwrap())
+        .unwrap()
+        .lease
+        .clone();
+    planned(state, request, &lease);
+    assert!(
+        matches!(state.dialog, Some(Dialog::Preview { .. })),
+        "{:?}",
+        state.dialog
+    );
+}
+
+#[test]
+fn the_feed_flows_under_a_dialog_and_a_plan_whose_lease_moved_on_says_so() {
+    let mut state = loaded();
+    preview_of(&mut state, 't', &takeover_of("pet-aggregates"));
+    assert_eq!(
+        state.dialog.as_ref().unwrap().apply_disabled().as_deref(),
+        Some("type pet-aggregates to enable Apply")
+    );
+    type_text(&mut state, "pet-aggregates");
+    assert_eq!(state.dialog.as_ref().unwrap().apply_disabled(), None);
+
+    // A standby takes the lease while the dialog is open: the table follows, and the
+    // dialog says what changed and will not apply.
+    let mut taken = lease("pet-aggregates", 8);
+    taken.holder = Some("standby-2".into());
+    state.apply(DataEvent::LeaseChanged(Box::new(taken)), now());
+    assert_eq!(state.leases.get("pet-aggregates").unwrap().lease.version, 8);
+    let Some(Dialog::Preview {
+        moved: Some(moved), ..
+    }) = &state.dialog
+    else {
+        panic!("moved: {:?}", state.dialog)
+    };
+    assert_eq!(
+        moved.text(),
+        "changed since planned: v7 held by pet-aggregates-holder → v8 held by standby-2"
+    );
+    press(&mut state, KeyCode::Tab);
+    assert!(
+        press(&mut state, KeyCode::Enter).is_empty(),
+        "Apply is disabled"
+    );
+    assert!(state
+        .notice
+        .as_ref()
+        .unwrap()
+        .text
+        .contains("nothing will be written; r plans it again"));
+    // One key re-gathers and re-plans, against the lease as it is now.
+    assert_eq!(
+        press(&mut state, KeyCode::Char('r')),
+        vec![Effect::Plan(takeover_of("pet-aggregates"))]
+    );
+    let Some(Dialog::Planning {
+        target: Some(target),
+        ..
+    }) = &state.dialog
+    else {
+        panic!("planning: {:?}", state.dialog)
+    };
+    assert_eq!(
+        (target.version, target.holder.as_deref()),
+        (8, Some("standby-2"))
+    );
+}
+
+#[test]
+fn a_lagging_feed_is_not_taken_for_a_change() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('t'));
+    // The plan read version 7; the table still has it, then a renewal arrives.
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 7),
+    );
+    let mut renewed = lease("pet-aggregates", 7);
+    renewed.renewed_at = Some(now());
+    state.apply(DataEvent::LeaseChanged(Box::new(renewed)), now());
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Preview { moved: None, .. })
+    ));
+    // Frozen: the queued change still counts.
+    press(&mut state, KeyCode::Esc);
+    press(&mut state, KeyCode::Char('f'));
+    preview_of(&mut state, 't', &takeover_of("pet-aggregates"));
+    state.apply(
+        DataEvent::LeaseChanged(Box::new(lease("pet-aggregates", 9))),
+        now(),
+    );
+    assert_eq!(state.leases.get("pet-aggregates").unwrap().lease.version, 7);
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Preview { moved: Some(_), .. })
+    ));
+}
+
+#[test]
+fn a_reason_typed_in_the_dialog_goes_with_the_execution() {
+    let mut state = loaded();
+    preview_of(&mut state, 't', &takeover_of("pet-aggregates"));
+    // tab, tab: Apply, then the reason field. What is typed there is not the name.
+    press(&mut state, KeyCode::Tab);
+    press(&mut state, KeyCode::Tab);
+    type_text(&mut state, "holder hung (pager 4411)");
+    press(&mut state, KeyCode::Enter);
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Preview {
+            focus: Focus::Apply,
+            ..
+        })
+    ));
+    type_text(&mut state, "pet-aggregates");
+    let effects = press(&mut state, KeyCode::Enter);
+    let [Effect::Execute { reason, .. }] = effects.as_slice() else {
+        panic!("{effects:?}")
+    };
+    assert_eq!(reason.as_deref(), Some("holder hung (pager 4411)"));
+}
+
+#[test]
+fn rewind_accepts_a_clock_time_and_an_rfc_3339_time() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('w'));
+    type_text(&mut state, "09:55");
+    let effects = press(&mut state, KeyCode::Enter);
+    assert_eq!(
+        effects,
+        vec![Effect::Plan(crate::ops::ActionRequest::Rewind {
+            resource: "pet-aggregates".into(),
+            to: crate::ops::RewindTarget::Time(crate::ops::TimeSpec::Wall(
+                Utc.with_ymd_and_hms(2026, 11, 22, 9, 55, 0).unwrap()
+            )),
+        })]
+    );
+    press(&mut state, KeyCode::Esc);
+    press(&mut state, KeyCode::Char('w'));
+    type_text(&mut state, "2026-11-22T09:58:00Z");
+    assert!(matches!(
+        press(&mut state, KeyCode::Enter).as_slice(),
+        [Effect::Plan(crate::ops::ActionRequest::Rewind {
+            to: crate::ops::RewindTarget::Time(_),
+            ..
+        })]
+    ));
+}
+
+#[test]
+fn reset_to_now_asks_to_accept_the_skip_as_the_command_line_does() {
+    let mut state = loaded();
+    let refused = crate::ops::ActionRequest::Reset {
+        resource: "pet-aggregates".into(),
+        to: crate::ops::ResetTarget::Now,
+        accept_skip: false,
+    };
+    preview_of(&mut state, 'X', &refused);
+    let Some(Dialog::Preview { plan, .. }) = &state.dialog else {
+        unreachable!()
+    };
+    assert!(skip_not_accepted(plan));
+    let accepted = crate::ops::ActionRequest::Reset {
+        resource: "pet-aggregates".into(),
+        to: crate::ops::ResetTarget::Now,
+        accept_skip: true,
+    };
+    assert_eq!(
+        press(&mut state, KeyCode::Char('a')),
+        vec![Effect::Plan(accepted.clone())]
+    );
+    planned(&mut state, &accepted, &lease("pet-aggregates", 7));
+    let Some(Dialog::Preview { plan, .. }) = &state.dialog else {
+        panic!("{:?}", state.dialog)
+    };
+    assert!(plan.refusal.is_none());
+    assert!(plan
+        .warnings
+        .iter()
+        .any(|w| w.contains("skipping on purpose")));
+    assert_eq!(plan.confirm_text(), Some("pet-aggregates"));
+}
+
+#[test]
+fn a_handover_offers_the_in_process_standbys_or_a_typed_name() {
+    let mut state = loaded();
+    let listener = |id: &str| crate::engine::ListenerSnapshot::new("pet-aggregates", id);
+    state.apply(
+        DataEvent::Listeners(vec![
+            listener("pet-aggregates-holder"),
+            listener("pets-standby-1"),
+            listener("pets-standby-2"),
+        ]),
+        now(),
+    );
+    assert!(press(&mut state, KeyCode::Char('T')).is_empty());
+    let Some(Dialog::Ask {
+        ask: Ask::HandOver { standbys, choice },
+        ..
+    }) = &state.dialog
+    else {
+        panic!("{:?}", state.dialog)
+    };
+    assert_eq!(
+        standbys,
+        &["pets-standby-1", "pets-standby-2"],
+        "not the holder"
+    );
+    assert_eq!(*choice, Some(0));
+    press(&mut state, KeyCode::Down);
+    let to = |name: &str| {
+        vec![Effect::Plan(crate::ops::ActionRequest::Takeover {
+            resource: "pet-aggregates".into(),
+            to: Some(name.into()),
+            hold: None,
+        })]
+    };
+    assert_eq!(press(&mut state, KeyCode::Enter), to("pets-standby-2"));
+    press(&mut state, KeyCode::Esc);
+    press(&mut state, KeyCode::Char('T'));
+    type_text(&mut state, "remote-7");
+    assert_eq!(press(&mut state, KeyCode::Enter), to("remote-7"));
+}
+
+#[test]
+fn a_running_rebuild_asks_before_cancelling_or_goes_on_in_the_background() {
+    let mut state = loaded();
+    state.rebuilds = vec![("pet-aggregates".into(), "pets".into())];
+    state.dialog = Some(running_rebuild());
+    assert!(press(&mut state, KeyCode::Esc).is_empty());
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Running {
+            stage: RunningStage::ConfirmCancel,
+            ..
+        })
+    ));
+    // b: the dialog closes, the rebuild goes on.
+    assert!(press(&mut state, KeyCode::Char('b')).is_empty());
+    assert_eq!(state.dialog, None);
+    assert!(state.background_rebuild.is_some());
+    state.apply(
+        DataEvent::RebuildProgress(crate::ops::RebuildProgress {
+            done: 3,
+            total: Some(7),
+            stage: "writing".into(),
+            finished: false,
+        }),
+        now(),
+    );
+    assert_eq!(
+        state.footer_lead().as_deref(),
+        Some("⟳ rebuild of pet-aggregates running in the background (3/7)")
+    );
+    // A second rebuild is not started meanwhile.
+    assert!(press(&mut state, KeyCode::Char('b')).is_empty());
+    assert!(state
+        .notice
+        .as_ref()
+        .unwrap()
+        .text
+        .contains("one rebuild at a time"));
+    // Another action's dialog is not closed by the rebuild's outcome.
+    press(&mut state, KeyCode::Char('t'));
+    state.apply(
+        DataEvent::ActionDone {
+            action: crate::ops::ActionKind::Rebuild,
+            result: Ok("applied: rebuild pet-aggregates".into()),
+        },
+        now(),
+    );
+    assert!(matches!(state.dialog, Some(Dialog::Planning { .. })));
+    assert_eq!(state.background_rebuild, None);
+    assert_eq!(
+        state.notice.as_ref().unwrap().text,
+        "applied: rebuild pet-aggregates",
+        "the outcome arrives as a notice"
+    );
+
+    // Quitting with a rebuild in the background brings its dialog back to ask.
+    press(&mut state, KeyCode::Esc);
+    state.dialog = Some(running_rebuild());
+    press(&mut state, KeyCode::Char('b'));
+    assert_eq!(press(&mut state, KeyCode::Char('q')), Vec::new());
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Running {
+            stage: RunningStage::ConfirmQuit,
+            ..
+        })
+    ));
+    assert_eq!(press(&mut state, KeyCode::Char('y')), vec![Effect::Quit]);
+}
+
+// ------------------------------------------------------------------- footer and copy
+
+fn hints(state: &ConsoleState) -> Vec<String> {
+    state
+        .footer_hints()
+        .into_iter()
+        .map(|h| format!("{} {}", h.key, h.text))
+        .collect()
+}
+
+#[test]
+fn the_footer_offers_the_actions_that_apply_to_the_selected_lease() {
+    let mut state = loaded();
+    state.rebuilds = vec![("pet-aggregates".into(), "pets".into())];
+    let healthy = hints(&state);
+    assert_eq!(
+        healthy[..5],
+        [
+            "t takeover",
+            "T hand over",
+            "w rewind",
+            "x reset",
+            "b rebuild"
+        ]
+    );
+    assert_eq!(healthy.last().unwrap(), "? help");
+
+    let mut stuck = lease("pet-aggregates", 8);
+    stuck.kind = crate::model::LockKind::Bulk;
+    stuck.expires_at = Some(now() - chrono::Duration::seconds(60));
+    state.apply(DataEvent::LeaseChanged(Box::new(stuck)), now());
+    assert_eq!(hints(&state)[..2], ["b rebuild", "a abort-bulk"]);
+
+    let mut lost = lease("shop.orders", 4);
+    lost.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 900, 1));
+    state.apply(DataEvent::LeaseChanged(Box::new(lost)), now());
+    press(&mut state, KeyCode::Char('j'));
+    assert_eq!(
+        state.leases.selected().unwrap().health.status,
+        LeaseStatus::Lost
+    );
+    assert_eq!(
+        hints(&state)[..3],
+        ["x reset", "w rewind", "X reset to now"]
+    );
+
+    press(&mut state, KeyCode::Char('f'));
+    assert!(hints(&state).contains(&"f unfreeze".to_string()));
+    assert_eq!(
+        state.footer_lead().as_deref(),
+        Some("❄ FROZEN, 0 changes held")
+    );
+}
+
+#[test]
+fn read_only_says_why_an_action_key_does_nothing() {
+    let mut state = loaded();
+    state.read_only = true;
+    assert!(state.footer_lead().unwrap().contains("read-only"));
+    assert!(!hints(&state).iter().any(|h| h.contains("takeover")));
+    assert!(press(&mut state, KeyCode::Char('t')).is_empty());
+    assert_eq!(state.dialog, None);
+    let notice = state.notice.clone().unwrap().text;
+    assert!(
+        notice.starts_with("read-only: t (takeover) does nothing")
+            && notice.contains("--read-only"),
+        "{notice}"
+    );
+    press(&mut state, KeyCode::Char('z'));
+    assert!(
+        state.notice.is_none(),
+        "an unbound key that is no action says nothing"
+    );
+}
+
+#[test]
+fn undo_is_offered_only_for_an_action_that_moved_the_resume_point() {
+    let mut state = loaded();
+    let before = lease("shop.orders", 3);
+    let mut taken_over = before.clone();
+    taken_over.holder = None;
+    taken_over.version = 4;
+    let mut rewound = taken_over.clone();
+    // The holder committed between the plan and the swap: the takeover's after shows
+    // a later point, and it still moved nothing.
+    taken_over.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 2, 1));
+    rewound.resume_at = Some(ClusterTime::new(now().timestamp() as u32 - 300, 1));
+    let record = |id: &str, action: &str, after: &Lease| AuditRecord {
+        id: id.into(),
+        operator: "ann".into(),
+        at: now(),
+        action: action.into(),
+        resource: "shop.orders".into(),
+        state: crate::model::AuditState::Applied,
+        before: Some(before.clone()),
+        intended: Some(after.clone()),
+        after: Some(after.clone()),
+        steps: Vec::new(),
+        reason: None,
+        outcome: "applied".into(),
+        finished_at: Some(now()),
+    };
+    state.apply(
+        DataEvent::Audit(
+            vec![
+                record("a2", "takeover", &taken_over),
+                record("a1", "rewind", &rewound),
+            ]
+            .into(),
+        ),
+        now(),
+    );
+    press(&mut state, KeyCode::Char('4'));
+    assert!(!hints(&state).contains(&"u undo".to_string()), "a takeover");
+    press(&mut state, KeyCode::Char('j'));
+    assert!(hints(&state).contains(&"u undo".to_string()), "a rewind");
+}
+
+#[test]
+fn the_detail_copies_the_whole_token_and_the_last_error() {
+    let mut state = loaded();
+    let mut with_token = lease("pet-aggregates", 7);
+    let token = crate::model::ResumeToken::encode(
+        ClusterTime::new(now().timestamp() as u32 - 5, 3),
+        crate::model::TokenKind::Event,
+        7,
+    );
+    with_token.resume_token = Some(token.clone());
+    state.apply(DataEvent::LeaseChanged(Box::new(with_token)), now());
+    let mut failing = crate::engine::ListenerSnapshot::new("pet-aggregates", "pets-1");
+    failing.last_error = Some("history lost:\n resume point fell off\u{1b}[2J".into());
+    state.apply(DataEvent::Listeners(vec![failing]), now());
+    press(&mut state, KeyCode::Enter);
+    assert!(hints(&state).contains(&"c copy token".to_string()));
+    assert_eq!(
+        press(&mut state, KeyCode::Char('c')),
+        vec![Effect::Copy {
+            what: "the resume token",
+            text: token.data_hex().unwrap().to_string(),
+        }]
+    );
+    assert_eq!(
+        press(&mut state, KeyCode::Char('C')),
+        vec![Effect::Copy {
+            what: "the last error",
+            text: "pets-1: history lost:\\n resume point fell off\\u{1b}[2J".into(),
+        }],
+        "escaped: nothing from the server reaches a paste as a control"
+    );
+    press(&mut state, KeyCode::Char('j'));
+    assert!(press(&mut state, KeyCode::Char('c')).is_empty(), "no token");
+    assert!(state
+        .notice
+        .as_ref()
+        .unwrap()
+        .text
+        .starts_with("nothing copied"));
 }

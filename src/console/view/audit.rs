@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState, Wrap};
 use ratatui::Frame;
 
-use super::format::DASH;
+use super::format::{fit, table_widths, DASH};
 use crate::console::layout;
 use crate::console::state::{visible_start, ConsoleState};
 use crate::console::theme::Theme;
@@ -37,27 +37,6 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     let (_, height) = layout::table_rows(list_area);
     let cursor = state.audit_cursor;
     let start = visible_start(cursor.selected, cursor.offset, height, state.audit.len());
-    let rows: Vec<Row> = state
-        .audit
-        .iter()
-        .skip(start)
-        .take(height)
-        .map(|r| {
-            Row::new(vec![
-                Cell::from(r.at.format("%m-%d %H:%M:%S").to_string()),
-                Cell::from(escape_control(&r.operator)),
-                Cell::from(escape_control(&r.action)),
-                Cell::from(escape_control(&r.resource)),
-                state_cell(r, theme),
-                Cell::from(escape_control(&r.outcome)),
-                Cell::from(
-                    r.reason
-                        .as_deref()
-                        .map_or_else(|| DASH.to_string(), escape_control),
-                ),
-            ])
-        })
-        .collect();
     let widths = [
         Constraint::Length(14),
         Constraint::Fill(2),
@@ -67,6 +46,30 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         Constraint::Fill(2),
         Constraint::Fill(3),
     ];
+    let cells = table_widths(&widths, list_area.width, 1);
+    let fit_to = |column: usize, text: String| fit(&text, cells.get(column).copied().unwrap_or(0));
+    let rows: Vec<Row> = state
+        .audit
+        .iter()
+        .skip(start)
+        .take(height)
+        .map(|r| {
+            Row::new(vec![
+                Cell::from(r.at.format("%m-%d %H:%M:%S").to_string()),
+                Cell::from(fit_to(1, escape_control(&r.operator))),
+                Cell::from(fit_to(2, escape_control(&r.action))),
+                Cell::from(fit_to(3, escape_control(&r.resource))),
+                state_cell(r, theme),
+                Cell::from(fit_to(5, escape_control(&r.outcome))),
+                Cell::from(fit_to(
+                    6,
+                    r.reason
+                        .as_deref()
+                        .map_or_else(|| DASH.to_string(), escape_control),
+                )),
+            ])
+        })
+        .collect();
     let table = Table::new(rows, widths)
         .header(Row::new(HEADERS).style(theme.title))
         .block(block)
@@ -126,6 +129,26 @@ fn draw_record(
         }
         None => area,
     };
+    // The reason and the outcome whole: the table has room for their start only.
+    let text = format!(
+        "reason: {} · outcome: {}",
+        record
+            .reason
+            .as_deref()
+            .map_or_else(|| DASH.to_string(), escape_control),
+        escape_control(&record.outcome)
+    );
+    let width = usize::from(area.width.max(1));
+    let lines = text.chars().count().div_ceil(width).clamp(1, 3);
+    let [said, area] = Layout::vertical([
+        Constraint::Length(u16::try_from(lines).unwrap_or(3)),
+        Constraint::Fill(1),
+    ])
+    .areas(area);
+    frame.render_widget(
+        Paragraph::new(Line::styled(text, theme.base)).wrap(Wrap { trim: false }),
+        said,
+    );
     let [before, after] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
     // Pending with no step done: what its write means to leave, not "no lease".

@@ -27,8 +27,10 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     let [left, right] =
         Layout::horizontal([Constraint::Percentage(50), Constraint::Percentage(50)]).areas(area);
     let title = format!(" Lease {} ", escape_control(&entry.lease.resource));
+    // Inside the border, after the 12-cell field name.
+    let value_width = usize::from(left.width.saturating_sub(2 + 12));
     frame.render_widget(
-        Paragraph::new(document_lines(entry, state, theme))
+        Paragraph::new(document_lines(entry, state, value_width, theme))
             .wrap(Wrap { trim: false })
             .block(
                 Block::default()
@@ -58,11 +60,18 @@ fn field<'a>(name: &'static str, value: String, theme: &Theme) -> Line<'a> {
     ])
 }
 
-fn document_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
+fn document_lines<'a>(
+    entry: &'a LeaseEntry,
+    state: &ConsoleState,
+    value_width: usize,
+    theme: &Theme,
+) -> Vec<Line<'a>> {
     let lease = &entry.lease;
     let now = state.server_now();
     let date = |value| clock_and_relative(value, now);
-    vec![
+    let mut token = token_lines(lease.resume_token.as_ref(), value_width, theme);
+    let first_token_line = token.remove(0);
+    let mut lines = vec![
         field("_id", escape_control(&lease.resource), theme),
         field(
             "listenerId",
@@ -75,11 +84,10 @@ fn document_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme
         field("expiresAt", date(lease.expires_at), theme),
         field("version", lease.version.to_string(), theme),
         field("kind", lease.kind.to_string(), theme),
-        field(
-            "resumeToken",
-            token_text(lease.resume_token.as_ref()),
-            theme,
-        ),
+        first_token_line,
+    ];
+    lines.extend(token);
+    lines.extend([
         field(
             "resumeAt",
             lease
@@ -128,28 +136,32 @@ fn document_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme
             ),
             theme,
         ),
-    ]
+    ]);
+    lines
 }
 
-fn token_text(token: Option<&ResumeToken>) -> String {
-    match token {
-        None => "null".into(),
+/// The whole resume token, never shortened: hex in lines of `width` characters under
+/// its field name, so it can be read off the screen (or copied with `c`).
+fn token_lines<'a>(token: Option<&ResumeToken>, width: usize, theme: &Theme) -> Vec<Line<'a>> {
+    let text = match token {
+        None => "null".to_string(),
         Some(token) => match token.data_hex() {
-            Some(hex) => {
-                // Counted in chars: a corrupt token may hold anything.
-                let chars: Vec<char> = hex.chars().collect();
-                let shown = if chars.len() > 24 {
-                    let head: String = chars[..16].iter().collect();
-                    let tail: String = chars[chars.len() - 6..].iter().collect();
-                    format!("{head}…{tail}")
-                } else {
-                    hex.to_string()
-                };
-                escape_control(&shown)
-            }
+            // Escaped first: a corrupt token may hold anything.
+            Some(hex) => escape_control(hex),
             None => "(not a hex _data token)".into(),
         },
-    }
+    };
+    let chars: Vec<char> = text.chars().collect();
+    let chunks: Vec<String> = if width >= 8 {
+        chars.chunks(width).map(|c| c.iter().collect()).collect()
+    } else {
+        vec![text]
+    };
+    chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, chunk)| field(if i == 0 { "resumeToken" } else { "" }, chunk, theme))
+        .collect()
 }
 
 fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
@@ -208,27 +220,7 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
             ),
         ]));
     }
-    lines.push(Line::raw(""));
-    lines.push(Line::styled(
-        "Holder changes seen while watching",
-        theme.title,
-    ));
-    if entry.changes.is_empty() {
-        lines.push(Line::styled("  none yet", theme.muted));
-    }
-    for change in entry.changes.iter().rev() {
-        lines.push(Line::from(vec![
-            Span::styled(format!("  {} ", change.at.format("%H:%M:%S")), theme.muted),
-            Span::styled(format!("v{:<5} ", change.version), theme.accent),
-            Span::styled(
-                change
-                    .holder
-                    .as_deref()
-                    .map_or_else(|| "(released)".to_string(), escape_control),
-                theme.base,
-            ),
-        ]));
-    }
+    // The listeners here first: their last error is what the operator came for.
     if state.mode.runs_listeners() {
         lines.push(Line::raw(""));
         lines.push(Line::styled("Listeners in this process", theme.title));
@@ -249,7 +241,35 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
                     theme.muted,
                 ),
             ]));
+            // The whole last error, wrapped: the listeners table has room for its start.
+            if let Some(error) = &listener.last_error {
+                lines.push(Line::from(vec![
+                    Span::styled("    last error: ", theme.muted),
+                    Span::styled(escape_control(error), theme.danger),
+                ]));
+            }
         }
+    }
+    lines.push(Line::raw(""));
+    lines.push(Line::styled(
+        "Holder changes seen while watching",
+        theme.title,
+    ));
+    if entry.changes.is_empty() {
+        lines.push(Line::styled("  none yet", theme.muted));
+    }
+    for change in entry.changes.iter().rev() {
+        lines.push(Line::from(vec![
+            Span::styled(format!("  {} ", change.at.format("%H:%M:%S")), theme.muted),
+            Span::styled(format!("v{:<5} ", change.version), theme.accent),
+            Span::styled(
+                change
+                    .holder
+                    .as_deref()
+                    .map_or_else(|| "(released)".to_string(), escape_control),
+                theme.base,
+            ),
+        ]));
     }
     lines
 }

@@ -5,7 +5,10 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Gauge, Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::console::state::{Button, ConsoleState, Dialog, RunningStage, Target};
+use crate::console::state::{
+    blocked, opened_moved, replan_offered, skip_not_accepted, Ask, ConsoleState, Dialog, Focus,
+    Moved, RunningStage, Target,
+};
 use crate::console::theme::Theme;
 use crate::model::text::escape_control;
 use crate::ops::describe::lease_diff;
@@ -25,28 +28,10 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     };
     frame.render_widget(Clear, popup);
     let (title, lines) = match dialog {
-        Dialog::Ask { target, text } => (
-            format!(" rewind {} ", escape_control(&target.resource)),
-            vec![
-                captured_line(Some(target), theme),
-                Line::raw(""),
-                Line::styled(
-                    "Rewind by how long? (e.g. 10m, 1h30m; the changes since are replayed)",
-                    theme.base,
-                ),
-                Line::from(vec![
-                    Span::styled("> ", theme.accent),
-                    Span::styled(text.clone(), theme.base),
-                    Span::styled("▏", theme.accent),
-                ]),
-                Line::raw(""),
-                Line::styled(
-                    "enter plans it (nothing is written yet) · esc cancels",
-                    theme.muted,
-                ),
-            ],
-        ),
-        Dialog::Planning { target, request } => (
+        Dialog::Ask { target, ask, text } => ask_lines(target, ask, text, theme),
+        Dialog::Planning {
+            target, request, ..
+        } => (
             format!(" {} ", request.kind()),
             vec![
                 captured_line(target.as_ref(), theme),
@@ -62,6 +47,8 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             plan,
             focus,
             typed,
+            reason,
+            moved,
         } => {
             let block = block(
                 format!(
@@ -73,18 +60,26 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             );
             let inner = block.inner(popup);
             frame.render_widget(block, popup);
-            // The confirmation and the buttons stay visible however long the plan is.
-            let footer = footer_lines(target.as_ref(), plan, *focus, typed, theme);
+            // The reason, the confirmation and the buttons stay visible however long
+            // the plan is; what changed since it was planned comes right under the
+            // captured line, above the plan it makes stale.
+            let footer = footer_lines(dialog, target.as_ref(), plan, *focus, typed, reason, theme);
             let [body, bottom] =
                 Layout::vertical([Constraint::Min(0), Constraint::Length(footer.len() as u16)])
                     .areas(inner);
             let compact = body.height < 20;
             frame.render_widget(
-                Paragraph::new(preview_lines(target.as_ref(), plan, compact, theme))
-                    .wrap(Wrap { trim: false }),
+                Paragraph::new(preview_lines(
+                    target.as_ref(),
+                    plan,
+                    moved.as_ref(),
+                    compact,
+                    theme,
+                ))
+                .wrap(Wrap { trim: false }),
                 body,
             );
-            frame.render_widget(Paragraph::new(footer), bottom);
+            frame.render_widget(Paragraph::new(footer).wrap(Wrap { trim: false }), bottom);
             return;
         }
         Dialog::Running {
@@ -97,21 +92,25 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             let inner = block.inner(popup);
             frame.render_widget(block, popup);
             let [text, gauge] =
-                Layout::vertical([Constraint::Length(3), Constraint::Length(1)]).areas(inner);
-            let status = match (action, stage) {
-                (ActionKind::Rebuild, RunningStage::Working) => {
-                    "rebuilding under the bulk lock · esc cancels · q quits (both ask first)"
-                }
-                (ActionKind::Rebuild, RunningStage::ConfirmCancel) => {
-                    "cancel it? the lease then stays bulk (STUCK BULK) until a re-run or abort-bulk · y cancels · n keeps it running"
-                }
-                (ActionKind::Rebuild, RunningStage::ConfirmQuit) => {
-                    "quit? the rebuild is cancelled first and its lease stays bulk (STUCK BULK) · y quits · n keeps it running"
-                }
-                (_, RunningStage::Cancelling) => {
-                    "cancelling: the lease stays bulk (STUCK BULK) until a re-run or abort-bulk"
-                }
-                _ => "writing…",
+                Layout::vertical([Constraint::Length(4), Constraint::Length(1)]).areas(inner);
+            let (status, style) = match (action, stage) {
+                (ActionKind::Rebuild, RunningStage::Working) => (
+                    "rebuilding under the bulk lock · esc cancels (asks first) · b runs it on in the background · q quits (asks first)",
+                    theme.base,
+                ),
+                (ActionKind::Rebuild, RunningStage::ConfirmCancel) => (
+                    "cancel the rebuild? it leaves the lease STUCK BULK (until a re-run or abort-bulk) — y cancels · n keeps it running · b runs it on in the background",
+                    theme.warn,
+                ),
+                (ActionKind::Rebuild, RunningStage::ConfirmQuit) => (
+                    "quit? the rebuild is cancelled first and its lease stays bulk (STUCK BULK) · y quits · n keeps it running",
+                    theme.warn,
+                ),
+                (_, RunningStage::Cancelling) => (
+                    "cancelling: the lease stays bulk (STUCK BULK) until a re-run or abort-bulk",
+                    theme.base,
+                ),
+                _ => ("writing…", theme.base),
             };
             let stage = progress
                 .as_ref()
@@ -119,7 +118,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                 .unwrap_or_default();
             frame.render_widget(
                 Paragraph::new(vec![
-                    Line::styled(status, theme.base),
+                    Line::styled(status, style),
                     Line::styled(stage, theme.muted),
                 ])
                 .wrap(Wrap { trim: true }),
@@ -153,6 +152,67 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     );
 }
 
+/// The question before planning: how far to rewind, or whom to hand over to.
+fn ask_lines<'a>(target: &Target, ask: &Ask, text: &str, theme: &Theme) -> (String, Vec<Line<'a>>) {
+    let input = Line::from(vec![
+        Span::styled("> ", theme.accent),
+        Span::styled(escape_control(text), theme.base),
+        Span::styled("▏", theme.accent),
+    ]);
+    let keys = Line::styled(
+        "enter plans it (nothing is written yet) · esc cancels",
+        theme.muted,
+    );
+    match ask {
+        Ask::Rewind => (
+            format!(" rewind {} ", escape_control(&target.resource)),
+            vec![
+                captured_line(Some(target), theme),
+                Line::raw(""),
+                Line::styled(
+                    "Rewind to when? Back by a duration from the resume point (10m, 1h30m), to a time \
+                     (2026-11-22T03:00:00Z, or a clock time in UTC as shown here: 03:10), or to SECS:INC. \
+                     The changes since are replayed.",
+                    theme.base,
+                ),
+                input,
+                Line::raw(""),
+                keys,
+            ],
+        ),
+        Ask::HandOver { standbys, choice } => {
+            let mut lines = vec![
+                captured_line(Some(target), theme),
+                Line::raw(""),
+                Line::styled(
+                    "Hand the lease to which standby? ↑/↓ chooses a listener of this lease running here, or type a listener id.",
+                    theme.base,
+                ),
+            ];
+            if standbys.is_empty() {
+                lines.push(Line::styled(
+                    "  (no standby of this lease runs in this process: type its listener id)",
+                    theme.muted,
+                ));
+            }
+            for (i, standby) in standbys.iter().enumerate() {
+                let chosen = *choice == Some(i) && text.is_empty();
+                lines.push(Line::styled(
+                    format!("{} {}", if chosen { "▸" } else { " " }, escape_control(standby)),
+                    if chosen { theme.selection } else { theme.base },
+                ));
+            }
+            lines.push(input);
+            lines.push(Line::raw(""));
+            lines.push(keys);
+            (
+                format!(" hand over {} ", escape_control(&target.resource)),
+                lines,
+            )
+        }
+    }
+}
+
 fn block<'a>(title: String, theme: &Theme) -> Block<'a> {
     Block::default()
         .borders(Borders::ALL)
@@ -178,15 +238,23 @@ fn captured_line<'a>(target: Option<&Target>, theme: &Theme) -> Line<'a> {
     }
 }
 
-/// The plan: captured target, the lease fields (only the changed ones when
-/// `compact`), the effect, warnings, and why it is blocked if it is.
+/// The plan: captured target, what changed since, the lease fields (only the changed
+/// ones when `compact`), the effect, warnings, and why it is blocked if it is.
 fn preview_lines<'a>(
     target: Option<&Target>,
     plan: &Plan,
+    moved: Option<&Moved>,
     compact: bool,
     theme: &Theme,
 ) -> Vec<Line<'a>> {
     let mut lines = vec![captured_line(target, theme)];
+    let since_opened = target.and_then(|t| opened_moved(t, plan));
+    for changed in since_opened.iter().chain(moved) {
+        lines.push(Line::styled(
+            format!("⚠ {} — r plans it again", changed.text()),
+            theme.danger,
+        ));
+    }
     if let (Some(before), Some(after)) = (&plan.before, &plan.after) {
         for row in lease_diff(before, after, plan.planned_at) {
             if compact && !row.changed {
@@ -218,22 +286,43 @@ fn preview_lines<'a>(
     for warning in &plan.warnings {
         lines.push(Line::styled(format!("! {warning}"), theme.warn));
     }
-    if let Some(reason) = Dialog::blocked(target, plan) {
-        lines.push(Line::styled(format!("✗ {reason}"), theme.danger));
+    if let Some(refusal) = &plan.refusal {
+        lines.push(Line::styled(format!("✗ {}", refusal.reason), theme.danger));
+    }
+    if skip_not_accepted(plan) {
+        lines.push(Line::styled(
+            "a accepts the skip (the command line's --accept-skip) and plans it again",
+            theme.warn,
+        ));
     }
     lines
 }
 
-/// What to type, and the buttons, with Cancel first and focused when the dialog opens.
+/// The reason field, what to type, the buttons (Apply visibly disabled, and why, until
+/// it can be applied) and the keys that work here.
 fn footer_lines<'a>(
+    dialog: &Dialog,
     target: Option<&Target>,
     plan: &Plan,
-    focus: Button,
+    focus: Focus,
     typed: &str,
+    reason: &str,
     theme: &Theme,
 ) -> Vec<Line<'a>> {
-    let blocked = Dialog::blocked(target, plan).is_some();
-    let mut lines = Vec::new();
+    let blocked = blocked(target, plan, moved_of(dialog)).is_some();
+    let cursor = |on: bool| Span::styled(if on { "▏" } else { "" }, theme.accent);
+    let mut lines = vec![Line::from(vec![
+        Span::styled(
+            "reason (for the audit record): ",
+            if focus == Focus::Reason {
+                theme.accent
+            } else {
+                theme.muted
+            },
+        ),
+        Span::styled(escape_control(reason), theme.base),
+        cursor(focus == Focus::Reason),
+    ])];
     if let (Some(expected), false) = (plan.confirm_text(), blocked) {
         lines.push(Line::from(vec![
             Span::styled(
@@ -241,28 +330,47 @@ fn footer_lines<'a>(
                 theme.warn,
             ),
             Span::styled(escape_control(typed), theme.base),
-            Span::styled("▏", theme.accent),
+            cursor(focus != Focus::Reason),
         ]));
     }
-    let button = |label: &'static str, this: Button| {
-        Span::styled(
-            format!("[ {label} ]"),
-            if focus == this {
-                theme.selection
-            } else {
-                theme.muted
-            },
-        )
+    let disabled = if plan.refusal.is_some() {
+        Some("refused")
+    } else if blocked {
+        Some("the lease changed: r re-plans")
+    } else if dialog.apply_disabled().is_some() {
+        Some("type the name first")
+    } else {
+        None
     };
-    let mut buttons = vec![button("Cancel", Button::Cancel)];
-    if !blocked {
-        buttons.push(Span::raw("  "));
-        buttons.push(button("Apply", Button::Apply));
+    let focused = |this: Focus, enabled: bool| match (focus == this, enabled) {
+        (true, _) => theme.selection,
+        (false, true) => theme.base,
+        (false, false) => theme.muted,
+    };
+    let apply = match disabled {
+        Some(why) => format!("[ Apply — disabled: {why} ]"),
+        None => "[ Apply ]".to_string(),
+    };
+    lines.push(Line::from(vec![
+        Span::styled("[ Cancel ]", focused(Focus::Cancel, true)),
+        Span::raw("  "),
+        Span::styled(apply, focused(Focus::Apply, disabled.is_none())),
+    ]));
+    let mut keys = vec!["tab moves", "enter chooses"];
+    if replan_offered(plan, blocked) {
+        keys.push("r re-plans");
     }
-    buttons.push(Span::styled(
-        "   tab switches · enter chooses · esc cancels",
-        theme.muted,
-    ));
-    lines.push(Line::from(buttons));
+    if skip_not_accepted(plan) {
+        keys.push("a accepts the skip");
+    }
+    keys.push("esc cancels");
+    lines.push(Line::styled(keys.join(" · "), theme.muted));
     lines
+}
+
+fn moved_of(dialog: &Dialog) -> Option<&Moved> {
+    match dialog {
+        Dialog::Preview { moved, .. } => moved.as_ref(),
+        _ => None,
+    }
 }

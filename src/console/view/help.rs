@@ -5,18 +5,21 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
+use super::format::fit;
 use crate::console::keymap;
 use crate::console::state::ConsoleState;
 use crate::console::theme::Theme;
 
-pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
+/// Help's lines, each description fitted to `width` cells after its keys (cut with
+/// `…` when the popup is narrower than the text).
+pub fn lines(state: &ConsoleState, width: usize, theme: &Theme) -> Vec<Line<'static>> {
     let mut lines = Vec::new();
     for (title, bindings) in keymap::help_sections(state.read_only) {
         lines.push(Line::styled(title.to_string(), theme.title));
         for (keys, help) in bindings {
             lines.push(Line::from(vec![
                 Span::styled(format!("  {keys:<18}"), theme.key_hint),
-                Span::styled(help.to_string(), theme.base),
+                Span::styled(fit(help, width.saturating_sub(20)), theme.base),
             ]));
         }
         lines.push(Line::raw(""));
@@ -25,7 +28,7 @@ pub fn lines(state: &ConsoleState, theme: &Theme) -> Vec<Line<'static>> {
     for spec in keymap::LINE_COMMANDS {
         lines.push(Line::from(vec![
             Span::styled(format!("  {:<26}", spec.usage), theme.key_hint),
-            Span::styled(spec.help.to_string(), theme.base),
+            Span::styled(fit(spec.help, width.saturating_sub(28)), theme.base),
         ]));
     }
     lines.push(Line::raw(""));
@@ -49,7 +52,7 @@ pub fn draw(frame: &mut Frame, area: Rect, scroll: usize, state: &ConsoleState, 
         width,
         height,
     };
-    let lines = lines(state, theme);
+    let lines = lines(state, usize::from(width.saturating_sub(2)), theme);
     let visible = usize::from(height.saturating_sub(2));
     let max_scroll = lines.len().saturating_sub(visible);
     let scroll = u16::try_from(scroll.min(max_scroll)).unwrap_or(u16::MAX);
@@ -81,7 +84,10 @@ mod tests {
                 ..ConsoleSetup::new(Mode::Demo, "", chrono::Utc::now())
             });
             let theme = Theme::by_name("default", None).expect("built-in");
-            assert_eq!(lines(&state, &theme).len(), keymap::help_height(read_only));
+            assert_eq!(
+                lines(&state, 88, &theme).len(),
+                keymap::help_height(read_only)
+            );
         }
     }
 }

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::format::{bar, cluster_clock, duration, status_style, DASH};
+use super::format::{bar, cluster_clock, duration, fit, status_style, text_width, DASH};
 use crate::console::layout;
 use crate::console::state::{visible_start, Column, ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
@@ -20,7 +20,8 @@ fn width_of(column: Column, wide: bool) -> u16 {
         Column::Expires => 9,
         Column::LastCommit => 9,
         Column::TokenTime => 8,
-        Column::Lag => 7,
+        // Up to 9999d23h.
+        Column::Lag => 8,
         Column::Headroom if wide => 17,
         Column::Headroom => 10,
         // The longest label, INVALIDATED.
@@ -29,15 +30,120 @@ fn width_of(column: Column, wide: bool) -> u16 {
     }
 }
 
-/// The columns that fit `width`. When narrow, kind and the two time columns go:
-/// a bulk lease still shows as STUCK BULK, and the detail view has them all.
-pub fn columns_for(width: u16) -> (Vec<Column>, bool) {
-    let wide = width >= 110;
+/// Space between columns.
+const SPACING: u16 = 1;
+
+/// Resource and holder ask for at most this many cells each before the optional
+/// columns may take the rest; longer values are cut with `…` in every layout.
+pub const NAME_CAP: u16 = 32;
+
+/// The layout of the leases table: the columns shown and their widths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnLayout {
+    pub columns: Vec<(Column, u16)>,
+    /// The headroom bar is the wide one.
+    pub wide: bool,
+}
+
+#[cfg(test)]
+impl ColumnLayout {
+    pub fn width(&self, column: Column) -> Option<u16> {
+        self.columns
+            .iter()
+            .find(|(c, _)| *c == column)
+            .map(|&(_, w)| w)
+    }
+}
+
+/// The columns for a table `width` cells wide whose visible resources and holders
+/// are `resource` and `holder` cells long at most.
+///
+/// The optional columns (token time, kind, last commit, then the wide headroom bar)
+/// are added, in that order, only while resource and holder still get all they ask
+/// for (up to [`NAME_CAP`]); until then they share what the base columns leave. So a
+/// wider terminal never shows less of a resource or a holder than a narrower one, and
+/// the widest terminals get the widest layout.
+pub fn columns_for(width: u16, resource: u16, holder: u16) -> ColumnLayout {
+    let need = (
+        resource.clamp(Column::Resource.label().len() as u16 + 1, NAME_CAP),
+        holder.clamp(Column::Holder.label().len() as u16 + 1, NAME_CAP),
+    );
+    let base = [
+        Column::Resource,
+        Column::Holder,
+        Column::Version,
+        Column::Expires,
+        Column::Lag,
+        Column::Headroom,
+        Column::Status,
+    ];
+    // Each step adds to the one before; the last one that fits wins.
+    let steps: [(&[Column], bool); 5] = [
+        (&[], false),
+        (&[Column::TokenTime], false),
+        (&[Column::TokenTime, Column::Kind], false),
+        (
+            &[Column::TokenTime, Column::Kind, Column::LastCommit],
+            false,
+        ),
+        (&[Column::TokenTime, Column::Kind, Column::LastCommit], true),
+    ];
+    let free_for_names = |extra: &[Column], wide: bool| -> i32 {
+        let shown: Vec<Column> = Column::ALL
+            .into_iter()
+            .filter(|c| base.contains(c) || extra.contains(c))
+            .collect();
+        let fixed: i32 = shown.iter().map(|&c| i32::from(width_of(c, wide))).sum();
+        let gaps = i32::from(SPACING) * (shown.len() as i32 - 1);
+        i32::from(width) - fixed - gaps
+    };
+    let (extra, wide) = steps
+        .iter()
+        .rev()
+        .find(|(extra, wide)| free_for_names(extra, *wide) >= i32::from(need.0 + need.1))
+        .copied()
+        .unwrap_or(steps[0]);
+    let free = u16::try_from(free_for_names(extra, wide).max(0)).unwrap_or(0);
+    let (resource_width, holder_width) = share(free, need.0, need.1);
     let columns = Column::ALL
         .into_iter()
-        .filter(|c| wide || !matches!(c, Column::Kind | Column::LastCommit | Column::TokenTime))
+        .filter(|c| base.contains(c) || extra.contains(c))
+        .map(|c| {
+            let w = match c {
+                Column::Resource => resource_width,
+                Column::Holder => holder_width,
+                other => width_of(other, wide),
+            };
+            (c, w)
+        })
         .collect();
-    (columns, wide)
+    ColumnLayout { columns, wide }
+}
+
+/// Splits `free` cells between two columns that ask for `a` and `b`: each gets what
+/// it asks when both fit (the rest is shared), else the smaller ask is met when it is
+/// at most half, else half each. Neither share shrinks when `free` grows.
+fn share(free: u16, a: u16, b: u16) -> (u16, u16) {
+    if free >= a + b {
+        let left = a + (free - a - b) / 2;
+        (left, free - left)
+    } else if a <= free / 2 {
+        (a, free - a)
+    } else if b <= free / 2 {
+        (free - b, b)
+    } else {
+        (free / 2, free - free / 2)
+    }
+}
+
+/// The holder as its cell shows it: in parentheses once its lease has expired.
+fn holder_text(entry: &LeaseEntry, now: chrono::DateTime<chrono::Utc>) -> Option<String> {
+    let lease = &entry.lease;
+    match (&lease.holder, lease.live_holder(now)) {
+        (_, Some(holder)) => Some(escape_control(holder)),
+        (Some(holder), None) => Some(format!("({})", escape_control(holder))),
+        (None, None) => None,
+    }
 }
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
@@ -86,7 +192,19 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     let (_, height) = layout::table_rows(area);
     let selected = table.selected_index().unwrap_or(0);
     let start = visible_start(selected, table.offset(), height, table.shown());
-    let (columns, wide) = columns_for(area.width.saturating_sub(2));
+    let now = state.server_now();
+    // Only the visible rows are measured: a frame costs what it draws.
+    let (mut resource_need, mut holder_need) = (0, 0);
+    for entry in table.rows(start, height) {
+        resource_need = resource_need.max(text_width(&escape_control(&entry.lease.resource)));
+        holder_need = holder_need.max(holder_text(entry, now).map_or(0, |h| text_width(&h)));
+    }
+    let cap = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
+    let layout = columns_for(
+        area.width.saturating_sub(2),
+        cap(resource_need),
+        cap(holder_need),
+    );
     let row_style = if state.is_stale() {
         theme.stale
     } else {
@@ -94,17 +212,14 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     };
     let rows: Vec<Row> = table
         .rows(start, height)
-        .map(|entry| row(entry, &columns, wide, state, theme).style(row_style))
+        .map(|entry| row(entry, &layout, state, theme).style(row_style))
         .collect();
-    let widths: Vec<Constraint> = columns
+    let widths: Vec<Constraint> = layout
+        .columns
         .iter()
-        .map(|&c| match c {
-            Column::Resource => Constraint::Fill(1),
-            Column::Holder => Constraint::Fill(1),
-            other => Constraint::Length(width_of(other, wide)),
-        })
+        .map(|&(_, w)| Constraint::Length(w))
         .collect();
-    let header = Row::new(columns.iter().map(|&c| {
+    let header = Row::new(layout.columns.iter().map(|&(c, w)| {
         let marker = if c == sort {
             if descending {
                 "↓"
@@ -114,13 +229,13 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         } else {
             ""
         };
-        Cell::from(format!("{}{marker}", c.label()))
+        Cell::from(fit(&format!("{}{marker}", c.label()), usize::from(w)))
     }))
     .style(theme.title);
     let widget = Table::new(rows, widths)
         .header(header)
         .block(block)
-        .column_spacing(1)
+        .column_spacing(SPACING)
         .row_highlight_style(theme.selection);
     let mut table_state = TableState::default().with_selected(Some(selected - start));
     frame.render_stateful_widget(widget, area, &mut table_state);
@@ -128,53 +243,53 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
 
 fn row<'a>(
     entry: &'a LeaseEntry,
-    columns: &[Column],
-    wide: bool,
+    layout: &ColumnLayout,
     state: &ConsoleState,
     theme: &Theme,
 ) -> Row<'a> {
     let lease = &entry.lease;
     let health = &entry.health;
     let now = state.server_now();
-    let cells = columns.iter().map(|&column| -> Cell {
+    let cells = layout.columns.iter().map(|&(column, width)| -> Cell {
+        let width = usize::from(width);
+        let text = |value: String| fit(&value, width);
         match column {
-            Column::Resource => Cell::from(escape_control(&lease.resource)),
+            Column::Resource => Cell::from(text(escape_control(&lease.resource))),
             Column::Kind => {
                 let style = if lease.kind == crate::model::LockKind::Bulk {
                     theme.warn
                 } else {
                     Style::default()
                 };
-                Cell::from(Span::styled(lease.kind.as_str(), style))
+                Cell::from(Span::styled(text(lease.kind.as_str().into()), style))
             }
-            Column::Holder => match (&lease.holder, lease.live_holder(now)) {
-                (_, Some(holder)) => Cell::from(escape_control(holder)),
-                (Some(holder), None) => Cell::from(Span::styled(
-                    format!("({})", escape_control(holder)),
-                    theme.muted,
-                )),
-                (None, None) => Cell::from(Span::styled(DASH, theme.muted)),
+            Column::Holder => match (holder_text(entry, now), lease.live_holder(now)) {
+                (Some(holder), Some(_)) => Cell::from(text(holder)),
+                (Some(holder), None) => Cell::from(Span::styled(text(holder), theme.muted)),
+                (None, _) => Cell::from(Span::styled(DASH, theme.muted)),
             },
-            Column::Version => Cell::from(Line::from(lease.version.to_string()).right_aligned()),
-            Column::Expires => Cell::from(
+            Column::Version => {
+                Cell::from(Line::from(text(lease.version.to_string())).right_aligned())
+            }
+            Column::Expires => Cell::from(text(
                 lease
                     .expires_at
                     .map_or_else(|| DASH.to_string(), |at| relative_time(at, now)),
-            ),
-            Column::LastCommit => Cell::from(
+            )),
+            Column::LastCommit => Cell::from(text(
                 lease
                     .committed_at
                     .map_or_else(|| DASH.to_string(), |at| relative_time(at, now)),
-            ),
-            Column::TokenTime => Cell::from(match (&lease.resume_token, health.token_time) {
+            )),
+            Column::TokenTime => Cell::from(text(match (&lease.resume_token, health.token_time) {
                 (_, Some(time)) => cluster_clock(time),
                 (Some(_), None) => "corrupt".into(),
                 (None, None) => "oldest".into(),
-            }),
-            Column::Lag => Cell::from(Line::from(duration(health.lag)).right_aligned()),
+            })),
+            Column::Lag => Cell::from(Line::from(text(duration(health.lag))).right_aligned()),
             Column::Headroom => match health.headroom_share {
                 Some(share) => {
-                    let bar_width = usize::from(width_of(Column::Headroom, wide)) - 5;
+                    let bar_width = width.saturating_sub(5);
                     let (filled, empty) = bar(share, bar_width);
                     Cell::from(Line::from(vec![
                         Span::styled(filled, status_style(health.status, theme)),
@@ -197,6 +312,53 @@ fn row<'a>(
 mod tests {
     use super::*;
     use crate::model::LeaseStatus;
+
+    #[test]
+    fn a_wider_table_never_shows_less_of_a_resource_or_a_holder() {
+        let asks = [
+            (8u16, 6u16),
+            (11, 17),
+            (17, 17),
+            (14, 30),
+            (32, 32),
+            (40, 9),
+        ];
+        for (resource, holder) in asks {
+            let shown = |width: u16, column: Column, ask: u16| {
+                let layout = columns_for(width, resource, holder);
+                let total: u16 = layout.columns.iter().map(|&(_, w)| w).sum::<u16>()
+                    + SPACING * (layout.columns.len() as u16 - 1);
+                assert!(
+                    total <= width.max(78),
+                    "{width}: {layout:?} is {total} wide"
+                );
+                layout.width(column).unwrap().min(ask.min(NAME_CAP))
+            };
+            let mut previous = columns_for(78, resource, holder).columns.len();
+            for width in 78..400u16 {
+                for (column, ask) in [(Column::Resource, resource), (Column::Holder, holder)] {
+                    assert!(
+                        shown(width + 1, column, ask) >= shown(width, column, ask),
+                        "{column:?} asking {ask} shows less at {} than at {width}",
+                        width + 1
+                    );
+                }
+                let columns = columns_for(width, resource, holder).columns.len();
+                assert!(columns >= previous, "a column went away at {width}");
+                previous = columns;
+            }
+            let widest = columns_for(400, resource, holder);
+            assert!(widest.wide && widest.columns.len() == Column::ALL.len());
+        }
+    }
+
+    #[test]
+    fn names_are_shared_by_what_they_ask() {
+        assert_eq!(share(40, 10, 20), (15, 25));
+        assert_eq!(share(20, 8, 30), (8, 12));
+        assert_eq!(share(20, 30, 8), (12, 8));
+        assert_eq!(share(20, 30, 30), (10, 10));
+    }
 
     #[test]
     fn every_status_label_fits_its_column() {

@@ -5,7 +5,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::format::{rate, DASH};
+use super::format::{fit, rate, table_widths, DASH};
 use crate::console::layout;
 use crate::console::state::{visible_start, ConsoleState};
 use crate::console::theme::Theme;
@@ -54,6 +54,20 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         height,
         state.listeners.len(),
     );
+    let widths = [
+        Constraint::Fill(2),
+        Constraint::Fill(3),
+        Constraint::Length(12),
+        Constraint::Length(5),
+        Constraint::Length(6),
+        Constraint::Length(8),
+        Constraint::Length(5),
+        Constraint::Length(4),
+        Constraint::Fill(3),
+    ];
+    let cells = table_widths(&widths, area.width, 1);
+    let fit_to = |column: usize, text: String| fit(&text, cells.get(column).copied().unwrap_or(0));
+    let right = |column: usize, text: String| Line::from(fit_to(column, text)).right_aligned();
     let rows: Vec<Row> = state
         .listeners
         .iter()
@@ -70,38 +84,32 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                 | ListenerState::Invalidated
                 | ListenerState::Refused => theme.danger,
             };
+            // The whole last error is in the lease detail (enter on the leases view).
             Row::new(vec![
-                Cell::from(escape_control(&l.resource)),
-                Cell::from(escape_control(&l.listener_id)),
-                Cell::from(Span::styled(l.state.label(), state_style)),
-                Cell::from(
+                Cell::from(fit_to(0, escape_control(&l.resource))),
+                Cell::from(fit_to(1, escape_control(&l.listener_id))),
+                Cell::from(Span::styled(fit_to(2, l.state.label().into()), state_style)),
+                Cell::from(fit_to(
+                    3,
                     l.version
                         .map_or_else(|| DASH.to_string(), |v| v.to_string()),
-                ),
-                Cell::from(Line::from(rate(l.events_per_sec)).right_aligned()),
-                Cell::from(Line::from(l.events.to_string()).right_aligned()),
-                Cell::from(Line::from(l.last_batch_size.to_string()).right_aligned()),
-                Cell::from(Line::from(l.lost_locks.to_string()).right_aligned()),
+                )),
+                Cell::from(right(4, rate(l.events_per_sec))),
+                Cell::from(right(5, l.events.to_string())),
+                Cell::from(right(6, l.last_batch_size.to_string())),
+                Cell::from(right(7, l.lost_locks.to_string())),
                 Cell::from(Span::styled(
-                    l.last_error
-                        .as_deref()
-                        .map_or_else(|| DASH.to_string(), escape_control),
+                    fit_to(
+                        8,
+                        l.last_error
+                            .as_deref()
+                            .map_or_else(|| DASH.to_string(), escape_control),
+                    ),
                     theme.danger,
                 )),
             ])
         })
         .collect();
-    let widths = [
-        Constraint::Fill(2),
-        Constraint::Fill(3),
-        Constraint::Length(12),
-        Constraint::Length(5),
-        Constraint::Length(6),
-        Constraint::Length(8),
-        Constraint::Length(5),
-        Constraint::Length(4),
-        Constraint::Fill(3),
-    ];
     let table = Table::new(rows, widths)
         .header(Row::new(HEADERS).style(theme.title))
         .block(block)

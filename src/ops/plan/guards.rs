@@ -69,17 +69,26 @@ pub(super) fn refuse_bulk(lease: &Lease, action: ActionKind) -> Result<(), Refus
     Ok(())
 }
 
-/// "holder X renewed 3s ago: it looks alive", or why there is no live holder.
+/// "holder X renewed 3s ago: it looks alive", or why there is no live holder. The
+/// latest sign of life is named by its field (a commit is not a renewal), so the
+/// warning reads the same as the field shown next to it, on the same clock.
 pub(super) fn holder_warning(lease: &Lease, now: DateTime<Utc>) -> Option<String> {
     let ago = |at: DateTime<Utc>| short_duration((now - at).to_std().unwrap_or_default());
     match (lease.live_holder(now), &lease.holder) {
         (Some(holder), _) => {
-            let last_sign = [lease.renewed_at, lease.committed_at, lease.acquired_at]
-                .into_iter()
-                .flatten()
-                .max();
+            let last_sign = [
+                (lease.renewed_at, "renewed"),
+                (lease.committed_at, "committed"),
+                (lease.acquired_at, "acquired it"),
+            ]
+            .into_iter()
+            .filter_map(|(at, what)| Some((at?, what)))
+            // The first of equal times wins: renewed, then committed.
+            .reduce(|latest, sign| if sign.0 > latest.0 { sign } else { latest });
             Some(match last_sign {
-                Some(at) => format!("holder {holder} renewed {} ago: it looks alive", ago(at)),
+                Some((at, what)) => {
+                    format!("holder {holder} {what} {} ago: it looks alive", ago(at))
+                }
                 None => format!("holder {holder} holds an unexpired lease: it may be alive"),
             })
         }

@@ -8,11 +8,11 @@ use super::guards::{
 };
 use super::{change, Decision, PlanEffect};
 use crate::model::text::{escape_control, group_digits, short_duration};
-use crate::model::OplogWindow;
 use crate::model::{AuditRecord, AuditState, Invalidation, Lease, PendingVerdict, ResumePoint};
+use crate::model::{ClusterTime, OplogWindow};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
-use crate::ops::request::{ActionRequest, ResetTarget, RewindTarget};
+use crate::ops::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
 use crate::ops::resume::{describe_point, movement, point_of, start_of, Direction, ResumeMove};
 use crate::ops::target::resume_target;
 use crate::store::{Namespace, ResumeChange};
@@ -50,6 +50,9 @@ fn resume_move(
         ),
         None => warnings.push("the changes were not counted (no access to the oplog?)".into()),
     }
+    // From a LOST point the range starts before the oldest entry: a count over it reads
+    // only what is still there, which is not the number of changes passed over.
+    let count = count.filter(|_| !starts_before_the_window(from, facts.window.as_ref()));
     Some(ResumeMove {
         direction,
         ns,
@@ -58,6 +61,48 @@ fn resume_move(
         span: to.saturating_since(from),
         count,
     })
+}
+
+fn starts_before_the_window(from: ClusterTime, window: Option<&OplogWindow>) -> bool {
+    window.is_some_and(|w| from < w.first)
+}
+
+/// What a move replays or skips, for people. Changes before the oldest oplog entry are
+/// gone: they are said to be uncountable, never "0 changes", and what is still in the
+/// oplog is counted on its own.
+fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
+    let Some(first) = facts
+        .window
+        .map(|w| w.first)
+        .filter(|first| m.from < *first)
+    else {
+        return m.describe();
+    };
+    let verb = match m.direction {
+        Direction::Replay => "replayed",
+        Direction::Skip => "skipped",
+    };
+    let on =
+        m.ns.as_ref()
+            .map(|ns| format!(" on {ns}"))
+            .unwrap_or_default();
+    let gone = format!(
+        "the changes{on} from {} up to the oldest oplog entry ({first}) fell off the oplog: they cannot be counted, nor {verb} (they are gone)",
+        m.from
+    );
+    if m.to < first {
+        return format!("{gone}; no change still in the oplog is {verb}");
+    }
+    let still = ResumeMove {
+        from: first,
+        span: m.to.saturating_since(first),
+        count: facts
+            .changes
+            .clone()
+            .filter(|c| c.range.to == m.to && Some(&c.range.ns) == m.ns.as_ref()),
+        ..m.clone()
+    };
+    format!("{gone}; {}", still.describe())
 }
 
 /// The shared shape of rewind, reset and undo: fence out, set the resume point.
@@ -85,7 +130,7 @@ fn move_resume(
         ResumePoint::Oldest => "the next holder starts from the oldest oplog entry".into(),
     });
     match &moved {
-        Some(m) => effect.lines.push(m.describe()),
+        Some(m) => effect.lines.push(describe_move(m, facts)),
         None => effect
             .lines
             .push("the resume point does not move: nothing is replayed or skipped".into()),
@@ -186,7 +231,7 @@ pub(super) fn rewind(
         return Ok(decision);
     }
     if skipped_in_window(moved.as_ref(), facts.window.as_ref()) {
-        let what = moved.map(|m| m.describe()).unwrap_or_default();
+        let what = moved.map(|m| describe_move(&m, facts)).unwrap_or_default();
         return Err(Refusal::new(
             RefusalKind::WouldSkip,
             format!(
@@ -214,7 +259,7 @@ pub(super) fn reset(
         let what = moved
             .as_ref()
             .filter(|m| m.direction == Direction::Skip)
-            .map(ResumeMove::describe)
+            .map(|m| describe_move(m, facts))
             .unwrap_or_else(|| UNCOUNTED_SKIP.into());
         refuse_unaccepted_skip(to, accept_skip, &what)?;
         decision
@@ -232,6 +277,7 @@ pub(super) fn undo(
 ) -> Result<Decision, Refusal> {
     if let Some(record) = &facts.audit {
         refuse_unapplied(record, lease, audit_id, facts.now)?;
+        refuse_unmoved(record)?;
     }
     let note = format!("undo {audit_id} by {}", facts.operator);
     let (mut decision, moved) = move_resume(request, lease, facts, note)?;
@@ -258,6 +304,39 @@ pub(super) fn undo(
         );
     }
     Ok(decision)
+}
+
+/// Undo restores a resume point; an action that left it where it was (a takeover, an
+/// abort-bulk) has none to give back. Restoring the recorded one anyway would move the
+/// lease back over everything processed since: a rewind nobody asked for.
+///
+/// Takeover and abort-bulk keep the resume point by definition; their record's `after`
+/// may still show a later token, committed by the holder between the plan's read and
+/// the swap (the swap is on the version only). Any other action counts as moving it
+/// unless its record's before and after points are equal.
+fn refuse_unmoved(record: &AuditRecord) -> Result<(), Refusal> {
+    let Some(before) = &record.before else {
+        return Ok(());
+    };
+    let point = before.resume_point();
+    let keeps_it = [ActionKind::Takeover, ActionKind::AbortBulk]
+        .iter()
+        .any(|kind| record.action == kind.name());
+    let unchanged = record
+        .after
+        .as_ref()
+        .is_some_and(|after| after.resume_point() == point);
+    if !keeps_it && !unchanged {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        RefusalKind::NothingToRestore,
+        format!(
+            "nothing to undo: {} did not move the resume point (it stayed {}); undo only restores resume points",
+            escape_control(&record.action),
+            describe_point(&point)
+        ),
+    ))
 }
 
 /// Only an action that changed the lease can be undone: one recorded as applied, or a

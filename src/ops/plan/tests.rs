@@ -10,6 +10,7 @@ use crate::model::text::group_digits;
 use crate::model::{
     AuditRecord, AuditState, ClusterTime, OplogWindow, ResumeToken, TokenKind, WatchTarget,
 };
+use crate::ops::describe;
 use crate::ops::facts::{ChangeCount, ChangeRange, RebuildTarget};
 use crate::ops::request::{ResetTarget, RewindTarget, TimeSpec};
 use crate::ops::resume::Direction;
@@ -179,6 +180,28 @@ fn takeover_of_a_live_holder_fences_it_out_and_needs_typing() {
     );
     assert!(p.confirmation.is_some());
     assert_eq!(p.confirm_text(), Some("shop.orders"));
+}
+
+#[test]
+fn the_holder_warning_names_the_field_its_time_comes_from() {
+    // Renewed 14 s ago, committed just now: "renewed 0s ago" would contradict the
+    // renewedAt row of the same plan.
+    let mut lease = live_lease();
+    lease.renewed_at = Some(wall(3600) - TimeDelta::seconds(14));
+    lease.committed_at = Some(wall(3600));
+    let p = plan(&takeover(None, None), &facts(Some(lease.clone())));
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w == "holder w1 committed 0s ago: it looks alive"),
+        "{:?}",
+        p.warnings
+    );
+    let renewed = describe::lease_diff(&lease, p.after.as_ref().unwrap(), p.planned_at)
+        .into_iter()
+        .find(|row| row.field == "renewedAt")
+        .unwrap();
+    assert!(renewed.before.ends_with("(14s ago)"), "{renewed:?}");
 }
 
 #[test]
@@ -481,6 +504,52 @@ fn reset_of_a_lost_lease_warns_that_history_is_gone() {
     );
 }
 
+#[test]
+fn a_reset_of_a_lost_lease_says_the_lost_changes_cannot_be_counted() {
+    let mut lease = live_lease();
+    lease.resume_token = Some(ResumeToken::encode(
+        ClusterTime::new(BASE - 100, 1),
+        TokenKind::Event,
+        0,
+    ));
+    // To the oldest entry: everything passed over fell off the oplog. The count over
+    // that range reads 0, which is not how many changes were lost.
+    let request = reset(ResetTarget::Oldest, false);
+    let p = plan(
+        &request,
+        &counted(&request, facts(Some(lease.clone())), 0, 100),
+    );
+    let moved = p.effect.resume.as_ref().unwrap();
+    assert_eq!(
+        moved.count, None,
+        "no count is shown for a range that is gone"
+    );
+    let text = p.effect.lines.join("\n");
+    assert!(!text.contains("0 changes"), "{text}");
+    assert!(
+        text.contains("fell off the oplog: they cannot be counted, nor skipped (they are gone); no change still in the oplog is skipped"),
+        "{text}"
+    );
+
+    // To now: the lost part is uncountable, what is still in the oplog is counted.
+    let request = reset(ResetTarget::Now, true);
+    let p = plan(&request, &counted(&request, facts(Some(lease)), 42, 10_000));
+    let text = p.effect.lines.join("\n");
+    assert!(text.contains("they cannot be counted"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "42 changes on shop.orders will be skipped, 1h00m of history ({} to",
+            at(0)
+        )),
+        "{text}"
+    );
+    assert!(
+        p.warnings.iter().any(|w| w.contains("cannot be counted")),
+        "the --accept-skip warning says it too: {:?}",
+        p.warnings
+    );
+}
+
 // ------------------------------------------------------------------ rebuild and abort-bulk
 
 #[test]
@@ -650,6 +719,50 @@ fn undo_refusals() {
     f.audit = Some(record(Some(fine)));
     f.lease = None;
     assert_eq!(refusal(&plan(&request, &f)), RefusalKind::UnknownResource);
+}
+
+#[test]
+fn undo_of_an_action_that_did_not_move_the_resume_point_has_nothing_to_undo() {
+    // A takeover recorded before and after at the same resume point; since then the
+    // new holder processed on to the token at +3000 s. Restoring the recorded point
+    // would replay everything since: a rewind nobody asked for.
+    let mut before = live_lease();
+    before.resume_token = Some(token(2000));
+    let mut after = before.clone();
+    after.holder = None;
+    after.version += 1;
+    let mut taken_over = record(Some(before.clone()));
+    taken_over.action = "takeover".into();
+    taken_over.after = Some(after);
+    let mut f = facts(Some(live_lease()));
+    f.audit = Some(taken_over);
+    let request = ActionRequest::Undo {
+        audit_id: "a1".into(),
+    };
+    let p = plan(&request, &f);
+    assert_eq!(refusal(&p), RefusalKind::NothingToRestore);
+    let reason = p.refusal.unwrap().reason;
+    assert!(
+        reason.starts_with("nothing to undo: takeover did not move the resume point"),
+        "{reason}"
+    );
+    assert!(p.effect.resume.is_none(), "nothing is replayed");
+
+    // The holder committed between the plan's read and the swap (which is on the
+    // version only): the record's after has a later token, and it is still a takeover.
+    let mut committed_meanwhile = f.audit.clone().unwrap();
+    committed_meanwhile.after.as_mut().unwrap().resume_token = Some(token(2100));
+    f.audit = Some(committed_meanwhile);
+    assert_eq!(refusal(&plan(&request, &f)), RefusalKind::NothingToRestore);
+
+    // A rewind moved it: its undo restores the point before it.
+    let mut rewound = before.clone();
+    rewound.resume_token = None;
+    rewound.resume_at = Some(at(1000));
+    let mut rewind_record = record(Some(before));
+    rewind_record.after = Some(rewound);
+    f.audit = Some(rewind_record);
+    accepted(&plan(&request, &f));
 }
 
 // ------------------------------------------------------------------ every action
