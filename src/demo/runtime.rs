@@ -53,12 +53,17 @@ pub struct DemoRuntime<S = SandboxStore> {
     workload: Option<JoinHandle<StoreResult<u64>>>,
 }
 
+/// The demo sandbox's log holds at most this much, like an oplog sized in megabytes,
+/// so a demo left running all night stays within its memory.
+pub const DEMO_LOG_BYTES: usize = 48 * 1024 * 1024;
+
 impl DemoRuntime<SandboxStore> {
     /// Starts everything on a new sandbox on the wall clock. Must run inside a tokio runtime.
     pub fn start(config: &DemoConfig) -> Self {
         let store = SandboxStore::new(
             SandboxConfig {
                 log_capacity: config.log_capacity,
+                log_bytes: DEMO_LOG_BYTES,
                 ..SandboxConfig::default()
             },
             Clock::System,

@@ -13,6 +13,8 @@ use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType};
 pub struct LogEntry {
     pub seq: u64,
     pub event: Arc<ChangeEvent>,
+    /// Its share of the byte budget.
+    bytes: usize,
     /// For a `rename`: the new name (the server's `to`).
     pub to: Option<Namespace>,
 }
@@ -45,10 +47,28 @@ pub enum Scan {
     Stop,
 }
 
+/// What an entry costs beyond its document: the event, its token, names and key.
+const ENTRY_OVERHEAD: usize = 256;
+
+/// What one entry holds, for the byte budget: a fixed overhead and its document's
+/// BSON size.
+fn entry_bytes(event: &ChangeEvent) -> usize {
+    ENTRY_OVERHEAD
+        + event
+            .full_document
+            .as_ref()
+            .and_then(|d| bson::to_vec(d).ok())
+            .map_or(0, |bytes| bytes.len())
+}
+
 #[derive(Debug)]
 pub struct ChangeLog {
     entries: VecDeque<LogEntry>,
     capacity: usize,
+    /// Like an oplog sized in bytes: the oldest entries fall off once the entries hold
+    /// more than this, whatever their number.
+    byte_budget: usize,
+    bytes: usize,
     next_seq: u64,
     /// The time of the newest entry that fell off, if any did.
     dropped_through: Option<ClusterTime>,
@@ -61,9 +81,16 @@ pub struct HistoryLost;
 
 impl ChangeLog {
     pub fn new(capacity: usize) -> Self {
+        Self::with_byte_budget(capacity, usize::MAX)
+    }
+
+    /// A log that keeps at most `capacity` entries and `byte_budget` bytes of them.
+    pub fn with_byte_budget(capacity: usize, byte_budget: usize) -> Self {
         Self {
             entries: VecDeque::new(),
             capacity: capacity.max(1),
+            byte_budget,
+            bytes: 0,
             next_seq: 1,
             dropped_through: None,
             last_time: ClusterTime::default(),
@@ -99,13 +126,20 @@ impl ChangeLog {
         self.last_time = event.cluster_time;
         let seq = self.next_seq;
         self.next_seq += 1;
+        let bytes = entry_bytes(&event);
+        self.bytes += bytes;
         self.entries.push_back(LogEntry {
             seq,
             event: Arc::new(event),
             to,
+            bytes,
         });
-        while self.entries.len() > self.capacity {
+        // The newest entry always stays, however large.
+        while self.entries.len() > self.capacity
+            || (self.bytes > self.byte_budget && self.entries.len() > 1)
+        {
             if let Some(dropped) = self.entries.pop_front() {
+                self.bytes -= dropped.bytes;
                 self.dropped_through = Some(dropped.event.cluster_time);
             }
         }
@@ -378,5 +412,28 @@ mod tests {
             (3, 2),
             "stops before entry 3, which stays unread"
         );
+    }
+
+    #[test]
+    fn a_byte_budget_drops_the_oldest_entries_like_an_oplog_sized_in_megabytes() {
+        let big = doc! {"blob": "x".repeat(10_000)};
+        let mut log = ChangeLog::with_byte_budget(1_000, 35_000);
+        for secs in 1..=5 {
+            let mut event = event(ClusterTime::new(secs, 1));
+            event.full_document = Some(big.clone());
+            log.append(event);
+        }
+        // Three 10 kB documents fit in 35 kB with their overhead, four do not.
+        assert_eq!(log.window().first, ClusterTime::new(3, 1));
+        assert!(log.has_dropped());
+        assert_eq!(
+            log.check_resumable(ClusterTime::new(2, 1)),
+            Err(HistoryLost)
+        );
+        // One entry larger than the whole budget still stays, as the newest.
+        let mut huge = event(ClusterTime::new(6, 1));
+        huge.full_document = Some(doc! {"blob": "x".repeat(50_000)});
+        log.append(huge);
+        assert_eq!(log.window().first, ClusterTime::new(6, 1));
     }
 }

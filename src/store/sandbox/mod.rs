@@ -27,6 +27,9 @@ use state::State;
 pub struct SandboxConfig {
     /// How many changes the log keeps before the oldest fall off.
     pub log_capacity: usize,
+    /// How many bytes of changes (documents and a fixed overhead each) the log keeps
+    /// before the oldest fall off, as an oplog sized in megabytes does.
+    pub log_bytes: usize,
     /// `false` behaves like a user without `read` on `local`: no oplog window.
     pub oplog_readable: bool,
     /// Keep a step-by-step history for invariant checkers.
@@ -37,6 +40,7 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         Self {
             log_capacity: 100_000,
+            log_bytes: usize::MAX,
             oplog_readable: true,
             record_history: false,
         }
@@ -117,7 +121,10 @@ pub struct SandboxStore {
 
 impl SandboxStore {
     pub fn new(config: SandboxConfig, clock: Clock) -> Self {
-        let state = State::new(config.log_capacity, config.record_history);
+        let state = State::new(
+            change_log::ChangeLog::with_byte_budget(config.log_capacity, config.log_bytes),
+            config.record_history,
+        );
         let (log_end, _) = watch::channel(state.log.end());
         let (lease_changes, _) = broadcast::channel(1024);
         Self {

@@ -19,10 +19,10 @@ pub struct State {
 }
 
 impl State {
-    pub fn new(log_capacity: usize, record_history: bool) -> Self {
+    pub fn new(log: ChangeLog, record_history: bool) -> Self {
         Self {
             collections: HashMap::new(),
-            log: ChangeLog::new(log_capacity),
+            log,
             leases: BTreeMap::new(),
             audit: Vec::new(),
             history: record_history.then(Vec::new),
