@@ -26,8 +26,8 @@ async fn filled_store(events: u64) -> SandboxStore {
     let store = SandboxStore::new(
         SandboxConfig {
             log_capacity: usize::try_from(events).expect("event count fits in memory") + 1,
-            oplog_readable: true,
             record_history: false,
+            ..SandboxConfig::default()
         },
         Clock::System,
     );

@@ -144,8 +144,8 @@ impl Sim {
         let store = SandboxStore::new(
             SandboxConfig {
                 log_capacity: capacity,
-                oplog_readable: true,
                 record_history: true,
+                ..SandboxConfig::default()
             },
             Clock::virtual_from(epoch),
         );

@@ -23,8 +23,8 @@ pub fn sandbox(capacity: usize) -> SandboxStore {
     SandboxStore::new(
         SandboxConfig {
             log_capacity: capacity,
-            oplog_readable: true,
             record_history: true,
+            ..SandboxConfig::default()
         },
         Clock::virtual_from(epoch),
     )

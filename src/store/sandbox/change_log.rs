@@ -80,6 +80,7 @@ pub struct ChangeLog {
 pub struct HistoryLost;
 
 impl ChangeLog {
+    #[cfg(test)]
     pub fn new(capacity: usize) -> Self {
         Self::with_byte_budget(capacity, usize::MAX)
     }
