@@ -104,6 +104,34 @@ pub(super) async fn finish<S: AuditLog>(store: &S, id: &str, finish: AuditFinish
     }
 }
 
+/// Finalizes the record of a swap that found the lease moved on as not applied; says
+/// where the record stands.
+pub(super) async fn finish_changed<S: AuditLog>(
+    store: &S,
+    audit_id: &str,
+    change: &OperatorChange,
+    current: Option<&Lease>,
+    remark: Option<String>,
+) -> String {
+    let now = current.map_or_else(|| "missing".into(), |l| format!("version {}", l.version));
+    let outcome = format!(
+        "not applied: {} changed since it was planned against version {} (now {now}){}",
+        change.resource,
+        change.expected_version,
+        remark.map(|r| format!("; {r}")).unwrap_or_default()
+    );
+    finish(
+        store,
+        audit_id,
+        AuditFinish {
+            state: AuditState::NotApplied,
+            after: current.cloned(),
+            outcome,
+        },
+    )
+    .await
+}
+
 /// A compare-and-swap whose outcome is known.
 #[derive(Debug, Clone, PartialEq)]
 #[allow(clippy::large_enum_variant)]
@@ -261,25 +289,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
             })
         }
         Ok(Resolved::Changed { current, remark }) => {
-            let now = current
-                .as_ref()
-                .map_or_else(|| "missing".into(), |l| format!("version {}", l.version));
-            let outcome = format!(
-                "not applied: {} changed since it was planned against version {} (now {now}){}",
-                change.resource,
-                change.expected_version,
-                remark.map(|r| format!("; {r}")).unwrap_or_default()
-            );
-            let audit = finish(
-                store,
-                &audit_id,
-                AuditFinish {
-                    state: AuditState::NotApplied,
-                    after: current.clone(),
-                    outcome,
-                },
-            )
-            .await;
+            let audit = finish_changed(store, &audit_id, change, current.as_ref(), remark).await;
             Ok(OperatorOutcome::Changed { current, audit })
         }
         Err(source) if source.write_may_have_applied() => {

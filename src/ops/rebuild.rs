@@ -11,8 +11,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::execute::{
-    audit_context, begin, changed, executable, finish, intent, left_by, swap_resolved, Executed,
-    Resolved,
+    audit_context, begin, changed, executable, finish, finish_changed, intent, left_by,
+    swap_resolved, Executed, Resolved,
 };
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
@@ -167,22 +167,7 @@ where
             return Err(leave_stuck_bulk(store, &after, &audit_id, name, what).await);
         }
         Ok(Resolved::Changed { current, remark }) => {
-            let outcome = format!(
-                "not applied: {} changed since it was planned against version {}{}",
-                change.resource,
-                change.expected_version,
-                remark.map(|r| format!("; {r}")).unwrap_or_default()
-            );
-            let audit = finish(
-                store,
-                &audit_id,
-                AuditFinish {
-                    state: AuditState::NotApplied,
-                    after: current.clone(),
-                    outcome,
-                },
-            )
-            .await;
+            let audit = finish_changed(store, &audit_id, change, current.as_ref(), remark).await;
             return Err(changed(change, current, Some(audit)));
         }
         Err(error) if error.write_may_have_applied() => {
@@ -265,22 +250,7 @@ where
                     .as_ref()
                     .map_or_else(|| "missing".into(), |l| format!("version {}", l.version))
             );
-            let audit = finish(
-                store,
-                &audit_id,
-                AuditFinish {
-                    state: AuditState::Failed,
-                    after: current,
-                    outcome: format!("failed: {what}"),
-                },
-            )
-            .await;
-            return Err(OpsError::BulkTakenAway {
-                name,
-                resource: bulk.resource.clone(),
-                what,
-                audit,
-            });
+            return Err(taken_away(store, &audit_id, &bulk, current, name, what).await);
         }
     };
     let give_back = OperatorChange {
@@ -314,22 +284,7 @@ where
                 report.summary,
                 current.as_ref().map_or_else(|| "missing".into(), |l| l.version.to_string())
             );
-            let audit = finish(
-                store,
-                &audit_id,
-                AuditFinish {
-                    state: AuditState::Failed,
-                    after: current,
-                    outcome: format!("failed: {what}"),
-                },
-            )
-            .await;
-            return Err(OpsError::BulkTakenAway {
-                name,
-                resource: bulk.resource.clone(),
-                what,
-                audit,
-            });
+            return Err(taken_away(store, &audit_id, &bulk, current, name, what).await);
         }
         Err(e) => {
             // Sent twice without a reply, it may still have applied: read it back.
@@ -398,6 +353,34 @@ async fn step<S: AuditLog>(
 ) {
     if let Err(e) = store.audit_step(audit_id, what, after, intends).await {
         tracing::warn!(audit_id, error = %e, step = what, "could not record a rebuild step");
+    }
+}
+
+/// Another writer took the bulk lease: the record is finalized as failed with the
+/// lease as that writer left it.
+async fn taken_away<S: AuditLog>(
+    store: &S,
+    audit_id: &str,
+    bulk: &Lease,
+    current: Option<Lease>,
+    name: String,
+    what: String,
+) -> OpsError {
+    let audit = finish(
+        store,
+        audit_id,
+        AuditFinish {
+            state: AuditState::Failed,
+            after: current,
+            outcome: format!("failed: {what}"),
+        },
+    )
+    .await;
+    OpsError::BulkTakenAway {
+        name,
+        resource: bulk.resource.clone(),
+        what,
+        audit,
     }
 }
 

@@ -26,6 +26,27 @@ pub struct AuditIntent {
     pub intended: Option<Lease>,
 }
 
+impl AuditIntent {
+    /// The pending record this intent is written as.
+    pub fn pending_record(&self, id: String, at: chrono::DateTime<chrono::Utc>) -> AuditRecord {
+        AuditRecord {
+            id,
+            operator: self.context.operator.clone(),
+            at,
+            action: self.context.action.clone(),
+            resource: self.resource.clone(),
+            state: AuditState::Pending,
+            before: self.before.clone(),
+            intended: self.intended.clone(),
+            after: None,
+            steps: Vec::new(),
+            reason: self.context.reason.clone(),
+            outcome: AuditState::Pending.as_str().into(),
+            finished_at: None,
+        }
+    }
+}
+
 /// How an action ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AuditFinish {

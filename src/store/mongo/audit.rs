@@ -33,6 +33,36 @@ impl MongoStore {
         found.as_ref().map(audit_from_document).transpose()
     }
 
+    /// One conditional update of a pending record, majority, retried once. Matching
+    /// nothing is success only if the stored record shows the update made already
+    /// (`done`: a retry after a lost reply); otherwise the record is not pending.
+    async fn update_pending(
+        &self,
+        oid: ObjectId,
+        id: &str,
+        filter: Document,
+        update: Document,
+        action: &str,
+        done: impl Fn(&AuditRecord) -> bool,
+    ) -> StoreResult<()> {
+        let audit = self.audit();
+        let updated = with_one_retry(self.write_timeout(), action, || {
+            audit
+                .update_one(filter.clone(), update.clone())
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.audit_error(e, action))?;
+        if updated.matched_count == 1 {
+            return Ok(());
+        }
+        match self.stored_audit(oid, action).await? {
+            Some(record) if done(&record) => Ok(()),
+            other => Err(Self::not_pending(id, other.as_ref())),
+        }
+    }
+
     fn not_pending(id: &str, found: Option<&AuditRecord>) -> StoreError {
         StoreError::AuditNotPending {
             id: id.into(),
@@ -60,21 +90,7 @@ impl AuditLog for MongoStore {
     /// says the record is on the primary but not confirmed, so the action must not go on.
     async fn begin_audit(&self, intent: &AuditIntent) -> StoreResult<String> {
         let id = ObjectId::new();
-        let record = AuditRecord {
-            id: id.to_hex(),
-            operator: intent.context.operator.clone(),
-            at: Utc::now(),
-            action: intent.context.action.clone(),
-            resource: intent.resource.clone(),
-            state: AuditState::Pending,
-            before: intent.before.clone(),
-            intended: intent.intended.clone(),
-            after: None,
-            steps: Vec::new(),
-            reason: intent.context.reason.clone(),
-            outcome: AuditState::Pending.as_str().into(),
-            finished_at: None,
-        };
+        let record = intent.pending_record(id.to_hex(), Utc::now());
         let record_doc = audit_to_document(&record, Bson::ObjectId(id));
         let audit = self.audit();
         let action = format!(
@@ -149,25 +165,10 @@ impl AuditLog for MongoStore {
             "steps.what": { "$ne": what },
         };
         let action = format!("record a step of audit record {id}");
-        let audit = self.audit();
-        let updated = with_one_retry(self.write_timeout(), &action, || {
-            audit
-                .update_one(filter.clone(), update.clone())
-                .write_concern(self.majority())
-                .into_future()
+        self.update_pending(oid, id, filter, update, &action, |r| {
+            r.state == AuditState::Pending && r.steps.iter().any(|s| s.what == what)
         })
         .await
-        .map_err(|e| self.audit_error(e, &action))?;
-        if updated.matched_count == 1 {
-            return Ok(());
-        }
-        let stored = self.stored_audit(oid, &action).await?;
-        match &stored {
-            Some(r) if r.state == AuditState::Pending && r.steps.iter().any(|s| s.what == what) => {
-                Ok(())
-            }
-            other => Err(Self::not_pending(id, other.as_ref())),
-        }
     }
 
     /// `updateOne {_id, state: pending}` setting state, after and outcome, majority.
@@ -181,23 +182,10 @@ impl AuditLog for MongoStore {
             "finishedAt": super::codec::date(Utc::now()),
         }};
         let action = format!("finalize audit record {id} as {}", finish.state);
-        let audit = self.audit();
-        let updated = with_one_retry(self.write_timeout(), &action, || {
-            audit
-                .update_one(filter.clone(), update.clone())
-                .write_concern(self.majority())
-                .into_future()
+        self.update_pending(oid, id, filter, update, &action, |r| {
+            r.state == finish.state && r.outcome == finish.outcome
         })
         .await
-        .map_err(|e| self.audit_error(e, &action))?;
-        if updated.matched_count == 1 {
-            return Ok(());
-        }
-        let stored = self.stored_audit(oid, &action).await?;
-        match &stored {
-            Some(r) if r.state == finish.state && r.outcome == finish.outcome => Ok(()),
-            other => Err(Self::not_pending(id, other.as_ref())),
-        }
     }
 
     async fn audit_log(&self, limit: usize) -> StoreResult<Listing<AuditRecord>> {

@@ -183,21 +183,7 @@ impl AuditLog for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         let id = format!("{}-{}", now.timestamp_millis(), state.audit.len() + 1);
-        state.audit.push(AuditRecord {
-            id: id.clone(),
-            operator: intent.context.operator.clone(),
-            at: now,
-            action: intent.context.action.clone(),
-            resource: intent.resource.clone(),
-            state: AuditState::Pending,
-            before: intent.before.clone(),
-            intended: intent.intended.clone(),
-            after: None,
-            steps: Vec::new(),
-            reason: intent.context.reason.clone(),
-            outcome: AuditState::Pending.as_str().into(),
-            finished_at: None,
-        });
+        state.audit.push(intent.pending_record(id.clone(), now));
         Ok(id)
     }
 
