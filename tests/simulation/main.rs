@@ -9,8 +9,6 @@
 //! `STREAMWARD_SIM_SEEDS=N` sets how many seeds run (default 24);
 //! `STREAMWARD_SIM_SEED=S` replays one seed alone.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
