@@ -783,6 +783,11 @@ impl Checker {
 }
 
 fn run_seed(seed: u64) {
+    run_seed_history(seed);
+}
+
+/// Runs one seed; returns the store's history, rendered.
+fn run_seed_history(seed: u64) -> Vec<String> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -811,7 +816,29 @@ fn run_seed(seed: u64) {
             running.pause.resume.notify_one();
             running.handle.stop().await;
         }
-    });
+        sim.store
+            .history()
+            .iter()
+            .map(|h| format!("{h:?}"))
+            .collect()
+    })
+}
+
+/// A seed is a replay: two runs of it do exactly the same, step by step, so the
+/// `STREAMWARD_SIM_SEED=N` a failure prints reproduces it.
+#[test]
+fn a_seed_replays_exactly() {
+    for seed in 0..4 {
+        let first = run_seed_history(seed);
+        let second = run_seed_history(seed);
+        let diverged = first.iter().zip(&second).position(|(a, b)| a != b);
+        assert!(
+            first == second,
+            "seed {seed} ran differently twice: first difference at history entry {diverged:?} of {} and {}",
+            first.len(),
+            second.len()
+        );
+    }
 }
 
 #[test]
