@@ -365,6 +365,12 @@ impl Checker {
                 }
                 Ok(())
             }
+            Obs::Spin { calls } => Err(Violation {
+                resource: self.listeners.get(&actor).map(|l| l.resource.clone()),
+                message: format!(
+                    "{actor} made {calls} store calls without the virtual clock moving: a busy loop"
+                ),
+            }),
             Obs::Faulted { .. } | Obs::Operator(_) | Obs::Sim(_) => Ok(()),
         }
     }
@@ -506,7 +512,8 @@ impl Checker {
         events: &[ClusterTime],
         result: &Result<(), String>,
     ) -> Result<(), Violation> {
-        let truth = self.truth.clone();
+        // Borrowed field by field: the truth is read while a listener is updated.
+        let truth = &self.truth;
         let Some(listener) = self.listeners.get_mut(actor) else {
             return Ok(());
         };
@@ -580,7 +587,8 @@ impl Checker {
         applied: bool,
         told: Option<TenureDone>,
     ) -> Result<(), Violation> {
-        let truth = self.truth.clone();
+        // Borrowed field by field: the truth is read while a listener is updated.
+        let truth = &self.truth;
         let Some(listener) = self.listeners.get_mut(actor) else {
             return Ok(());
         };
@@ -760,6 +768,19 @@ impl Downstream<'_> {
             .find_all(&outbox_ns())
             .await
             .map_err(|e| e.to_string())?;
+        // An order's first write inserts it ("created"), every later one replaces it.
+        let mut seen = BTreeSet::new();
+        let created: BTreeSet<ClusterTime> = self
+            .checker
+            .changes(orders)
+            .iter()
+            .filter(|t| {
+                self.checker
+                    .write(orders, **t)
+                    .is_some_and(|(order, _)| seen.insert(order.clone()))
+            })
+            .copied()
+            .collect();
         let mut per_change: BTreeMap<ClusterTime, Vec<&Document>> = BTreeMap::new();
         for message in &messages {
             let Some(Bson::Timestamp(ts)) = message.get("clusterTime") else {
@@ -772,8 +793,14 @@ impl Downstream<'_> {
                 ));
             };
             let status = written.get_str("status").ok();
+            let event = if created.contains(&time) {
+                "created"
+            } else {
+                "changed"
+            };
             if message.get_str("order").ok() != Some(order.as_str())
                 || message.get_str("status").ok() != status
+                || message.get_str("event").ok() != Some(event)
             {
                 return Err(format!(
                     "message {message} does not match the change it names: {order} {written}"

@@ -51,6 +51,10 @@ use crate::trace::{
     AcquireDone, Call, FaultSeen, FenceKind, LeaseSeen, Obs, Resume, TenureDone, Trace, WriteDone,
 };
 
+/// More calls than this by one actor at one instant of the virtual clock is a busy
+/// loop (an honest burst, a listener catching up at quiescence, stays far below).
+const SPIN_LIMIT: u32 = 20_000;
+
 /// How often each fault happens, per call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultProfile {
@@ -82,7 +86,8 @@ impl FaultProfile {
 
     /// A profile for one seed: one seed in five runs without faults, the rest with
     /// rates drawn per kind.
-    pub fn draw(rng: &mut SmallRng) -> Self {
+    /// `scale` multiplies every rate (`STREAMWARD_SIM_FAULT_SCALE`, 1 by default).
+    pub fn draw(rng: &mut SmallRng, scale: f64) -> Self {
         if rng.gen_bool(0.2) {
             return Self::none();
         }
@@ -90,7 +95,7 @@ impl FaultProfile {
             if rng.gen_bool(0.3) {
                 0.0
             } else {
-                rng.gen_range(0.0..high)
+                (rng.gen_range(0.0..high) * scale).min(0.9)
             }
         };
         Self {
@@ -99,11 +104,13 @@ impl FaultProfile {
             timeout: rate(0.005),
             latency: rate(0.3),
             duplicate: rate(0.15),
-            // Well inside what the standby's timer tolerates: a standby that reads
-            // the clock ahead wakes that much early and asks again after the
-            // minimum gap (lease / 20); a live holder refreshes every third of the
-            // lease, so a skew below two thirds of it never wakes one early at all.
-            max_skew: Duration::from_millis(rng.gen_range(0..=2000)),
+            // Up to what the protocol tolerates without extra attempts: a live
+            // holder refreshes every third of the lease (10 s here), and each
+            // refresh moves a standby's timer, so a standby that reads the server's
+            // clock up to two thirds of a lease ahead never wakes while the holder
+            // is alive; once it is not, it wakes that much early and asks again
+            // every minimum gap (lease / 20) until the lease has expired.
+            max_skew: Duration::from_millis(rng.gen_range(0..=6000)),
         }
     }
 }
@@ -205,6 +212,8 @@ pub struct FaultyStore {
     cluster: Arc<Cluster>,
     actor: Arc<str>,
     rng: Arc<Mutex<SmallRng>>,
+    /// Calls made at the current instant of the virtual clock.
+    busy: Arc<Mutex<(Instant, u32)>>,
     skew: TimeDelta,
     /// Latency and timeouts; off for a rebuild, whose renewals must tick on time.
     timing: bool,
@@ -224,9 +233,32 @@ impl FaultyStore {
             cluster: cluster.clone(),
             actor: Arc::from(actor),
             rng: Arc::new(Mutex::new(rng)),
+            busy: Arc::new(Mutex::new((Instant::now(), 0))),
             skew,
             timing: true,
         }
+    }
+
+    /// Counts a call; `false` once this actor has made more calls at one instant of
+    /// the virtual clock than any honest burst does. A task that loops on store
+    /// calls without ever waiting would stop the clock, and the run would hang.
+    fn not_spinning(&self) -> bool {
+        let now = Instant::now();
+        let mut busy = self.busy.lock().unwrap_or_else(|p| p.into_inner());
+        if busy.0 == now {
+            busy.1 += 1;
+        } else {
+            *busy = (now, 1);
+        }
+        if busy.1 <= SPIN_LIMIT {
+            return true;
+        }
+        if busy.1 == SPIN_LIMIT + 1 {
+            let calls = busy.1;
+            drop(busy);
+            self.record(Obs::Spin { calls });
+        }
+        false
     }
 
     /// The same actor without latency or timeouts.
@@ -315,6 +347,11 @@ impl FaultyStore {
         kind: Kind,
         op: impl FnOnce(Option<FaultSeen>) -> F,
     ) -> (Option<O>, Option<(FaultSeen, StoreError)>) {
+        if !self.not_spinning() {
+            // Fails the call, so the spinning task backs off and the clock moves.
+            let error = StoreError::Unreachable("simulation: the caller spins".into());
+            return (None, Some((FaultSeen::Failed(error.to_string()), error)));
+        }
         if self.cluster.is_down() {
             return (None, Some((FaultSeen::Stepdown, Self::stepdown_error())));
         }

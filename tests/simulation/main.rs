@@ -25,6 +25,7 @@ mod sim;
 mod trace;
 
 use std::io::Write;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -34,20 +35,26 @@ use streamward::demo::orders::ORDERS_RESOURCE;
 use checks::Violation;
 use faults::FaultProfile;
 use sim::{Sim, SimConfig, LISTENERS_PER_RESOURCE, STEPS};
+use trace::Trace;
 
 /// A seed that failed: what broke, and everything its run observed.
 struct Failure {
     seed: u64,
     message: String,
     dump: Vec<String>,
+    /// The test to run again, when it is not the randomized one.
+    test: Option<&'static str>,
 }
 
 impl Failure {
     fn replay(&self) -> String {
-        format!(
-            "replay with: STREAMWARD_SIM_SEED={} cargo test --release --test simulation",
-            self.seed
-        )
+        match self.test {
+            Some(test) => format!("replay with: cargo test --release --test simulation {test}"),
+            None => format!(
+                "replay with: STREAMWARD_SIM_SEED={} cargo test --release --test simulation",
+                self.seed
+            ),
+        }
     }
 
     /// Prints the failure: in full when `full`, else its last lines, with the
@@ -121,18 +128,73 @@ fn failure(sim: &Sim, violation: Violation) -> Failure {
         seed: sim.seed,
         message: violation.message,
         dump: sim.dump(violation.resource.as_deref()),
+        test: None,
     }
 }
 
-/// Runs one seed.
+/// How long one seed may take in wall time (`STREAMWARD_SIM_WALL_SECS`, 120 s by
+/// default; a seed takes milliseconds). A seed that takes longer has a task that
+/// loops without ever letting the virtual clock move: it is reported as a failure
+/// with what was observed so far, and its thread is left behind.
+fn wall_limit() -> Duration {
+    let secs = std::env::var("STREAMWARD_SIM_WALL_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(120);
+    Duration::from_secs(secs)
+}
+
+/// Runs one seed on a thread of its own, under the wall-time limit.
 fn run_seed(seed: u64) -> Result<Observed, Failure> {
-    runtime().block_on(async move {
-        let mut sim = Sim::new(seed);
-        match run(&mut sim).await {
-            Ok(()) => Ok(sim.trace.render(|_| true)),
-            Err(violation) => Err(failure(&sim, violation)),
+    let (traced, trace) = mpsc::channel::<Trace>();
+    let (finished, outcome) = mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name(format!("simulation seed {seed}"))
+        .spawn(move || {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                runtime().block_on(async move {
+                    let mut sim = Sim::new(seed);
+                    let _ = traced.send(sim.trace.clone());
+                    match run(&mut sim).await {
+                        Ok(()) => Ok(sim.trace.render(|_| true)),
+                        Err(violation) => Err(failure(&sim, violation)),
+                    }
+                })
+            }));
+            let _ = finished.send(ran);
+        });
+    if let Err(error) = spawned {
+        return Err(Failure {
+            seed,
+            message: format!("could not start its thread: {error}"),
+            dump: Vec::new(),
+            test: None,
+        });
+    }
+    let observed = |message: String| Failure {
+        seed,
+        message,
+        dump: trace
+            .recv_timeout(Duration::from_secs(1))
+            .map(|t| t.render(|_| true))
+            .unwrap_or_default(),
+        test: None,
+    };
+    match outcome.recv_timeout(wall_limit()) {
+        Ok(Ok(result)) => result,
+        Ok(Err(panic)) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            Err(observed(format!("panicked: {what}")))
         }
-    })
+        Err(_) => Err(observed(format!(
+            "did not finish within {:?} of wall time: a task loops without letting the virtual clock move",
+            wall_limit()
+        ))),
+    }
 }
 
 #[test]
@@ -165,18 +227,9 @@ fn randomized_lease_protocol_simulation() {
                 scope.spawn(move || {
                     let mut failed = Vec::new();
                     for seed in (worker..seeds).step_by(threads as usize) {
-                        match std::panic::catch_unwind(|| run_seed(seed)) {
-                            Ok(Ok(_)) => {}
-                            Ok(Err(failure)) => {
-                                failure.report(false);
-                                failed.push(seed);
-                            }
-                            Err(_) => {
-                                eprintln!(
-                                    "=== simulation panicked for seed {seed}: replay with: STREAMWARD_SIM_SEED={seed} cargo test --release --test simulation"
-                                );
-                                failed.push(seed);
-                            }
+                        if let Err(failure) = run_seed(seed) {
+                            failure.report(false);
+                            failed.push(seed);
                         }
                     }
                     failed
@@ -252,7 +305,10 @@ fn a_listener_that_loses_history_while_catching_up_is_recovered_at_quiescence() 
             sim.stop_all().await
         }
         .await;
-        result.map_err(|violation| failure(&sim, violation))
+        result.map_err(|violation| Failure {
+            test: Some("a_listener_that_loses_history_while_catching_up"),
+            ..failure(&sim, violation)
+        })
     });
     if let Err(failure) = outcome {
         failure.report(true);

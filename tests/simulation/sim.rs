@@ -25,7 +25,7 @@ use crate::trace::{Obs, Trace};
 
 const SECOND: Duration = Duration::from_secs(1);
 pub const LISTENERS_PER_RESOURCE: usize = 3;
-pub const STEPS: usize = 40;
+pub const STEPS: usize = 60;
 /// At most this many rounds of recovery at quiescence.
 const QUIESCENCE_ROUNDS: usize = 8;
 pub const RESOURCES: [&str; 2] = [PET_RESOURCE, ORDERS_RESOURCE];
@@ -53,9 +53,13 @@ impl SimConfig {
         } else {
             100_000
         };
+        let scale = std::env::var("STREAMWARD_SIM_FAULT_SCALE")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1.0);
         Self {
             capacity,
-            profile: FaultProfile::draw(rng),
+            profile: FaultProfile::draw(rng, scale),
         }
     }
 }

@@ -226,6 +226,10 @@ pub enum Obs {
         call: &'static str,
         fault: FaultSeen,
     },
+    /// An actor made `calls` store calls without the virtual clock moving.
+    Spin {
+        calls: u32,
+    },
     /// What an operator did and how it ended.
     Operator(String),
     /// A disturbance the simulation caused (pause, crash, stepdown, …).
@@ -432,6 +436,7 @@ impl fmt::Display for Obs {
                 Ok(())
             }
             Obs::Faulted { call, fault } => write!(f, "{call}: {fault:?}"),
+            Obs::Spin { calls } => write!(f, "SPINS: {calls} store calls without the clock moving"),
             Obs::Operator(text) | Obs::Sim(text) => f.write_str(text),
         }
     }
