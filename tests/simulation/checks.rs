@@ -34,7 +34,9 @@ use streamward::model::{ClusterTime, LockKind};
 use streamward::store::sandbox::SandboxStore;
 use streamward::store::{DocumentStore, Namespace};
 
-use crate::trace::{AcquireDone, Entry, FenceKind, Obs, Resume, TenureDone, Trace, WriteDone};
+use crate::trace::{
+    opt, times, AcquireDone, Entry, FenceKind, Obs, Resume, TenureDone, Trace, WriteDone, T,
+};
 
 /// A broken invariant: which resource, and what happened.
 #[derive(Debug, Clone)]
@@ -197,7 +199,7 @@ impl Checker {
                 if times.last().is_some_and(|last| last >= time) {
                     return Err(Violation {
                         resource: None,
-                        message: format!("cluster time went backwards on {ns} at {time}"),
+                        message: format!("cluster time went backwards on {ns} at {}", T(*time)),
                     });
                 }
                 times.push(*time);
@@ -472,8 +474,8 @@ impl Checker {
         };
         if expected != Some(start) {
             return Err(Violation::of(&resource, format!(
-                "{actor} v{} opened its stream at {start:?}, but the lease's resume point was {:?} (oldest entry read: {:?})",
-                hold.version, hold.resume, hold.window
+                "{actor} v{} opened its stream {start}, but the lease's resume point was {} (oldest entry read: {})",
+                hold.version, hold.resume, opt(&hold.window)
             )));
         }
         hold.start = Some(start);
@@ -494,7 +496,9 @@ impl Checker {
             .collect();
         if let Some(readable) = skipped.iter().find(|c| first.is_none_or(|f| **c >= f)) {
             return Err(Violation::of(&resource, format!(
-                "{actor} starts at {start:?}, past the change at {readable}, which is still in the log (oldest {first:?}) and was never handled and committed"
+                "{actor} starts {start}, past the change at {}, which is still in the log (oldest entry {}) and was never handled and committed",
+                T(*readable),
+                opt(&first)
             )));
         }
         if let Some(last) = skipped.last() {
@@ -520,7 +524,8 @@ impl Checker {
         let ns = listener.ns.clone();
         let Some(hold) = listener.hold.as_mut().filter(|h| h.active()) else {
             return Err(Violation::of(resource, format!(
-                "{actor} handled {events:?} under v{version} while holding no lease (its tenure had ended: {:?})",
+                "{actor} handled {} under v{version} while holding no lease (its tenure had ended: {:?})",
+                times(events),
                 listener.hold.as_ref().and_then(|h| h.ended)
             )));
         };
@@ -536,7 +541,9 @@ impl Checker {
         let next = hold.delivered.pop_front();
         if next.as_deref() != Some(events) {
             return Err(Violation::of(resource, format!(
-                "{actor} v{version}: the handler was given {events:?}, but the next batch the stream handed over was {next:?}"
+                "{actor} v{version}: the handler was given {}, but the next batch the stream handed over was {}",
+                times(events),
+                next.as_deref().map_or_else(|| "none".into(), times)
             )));
         }
         if let Err(error) = result {
@@ -556,8 +563,9 @@ impl Checker {
                     return Err(Violation::of(
                         resource,
                         format!(
-                            "{actor} v{version} handled {time} out of order (after {:?})",
-                            hold.last
+                            "{actor} v{version} handled {} out of order (after {})",
+                            T(*time),
+                            opt(&hold.last)
                         ),
                     ));
                 }
@@ -568,8 +576,10 @@ impl Checker {
                 .find(|c| hold.last.is_none_or(|last| **c > last) && start.admits(**c));
             if expected != Some(time) {
                 return Err(Violation::of(resource, format!(
-                    "{actor} v{version} handled {time}, but the next change of {ns} after {:?} (from {start:?}) is {expected:?}",
-                    hold.last
+                    "{actor} v{version} handled {}, but the next change of {ns} after {} (from {start}) is {}",
+                    T(*time),
+                    opt(&hold.last),
+                    opt(&expected.copied())
                 )));
             }
             hold.handled.insert(*time);
@@ -628,12 +638,20 @@ impl Checker {
                 .copied()
                 .filter(|c| start.admits(*c) && *c <= token)
                 .collect();
-            let missing: Vec<&ClusterTime> =
-                due.iter().filter(|c| !hold.handled.contains(c)).collect();
+            let missing: Vec<ClusterTime> = due
+                .iter()
+                .copied()
+                .filter(|c| !hold.handled.contains(c))
+                .collect();
             if !missing.is_empty() {
-                return Err(Violation::of(resource, format!(
-                    "{actor} v{version} committed {token} without its handler having returned Ok for {missing:?}"
-                )));
+                return Err(Violation::of(
+                    resource,
+                    format!(
+                    "{actor} v{version} committed {} without its handler having returned Ok for {}",
+                    T(token),
+                    times(&missing)
+                ),
+                ));
             }
             self.committed
                 .entry(ns)
@@ -810,8 +828,9 @@ impl Downstream<'_> {
         }
         if let Some((time, twice)) = per_change.iter().find(|(_, m)| m.len() > 1) {
             return Err(format!(
-                "{} messages for the change at {time}: {twice:?}",
-                twice.len()
+                "{} messages for the change at {}: {twice:?}",
+                twice.len(),
+                T(*time)
             ));
         }
         let frontier = self.checker.frontier(orders);
@@ -822,12 +841,15 @@ impl Downstream<'_> {
             }
             if committed.is_some_and(|c| c.contains(time)) {
                 return Err(format!(
-                    "the change at {time} was handled and committed, but has no message"
+                    "the change at {} was handled and committed, but has no message",
+                    T(*time)
                 ));
             }
             if frontier.is_none_or(|f| *time >= f) {
                 return Err(format!(
-                    "the change at {time} has no message (nothing before {frontier:?} was skipped)"
+                    "the change at {} has no message (nothing before {} was skipped)",
+                    T(*time),
+                    opt(&frontier)
                 ));
             }
         }

@@ -458,7 +458,7 @@ fn peek_lease(store: &SandboxStore, resource: &str) -> Option<Lease> {
 }
 
 /// Polls a future once; the sandbox's reads complete on their first poll.
-fn now_or_never<F: std::future::Future>(future: F) -> Option<F::Output> {
+pub fn now_or_never<F: std::future::Future>(future: F) -> Option<F::Output> {
     use std::task::{Context, Poll, Waker};
     let mut future = std::pin::pin!(future);
     match future

@@ -18,7 +18,7 @@ use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::{ChangeFeed, LeaseStore, Namespace};
 
 use crate::checks::{Checker, Downstream, Violation};
-use crate::faults::{Cluster, FaultProfile, FaultyStore};
+use crate::faults::{now_or_never, Cluster, FaultProfile, FaultyStore};
 use crate::observe::{Observed, PauseSwitch, Recorder};
 use crate::operator::{resume_at, Acted, Operator};
 use crate::trace::{Obs, Trace};
@@ -649,26 +649,13 @@ impl Sim {
         }
         lines.push("-- where things stand:".into());
         for resource in RESOURCES {
-            let lease = super_now(self.store.get(resource));
+            let lease = now_or_never(self.store.get(resource));
             lines.push(format!("lease {resource}: {lease:?}"));
         }
         for (key, running) in &self.listeners {
             lines.push(format!("listener {key:?}: {:?}", running.handle.snapshot()));
         }
         lines
-    }
-}
-
-/// A sandbox read, which completes on its first poll.
-fn super_now<F: std::future::Future>(future: F) -> Option<F::Output> {
-    use std::task::{Context, Poll, Waker};
-    let mut future = std::pin::pin!(future);
-    match future
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(output) => Some(output),
-        Poll::Pending => None,
     }
 }
 

@@ -263,16 +263,19 @@ pub struct T(pub ClusterTime);
 
 impl fmt::Display for T {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}#{}", self.0.secs.wrapping_sub(EPOCH_SECS), self.0.inc)
+        match self.0.secs.checked_sub(EPOCH_SECS) {
+            Some(secs) => write!(f, "{secs}#{}", self.0.inc),
+            None => write!(f, "Timestamp({}, {})", self.0.secs, self.0.inc),
+        }
     }
 }
 
-fn times(times: &[ClusterTime]) -> String {
+pub fn times(times: &[ClusterTime]) -> String {
     let shown: Vec<String> = times.iter().map(|t| T(*t).to_string()).collect();
     format!("[{}]", shown.join(" "))
 }
 
-fn opt(time: &Option<ClusterTime>) -> String {
+pub fn opt(time: &Option<ClusterTime>) -> String {
     time.map_or_else(|| "-".into(), |t| T(t).to_string())
 }
 
