@@ -267,7 +267,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
             let settled = if self.config.read_ahead {
                 let mut settle = std::pin::pin!(self.settle(&mut progress, current));
                 loop {
+                    // Biased: the two are polled in a fixed order. An unbiased select
+                    // draws from tokio's per-thread RNG, which is seeded at random, so
+                    // a run on a paused clock (the simulation) could not be replayed.
                     tokio::select! {
+                        biased;
                         settled = &mut settle => break settled,
                         next = &mut read, if ahead.is_none() => ahead = Some(next),
                     }

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use bson::Document;
-use tokio::sync::watch;
 
 use super::change_log::{HistoryLost, Scan};
 use super::{count, SandboxStore};
@@ -68,7 +67,6 @@ impl ChangeFeed for SandboxStore {
             resume_time,
             resumes_from,
             options,
-            log_end: self.inner.log_end.subscribe(),
             scratch: Vec::new(),
             ended: None,
         })
@@ -119,7 +117,6 @@ pub struct SandboxStream {
     /// as a MongoDB change stream whose position rolled off the oplog is.
     resumes_from: ClusterTime,
     options: FeedOptions,
-    log_end: watch::Receiver<u64>,
     scratch: Vec<Arc<ChangeEvent>>,
     /// Why the stream ended for good (a drop or rename of its collection): every later
     /// read answers this, like a closed change stream.
@@ -234,13 +231,82 @@ impl ChangeStream for SandboxStream {
         tokio::pin!(deadline);
         let grew = tokio::select! {
             biased;
-            changed = self.log_end.wait_for(|end| *end > position) => Some(changed.is_ok()),
-            () = &mut deadline => None,
+            () = self.store.inner.log_end.grown_past(position) => true,
+            () = &mut deadline => false,
         };
-        match grew {
-            Some(true) => self.read(),
-            Some(false) => Err(StoreError::Closed),
-            None => Ok(batch),
+        if grew {
+            self.read()
+        } else {
+            Ok(batch)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use bson::doc;
+    use chrono::{TimeZone, Utc};
+
+    use super::super::{Clock, SandboxConfig};
+    use super::*;
+    use crate::store::DocumentStore;
+
+    /// The order in which streams waiting on the log wake for one write, in a fresh
+    /// runtime on a paused clock.
+    fn wake_order() -> Vec<usize> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let epoch = Utc
+                .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+                .single()
+                .expect("valid date");
+            let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+            let ns = Namespace::new("db", "c");
+            let woken = Arc::new(Mutex::new(Vec::new()));
+            let mut readers = Vec::new();
+            for reader in 0..6 {
+                let options = FeedOptions {
+                    batch_size: 1,
+                    max_await: Duration::from_secs(60),
+                };
+                let mut stream = store
+                    .open(&ns, StartPoint::Now, options)
+                    .await
+                    .expect("open");
+                let woken = woken.clone();
+                readers.push(tokio::spawn(async move {
+                    let batch = stream.next_batch().await.expect("read");
+                    assert_eq!(batch.events.len(), 1, "woken by the write");
+                    woken.lock().expect("not poisoned").push(reader);
+                }));
+            }
+            // Every reader is waiting before the write.
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            store.put(&ns, doc! {"_id": 1}).await.expect("write");
+            for reader in readers {
+                reader.await.expect("reader");
+            }
+            let order = woken.lock().expect("not poisoned").clone();
+            order
+        })
+    }
+
+    #[test]
+    fn streams_waiting_for_a_change_wake_in_the_same_order_in_every_run() {
+        let first = wake_order();
+        for _ in 0..20 {
+            assert_eq!(
+                wake_order(),
+                first,
+                "the sandbox must be deterministic under a virtual clock"
+            );
         }
     }
 }

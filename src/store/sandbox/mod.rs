@@ -12,7 +12,7 @@ mod state;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, Notify};
 
 pub use clock::Clock;
 pub use feed::SandboxStream;
@@ -103,12 +103,42 @@ pub(crate) fn count(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The sequence number after the newest log entry, for streams waiting on new changes.
+///
+/// A `Notify` wakes its waiters in the order they began to wait. A `watch` channel
+/// would wake them in an order drawn from tokio's per-thread random generator, which
+/// is seeded at random, so two runs of the same test on a paused clock could differ.
+struct LogEnd {
+    end: AtomicU64,
+    grew: Notify,
+}
+
+impl LogEnd {
+    fn publish(&self, end: u64) {
+        self.end.store(end, Ordering::SeqCst);
+        self.grew.notify_waiters();
+    }
+
+    /// Returns once the log has grown past `position`.
+    async fn grown_past(&self, position: u64) {
+        loop {
+            let notified = self.grew.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a write between the two still wakes it.
+            notified.as_mut().enable();
+            if self.end.load(Ordering::SeqCst) > position {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 struct Inner {
     state: Mutex<State>,
     clock: Clock,
     config: SandboxConfig,
-    /// The sequence number after the newest log entry, for streams waiting on new changes.
-    log_end: watch::Sender<u64>,
+    log_end: LogEnd,
     lease_changes: broadcast::Sender<LeaseChange>,
     calls: CallCounts,
 }
@@ -125,7 +155,10 @@ impl SandboxStore {
             change_log::ChangeLog::with_byte_budget(config.log_capacity, config.log_bytes),
             config.record_history,
         );
-        let (log_end, _) = watch::channel(state.log.end());
+        let log_end = LogEnd {
+            end: AtomicU64::new(state.log.end()),
+            grew: Notify::new(),
+        };
         let (lease_changes, _) = broadcast::channel(1024);
         Self {
             inner: Arc::new(Inner {
@@ -189,7 +222,7 @@ impl SandboxStore {
     }
 
     fn publish_log_end(&self, end: u64) {
-        self.inner.log_end.send_replace(end);
+        self.inner.log_end.publish(end);
     }
 
     /// Tells watchers about a lease write. Called under the state lock, so watchers see

@@ -1,0 +1,858 @@
+//! The invariants, checked against what the actors observed (the [`Trace`]) and
+//! against the documents downstream, never against the sandbox's own account of
+//! what it did.
+//!
+//! Per listener, the checker follows the engine's tenures ("holds": from an acquire
+//! it was told succeeded to the release, lost lock or failure that ends it) and
+//! asserts that within each:
+//!
+//! - the stream opens exactly at the lease's resume point (its token, its
+//!   `resumeAt`, or the oldest entry it read);
+//! - the handler is given exactly the batches the stream handed over, in order,
+//!   none skipped and none twice, and only while the engine holds the lease;
+//! - the changes handled are the watched namespace's changes in order, with no gap
+//!   (a change handled again is only one the stream re-delivered);
+//! - a commit that applied covers only changes the handler returned `Ok` for;
+//! - after a lost lock (a fenced write refused, a commit that matched nothing, a
+//!   refresh that did not keep the version) nothing more is handled or committed,
+//!   and the lease is not released; after a failure nothing more is committed;
+//! - a standby does not spin (bounded acquires per ten seconds).
+//!
+//! Across listeners, from the observer's reads around each call: a lease is only
+//! taken when it was free or expired by the server's clock, commits and releases
+//! apply only to the current tenure, and a fenced write never lands where a newer
+//! fence (or source version) is already stored.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bson::{Bson, Document};
+use streamward::demo::orders::outbox_ns;
+use streamward::demo::pets::{self, expected_counts, read_animals, stored_counts, TAGS};
+use streamward::model::{ClusterTime, LockKind};
+use streamward::store::sandbox::SandboxStore;
+use streamward::store::{DocumentStore, Namespace};
+
+use crate::trace::{
+    opt, times, AcquireDone, Entry, FenceKind, Obs, Resume, TenureDone, Trace, WriteDone, T,
+};
+
+/// A broken invariant: which resource, and what happened.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub resource: Option<String>,
+    pub message: String,
+}
+
+impl Violation {
+    fn of(resource: &str, message: String) -> Self {
+        Self {
+            resource: Some(resource.to_string()),
+            message,
+        }
+    }
+}
+
+/// The actor name a rebuild's store handle starts with.
+pub const REBUILD: &str = "rebuild#";
+
+/// How many acquires a listener that holds nothing may make in ten seconds.
+const STANDBY_ACQUIRES_PER_10S: usize = 30;
+
+/// How a hold ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    LostLock,
+    Failed,
+    Released,
+}
+
+/// One engine tenure of one listener, as observed.
+#[derive(Debug)]
+struct Hold {
+    version: i64,
+    /// The lease's resume point as the acquire returned it.
+    resume: Resume,
+    /// The oldest entry, as the listener last read it in this hold.
+    window: Option<ClusterTime>,
+    start: Option<Resume>,
+    stream: Option<u64>,
+    /// Non-empty batches handed over and not yet given to the handler.
+    delivered: VecDeque<Vec<ClusterTime>>,
+    /// Changes the handler returned `Ok` for.
+    handled: BTreeSet<ClusterTime>,
+    /// The newest change handled.
+    last: Option<ClusterTime>,
+    ended: Option<End>,
+}
+
+impl Hold {
+    fn active(&self) -> bool {
+        self.ended.is_none()
+    }
+}
+
+struct ListenerObs {
+    resource: String,
+    ns: Namespace,
+    hold: Option<Hold>,
+    /// When it called acquire while holding nothing, for the last ten seconds.
+    standby_acquires: VecDeque<Duration>,
+}
+
+#[derive(Default)]
+pub struct Checker {
+    seen: usize,
+    /// Every change the application made, per namespace, in order.
+    truth: BTreeMap<Namespace, Vec<ClusterTime>>,
+    /// The documents those changes wrote.
+    writes: BTreeMap<(Namespace, ClusterTime), (String, Document)>,
+    listeners: BTreeMap<Arc<str>, ListenerObs>,
+    /// Changes before this time may never have been handled: history lost, a reset
+    /// that skipped on purpose, a bootstrap from an oldest entry that had moved on.
+    frontier: BTreeMap<Namespace, ClusterTime>,
+    /// Changes handled by a hold that then committed past them.
+    committed: BTreeMap<Namespace, BTreeSet<ClusterTime>>,
+}
+
+impl Checker {
+    /// A listener the simulation started: `id` is its engine's actor name.
+    pub fn register(&mut self, id: &str, resource: &str, ns: Namespace) {
+        self.listeners.insert(
+            Arc::from(id),
+            ListenerObs {
+                resource: resource.to_string(),
+                ns,
+                hold: None,
+                standby_acquires: VecDeque::new(),
+            },
+        );
+    }
+
+    /// An operator skipped, on purpose, every change of `ns` before `to`.
+    pub fn skipped(&mut self, ns: &Namespace, to: ClusterTime) {
+        self.advance(ns, to);
+    }
+
+    /// Changes of `ns` before `first` can no longer be read: those never handled and
+    /// committed are skipped.
+    fn fell_off(&mut self, ns: &Namespace, first: ClusterTime) {
+        let committed = self.committed.get(ns);
+        let skipped = self
+            .changes(ns)
+            .iter()
+            .any(|c| *c < first && !committed.is_some_and(|done| done.contains(c)));
+        if skipped {
+            self.advance(ns, first);
+        }
+    }
+
+    fn advance(&mut self, ns: &Namespace, to: ClusterTime) {
+        let frontier = self.frontier.entry(ns.clone()).or_default();
+        *frontier = (*frontier).max(to);
+    }
+
+    /// Changes before this may have been skipped (`None`: nothing was).
+    pub fn frontier(&self, ns: &Namespace) -> Option<ClusterTime> {
+        self.frontier.get(ns).copied()
+    }
+
+    pub fn changes(&self, ns: &Namespace) -> &[ClusterTime] {
+        self.truth.get(ns).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn last_change(&self, ns: &Namespace) -> Option<ClusterTime> {
+        self.changes(ns).last().copied()
+    }
+
+    pub fn write(&self, ns: &Namespace, time: ClusterTime) -> Option<&(String, Document)> {
+        self.writes.get(&(ns.clone(), time))
+    }
+
+    pub fn committed(&self, ns: &Namespace) -> Option<&BTreeSet<ClusterTime>> {
+        self.committed.get(ns)
+    }
+
+    /// Checks every entry recorded since the last call.
+    pub fn check(&mut self, trace: &Trace) -> Result<(), Violation> {
+        let from = self.seen;
+        trace.read(from, |entries| {
+            for entry in entries {
+                self.seen += 1;
+                self.apply(entry)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn apply(&mut self, entry: &Entry) -> Result<(), Violation> {
+        let actor = entry.actor.clone();
+        match &entry.obs {
+            Obs::Wrote {
+                ns,
+                id,
+                time,
+                document,
+            } => {
+                let times = self.truth.entry(ns.clone()).or_default();
+                if times.last().is_some_and(|last| last >= time) {
+                    return Err(Violation {
+                        resource: None,
+                        message: format!("cluster time went backwards on {ns} at {}", T(*time)),
+                    });
+                }
+                times.push(*time);
+                self.writes
+                    .insert((ns.clone(), *time), (id.clone(), document.clone()));
+                Ok(())
+            }
+            Obs::Acquire {
+                resource,
+                before,
+                call,
+            } => {
+                // The store only hands over a lease that was free or had expired.
+                if let Some(AcquireDone::Acquired { version, .. }) = &call.done {
+                    match before {
+                        Some(b)
+                            if b.version == *version && b.holder.as_deref() != Some(&*actor) =>
+                        {
+                            return Err(Violation::of(resource, format!(
+                                "{actor} was given version {version} as a refresh, but the lease was {b}"
+                            )));
+                        }
+                        Some(b)
+                            if b.version != *version && (b.live || b.kind == LockKind::Bulk) =>
+                        {
+                            return Err(Violation::of(resource, format!(
+                                "{actor} took version {version} of a lease that was live or bulk: {b}"
+                            )));
+                        }
+                        _ => {}
+                    }
+                }
+                self.acquired(&actor, entry.at, call.told().cloned())
+            }
+            Obs::OplogWindow { call } => {
+                if let Some(Some(first)) = call.told() {
+                    if let Some(hold) = self.hold_mut(&actor).filter(|h| h.active()) {
+                        hold.window = Some(*first);
+                    }
+                }
+                Ok(())
+            }
+            Obs::Open {
+                ns,
+                start,
+                stream,
+                call,
+                first,
+            } => match call.told() {
+                Some(Ok(())) => self.opened(&actor, ns, *start, *stream, *first),
+                Some(Err(error)) if error.contains("history lost") => {
+                    if let Some(first) = first {
+                        self.fell_off(ns, *first);
+                    }
+                    Ok(())
+                }
+                _ => Ok(()),
+            },
+            Obs::Batch {
+                stream,
+                events,
+                call,
+                lost_before,
+                ..
+            } => {
+                if let Some(first) = lost_before {
+                    if let Some(l) = self.listeners.get(&actor) {
+                        let ns = l.ns.clone();
+                        self.fell_off(&ns, *first);
+                    }
+                }
+                if events.is_empty() || call.told().is_none() {
+                    return Ok(());
+                }
+                if let Some(hold) = self.hold_mut(&actor).filter(|h| h.active()) {
+                    if hold.stream == Some(*stream) {
+                        hold.delivered.push_back(events.clone());
+                    }
+                }
+                Ok(())
+            }
+            Obs::Handled {
+                resource,
+                version,
+                events,
+                result,
+            } => self.handled(&actor, resource, *version, events, result),
+            Obs::Commit {
+                resource,
+                listener,
+                version,
+                token,
+                before,
+                call,
+            } => {
+                let applied = call.done == Some(TenureDone::Done);
+                let current = before.as_ref().is_some_and(|b| {
+                    b.holder.as_deref() == Some(listener) && b.version == *version
+                });
+                if applied != current && call.done.is_some() {
+                    return Err(Violation::of(
+                        resource,
+                        format!(
+                            "a commit by {listener} v{version} {} while the lease was {before:?}",
+                            if applied { "applied" } else { "was refused" }
+                        ),
+                    ));
+                }
+                self.committed_by(
+                    &actor,
+                    resource,
+                    *version,
+                    *token,
+                    applied,
+                    call.told().copied(),
+                )
+            }
+            Obs::Release {
+                resource,
+                listener,
+                version,
+                before,
+                call,
+            } => {
+                let applied = call.done == Some(TenureDone::Done);
+                let current = before.as_ref().is_some_and(|b| {
+                    b.holder.as_deref() == Some(listener) && b.version == *version
+                });
+                if applied != current && call.done.is_some() {
+                    return Err(Violation::of(
+                        resource,
+                        format!(
+                            "a release by {listener} v{version} {} while the lease was {before:?}",
+                            if applied { "applied" } else { "was refused" }
+                        ),
+                    ));
+                }
+                self.released(&actor, resource, *version)
+            }
+            Obs::Fenced {
+                ns,
+                id,
+                kind,
+                value,
+                before,
+                after,
+                call,
+            } => fenced_write(&actor, ns, id, *kind, *value, *before, *after, call.done),
+            Obs::Swap { resource, call, .. } => {
+                // A rebuild gives the lease back with `resumeAt` T0: what came before
+                // is in the rebuilt aggregate, and listeners go on from there.
+                if let Some(Ok(Some(after))) = &call.done {
+                    if actor.starts_with(REBUILD) && after.kind == LockKind::Update {
+                        if let (Resume::At(t0), Some(ns)) = (after.resume, self.namespace(resource))
+                        {
+                            let before: Vec<ClusterTime> = self
+                                .changes(&ns)
+                                .iter()
+                                .copied()
+                                .filter(|c| *c < t0)
+                                .collect();
+                            self.committed.entry(ns).or_default().extend(before);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Obs::Spin { calls } => Err(Violation {
+                resource: self.listeners.get(&actor).map(|l| l.resource.clone()),
+                message: format!(
+                    "{actor} made {calls} store calls without the virtual clock moving: a busy loop"
+                ),
+            }),
+            Obs::Faulted { .. } | Obs::Operator(_) | Obs::Sim(_) => Ok(()),
+        }
+    }
+
+    /// The namespace a resource's listeners watch (from any registered listener).
+    fn namespace(&self, resource: &str) -> Option<Namespace> {
+        self.listeners
+            .values()
+            .find(|l| l.resource == resource)
+            .map(|l| l.ns.clone())
+    }
+
+    fn hold_mut(&mut self, actor: &Arc<str>) -> Option<&mut Hold> {
+        self.listeners.get_mut(actor).and_then(|l| l.hold.as_mut())
+    }
+
+    fn acquired(
+        &mut self,
+        actor: &Arc<str>,
+        at: Duration,
+        told: Option<AcquireDone>,
+    ) -> Result<(), Violation> {
+        let Some(listener) = self.listeners.get_mut(actor) else {
+            return Ok(());
+        };
+        let holding = listener.hold.as_ref().is_some_and(Hold::active);
+        if !holding {
+            listener.standby_acquires.push_back(at);
+            while listener
+                .standby_acquires
+                .front()
+                .is_some_and(|t| at.saturating_sub(*t) > Duration::from_secs(10))
+            {
+                listener.standby_acquires.pop_front();
+            }
+            if listener.standby_acquires.len() > STANDBY_ACQUIRES_PER_10S {
+                return Err(Violation::of(
+                    &listener.resource,
+                    format!(
+                        "{actor} spins: {} acquires within ten seconds while holding nothing",
+                        listener.standby_acquires.len()
+                    ),
+                ));
+            }
+        }
+        match (holding, told) {
+            (false, Some(AcquireDone::Acquired { version, resume })) => {
+                listener.hold = Some(Hold {
+                    version,
+                    resume,
+                    window: None,
+                    start: None,
+                    stream: None,
+                    delivered: VecDeque::new(),
+                    handled: BTreeSet::new(),
+                    last: None,
+                    ended: None,
+                });
+            }
+            (false, _) => {}
+            // A refresh: the tenure goes on only if the version stayed.
+            (true, told) => {
+                let Some(hold) = listener.hold.as_mut() else {
+                    return Ok(());
+                };
+                match told {
+                    Some(AcquireDone::Acquired { version, .. }) if version == hold.version => {}
+                    Some(AcquireDone::Acquired { .. }) | Some(AcquireDone::HeldByOther) => {
+                        hold.ended = Some(End::LostLock)
+                    }
+                    Some(AcquireDone::Error(_)) | None => hold.ended = Some(End::Failed),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn opened(
+        &mut self,
+        actor: &Arc<str>,
+        ns: &Namespace,
+        start: Resume,
+        stream: u64,
+        first: Option<ClusterTime>,
+    ) -> Result<(), Violation> {
+        let Some(listener) = self.listeners.get_mut(actor) else {
+            return Ok(());
+        };
+        let resource = listener.resource.clone();
+        let Some(hold) = listener.hold.as_mut().filter(|h| h.active()) else {
+            return Err(Violation::of(
+                &resource,
+                format!("{actor} opened a stream while holding no lease"),
+            ));
+        };
+        let expected = match hold.resume {
+            Resume::Oldest => hold.window.map(Resume::At),
+            other => Some(other),
+        };
+        if expected != Some(start) {
+            return Err(Violation::of(&resource, format!(
+                "{actor} v{} opened its stream {start}, but the lease's resume point was {} (oldest entry read: {})",
+                hold.version, hold.resume, opt(&hold.window)
+            )));
+        }
+        hold.start = Some(start);
+        hold.stream = Some(stream);
+        // Changes before the start that no hold ever handled and committed are
+        // skipped from here on: allowed only where they fell off the log (history
+        // lost, or a bootstrap from an oldest entry that had moved on), or where an
+        // operator skipped them on purpose.
+        let frontier = self.frontier(ns);
+        let committed = self.committed.get(ns);
+        let skipped: Vec<ClusterTime> = self
+            .changes(ns)
+            .iter()
+            .copied()
+            .filter(|c| !start.admits(*c))
+            .filter(|c| !committed.is_some_and(|done| done.contains(c)))
+            .filter(|c| frontier.is_none_or(|f| *c >= f))
+            .collect();
+        if let Some(readable) = skipped.iter().find(|c| first.is_none_or(|f| **c >= f)) {
+            return Err(Violation::of(&resource, format!(
+                "{actor} starts {start}, past the change at {}, which is still in the log (oldest entry {}) and was never handled and committed",
+                T(*readable),
+                opt(&first)
+            )));
+        }
+        if let Some(last) = skipped.last() {
+            let bound = ClusterTime::from_u64(last.as_u64() + 1);
+            self.advance(ns, bound);
+        }
+        Ok(())
+    }
+
+    fn handled(
+        &mut self,
+        actor: &Arc<str>,
+        resource: &str,
+        version: i64,
+        events: &[ClusterTime],
+        result: &Result<(), String>,
+    ) -> Result<(), Violation> {
+        // Borrowed field by field: the truth is read while a listener is updated.
+        let truth = &self.truth;
+        let Some(listener) = self.listeners.get_mut(actor) else {
+            return Ok(());
+        };
+        let ns = listener.ns.clone();
+        let Some(hold) = listener.hold.as_mut().filter(|h| h.active()) else {
+            return Err(Violation::of(resource, format!(
+                "{actor} handled {} under v{version} while holding no lease (its tenure had ended: {:?})",
+                times(events),
+                listener.hold.as_ref().and_then(|h| h.ended)
+            )));
+        };
+        if hold.version != version {
+            return Err(Violation::of(
+                resource,
+                format!(
+                    "{actor} handled under fence v{version} while holding v{}",
+                    hold.version
+                ),
+            ));
+        }
+        let next = hold.delivered.pop_front();
+        if next.as_deref() != Some(events) {
+            return Err(Violation::of(resource, format!(
+                "{actor} v{version}: the handler was given {}, but the next batch the stream handed over was {}",
+                times(events),
+                next.as_deref().map_or_else(|| "none".into(), times)
+            )));
+        }
+        if let Err(error) = result {
+            hold.ended = Some(if error.starts_with("fenced out") {
+                End::LostLock
+            } else {
+                End::Failed
+            });
+            return Ok(());
+        }
+        let changes = truth.get(&ns).map_or(&[][..], Vec::as_slice);
+        let start = hold.start.unwrap_or(Resume::Oldest);
+        for time in events {
+            if hold.last.is_some_and(|last| *time <= last) {
+                // Only a change already handled in this hold may come again.
+                if !hold.handled.contains(time) {
+                    return Err(Violation::of(
+                        resource,
+                        format!(
+                            "{actor} v{version} handled {} out of order (after {})",
+                            T(*time),
+                            opt(&hold.last)
+                        ),
+                    ));
+                }
+                continue;
+            }
+            let expected = changes
+                .iter()
+                .find(|c| hold.last.is_none_or(|last| **c > last) && start.admits(**c));
+            if expected != Some(time) {
+                return Err(Violation::of(resource, format!(
+                    "{actor} v{version} handled {}, but the next change of {ns} after {} (from {start}) is {}",
+                    T(*time),
+                    opt(&hold.last),
+                    opt(&expected.copied())
+                )));
+            }
+            hold.handled.insert(*time);
+            hold.last = Some(*time);
+        }
+        Ok(())
+    }
+
+    fn committed_by(
+        &mut self,
+        actor: &Arc<str>,
+        resource: &str,
+        version: i64,
+        token: Option<ClusterTime>,
+        applied: bool,
+        told: Option<TenureDone>,
+    ) -> Result<(), Violation> {
+        // Borrowed field by field: the truth is read while a listener is updated.
+        let truth = &self.truth;
+        let Some(listener) = self.listeners.get_mut(actor) else {
+            return Ok(());
+        };
+        let ns = listener.ns.clone();
+        let Some(hold) = listener.hold.as_mut().filter(|h| h.active()) else {
+            return Err(Violation::of(
+                resource,
+                format!(
+                "{actor} committed v{version} while holding no lease (its tenure had ended: {:?})",
+                listener.hold.as_ref().and_then(|h| h.ended)
+            ),
+            ));
+        };
+        if hold.version != version {
+            return Err(Violation::of(
+                resource,
+                format!(
+                    "{actor} committed v{version} while holding v{}",
+                    hold.version
+                ),
+            ));
+        }
+        if applied {
+            let (Some(token), Some(start)) = (token, hold.start) else {
+                return Err(Violation::of(
+                    resource,
+                    format!(
+                        "{actor} v{version} committed {token:?} before its stream opened ({:?})",
+                        hold.start
+                    ),
+                ));
+            };
+            let due: Vec<ClusterTime> = truth
+                .get(&ns)
+                .map_or(&[][..], Vec::as_slice)
+                .iter()
+                .copied()
+                .filter(|c| start.admits(*c) && *c <= token)
+                .collect();
+            let missing: Vec<ClusterTime> = due
+                .iter()
+                .copied()
+                .filter(|c| !hold.handled.contains(c))
+                .collect();
+            if !missing.is_empty() {
+                return Err(Violation::of(
+                    resource,
+                    format!(
+                    "{actor} v{version} committed {} without its handler having returned Ok for {}",
+                    T(token),
+                    times(&missing)
+                ),
+                ));
+            }
+            self.committed
+                .entry(ns)
+                .or_default()
+                .extend(due.iter().copied());
+        }
+        match told {
+            Some(TenureDone::Done) => {}
+            Some(TenureDone::LostLock) => hold.ended = Some(End::LostLock),
+            Some(TenureDone::Error) | None => hold.ended = Some(End::Failed),
+        }
+        Ok(())
+    }
+
+    fn released(
+        &mut self,
+        actor: &Arc<str>,
+        resource: &str,
+        version: i64,
+    ) -> Result<(), Violation> {
+        let Some(hold) = self.hold_mut(actor) else {
+            return Ok(());
+        };
+        if hold.version != version {
+            return Ok(());
+        }
+        if hold.ended == Some(End::LostLock) {
+            return Err(Violation::of(
+                resource,
+                format!(
+                    "{actor} released v{version} after losing it (a lost lock is not released)"
+                ),
+            ));
+        }
+        hold.ended = Some(End::Released);
+        Ok(())
+    }
+}
+
+/// A fenced write, from the target's stored fence before and after it.
+#[allow(clippy::too_many_arguments)]
+fn fenced_write(
+    actor: &str,
+    ns: &Namespace,
+    id: &str,
+    kind: FenceKind,
+    value: i64,
+    before: Option<i64>,
+    after: Option<i64>,
+    done: Option<WriteDone>,
+) -> Result<(), Violation> {
+    let admissible = match kind {
+        FenceKind::Lease => before.is_none_or(|b| b <= value),
+        FenceKind::Source | FenceKind::Member => before.is_none_or(|b| b < value),
+    };
+    let changed = after != before;
+    let problem = match done {
+        Some(WriteDone::Applied) if !admissible => Some("landed over a newer fence"),
+        Some(WriteDone::Applied) if after != Some(value) => {
+            Some("said applied but the target does not carry its fence")
+        }
+        Some(WriteDone::Stale) if admissible => Some("was refused though the fence admitted it"),
+        Some(WriteDone::Stale) if changed => Some("was refused but changed the target"),
+        _ if changed && (!admissible || after != Some(value)) => {
+            Some("moved the target's fence somewhere it may not go")
+        }
+        _ => None,
+    };
+    match problem {
+        Some(problem) => Err(Violation {
+            resource: None,
+            message: format!(
+                "{actor}: a {kind:?}-fenced write of {value} to {ns} {id} {problem} (stored before {before:?}, after {after:?}, outcome {done:?})"
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// What the downstream documents must say once everything has caught up.
+pub struct Downstream<'a> {
+    pub store: &'a SandboxStore,
+    pub checker: &'a Checker,
+}
+
+impl Downstream<'_> {
+    /// Every tag document holds every animal at its current version, and its counts
+    /// equal a recomputation from the animals.
+    pub async fn aggregates(&self) -> Result<(), String> {
+        let animals = read_animals(self.store).await.map_err(|e| e.to_string())?;
+        let documents = self
+            .store
+            .find_all(&pets::aggregates_ns())
+            .await
+            .map_err(|e| e.to_string())?;
+        for tag in TAGS {
+            let document = documents.iter().find(|d| d.get_str("_id") == Ok(tag));
+            let members = document.and_then(|d| d.get_document("members").ok());
+            for animal in &animals {
+                let member = members.and_then(|m| m.get_document(&animal.id).ok());
+                let version = member.and_then(|m| m.get_i64("v").ok());
+                let value = member.and_then(|m| m.get_str("value").ok());
+                let expected = animal
+                    .tags
+                    .iter()
+                    .any(|t| t == tag)
+                    .then_some(animal.location.as_str());
+                if version != Some(animal.version) || value != expected {
+                    return Err(format!(
+                        "tag {tag}: member {} is {member:?}, but the animal is at v{} {expected:?}",
+                        animal.id, animal.version
+                    ));
+                }
+            }
+        }
+        let stored = stored_counts(self.store).await.map_err(|e| e.to_string())?;
+        let expected = expected_counts(&animals);
+        if stored != expected {
+            return Err(format!(
+                "the aggregate counts {stored:?} differ from a recomputation {expected:?}"
+            ));
+        }
+        Ok(())
+    }
+
+    /// One outbox message per order change, with that change's content; nothing
+    /// else. Changes before the frontier (skipped on purpose, or lost) may be
+    /// missing; changes a listener handled and committed may not.
+    pub async fn outbox(&self, orders: &Namespace) -> Result<(), String> {
+        let messages = self
+            .store
+            .find_all(&outbox_ns())
+            .await
+            .map_err(|e| e.to_string())?;
+        // An order's first write inserts it ("created"), every later one replaces it.
+        let mut seen = BTreeSet::new();
+        let created: BTreeSet<ClusterTime> = self
+            .checker
+            .changes(orders)
+            .iter()
+            .filter(|t| {
+                self.checker
+                    .write(orders, **t)
+                    .is_some_and(|(order, _)| seen.insert(order.clone()))
+            })
+            .copied()
+            .collect();
+        let mut per_change: BTreeMap<ClusterTime, Vec<&Document>> = BTreeMap::new();
+        for message in &messages {
+            let Some(Bson::Timestamp(ts)) = message.get("clusterTime") else {
+                return Err(format!("a message without a cluster time: {message}"));
+            };
+            let time = ClusterTime::from(*ts);
+            let Some((order, written)) = self.checker.write(orders, time) else {
+                return Err(format!(
+                    "message {message} names no change the application made"
+                ));
+            };
+            let status = written.get_str("status").ok();
+            let event = if created.contains(&time) {
+                "created"
+            } else {
+                "changed"
+            };
+            if message.get_str("order").ok() != Some(order.as_str())
+                || message.get_str("status").ok() != status
+                || message.get_str("event").ok() != Some(event)
+            {
+                return Err(format!(
+                    "message {message} does not match the change it names: {order} {written}"
+                ));
+            }
+            per_change.entry(time).or_default().push(message);
+        }
+        if let Some((time, twice)) = per_change.iter().find(|(_, m)| m.len() > 1) {
+            return Err(format!(
+                "{} messages for the change at {}: {twice:?}",
+                twice.len(),
+                T(*time)
+            ));
+        }
+        let frontier = self.checker.frontier(orders);
+        let committed = self.checker.committed(orders);
+        for time in self.checker.changes(orders) {
+            if per_change.contains_key(time) {
+                continue;
+            }
+            if committed.is_some_and(|c| c.contains(time)) {
+                return Err(format!(
+                    "the change at {} was handled and committed, but has no message",
+                    T(*time)
+                ));
+            }
+            if frontier.is_none_or(|f| *time >= f) {
+                return Err(format!(
+                    "the change at {} has no message (nothing before {} was skipped)",
+                    T(*time),
+                    opt(&frontier)
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,183 @@
+//! Observers outside the system under test: the application's writes as it made
+//! them, and what each handler was given and returned.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::{Bson, Document};
+use streamward::engine::{Handler, HandlerError};
+use streamward::model::Fence;
+use streamward::store::sandbox::SandboxStore;
+use streamward::store::{
+    ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, Namespace, StartPoint,
+    StoreResult,
+};
+use tokio::sync::Notify;
+
+use crate::trace::{Obs, Trace};
+
+/// The application's store: writes go straight to the sandbox (the application's
+/// writes are the truth the listeners must follow), and each one is recorded with
+/// the change it made, read through a change stream opened at the end of the log
+/// just before the write.
+#[derive(Clone)]
+pub struct Recorder {
+    inner: SandboxStore,
+    trace: Trace,
+    actor: Arc<str>,
+}
+
+impl Recorder {
+    pub fn new(inner: SandboxStore, trace: Trace) -> Self {
+        Self {
+            inner,
+            trace,
+            actor: Arc::from("workload"),
+        }
+    }
+}
+
+impl DocumentStore for Recorder {
+    async fn fenced_upsert(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+        fence: &streamward::store::WriteFence,
+        fields: Document,
+    ) -> StoreResult<streamward::store::WriteOutcome> {
+        self.inner.fenced_upsert(ns, id, fence, fields).await
+    }
+
+    async fn find_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<Option<Document>> {
+        self.inner.find_one(ns, id).await
+    }
+
+    async fn find_all(&self, ns: &Namespace) -> StoreResult<Vec<Document>> {
+        self.inner.find_all(ns).await
+    }
+
+    async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
+        let options = FeedOptions {
+            batch_size: 16,
+            max_await: Duration::from_millis(1),
+        };
+        let mut tap = self.inner.open(ns, StartPoint::Now, options).await?;
+        self.inner.put(ns, document).await?;
+        // The write logged a change, so this returns at once, with no other task
+        // run in between.
+        let batch = tap.next_batch().await?;
+        for event in batch.events {
+            let id = match event.document_key.get("_id") {
+                Some(Bson::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            self.trace.push(
+                &self.actor,
+                Obs::Wrote {
+                    ns: ns.clone(),
+                    id,
+                    time: event.cluster_time,
+                    document: event.full_document.unwrap_or_default(),
+                },
+            );
+        }
+        Ok(())
+    }
+
+    async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        self.inner.replace_all(ns, documents).await
+    }
+
+    async fn drop_collection(&self, ns: &Namespace) -> StoreResult<()> {
+        self.inner.drop_collection(ns).await
+    }
+
+    async fn rename_collection(
+        &self,
+        from: &Namespace,
+        to: &Namespace,
+        drop_target: bool,
+    ) -> StoreResult<()> {
+        self.inner.rename_collection(from, to, drop_target).await
+    }
+
+    async fn drop_database(&self, db: &str) -> StoreResult<()> {
+        self.inner.drop_database(db).await
+    }
+}
+
+/// Pauses a listener inside its handler, like a long GC pause or a frozen VM.
+#[derive(Default)]
+pub struct PauseSwitch {
+    /// (armed: the next batch pauses, paused: a batch waits now)
+    state: Mutex<(bool, bool)>,
+    resume: Notify,
+}
+
+impl PauseSwitch {
+    fn state(&self) -> std::sync::MutexGuard<'_, (bool, bool)> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn arm(&self) {
+        self.state().0 = true;
+    }
+
+    /// Disarms it and wakes a paused batch (leaving no wake-up for a later pause).
+    pub fn release(&self) {
+        let mut state = self.state();
+        state.0 = false;
+        if std::mem::take(&mut state.1) {
+            self.resume.notify_one();
+        }
+    }
+
+    async fn pause_if_armed(&self) {
+        {
+            let mut state = self.state();
+            if !std::mem::take(&mut state.0) {
+                return;
+            }
+            state.1 = true;
+        }
+        self.resume.notified().await;
+    }
+}
+
+/// Wraps an application handler: honours pauses, and records every batch it was
+/// given, under which fence, and what it returned.
+pub struct Observed<H> {
+    inner: H,
+    trace: Trace,
+    actor: Arc<str>,
+    pause: Arc<PauseSwitch>,
+}
+
+impl<H> Observed<H> {
+    pub fn new(inner: H, trace: &Trace, actor: &Arc<str>, pause: &Arc<PauseSwitch>) -> Self {
+        Self {
+            inner,
+            trace: trace.clone(),
+            actor: actor.clone(),
+            pause: pause.clone(),
+        }
+    }
+}
+
+impl<H: Handler> Handler for Observed<H> {
+    async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
+        self.pause.pause_if_armed().await;
+        let result = self.inner.handle(events, fence).await;
+        self.trace.push(
+            &self.actor,
+            Obs::Handled {
+                resource: fence.resource.clone(),
+                version: fence.version,
+                events: events.iter().map(|e| e.cluster_time).collect(),
+                result: result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
+            },
+        );
+        result
+    }
+}
