@@ -14,8 +14,11 @@
 //!
 //! `STREAMWARD_SIM_SEEDS=N` sets how many seeds run (default 24);
 //! `STREAMWARD_SIM_SEED=S` replays one seed alone and prints its whole history
-//! when it fails. A seed replays exactly: the engine, the sandbox and the fault
-//! layer are deterministic on tokio's paused clock.
+//! when it fails (`STREAMWARD_SIM_DUMP=1`: also when it passes);
+//! `STREAMWARD_SIM_FAULT_SCALE=F` multiplies the fault rates;
+//! `STREAMWARD_SIM_WALL_SECS=T` is how long one seed may take in wall time (120).
+//! A seed replays exactly: the engine, the sandbox and the fault layer are
+//! deterministic on tokio's paused clock.
 
 mod checks;
 mod faults;

@@ -21,7 +21,7 @@ use crate::checks::{Checker, Downstream, Violation};
 use crate::faults::{now_or_never, Cluster, FaultProfile, FaultyStore};
 use crate::observe::{Observed, PauseSwitch, Recorder};
 use crate::operator::{resume_at, Acted, Operator};
-use crate::trace::{Obs, Trace};
+use crate::trace::{opt, Obs, Trace};
 
 const SECOND: Duration = Duration::from_secs(1);
 pub const LISTENERS_PER_RESOURCE: usize = 3;
@@ -87,6 +87,8 @@ pub struct Sim {
     /// The animals' skip frontier when the aggregate was last rebuilt at quiescence.
     rebuilt_through: Option<Option<ClusterTime>>,
     orders_resets: usize,
+    /// A listener found dead when it was stopped.
+    died: Option<Violation>,
 }
 
 impl Sim {
@@ -136,6 +138,7 @@ impl Sim {
             pets_need_rebuild: false,
             rebuilt_through: None,
             orders_resets: 0,
+            died: None,
         }
     }
 
@@ -145,7 +148,23 @@ impl Sim {
 
     /// Checks what was observed since the last check.
     pub fn check(&mut self) -> Result<(), Violation> {
+        if let Some(died) = self.died.take() {
+            return Err(died);
+        }
         self.checker.check(&self.trace)
+    }
+
+    /// Stops a listener gracefully; a task that had already died (a panic) is a
+    /// violation, reported at the next check.
+    async fn stop(&mut self, key: &(String, usize), running: Running) {
+        running.pause.release();
+        let id = running.handle.snapshot().listener_id;
+        if running.handle.stop().await.is_none() && self.died.is_none() {
+            self.died = Some(Violation {
+                resource: Some(key.0.clone()),
+                message: format!("{id}'s task had died (it panicked) when it was asked to stop"),
+            });
+        }
     }
 
     pub fn start(&mut self, resource: &str, slot: usize) {
@@ -297,8 +316,7 @@ impl Sim {
                 running.handle.crash();
             } else {
                 self.note(format!("stop {key:?}"));
-                running.pause.release();
-                running.handle.stop().await;
+                self.stop(&key, running).await;
             }
         }
         self.start(&key.0, key.1);
@@ -490,7 +508,8 @@ impl Sim {
         if self.pets_need_rebuild || (frontier.is_some() && self.rebuilt_through != Some(frontier))
         {
             self.note(format!(
-                "quiescence: rebuild the aggregate (skipped before {frontier:?})"
+                "quiescence: rebuild the aggregate (skipped before {})",
+                opt(&frontier)
             ));
             self.recover(PET_RESOURCE).await;
             tokio::time::sleep(60 * SECOND).await;
@@ -537,7 +556,9 @@ impl Sim {
             Assessment::CaughtUp
         } else {
             Assessment::Behind(format!(
-                "is behind: its token is at {token:?}, the last change at {last:?}"
+                "is behind: its token is at {}, the last change at {}",
+                opt(&token),
+                opt(&last)
             ))
         }
     }
@@ -605,9 +626,8 @@ impl Sim {
 
     /// Stops every listener gracefully and checks what they did on the way out.
     pub async fn stop_all(&mut self) -> Result<(), Violation> {
-        for (_, running) in std::mem::take(&mut self.listeners) {
-            running.pause.release();
-            running.handle.stop().await;
+        for (key, running) in std::mem::take(&mut self.listeners) {
+            self.stop(&key, running).await;
         }
         self.check()
     }
