@@ -160,7 +160,14 @@ pub enum DialogReply {
 pub struct KeyContext {
     /// The server's clock, for a clock time typed into the rewind question.
     pub server_now: DateTime<Utc>,
+    /// Control was held: the preview's commands are control keys, so that every
+    /// letter typed goes to the name or the reason (a resource name can hold any).
+    pub ctrl: bool,
 }
+
+/// The preview's command keys, as shown; held with control (see [`KeyContext::ctrl`]).
+pub const REPLAN_KEY: &str = "ctrl-r";
+pub const ACCEPT_SKIP_KEY: &str = "ctrl-s";
 
 impl Dialog {
     /// The dialog's transitions: ask → plan → preview → run, and back out with `esc`.
@@ -246,7 +253,7 @@ impl Dialog {
                     (KeyCode::Backspace, _) => {
                         typed.pop();
                     }
-                    (KeyCode::Char('a'), _) if skip_not_accepted(plan) => {
+                    (KeyCode::Char('s'), _) if context.ctrl && skip_not_accepted(plan) => {
                         if let ActionRequest::Reset { resource, to, .. } = &plan.request {
                             return DialogReply::Replan(ActionRequest::Reset {
                                 resource: resource.clone(),
@@ -255,14 +262,14 @@ impl Dialog {
                             });
                         }
                     }
-                    (KeyCode::Char('r'), _) if replan_offered(plan, blocked.is_some()) => {
+                    (KeyCode::Char('r'), _)
+                        if context.ctrl && replan_offered(plan, blocked.is_some()) =>
+                    {
                         return DialogReply::Replan(plan.request.clone());
                     }
-                    (KeyCode::Char(c), _)
-                        if !c.is_control()
-                            && blocked.is_none()
-                            && plan.confirm_text().is_some() =>
-                    {
+                    (KeyCode::Char(_), _) if context.ctrl => {}
+                    // Typed while the plan is blocked too: the name is kept, Apply waits.
+                    (KeyCode::Char(c), _) if !c.is_control() && plan.confirm_text().is_some() => {
                         typed.push(c)
                     }
                     (KeyCode::Enter, Focus::Cancel) => return DialogReply::Close,
@@ -413,7 +420,7 @@ pub fn blocked(target: Option<&Target>, plan: &Plan, moved: Option<&Moved>) -> O
     }
     if let Some(moved) = moved {
         return Some(format!(
-            "{}: nothing will be written; r plans it again",
+            "{}: nothing will be written; {REPLAN_KEY} plans it again",
             moved.text()
         ));
     }
@@ -422,7 +429,7 @@ pub fn blocked(target: Option<&Target>, plan: &Plan, moved: Option<&Moved>) -> O
     };
     (captured.version != target.version || captured.holder != target.holder).then(|| {
         format!(
-            "{}: nothing will be written; r plans it again",
+            "{}: nothing will be written; {REPLAN_KEY} plans it again",
             opened_moved(target, plan)
                 .map(|m| m.text())
                 .unwrap_or_default()

@@ -59,7 +59,7 @@ impl ConsoleState {
             return self.quit_asking_for_a_running_rebuild();
         }
         if self.dialog.is_some() {
-            return self.dialog_key(event.code);
+            return self.dialog_key(event.code, ctrl);
         }
         match &self.input {
             Input::Filter(_) => return self.edit_filter(event.code),
@@ -366,9 +366,10 @@ impl ConsoleState {
         }
     }
 
-    fn dialog_key(&mut self, code: KeyCode) -> Vec<Effect> {
+    fn dialog_key(&mut self, code: KeyCode, ctrl: bool) -> Vec<Effect> {
         let context = KeyContext {
             server_now: self.server_now(),
+            ctrl,
         };
         let Some(dialog) = &mut self.dialog else {
             return Vec::new();

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 pub use dialog::{
     blocked, handover_request, opened_moved, replan_offered, request_for, rewind_request,
     skip_not_accepted, Ask, Dialog, Focus, KeyContext, Moved, RunningStage, Target,
+    ACCEPT_SKIP_KEY, REPLAN_KEY,
 };
 pub use hints::Hint;
 pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};

@@ -37,6 +37,10 @@ fn press(state: &mut ConsoleState, code: KeyCode) -> Vec<Effect> {
     state.on_key(KeyEvent::new(code, KeyModifiers::NONE))
 }
 
+fn ctrl(state: &mut ConsoleState, c: char) -> Vec<Effect> {
+    state.on_key(KeyEvent::new(KeyCode::Char(c), KeyModifiers::CONTROL))
+}
+
 fn type_text(state: &mut ConsoleState, text: &str) {
     for c in text.chars() {
         press(state, KeyCode::Char(c));
@@ -489,7 +493,7 @@ fn a_plan_read_against_another_version_cannot_be_confirmed() {
     );
     assert_eq!(
         state.dialog.as_ref().unwrap().apply_disabled().unwrap(),
-        "changed since opened: v7 held by pet-aggregates-holder → v8 held by pet-aggregates-holder: nothing will be written; r plans it again"
+        "changed since opened: v7 held by pet-aggregates-holder → v8 held by pet-aggregates-holder: nothing will be written; ctrl-r plans it again"
     );
     press(&mut state, KeyCode::Tab);
     assert!(press(&mut state, KeyCode::Enter).is_empty());
@@ -505,7 +509,7 @@ fn a_plan_read_against_another_version_cannot_be_confirmed() {
         now(),
     );
     assert_eq!(
-        press(&mut state, KeyCode::Char('r')),
+        ctrl(&mut state, 'r'),
         vec![Effect::Plan(takeover_of("pet-aggregates"))]
     );
     let Some(Dialog::Planning {
@@ -750,10 +754,10 @@ fn the_feed_flows_under_a_dialog_and_a_plan_whose_lease_moved_on_says_so() {
         .as_ref()
         .unwrap()
         .text
-        .contains("nothing will be written; r plans it again"));
+        .contains("nothing will be written; ctrl-r plans it again"));
     // One key re-gathers and re-plans, against the lease as it is now.
     assert_eq!(
-        press(&mut state, KeyCode::Char('r')),
+        ctrl(&mut state, 'r'),
         vec![Effect::Plan(takeover_of("pet-aggregates"))]
     );
     let Some(Dialog::Planning {
@@ -853,6 +857,45 @@ fn rewind_accepts_a_clock_time_and_an_rfc_3339_time() {
 }
 
 #[test]
+fn letters_typed_into_a_blocked_or_refused_dialog_are_the_name_never_a_command() {
+    // Seen with the release binary on a real set: the holder rotated while the takeover
+    // dialog opened, and typing "pet-aggregates" re-planned at its 'r' and lost the rest.
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('t'));
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 8),
+    );
+    for c in "pet-aggregates".chars() {
+        assert_eq!(press(&mut state, KeyCode::Char(c)), vec![], "{c:?}");
+    }
+    let Some(Dialog::Preview { typed, .. }) = &state.dialog else {
+        panic!("{:?}", state.dialog)
+    };
+    assert_eq!(
+        typed, "pet-aggregates",
+        "the name is kept while Apply waits"
+    );
+
+    // A reset to now refused for want of accept-skip: typing never accepts it.
+    let mut state = loaded();
+    let refused = crate::ops::ActionRequest::Reset {
+        resource: "pet-aggregates".into(),
+        to: crate::ops::ResetTarget::Now,
+        accept_skip: false,
+    };
+    preview_of(&mut state, 'X', &refused);
+    for c in "pet-aggregates".chars() {
+        assert_eq!(press(&mut state, KeyCode::Char(c)), vec![], "{c:?}");
+    }
+    let Some(Dialog::Preview { plan, .. }) = &state.dialog else {
+        panic!("{:?}", state.dialog)
+    };
+    assert!(skip_not_accepted(plan), "still refused: nothing accepted");
+}
+
+#[test]
 fn reset_to_now_asks_to_accept_the_skip_as_the_command_line_does() {
     let mut state = loaded();
     let refused = crate::ops::ActionRequest::Reset {
@@ -870,10 +913,7 @@ fn reset_to_now_asks_to_accept_the_skip_as_the_command_line_does() {
         to: crate::ops::ResetTarget::Now,
         accept_skip: true,
     };
-    assert_eq!(
-        press(&mut state, KeyCode::Char('a')),
-        vec![Effect::Plan(accepted.clone())]
-    );
+    assert_eq!(ctrl(&mut state, 's'), vec![Effect::Plan(accepted.clone())]);
     planned(&mut state, &accepted, &lease("pet-aggregates", 7));
     let Some(Dialog::Preview { plan, .. }) = &state.dialog else {
         panic!("{:?}", state.dialog)

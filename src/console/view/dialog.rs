@@ -7,7 +7,7 @@ use ratatui::Frame;
 
 use crate::console::state::{
     blocked, opened_moved, replan_offered, skip_not_accepted, Ask, ConsoleState, Dialog, Focus,
-    Moved, RunningStage, Target,
+    Moved, RunningStage, Target, ACCEPT_SKIP_KEY, REPLAN_KEY,
 };
 use crate::console::theme::Theme;
 use crate::model::text::escape_control;
@@ -251,7 +251,7 @@ fn preview_lines<'a>(
     let since_opened = target.and_then(|t| opened_moved(t, plan));
     for changed in since_opened.iter().chain(moved) {
         lines.push(Line::styled(
-            format!("⚠ {} — r plans it again", changed.text()),
+            format!("⚠ {} — {REPLAN_KEY} plans it again", changed.text()),
             theme.danger,
         ));
     }
@@ -291,7 +291,7 @@ fn preview_lines<'a>(
     }
     if skip_not_accepted(plan) {
         lines.push(Line::styled(
-            "a accepts the skip (the command line's --accept-skip) and plans it again",
+            format!("{ACCEPT_SKIP_KEY} accepts the skip (the command line's --accept-skip) and plans it again"),
             theme.warn,
         ));
     }
@@ -323,7 +323,7 @@ fn footer_lines<'a>(
         Span::styled(escape_control(reason), theme.base),
         cursor(focus == Focus::Reason),
     ])];
-    if let (Some(expected), false) = (plan.confirm_text(), blocked) {
+    if let Some(expected) = plan.confirm_text() {
         lines.push(Line::from(vec![
             Span::styled(
                 format!("type {} to confirm: ", escape_control(expected)),
@@ -334,11 +334,11 @@ fn footer_lines<'a>(
         ]));
     }
     let disabled = if plan.refusal.is_some() {
-        Some("refused")
+        Some("refused".to_string())
     } else if blocked {
-        Some("the lease changed: r re-plans")
+        Some(format!("the lease changed: {REPLAN_KEY} re-plans"))
     } else if dialog.apply_disabled().is_some() {
-        Some("type the name first")
+        Some("type the name first".to_string())
     } else {
         None
     };
@@ -347,7 +347,7 @@ fn footer_lines<'a>(
         (false, true) => theme.base,
         (false, false) => theme.muted,
     };
-    let apply = match disabled {
+    let apply = match &disabled {
         Some(why) => format!("[ Apply — disabled: {why} ]"),
         None => "[ Apply ]".to_string(),
     };
@@ -356,14 +356,14 @@ fn footer_lines<'a>(
         Span::raw("  "),
         Span::styled(apply, focused(Focus::Apply, disabled.is_none())),
     ]));
-    let mut keys = vec!["tab moves", "enter chooses"];
+    let mut keys = vec!["tab moves".to_string(), "enter chooses".to_string()];
     if replan_offered(plan, blocked) {
-        keys.push("r re-plans");
+        keys.push(format!("{REPLAN_KEY} re-plans"));
     }
     if skip_not_accepted(plan) {
-        keys.push("a accepts the skip");
+        keys.push(format!("{ACCEPT_SKIP_KEY} accepts the skip"));
     }
-    keys.push("esc cancels");
+    keys.push("esc cancels".to_string());
     lines.push(Line::styled(keys.join(" · "), theme.muted));
     lines
 }
