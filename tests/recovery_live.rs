@@ -134,6 +134,42 @@ async fn a_lost_listener_waits_alive_and_resumes_after_a_reset_with_nothing_miss
         assert_eq!(state(&listener), ListenerState::HistoryLost);
         assert!(!seen.ids().contains("o2"), "nothing after the gap handled");
 
+        // A hand edit leaves the lease unreadable: that is neither an operator's
+        // decision nor a vacancy; the listener says so and keeps waiting.
+        let leases = live
+            .store
+            .client()
+            .database(&live.db)
+            .collection::<bson::Document>("leases");
+        let stored = leases
+            .find_one(doc! {"_id": RESOURCE})
+            .await
+            .unwrap()
+            .expect("the lease document");
+        let mut corrupt = stored.clone();
+        corrupt.insert("version", "seven");
+        leases
+            .replace_one(doc! {"_id": RESOURCE}, corrupt)
+            .await
+            .unwrap();
+        eventually("the listener names the malformed lease", || {
+            listener
+                .snapshot()
+                .last_error
+                .is_some_and(|e| e.contains("field version"))
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(
+            !seen.ids().contains("o2"),
+            "a malformed lease did not start it from anywhere"
+        );
+        assert_ne!(state(&listener), ListenerState::Streaming);
+        leases
+            .replace_one(doc! {"_id": RESOURCE}, stored)
+            .await
+            .unwrap();
+
         // The operator resets it to now with the binary, as the runbook says.
         let output = std::process::Command::new(assert_cmd::cargo::cargo_bin("streamward"))
             .env("NO_COLOR", "1")

@@ -468,6 +468,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 Ok(Recovery::Shutdown) => return Err(()),
                 Err(e) => {
                     tracing::warn!(resource = %self.config.resource, error = %e, "watching the lease for an operator's decision failed");
+                    // Still waiting for the operator, and why it cannot watch just now.
+                    self.status.send_modify(|s| {
+                        s.last_error = Some(format!(
+                            "{} (last attempt to watch the lease: {e})",
+                            stuck.message
+                        ));
+                    });
                     let pause = self.backoff.next(self.config.retry_backoff);
                     self.pause(pause).await?;
                 }

@@ -86,8 +86,8 @@ pub async fn wait_for_vacancy<S: LeaseStore>(
             biased;
             () = shutdown.cancelled() => return Ok(Vacancy::Shutdown),
             change = watch.changed() => {
-                let change = change?;
-                deadline = retry_at(change.lease.as_ref(), config, &clock);
+                let lease = change?.readable_lease()?;
+                deadline = retry_at(lease.as_ref(), config, &clock);
                 if deadline.is_some_and(|d| d <= Instant::now() + min_retry_gap(config)) {
                     return Ok(Vacancy::Maybe);
                 }
@@ -137,7 +137,7 @@ pub async fn wait_for_operator<S: LeaseStore>(
             biased;
             () = shutdown.cancelled() => return Ok(Recovery::Shutdown),
             change = watch.changed() => {
-                if operator_moved(change?.lease.as_ref(), stuck_at, invalidated) {
+                if operator_moved(change?.readable_lease()?.as_ref(), stuck_at, invalidated) {
                     return Ok(Recovery::Moved);
                 }
             }
@@ -149,6 +149,26 @@ pub async fn wait_for_operator<S: LeaseStore>(
 mod tests {
     use super::*;
     use crate::model::{ClusterTime, Invalidation, ResumeToken, TokenKind};
+
+    #[test]
+    fn a_malformed_lease_is_an_error_not_a_vacancy_or_a_go_ahead() {
+        let malformed = crate::store::LeaseChange {
+            resource: "r".into(),
+            lease: None,
+            malformed: Some(crate::store::MalformedDocument {
+                id: Some("r".into()),
+                problem: "field version: expected an integer, found string".into(),
+            }),
+        };
+        let error = malformed.readable_lease().unwrap_err();
+        assert!(error.to_string().contains("field version"), "{error}");
+        let deleted = crate::store::LeaseChange {
+            resource: "r".into(),
+            lease: None,
+            malformed: None,
+        };
+        assert_eq!(deleted.readable_lease().unwrap(), None);
+    }
 
     #[test]
     fn only_a_moved_resume_point_or_a_cleared_record_wakes_a_stuck_listener() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::StoreResult;
+use super::{StoreError, StoreResult};
 use crate::model::{
     ClusterTime, FieldSet, Invalidation, Lease, LeaseWrite, LockKind, Moment, Requirement,
     ResumeToken, WatchTarget,
@@ -175,6 +175,21 @@ pub struct LeaseChange {
     pub lease: Option<Lease>,
     /// What is wrong with the document after the change, when it cannot be read.
     pub malformed: Option<super::MalformedDocument>,
+}
+
+impl LeaseChange {
+    /// The lease after the change (`None`: deleted), or an error when its document
+    /// cannot be read: a malformed lease is not a vacant one, and not an operator's
+    /// decision either.
+    pub fn readable_lease(self) -> StoreResult<Option<Lease>> {
+        match self.malformed {
+            Some(malformed) => Err(StoreError::Malformed {
+                what: "lease document".into(),
+                detail: malformed.to_string(),
+            }),
+            None => Ok(self.lease),
+        }
+    }
 }
 
 /// A live feed of lease changes (a change stream on the lease collection).
