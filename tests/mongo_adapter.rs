@@ -1136,3 +1136,37 @@ async fn finalizing_a_record_twice_the_same_way_is_a_no_op_and_otherwise_an_erro
     );
     assert!(error.to_string().contains("already applied"), "{error}");
 }
+
+#[tokio::test]
+async fn a_finalization_whose_write_concern_failed_is_read_back_before_it_is_reported() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let oid = bson::oid::ObjectId::new();
+    let finalized = doc! {
+        "_id": oid, "operator": "ann", "at": bson::DateTime::from_millis(5), "action": "rewind",
+        "resource": "shop.orders", "state": "applied", "outcome": "applied",
+    };
+    server.script(
+        "update",
+        [Action::ok(doc! {
+            "n": 1, "nModified": 1,
+            "writeConcernError": { "code": 64, "codeName": "WriteConcernFailed", "errmsg": "waiting for replication timed out" },
+        })],
+    );
+    server.script(
+        "find",
+        [Action::ok(
+            doc! { "cursor": { "id": 0_i64, "ns": "sw.audit", "firstBatch": [finalized] } },
+        )],
+    );
+    let done = AuditFinish {
+        state: streamward::model::AuditState::Applied,
+        after: None,
+        outcome: "applied".into(),
+    };
+    store
+        .finish_audit(&oid.to_hex(), &done)
+        .await
+        .expect("the record reads back finalized: not 'stays pending'");
+    assert_eq!(server.commands("find").len(), 1, "it read the record back");
+}

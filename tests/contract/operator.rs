@@ -344,7 +344,7 @@ pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<
         .await
         .unwrap();
     store
-        .audit_step(&id, "bulk swap applied", Some(&intended), None)
+        .audit_step(&id, "bulk swap applied", Some(&lease), Some(&lease))
         .await
         .expect("the same step again (a retry) is no error");
     let mut given_back = intended.clone();
@@ -367,7 +367,7 @@ pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<
     assert_eq!(
         stepped.after.as_ref(),
         Some(&intended),
-        "a step without a lease keeps after"
+        "a step without a lease keeps after, and a repeated step changes nothing"
     );
     assert_eq!(stepped.state, AuditState::Pending);
 

@@ -35,7 +35,8 @@ impl MongoStore {
 
     /// One conditional update of a pending record, majority, retried once. Matching
     /// nothing is success only if the stored record shows the update made already
-    /// (`done`: a retry after a lost reply); otherwise the record is not pending.
+    /// (`done`: a retry after a lost reply); otherwise the record is not pending. A
+    /// reply lost or not confirmed by a majority is read back the same way.
     async fn update_pending(
         &self,
         oid: ObjectId,
@@ -53,9 +54,18 @@ impl MongoStore {
                 .into_future()
         })
         .await
-        .map_err(|e| self.audit_error(e, action))?;
-        if updated.matched_count == 1 {
-            return Ok(());
+        .map_err(|e| self.audit_error(e, action));
+        match updated {
+            Ok(updated) if updated.matched_count == 1 => return Ok(()),
+            Ok(_) => {}
+            // Applied on the primary, perhaps: the record says whether it was.
+            Err(error) if error.write_may_have_applied() => {
+                return match self.stored_audit(oid, action).await {
+                    Ok(Some(record)) if done(&record) => Ok(()),
+                    _ => Err(error),
+                };
+            }
+            Err(error) => return Err(error),
         }
         match self.stored_audit(oid, action).await? {
             Some(record) if done(&record) => Ok(()),

@@ -127,7 +127,12 @@ impl ChangeLog {
         self.last_time = event.cluster_time;
         let seq = self.next_seq;
         self.next_seq += 1;
-        let bytes = entry_bytes(&event);
+        // Measured only under a budget: serializing every document costs.
+        let bytes = if self.byte_budget == usize::MAX {
+            0
+        } else {
+            entry_bytes(&event)
+        };
         self.bytes += bytes;
         self.entries.push_back(LogEntry {
             seq,

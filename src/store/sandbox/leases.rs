@@ -198,13 +198,15 @@ impl AuditLog for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         let record = pending_record(&mut state, id)?;
-        // A step is known by its text: sent again (a retry), it is not added twice.
-        if !record.steps.iter().any(|s| s.what == what) {
-            record.steps.push(AuditStep {
-                at: now,
-                what: what.into(),
-            });
+        // A step is known by its text: sent again (a retry), it changes nothing, as
+        // the MongoDB filter `steps.what ≠ what` matches nothing then.
+        if record.steps.iter().any(|s| s.what == what) {
+            return Ok(());
         }
+        record.steps.push(AuditStep {
+            at: now,
+            what: what.into(),
+        });
         if after.is_some() {
             record.after = after.cloned();
         }
