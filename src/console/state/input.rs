@@ -426,7 +426,9 @@ impl ConsoleState {
     /// Quits at once, unless a running rebuild asks first: the one in the dialog, or
     /// one running in the background (its dialog comes back to ask).
     fn quit_asking_for_a_running_rebuild(&mut self) -> Vec<Effect> {
-        if self.dialog.is_none() {
+        // A rebuild in the background asks first, whatever dialog is open on top of it
+        // (an ask or a preview has written nothing; a running action asks for itself).
+        if !matches!(self.dialog, Some(Dialog::Running { .. })) {
             if let Some(background) = self.background_rebuild.take() {
                 self.dialog = Some(Dialog::Running {
                     action: ActionKind::Rebuild,

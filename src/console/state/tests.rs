@@ -1037,6 +1037,31 @@ fn a_running_rebuild_asks_before_cancelling_or_goes_on_in_the_background() {
     assert_eq!(press(&mut state, KeyCode::Char('y')), vec![Effect::Quit]);
 }
 
+#[test]
+fn ctrl_c_with_a_rebuild_in_the_background_asks_even_over_another_dialog() {
+    let mut state = loaded();
+    state.rebuilds = vec![("pet-aggregates".into(), "pets".into())];
+    state.dialog = Some(running_rebuild());
+    press(&mut state, KeyCode::Esc);
+    press(&mut state, KeyCode::Char('b'));
+    assert!(state.background_rebuild.is_some());
+    // Another action's dialog is open when the operator presses Ctrl-C.
+    press(&mut state, KeyCode::Char('t'));
+    assert!(matches!(state.dialog, Some(Dialog::Planning { .. })));
+    let ctrl_c = KeyEvent::new(KeyCode::Char('c'), KeyModifiers::CONTROL);
+    assert!(
+        state.on_key(ctrl_c).is_empty(),
+        "quitting would drop the rebuild and leave STUCK BULK: it asks first"
+    );
+    assert!(matches!(
+        state.dialog,
+        Some(Dialog::Running {
+            stage: RunningStage::ConfirmQuit,
+            ..
+        })
+    ));
+}
+
 // ------------------------------------------------------------------- footer and copy
 
 fn hints(state: &ConsoleState) -> Vec<String> {
