@@ -109,9 +109,12 @@ pub struct Checker {
     /// The documents those changes wrote.
     writes: BTreeMap<(Namespace, ClusterTime), (String, Document)>,
     listeners: BTreeMap<Arc<str>, ListenerObs>,
-    /// Changes before this time may never have been handled: history lost, a reset
-    /// that skipped on purpose, a bootstrap from an oldest entry that had moved on.
+    /// Changes before this time may never have been handled: history lost, a
+    /// bootstrap from an oldest entry that had moved on.
     frontier: BTreeMap<Namespace, ClusterTime>,
+    /// The same for resets that skipped on purpose, apart: a reset that turns out not
+    /// to have been written is taken back.
+    skip_frontier: BTreeMap<Namespace, ClusterTime>,
     /// Changes handled by a hold that then committed past them.
     committed: BTreeMap<Namespace, BTreeSet<ClusterTime>>,
 }
@@ -130,9 +133,24 @@ impl Checker {
         );
     }
 
-    /// An operator skipped, on purpose, every change of `ns` before `to`.
-    pub fn skipped(&mut self, ns: &Namespace, to: ClusterTime) {
-        self.advance(ns, to);
+    /// An operator skips, on purpose, every change of `ns` before `to` (noted before
+    /// the write, which a listener may act on at once); returns what to hand
+    /// [`Checker::not_skipped`] if the write turns out not to have been made.
+    pub fn skipped(&mut self, ns: &Namespace, to: ClusterTime) -> Option<ClusterTime> {
+        let previous = self.skip_frontier.get(ns).copied();
+        self.skip_frontier
+            .insert(ns.clone(), previous.map_or(to, |p| p.max(to)));
+        previous
+    }
+
+    /// The skip to `to` was not written: nothing before it was skipped on its account.
+    pub fn not_skipped(&mut self, ns: &Namespace, to: ClusterTime, previous: Option<ClusterTime>) {
+        if self.skip_frontier.get(ns) == Some(&to) {
+            match previous {
+                Some(previous) => self.skip_frontier.insert(ns.clone(), previous),
+                None => self.skip_frontier.remove(ns),
+            };
+        }
     }
 
     /// Changes of `ns` before `first` can no longer be read: those never handled and
@@ -155,7 +173,10 @@ impl Checker {
 
     /// Changes before this may have been skipped (`None`: nothing was).
     pub fn frontier(&self, ns: &Namespace) -> Option<ClusterTime> {
-        self.frontier.get(ns).copied()
+        self.frontier
+            .get(ns)
+            .copied()
+            .max(self.skip_frontier.get(ns).copied())
     }
 
     pub fn changes(&self, ns: &Namespace) -> &[ClusterTime] {

@@ -24,7 +24,8 @@
 //! lease or the target document as an observer read it right before (and after) the
 //! call: on one thread and with no await in between, those reads are exact.
 //!
-//! The audit log is delegated plainly (its trait is changing on another branch).
+//! The audit log's writes fail like any write (a reply lost after the write applied
+//! included); its reads are delegated plainly.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -740,7 +741,8 @@ impl OperatorStore for FaultyStore {
 
 impl AuditLog for FaultyStore {
     async fn begin_audit(&self, intent: &AuditIntent) -> StoreResult<String> {
-        self.inner.begin_audit(intent).await
+        self.plain("begin_audit", Kind::Write, self.inner.begin_audit(intent))
+            .await
     }
 
     async fn audit_step(
@@ -750,11 +752,21 @@ impl AuditLog for FaultyStore {
         after: Option<&Lease>,
         intends: Option<&Lease>,
     ) -> StoreResult<()> {
-        self.inner.audit_step(id, what, after, intends).await
+        self.plain(
+            "audit_step",
+            Kind::Write,
+            self.inner.audit_step(id, what, after, intends),
+        )
+        .await
     }
 
     async fn finish_audit(&self, id: &str, finish: &AuditFinish) -> StoreResult<()> {
-        self.inner.finish_audit(id, finish).await
+        self.plain(
+            "finish_audit",
+            Kind::Write,
+            self.inner.finish_audit(id, finish),
+        )
+        .await
     }
 
     async fn audit_log(&self, limit: usize) -> StoreResult<Listing<AuditRecord>> {

@@ -31,7 +31,7 @@ pub enum Acted {
     Changed,
     /// The swap's reply was lost: it may or may not have applied.
     Unknown,
-    /// It applied; its audit record is missing.
+    /// It applied; its audit record could not be finalized and stays pending.
     AuditUnfinished,
     /// Reading the facts or writing failed; nothing was written.
     Failed,

@@ -425,17 +425,25 @@ impl Sim {
             Ok(plan) => plan,
             Err((_, acted)) => return acted,
         };
+        let mut skip = None;
         if to == ResetTarget::Now {
             // Skipping on purpose: what comes before the new point may never be
             // handled. Noted before the write, which a listener may act on at once.
             if let Some(Some(at)) = resume_at(&plan) {
-                self.checker.skipped(&watched(resource), at);
+                skip = Some((at, self.checker.skipped(&watched(resource), at)));
             }
             if resource == PET_RESOURCE {
                 self.pets_need_rebuild = true;
             }
         }
-        self.operator.execute(&plan).await
+        let acted = self.operator.execute(&plan).await;
+        // Not written (refused, changed, failed before the swap): nothing was skipped.
+        if let (Some((at, previous)), Acted::Changed | Acted::Refused | Acted::Failed) =
+            (skip, &acted)
+        {
+            self.checker.not_skipped(&watched(resource), at, previous);
+        }
+        acted
     }
 
     async fn abort_bulk(&mut self) {
