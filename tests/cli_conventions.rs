@@ -530,6 +530,16 @@ fn stuck_bulk(id: &str) -> Document {
     bulk
 }
 
+/// Expired two minutes ago and nobody took it.
+fn unclaimed(id: &str) -> Document {
+    let mut lease = lease(id, LAST - 14);
+    lease.insert(
+        "expiresAt",
+        bson::DateTime::from_millis((i64::from(LAST) - 120) * 1000),
+    );
+    lease
+}
+
 fn invalidated(id: &str) -> Document {
     let mut lease = lease(id, LAST - 30);
     lease.insert("listenerId", bson::Bson::Null);
@@ -550,7 +560,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "ok: 1 leases, none AT RISK, LOST, INVALIDATED or STUCK BULK\n"
+        "ok: 1 leases, none AT RISK, LOST, INVALIDATED, STUCK BULK or UNCLAIMED\n"
     );
 
     let troubled = WireServer::start().await;
@@ -561,6 +571,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
             lease("shop.lost", FIRST - 600),
             invalidated("shop.gone"),
             stuck_bulk("pets"),
+            unclaimed("shop.mailer"),
         ]
     });
     let mut cmd = streamward();
@@ -573,6 +584,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
         ("shop.lost", "LOST"),
         ("shop.gone", "INVALIDATED"),
         ("pets", "STUCK BULK"),
+        ("shop.mailer", "UNCLAIMED"),
     ] {
         let row = table
             .lines()
@@ -586,7 +598,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
     );
     let err = text(&out.stderr);
     assert!(
-        err.contains("4 of 5 leases need attention: ")
+        err.contains("5 of 6 leases need attention: ")
             && err.contains("shop.at-risk AT RISK")
             && err.contains("pets STUCK BULK"),
         "{err}"
@@ -605,7 +617,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
     assert_eq!(out.status.code(), Some(6));
     let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(json["ok"], false);
-    assert_eq!(json["leases"], 5);
+    assert_eq!(json["leases"], 6);
     let problems: Vec<(&str, &str)> = json["problems"]
         .as_array()
         .unwrap()
@@ -617,8 +629,12 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
             )
         })
         .collect();
-    assert_eq!(problems.len(), 4, "{problems:?}");
+    assert_eq!(problems.len(), 5, "{problems:?}");
     assert!(problems.contains(&("shop.lost", "LOST")), "{problems:?}");
+    assert!(
+        problems.contains(&("shop.mailer", "UNCLAIMED")),
+        "{problems:?}"
+    );
     assert_eq!(json["error"]["exit"], 6);
     assert_eq!(json["error"]["kind"], "unhealthy");
 }

@@ -307,6 +307,15 @@ fn detail_of_an_invalidated_lease_says_what_happened_and_how_to_recover() {
 }
 
 #[test]
+fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
+    snapshot_both_sizes("detail_unclaimed", |state| {
+        state.execute_command_line("filter shop.invoices");
+        press(state, KeyCode::Enter);
+        press(state, KeyCode::Enter);
+    });
+}
+
+#[test]
 fn oplog_view() {
     snapshot_both_sizes("oplog", |state| press(state, KeyCode::Char('2')));
 }
@@ -477,6 +486,7 @@ fn takeover_plan() -> streamward::ops::Plan {
         operator: "ann@bastion".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
+        thresholds: streamward::model::HealthThresholds::default(),
     };
     streamward::ops::plan(
         &streamward::ops::ActionRequest::Takeover {
@@ -600,6 +610,7 @@ fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
         operator: "ann@bastion".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
+        thresholds: streamward::model::HealthThresholds::default(),
     }
 }
 

@@ -182,12 +182,23 @@ impl Snapshot {
 }
 
 /// The statuses `--check` fails on.
-const NEEDS_ATTENTION: [LeaseStatus; 4] = [
+const NEEDS_ATTENTION: [LeaseStatus; 5] = [
     LeaseStatus::AtRisk,
     LeaseStatus::Lost,
     LeaseStatus::Invalidated,
     LeaseStatus::StuckBulk,
+    LeaseStatus::Unclaimed,
 ];
+
+/// "AT RISK, LOST, …, STUCK BULK or UNCLAIMED".
+fn needs_attention_list() -> String {
+    let labels: Vec<&str> = NEEDS_ATTENTION.iter().map(|s| s.label()).collect();
+    match labels.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 pub async fn leases(
     settings: &Settings,
@@ -250,10 +261,7 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
     match settings.output {
         OutputFormat::Table if named.is_empty() => {
             if snapshot.window_denied.is_none() {
-                writeln!(
-                    out,
-                    "ok: {total} leases, none AT RISK, LOST, INVALIDATED or STUCK BULK"
-                )?;
+                writeln!(out, "ok: {total} leases, none {}", needs_attention_list())?;
             }
         }
         OutputFormat::Table => {

@@ -162,7 +162,10 @@ where
     let (events, data) = mpsc::channel(DATA_CHANNEL);
     let runner = ActionRunner {
         store: store.clone(),
-        options: GatherOptions::new(settings.operator.clone()),
+        options: GatherOptions {
+            thresholds: settings.thresholds,
+            ..GatherOptions::new(settings.operator.clone())
+        },
         rebuilds,
         reason: "from the console".into(),
     };

@@ -200,6 +200,7 @@ impl ActionSettings {
     pub fn from(settings: &Settings) -> Self {
         let mut gather = GatherOptions::new(settings.operator.clone());
         gather.read_only = settings.read_only;
+        gather.thresholds = settings.thresholds;
         Self {
             gather,
             output: settings.output,
@@ -691,6 +692,7 @@ mod tests {
                             operator: options.operator,
                             handover_lease: options.handover_lease,
                             bulk_lease: options.bulk_lease,
+                            thresholds: options.thresholds,
                         };
                         all.push((facts, defined));
                     }

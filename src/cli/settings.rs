@@ -201,6 +201,8 @@ pub struct ThresholdsFile {
     pub at_risk_share: Option<f64>,
     /// A caught-up lease whose stream had no entry for this long is IDLE, e.g. "30s".
     pub quiet_after: Option<String>,
+    /// A lease free for the taking this long that nobody took is UNCLAIMED, e.g. "30s".
+    pub unclaimed_after: Option<String>,
 }
 
 impl ConfigFile {
@@ -285,6 +287,9 @@ impl Settings {
             }
             if let Some(text) = &t.quiet_after {
                 thresholds.quiet_after = duration("quiet_after", text)?;
+            }
+            if let Some(text) = &t.unclaimed_after {
+                thresholds.unclaimed_after = duration("unclaimed_after", text)?;
             }
             if let Some(share) = t.at_risk_share {
                 if !(0.0..=1.0).contains(&share) {

@@ -16,6 +16,9 @@ pub struct HealthThresholds {
     pub at_risk_share: f64,
     /// A caught-up lease whose stream has had no entry for this long is IDLE.
     pub quiet_after: Duration,
+    /// A lease free for the taking this long that nobody took is UNCLAIMED: a waiting
+    /// standby takes a lease at its expiry, so none is running.
+    pub unclaimed_after: Duration,
 }
 
 impl Default for HealthThresholds {
@@ -24,7 +27,18 @@ impl Default for HealthThresholds {
             behind_after: Duration::from_secs(60),
             at_risk_share: 0.20,
             quiet_after: Duration::from_secs(30),
+            unclaimed_after: Duration::from_secs(30),
         }
+    }
+}
+
+impl HealthThresholds {
+    /// How long `lease` has been free for the taking without a taker, once that is long
+    /// enough to mean no standby is running (UNCLAIMED).
+    pub fn unclaimed_for(&self, lease: &Lease, now: DateTime<Utc>) -> Option<Duration> {
+        lease
+            .unclaimed_for(now)
+            .filter(|d| *d >= self.unclaimed_after)
     }
 }
 
@@ -35,6 +49,8 @@ pub enum LeaseStatus {
     /// The watched collection was dropped or renamed: its stream was closed for good.
     Invalidated,
     StuckBulk,
+    /// Free for the taking for a while and nobody took it: no listener of it is running.
+    Unclaimed,
     AtRisk,
     Behind,
     Expired,
@@ -44,10 +60,11 @@ pub enum LeaseStatus {
 
 impl LeaseStatus {
     /// Every status, worst first.
-    pub const ALL: [LeaseStatus; 8] = [
+    pub const ALL: [LeaseStatus; 9] = [
         LeaseStatus::Lost,
         LeaseStatus::Invalidated,
         LeaseStatus::StuckBulk,
+        LeaseStatus::Unclaimed,
         LeaseStatus::AtRisk,
         LeaseStatus::Behind,
         LeaseStatus::Expired,
@@ -60,6 +77,7 @@ impl LeaseStatus {
             LeaseStatus::Lost => "LOST",
             LeaseStatus::Invalidated => "INVALIDATED",
             LeaseStatus::StuckBulk => "STUCK BULK",
+            LeaseStatus::Unclaimed => "UNCLAIMED",
             LeaseStatus::AtRisk => "AT RISK",
             LeaseStatus::Behind => "BEHIND",
             LeaseStatus::Expired => "EXPIRED",
@@ -67,6 +85,16 @@ impl LeaseStatus {
             LeaseStatus::Ok => "OK",
         }
     }
+}
+
+/// What UNCLAIMED means for `resource`, free for the taking for `unclaimed` and not taken.
+pub fn unclaimed_explanation(resource: &str, unclaimed: Duration) -> String {
+    format!(
+        "free for the taking for {} and nobody took it: no listener of {resource} is running \
+         (a waiting standby takes a lease at its expiry); start one: until then no operator \
+         action gets it processed",
+        super::text::short_duration(unclaimed)
+    )
 }
 
 impl fmt::Display for LeaseStatus {
@@ -113,6 +141,7 @@ impl LeaseHealth {
         });
         let lost = token_time.zip(window).is_some_and(|(t, w)| t < w.first);
         let expired = lease.live_holder(now).is_none();
+        let unclaimed = thresholds.unclaimed_for(lease, now).is_some();
         let caught_up = token_time.zip(window).is_some_and(|(t, w)| t >= w.last);
         let quiet = window.is_some_and(|w| {
             w.last.to_datetime().is_some_and(|last| {
@@ -126,6 +155,8 @@ impl LeaseHealth {
             LeaseStatus::Invalidated
         } else if lease.kind == LockKind::Bulk && expired {
             LeaseStatus::StuckBulk
+        } else if unclaimed {
+            LeaseStatus::Unclaimed
         } else if headroom_share.is_some_and(|s| s < thresholds.at_risk_share) && !caught_up {
             LeaseStatus::AtRisk
         } else if lag.is_some_and(|l| l > thresholds.behind_after) {
@@ -274,6 +305,38 @@ mod tests {
         );
         lease.holder = None;
         assert_eq!(status(&lease, &window, now_at(2030)), LeaseStatus::Expired);
+    }
+
+    #[test]
+    fn unclaimed_once_free_for_the_taking_longer_than_the_threshold() {
+        let window = OplogWindow::new(at(0), at(2000));
+        let mut lease = held_lease(Some(1990), now_at(2000));
+        lease.expires_at = Some(now_at(2000));
+        assert_eq!(status(&lease, &window, now_at(2010)), LeaseStatus::Expired);
+        assert_eq!(status(&lease, &window, now_at(2029)), LeaseStatus::Expired);
+        assert_eq!(
+            status(&lease, &window, now_at(2030)),
+            LeaseStatus::Unclaimed
+        );
+        // Released (no holder) counts from the release; AT RISK and BEHIND rank below.
+        lease.holder = None;
+        lease.resume_at = Some(at(100));
+        assert_eq!(
+            status(&lease, &window, now_at(2030)),
+            LeaseStatus::Unclaimed
+        );
+        // A bulk lease left behind is STUCK BULK, and history lost is LOST, first.
+        lease.kind = LockKind::Bulk;
+        assert_eq!(
+            status(&lease, &window, now_at(2030)),
+            LeaseStatus::StuckBulk
+        );
+        lease.resume_at = Some(ClusterTime::new(BASE - 1, 1));
+        assert_eq!(status(&lease, &window, now_at(2030)), LeaseStatus::Lost);
+        // Never expired (no expiry recorded): not known to be unclaimed.
+        let mut fresh = Lease::vacant("r");
+        fresh.resume_at = Some(at(1990));
+        assert_eq!(status(&fresh, &window, now_at(9000)), LeaseStatus::Expired);
     }
 
     #[test]

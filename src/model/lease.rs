@@ -180,6 +180,17 @@ impl Lease {
         }
     }
 
+    /// How long the lease has been free for the taking without anyone taking it: since
+    /// its expiry (or release), while no holder is live. `None` while held, and for a
+    /// lease that never had an expiry.
+    pub fn unclaimed_for(&self, now: DateTime<Utc>) -> Option<std::time::Duration> {
+        if self.live_holder(now).is_some() {
+            return None;
+        }
+        self.expires_at
+            .map(|at| (now - at).to_std().unwrap_or_default())
+    }
+
     pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
         self.expires_at.is_none_or(|at| at <= now)
     }

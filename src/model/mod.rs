@@ -11,7 +11,7 @@ pub mod text;
 
 pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
 pub use cluster_time::ClusterTime;
-pub use health::{HealthThresholds, LeaseHealth, LeaseStatus};
+pub use health::{unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus};
 pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};

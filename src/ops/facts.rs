@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{AuditRecord, ClusterTime, Lease, OplogWindow};
+use crate::model::{AuditRecord, ClusterTime, HealthThresholds, Lease, OplogWindow};
 use crate::store::Namespace;
 
 /// The changes between two points of one namespace's history.
@@ -64,6 +64,8 @@ pub struct PlanFacts {
     pub handover_lease: Duration,
     /// How long the bulk lease lasts between a rebuild's renewals.
     pub bulk_lease: Duration,
+    /// The status rules the console and `leases` apply, so a plan says what they say.
+    pub thresholds: HealthThresholds,
 }
 
 /// Settings for [`super::gather`] that come from the caller, not the store.
@@ -77,6 +79,7 @@ pub struct GatherOptions {
     pub rebuild: Option<RebuildTarget>,
     pub handover_lease: Duration,
     pub bulk_lease: Duration,
+    pub thresholds: HealthThresholds,
 }
 
 impl GatherOptions {
@@ -92,6 +95,7 @@ impl GatherOptions {
             rebuild: None,
             handover_lease: Self::DEFAULT_HANDOVER_LEASE,
             bulk_lease: Self::DEFAULT_BULK_LEASE,
+            thresholds: HealthThresholds::default(),
         }
     }
 }

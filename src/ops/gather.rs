@@ -43,6 +43,7 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         operator: options.operator.clone(),
         handover_lease: options.handover_lease,
         bulk_lease: options.bulk_lease,
+        thresholds: options.thresholds,
     };
     if let Some(range) = affected_range(request, &facts) {
         let limit = options.count_limit.max(1);

@@ -653,12 +653,22 @@ mod tests {
         table.upsert(lease("c", None, 0), now());
         assert_eq!(table.count(LeaseStatus::Expired), 1);
         let mut later = context();
-        later.now = now() + chrono::Duration::seconds(60);
+        later.now = now() + chrono::Duration::seconds(20);
         table.set_context(later);
         assert_eq!(
             table.count(LeaseStatus::Expired),
             2,
             "b's holder expired too"
+        );
+        // Nobody took b or c within the threshold (30 s) of their expiry.
+        later.now = now() + chrono::Duration::seconds(40);
+        table.set_context(later);
+        assert_eq!(
+            (
+                table.count(LeaseStatus::Expired),
+                table.count(LeaseStatus::Unclaimed)
+            ),
+            (0, 2)
         );
         assert_eq!(table.count(LeaseStatus::Lost), 1);
     }

@@ -385,6 +385,7 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
         operator: "ann@ops".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
+        thresholds: crate::model::HealthThresholds::default(),
     }
 }
 

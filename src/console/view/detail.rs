@@ -10,7 +10,7 @@ use super::format::{cluster_clock, duration, status_style, DASH};
 use crate::console::state::{ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
 use crate::model::text::{clock_and_relative, escape_control};
-use crate::model::{ResumeToken, TokenVersion};
+use crate::model::{unclaimed_explanation, LeaseStatus, ResumeToken, TokenVersion};
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let Some(entry) = state.leases.selected() else {
@@ -209,6 +209,17 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
             Span::styled(health.status.label(), status_style(health.status, theme)),
         ]),
     ];
+    if health.status == LeaseStatus::Unclaimed {
+        if let Some(unclaimed) = lease.unclaimed_for(state.server_now()) {
+            lines.push(Line::from(vec![
+                Span::styled(format!("{:<12}", "why"), theme.muted),
+                Span::styled(
+                    unclaimed_explanation(&escape_control(&lease.resource), unclaimed),
+                    theme.warn,
+                ),
+            ]));
+        }
+    }
     if let Some(invalidated) = &lease.invalidated {
         // The stream was closed for good: what happened, and the way out.
         lines.push(field("closed", escape_control(&invalidated.reason), theme));

@@ -79,7 +79,10 @@ pub fn bar(share: f64, width: usize) -> (String, String) {
 
 pub fn status_style(status: LeaseStatus, theme: &Theme) -> Style {
     match status {
-        LeaseStatus::Lost | LeaseStatus::Invalidated | LeaseStatus::StuckBulk => theme.danger,
+        LeaseStatus::Lost
+        | LeaseStatus::Invalidated
+        | LeaseStatus::StuckBulk
+        | LeaseStatus::Unclaimed => theme.danger,
         LeaseStatus::AtRisk | LeaseStatus::Behind | LeaseStatus::Expired => theme.warn,
         LeaseStatus::Idle => theme.muted,
         LeaseStatus::Ok => theme.ok,

@@ -132,10 +132,17 @@ fn oplog_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
         + table.count(LeaseStatus::Invalidated)
         + table.count(LeaseStatus::StuckBulk);
     let risk = table.count(LeaseStatus::AtRisk);
+    let unclaimed = table.count(LeaseStatus::Unclaimed);
     spans.push(Span::styled(format!("   leases {total}"), theme.base));
     if lost > 0 {
         spans.push(Span::styled(
             format!("  {lost} need recovery"),
+            theme.danger,
+        ));
+    }
+    if unclaimed > 0 {
+        spans.push(Span::styled(
+            format!("  {unclaimed} unclaimed"),
             theme.danger,
         ));
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::guards::{fence_effect, holder_warning, refuse_bulk};
 use super::{change, Decision, PlanEffect};
 use crate::model::text::{escape_control, short_duration};
-use crate::model::Lease;
+use crate::model::{unclaimed_explanation, Lease};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::request::ActionKind;
@@ -31,6 +31,12 @@ pub(super) fn takeover(
             effect
                 .lines
                 .push("releases the lease now: any standby takes it over".into());
+            if let Some(unclaimed) = facts.thresholds.unclaimed_for(lease, facts.now) {
+                warnings.push(unclaimed_explanation(
+                    &escape_control(&lease.resource),
+                    unclaimed,
+                ));
+            }
             change(lease, None, Duration::ZERO)
         }
         (Some(listener), None) => {
@@ -51,6 +57,12 @@ pub(super) fn takeover(
                 facts.operator,
                 short_duration(hold)
             ));
+            if let Some(unclaimed) = facts.thresholds.unclaimed_for(lease, facts.now) {
+                warnings.push(unclaimed_explanation(
+                    &escape_control(&lease.resource),
+                    unclaimed,
+                ));
+            }
             change(lease, Some(facts.operator.clone()), hold)
         }
     };

@@ -69,6 +69,7 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
         operator: "ann@host".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
+        thresholds: crate::model::HealthThresholds::default(),
     }
 }
 
@@ -261,6 +262,40 @@ fn takeover_of_a_lost_lease_warns_that_it_will_not_help() {
         "{:?}",
         p.warnings
     );
+}
+
+#[test]
+fn takeover_of_a_lease_nobody_took_says_no_standby_is_running() {
+    // Expired 5m ago (`expired`), and nobody took it: releasing it again changes nothing.
+    for request in [
+        takeover(None, None),
+        takeover(None, Some(Duration::from_secs(60))),
+    ] {
+        let p = plan(&request, &facts(Some(expired(live_lease()))));
+        accepted(&p);
+        assert!(
+            p.warnings.iter().any(|w| w.starts_with(
+                "free for the taking for 5m00s and nobody took it: no listener of shop.orders is running"
+            )),
+            "{:?}",
+            p.warnings
+        );
+    }
+    // Expired a moment ago: a standby may be about to take it; nothing to say.
+    let mut lease = live_lease();
+    lease.expires_at = Some(wall(3600 - 5));
+    let p = plan(&takeover(None, None), &facts(Some(lease)));
+    assert!(
+        !p.warnings.iter().any(|w| w.contains("nobody took it")),
+        "{:?}",
+        p.warnings
+    );
+    // Handing it to a named listener is the one takeover that can help: no warning.
+    let p = plan(
+        &takeover(Some("w9"), None),
+        &facts(Some(expired(live_lease()))),
+    );
+    assert!(!p.warnings.iter().any(|w| w.contains("nobody took it")));
 }
 
 // ------------------------------------------------------------------ rewind
