@@ -773,6 +773,7 @@ async fn an_operator_change_on_a_moved_version_changes_no_lease_and_is_recorded_
     let OperatorOutcome::Changed {
         current: Some(current),
         audit,
+        ..
     } = outcome
     else {
         panic!("expected Changed, got {outcome:?}")

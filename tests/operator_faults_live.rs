@@ -408,6 +408,35 @@ async fn the_binary_reports_a_twice_lost_swap_as_unknown_and_audit_judges_it() {
         println!("-- then `streamward audit`:\n{out}");
         assert!(out.contains("PENDING"), "{out}");
         assert!(out.contains("nothing was written; plan it again"), "{out}");
+
+        // The same with --output json: one document with the plan, `written: null`
+        // (unknown), the pending record's id and the error.
+        let armed = set
+            .fail_command(
+                primary,
+                2,
+                doc! {
+                    "closeConnection": true,
+                    "failCommands": ["findAndModify"],
+                    "appName": "sw-faults-cli",
+                },
+            )
+            .await;
+        let output = streamward()
+            .args(["takeover", RESOURCE, "--execute", "--output", "json"])
+            .output()
+            .unwrap();
+        assert_eq!(armed.off(&set).await, 2);
+        assert_eq!(output.status.code(), Some(1));
+        let json: serde_json::Value =
+            serde_json::from_slice(&output.stdout).expect("one JSON document on stdout");
+        println!("-- with --output json:\n{json:#}");
+        assert_eq!(json["written"], serde_json::Value::Null, "{json}");
+        assert_eq!(json["plan"]["resource"], RESOURCE, "{json}");
+        assert_eq!(json["error"]["exit"], 1, "{json}");
+        let newest = live.store.audit_log(1).await.unwrap().items;
+        assert_eq!(newest[0].state, AuditState::Pending);
+        assert_eq!(json["auditId"], newest[0].id.as_str(), "{json}");
     })
     .await;
 }

@@ -185,6 +185,7 @@ mod tests {
             planned: 1,
             current: Some(2),
             holder: None,
+            audit_id: None,
             audit: None,
         })
         .context("taking over r");
@@ -209,6 +210,7 @@ mod tests {
             name: "n".into(),
             resource: "r".into(),
             what: "failed: x".into(),
+            audit_id: "1".into(),
             audit: "audit record 1 stays pending (timeout)".into(),
         });
         assert!(stuck

@@ -208,6 +208,28 @@ impl ActionSettings {
     }
 }
 
+/// With `--output json`, what a failed `--execute` left: the plan, whether the lease was
+/// written (`null`: unknown) and the audit record (the error is merged in by the caller's
+/// `Out`). Returns the error to end the command with.
+fn print_failed(
+    out: &mut dyn Write,
+    plan: &Plan,
+    output: OutputFormat,
+    error: OpsError,
+) -> anyhow::Result<anyhow::Error> {
+    if output == OutputFormat::Json {
+        print_json(
+            out,
+            serde_json::json!({
+                "plan": plan_json(plan),
+                "written": error.written(),
+                "auditId": error.audit_id(),
+            }),
+        )?;
+    }
+    Ok(error.into())
+}
+
 fn print_plan(out: &mut dyn Write, plan: &Plan, output: OutputFormat) -> anyhow::Result<()> {
     if output == OutputFormat::Table {
         write!(out, "{}", describe::plan_text(plan))?;
@@ -268,7 +290,10 @@ pub async fn run_action<S: OperatorStore + AuditLog>(
         }
         return Ok(());
     }
-    let done = ops::execute(store, &plan, options.reason.clone()).await?;
+    let done = match ops::execute(store, &plan, options.reason.clone()).await {
+        Ok(done) => done,
+        Err(error) => return Err(print_failed(out, &plan, settings.output, error)?),
+    };
     match settings.output {
         OutputFormat::Table => write!(out, "\n{}", describe::executed_text(&done))?,
         OutputFormat::Json => print_json(
@@ -342,7 +367,10 @@ where
     .await;
     drop(progress);
     let _ = shown.await;
-    let done = result?;
+    let done = match result {
+        Ok(done) => done,
+        Err(error) => return Err(print_failed(out, &plan, settings.output, error)?),
+    };
     match settings.output {
         OutputFormat::Table => write!(
             out,

@@ -34,7 +34,8 @@ pub enum OpsError {
         planned: i64,
         current: Option<i64>,
         holder: Option<String>,
-        /// How the action's audit record was finalized.
+        /// The action's audit record, and how it was finalized.
+        audit_id: Option<String>,
         audit: Option<String>,
     },
     /// The server refused the lease write: nothing was written to the lease.
@@ -42,6 +43,7 @@ pub enum OpsError {
     NotApplied {
         action: String,
         resource: String,
+        audit_id: String,
         audit: String,
         /// What failed (shown in the message, not chained as a source, so it is
         /// printed once).
@@ -92,6 +94,7 @@ pub enum OpsError {
         resource: String,
         /// "failed: …" or "was cancelled".
         what: String,
+        audit_id: String,
         /// Where its audit record stands.
         audit: String,
     },
@@ -105,6 +108,7 @@ pub enum OpsError {
         name: String,
         resource: String,
         what: String,
+        audit_id: String,
         audit: String,
     },
     /// The plan is for another way of executing (a rebuild plan given to `execute`).
@@ -112,4 +116,38 @@ pub enum OpsError {
     WrongPlan(String),
     #[error(transparent)]
     Store(#[from] StoreError),
+}
+
+impl OpsError {
+    /// Whether the lease was written: `Some(false)` nothing was, `Some(true)` the change
+    /// (or a rebuild's bulk lease) stands, `None` unknown.
+    pub fn written(&self) -> Option<bool> {
+        match self {
+            OpsError::Refused(_)
+            | OpsError::NotStarted { .. }
+            | OpsError::Changed { .. }
+            | OpsError::NotApplied { .. }
+            | OpsError::WrongPlan(_) => Some(false),
+            OpsError::AuditUnfinished { .. }
+            | OpsError::StuckBulk { .. }
+            | OpsError::BulkTakenAway { .. } => Some(true),
+            OpsError::OutcomeUnknown { .. } | OpsError::Store(_) => None,
+        }
+    }
+
+    /// The audit record this attempt left, if it got that far.
+    pub fn audit_id(&self) -> Option<&str> {
+        match self {
+            OpsError::Changed { audit_id, .. } => audit_id.as_deref(),
+            OpsError::NotApplied { audit_id, .. }
+            | OpsError::AuditUnfinished { audit_id, .. }
+            | OpsError::OutcomeUnknown { audit_id, .. }
+            | OpsError::StuckBulk { audit_id, .. }
+            | OpsError::BulkTakenAway { audit_id, .. } => Some(audit_id),
+            OpsError::Refused(_)
+            | OpsError::NotStarted { .. }
+            | OpsError::WrongPlan(_)
+            | OpsError::Store(_) => None,
+        }
+    }
 }

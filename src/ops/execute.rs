@@ -52,16 +52,19 @@ pub(super) fn executable(plan: &Plan) -> Result<(&OperatorChange, &Lease), OpsEr
     }
 }
 
+/// `audit`: the record's id and how it was finalized.
 pub(super) fn changed(
     change: &OperatorChange,
     current: Option<Lease>,
-    audit: Option<String>,
+    audit: Option<(String, String)>,
 ) -> OpsError {
+    let (audit_id, audit) = audit.unzip();
     OpsError::Changed {
         resource: change.resource.clone(),
         planned: change.expected_version,
         current: current.as_ref().map(|l| l.version),
         holder: current.and_then(|l| l.holder),
+        audit_id,
         audit,
     }
 }
@@ -230,9 +233,10 @@ pub enum OperatorOutcome {
         remark: Option<String>,
     },
     /// The lease changed since it was planned (or does not exist): nothing written to
-    /// it; `audit` says how its record was finalized.
+    /// it; `audit` says how its record `audit_id` was finalized.
     Changed {
         current: Option<Lease>,
+        audit_id: String,
         audit: String,
     },
 }
@@ -290,7 +294,11 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
         }
         Ok(Resolved::Changed { current, remark }) => {
             let audit = finish_changed(store, &audit_id, change, current.as_ref(), remark).await;
-            Ok(OperatorOutcome::Changed { current, audit })
+            Ok(OperatorOutcome::Changed {
+                current,
+                audit_id,
+                audit,
+            })
         }
         Err(source) if source.write_may_have_applied() => {
             let _ = store
@@ -323,6 +331,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
             Err(OpsError::NotApplied {
                 action,
                 resource: change.resource.clone(),
+                audit_id,
                 audit,
                 cause: Box::new(source),
             })
@@ -362,6 +371,10 @@ pub async fn execute<S: OperatorStore + AuditLog>(
             operation_time,
             remark,
         }),
-        OperatorOutcome::Changed { current, audit } => Err(changed(change, current, Some(audit))),
+        OperatorOutcome::Changed {
+            current,
+            audit_id,
+            audit,
+        } => Err(changed(change, current, Some((audit_id, audit)))),
     }
 }

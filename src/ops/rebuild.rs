@@ -168,7 +168,7 @@ where
         }
         Ok(Resolved::Changed { current, remark }) => {
             let audit = finish_changed(store, &audit_id, change, current.as_ref(), remark).await;
-            return Err(changed(change, current, Some(audit)));
+            return Err(changed(change, current, Some((audit_id, audit))));
         }
         Err(error) if error.write_may_have_applied() => {
             step(
@@ -201,6 +201,7 @@ where
             return Err(OpsError::NotApplied {
                 action: plan.action.name().to_string(),
                 resource: change.resource.clone(),
+                audit_id,
                 audit,
                 cause: Box::new(error),
             });
@@ -380,6 +381,7 @@ async fn taken_away<S: AuditLog>(
         name,
         resource: bulk.resource.clone(),
         what,
+        audit_id: audit_id.to_string(),
         audit,
     }
 }
@@ -411,6 +413,7 @@ async fn leave_stuck_bulk<S: OperatorStore + AuditLog>(
         name,
         resource: bulk.resource.clone(),
         what,
+        audit_id: audit_id.to_string(),
         audit,
     }
 }

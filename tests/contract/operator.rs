@@ -208,7 +208,7 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
         .await
         .unwrap();
     assert!(
-        matches!(&outcome, OperatorOutcome::Changed { current: Some(current), audit } if *current == lease && audit.ends_with(": not applied")),
+        matches!(&outcome, OperatorOutcome::Changed { current: Some(current), audit, .. } if *current == lease && audit.ends_with(": not applied")),
         "a version that moved on since planning: nothing written, the current lease reported: {outcome:?}"
     );
     assert_eq!(
