@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
 use streamward::cli::{self, exit, output};
+use streamward::model::text::escape_control;
 
 fn main() -> ExitCode {
     let cli = match cli::parse() {
@@ -39,18 +40,38 @@ fn init_logging(interactive: bool) {
         .open(&path)
     {
         Ok(file) => {
-            let _ = tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("STREAMWARD_LOG_LEVEL")
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            let _ = tracing_subscriber::registry()
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(std::sync::Mutex::new(file))
+                        .with_ansi(false),
                 )
-                .with_writer(std::sync::Mutex::new(file))
-                .with_ansi(false)
+                .with(log_filter())
                 .try_init();
         }
         Err(e) => output::say(format_args!(
             "warning: cannot open log file {path}: {e}; logging is off"
         )),
+    }
+}
+
+/// `STREAMWARD_LOG_LEVEL`: a level (`debug`) or `target=level` pairs
+/// (`info,streamward::engine=debug`); `info` when unset, and when it does not parse
+/// (said on stderr).
+fn log_filter() -> tracing_subscriber::filter::Targets {
+    let default = tracing_subscriber::filter::Targets::new()
+        .with_default(tracing_subscriber::filter::LevelFilter::INFO);
+    match std::env::var("STREAMWARD_LOG_LEVEL") {
+        Ok(text) => text.parse().unwrap_or_else(|e| {
+            output::say(format_args!(
+                "warning: STREAMWARD_LOG_LEVEL={:?} is not a level or a list of target=level ({e}); logging at info",
+                escape_control(&text)
+            ));
+            default
+        }),
+        Err(_) => default,
     }
 }
 
