@@ -30,8 +30,8 @@ pub struct LeasesArgs {
     /// How often --watch reads the leases.
     #[arg(long, default_value = "2s", value_name = "DURATION", requires = "watch", value_parser = parse_interval)]
     pub interval: Duration,
-    /// For cron and monitors: list only the leases that are AT RISK, LOST, INVALIDATED
-    /// or STUCK BULK (or unreadable) and exit 6 if there is one; exit 0 if none.
+    /// For cron and monitors: list only the leases that are AT RISK, LOST, INVALIDATED,
+    /// STUCK BULK or UNCLAIMED (or unreadable) and exit 6 if there is one; exit 0 if none.
     #[arg(long)]
     pub check: bool,
     #[command(flatten)]

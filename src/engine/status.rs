@@ -22,7 +22,8 @@ pub enum ListenerState {
     /// The watched collection was dropped or renamed and the server closed the stream:
     /// waits on its lease like `HistoryLost`.
     Invalidated,
-    /// Would not start (e.g. no oplog access and no explicit `bootstrap = "now"`).
+    /// Would not start (e.g. no oplog access for a lease with no resume point, and
+    /// `ListenerConfig::bootstrap` not `Bootstrap::Now`).
     Refused,
     Stopped,
 }
