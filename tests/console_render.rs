@@ -678,3 +678,41 @@ fn dialogs_that_stay_true() {
         press(state, KeyCode::Esc);
     });
 }
+
+/// A reason longer than the dialog is wide wrapped onto the lines under it and pushed
+/// the name, the buttons and the keys out of the dialog at 80×24: each field is one
+/// line now, showing its end (where the cursor is), marked where it is cut.
+#[test]
+fn a_long_reason_keeps_the_name_the_buttons_and_the_keys_in_sight() {
+    let reason = "holder hung since the deploy at 03:05, pager 4411, see the incident channel for the timeline";
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Demo);
+        state.execute_command_line("filter shop.orders");
+        press(&mut state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        for c in "shop.orders".chars() {
+            press(&mut state, KeyCode::Char(c));
+        }
+        press(&mut state, KeyCode::BackTab);
+        for c in reason.chars() {
+            press(&mut state, KeyCode::Char(c));
+        }
+        let text = screen(&mut state, width, height);
+        let line_with = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("{width}x{height}: no {needle:?} in\n{text}"))
+        };
+        let field = line_with("reason (for the audit record): ");
+        assert!(
+            field.contains("for the timeline▏"),
+            "the end of the reason, with the cursor: {field}"
+        );
+        if width == 80 {
+            assert!(field.contains(": …"), "marked where it is cut: {field}");
+        }
+        line_with("type shop.orders to confirm: shop.orders");
+        line_with("[ Cancel ]  [ Apply ]");
+        line_with("esc cancels");
+    }
+}
