@@ -716,3 +716,54 @@ fn a_long_reason_keeps_the_name_the_buttons_and_the_keys_in_sight() {
         line_with("esc cancels");
     }
 }
+
+/// A plan taller than the dialog at 80×24 (a LOST lease's reset to now, moved on
+/// since it was planned) was cut mid-sentence without a word: its last row says so.
+#[test]
+fn a_plan_taller_than_the_dialog_says_it_is_cut() {
+    let prepare = |state: &mut ConsoleState| {
+        state.execute_command_line("filter legacy.feed");
+        press(state, KeyCode::Char('X'));
+        let lost = leases().remove(4);
+        for accept_skip in [false, true] {
+            let request = streamward::ops::ActionRequest::Reset {
+                resource: lost.resource.clone(),
+                to: streamward::ops::ResetTarget::Now,
+                accept_skip,
+            };
+            let plan = streamward::ops::plan(&request, &orders_facts(lost.clone()));
+            state.apply(DataEvent::Planned(Ok(Box::new(plan))), now());
+            if !accept_skip {
+                state.on_key(KeyEvent::new(KeyCode::Char('s'), KeyModifiers::CONTROL));
+            }
+        }
+        let mut moved = lost;
+        moved.holder = Some("app-9/2".into());
+        moved.version += 1;
+        state.apply(DataEvent::LeaseChanged(Box::new(moved)), now());
+    };
+    let mut state = state(Mode::Demo);
+    prepare(&mut state);
+    let small = screen(&mut state, 80, 24);
+    assert!(small.contains("changed since planned"), "{small}");
+    let mark = small
+        .lines()
+        .find(|l| l.contains("more lines: a taller terminal shows the whole plan"))
+        .unwrap_or_else(|| panic!("the cut is marked:\n{small}"));
+    assert!(
+        small
+            .lines()
+            .skip_while(|l| *l != mark)
+            .nth(1)
+            .is_some_and(|l| l.contains("reason (for the audit record)")),
+        "right above the fields:\n{small}"
+    );
+    assert!(small.contains("esc cancels"), "{small}");
+    let mut state = self::state(Mode::Demo);
+    prepare(&mut state);
+    let large = screen(&mut state, 120, 40);
+    assert!(
+        !large.contains("more lines") && large.contains("! the current resume point is LOST"),
+        "nothing cut at 120×40:\n{large}"
+    );
+}

@@ -1,8 +1,9 @@
 //! The guarded-action dialog over the current view.
 
+use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Gauge, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Clear, Gauge, Paragraph, Widget, Wrap};
 use ratatui::Frame;
 
 use super::format::{fit, fit_tail, pack, text_width};
@@ -79,8 +80,8 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             let [body, bottom] =
                 Layout::vertical([Constraint::Min(0), Constraint::Length(footer.len() as u16)])
                     .areas(inner);
-            let compact = body.height < 20;
-            frame.render_widget(
+            // Every field of the lease when they fit, else only the changed ones.
+            let plan_text = |compact| {
                 Paragraph::new(preview_lines(
                     target.as_ref(),
                     plan,
@@ -88,9 +89,16 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                     compact,
                     theme,
                 ))
-                .wrap(Wrap { trim: false }),
-                body,
-            );
+                .wrap(Wrap { trim: false })
+            };
+            let full = plan_text(false);
+            let plan_text =
+                if rows_used(&full, body.width, body.height.saturating_add(1)) <= body.height {
+                    full
+                } else {
+                    plan_text(true)
+                };
+            draw_marking_the_cut(frame, plan_text, body, theme);
             // Every footer line fits the width (fields show their end, the keys are
             // packed): wrapping one would push the buttons or the keys out of sight.
             frame.render_widget(Paragraph::new(footer), bottom);
@@ -164,6 +172,42 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             .block(block(title, theme)),
         popup,
     );
+}
+
+/// Draws `paragraph` in `area`; when it is taller, its last row says how many rows are
+/// cut instead, so a plan is never cut mid-sentence without a word (at 80×24 a
+/// "changed since" line pushes a LOST plan's last warning out).
+fn draw_marking_the_cut(frame: &mut Frame, paragraph: Paragraph, area: Rect, theme: &Theme) {
+    let needed = rows_used(&paragraph, area.width, area.height.saturating_add(100));
+    if needed <= area.height || area.height == 0 {
+        frame.render_widget(paragraph, area);
+        return;
+    }
+    let [shown, mark] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+    frame.render_widget(paragraph, shown);
+    let cut = needed - shown.height;
+    frame.render_widget(
+        Paragraph::new(Line::styled(
+            fit(
+                &format!("… {cut} more lines: a taller terminal shows the whole plan"),
+                usize::from(mark.width),
+            ),
+            theme.warn,
+        )),
+        mark,
+    );
+}
+
+/// Rows `paragraph` takes at `width`, up to `limit`: drawn on a scratch buffer (the
+/// wrapping is ratatui's own), counted to its last row with anything on it.
+fn rows_used(paragraph: &Paragraph, width: u16, limit: u16) -> u16 {
+    let area = Rect::new(0, 0, width, limit);
+    let mut scratch = Buffer::empty(area);
+    paragraph.clone().render(area, &mut scratch);
+    (0..limit)
+        .rev()
+        .find(|&y| (0..width).any(|x| scratch[(x, y)].symbol() != " "))
+        .map_or(0, |y| y + 1)
 }
 
 /// The question before planning: how far to rewind, or whom to hand over to.
