@@ -424,7 +424,14 @@ fn footer_lines<'a>(
         Span::raw("  "),
         Span::styled(apply, focused(Focus::Apply, disabled.is_none())),
     ]));
-    let mut keys = vec!["tab moves".to_string(), "enter chooses".to_string()];
+    // What enter does here, said outright: with the name typed, enter on the focused
+    // Cancel is easily taken for Apply.
+    let enter = match focus {
+        Focus::Cancel => "enter chooses Cancel",
+        Focus::Apply => "enter chooses Apply",
+        Focus::Reason => "enter goes to Apply",
+    };
+    let mut keys = vec!["tab moves".to_string(), enter.to_string()];
     if replan_offered(plan, blocked) {
         keys.push(format!("{REPLAN_KEY} re-plans"));
     }
