@@ -767,3 +767,35 @@ fn a_plan_taller_than_the_dialog_says_it_is_cut() {
         "nothing cut at 120×40:\n{large}"
     );
 }
+
+/// Seen at 80×24 in the recovery walk: the oplog view cut the server time to `03:`
+/// without a mark, the audit list cut the resource to `shop.ma…` with nothing naming
+/// it whole, and one record was "last 1 operator actions".
+#[test]
+fn oplog_and_audit_say_it_whole_at_80_columns() {
+    let mut state = state(Mode::Demo);
+    state.execute_command_line("oplog");
+    let text = screen(&mut state, 80, 24);
+    let facts = text
+        .lines()
+        .find(|l| l.contains("server time "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let time = facts.split("server time ").nth(1).unwrap_or_default();
+    let time = time.trim_end_matches(['│', ' ', '"']);
+    assert!(
+        time.len() == 8 && time.split(':').count() == 3,
+        "the server time whole: {facts}"
+    );
+
+    state.execute_command_line("audit");
+    let text = screen(&mut state, 80, 24);
+    assert!(
+        text.contains("rebuild pet-aggregates · reason: -"),
+        "the selected record's action and resource whole:\n{text}"
+    );
+    let mut one = state.audit.clone();
+    one.truncate(1);
+    state.apply(DataEvent::Audit(one.into()), now());
+    let text = screen(&mut state, 80, 24);
+    assert!(text.contains("Audit: the last operator action "), "{text}");
+}
