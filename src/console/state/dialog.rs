@@ -421,19 +421,17 @@ impl Dialog {
 }
 
 /// What closing a preview without applying says: nothing was written; and when enter
-/// chose Cancel while Apply was ready, how to apply.
+/// chose Cancel while Apply was ready, how to apply (short enough for the footer at
+/// 80 columns: a notice is one line).
 fn cancelled(plan: &Plan, apply_was_ready: bool) -> String {
+    if apply_was_ready {
+        return "nothing written: enter chose Cancel (to apply: tab to Apply, then enter)".into();
+    }
     let what = match &plan.resource {
         Some(resource) => format!("{} {}", plan.action, escape_control(resource)),
         None => plan.action.to_string(),
     };
-    let mut text = format!("{what} cancelled: nothing was written");
-    if apply_was_ready {
-        text.push_str(
-            " (enter chose Cancel, which had the focus: to apply, tab to Apply, then enter)",
-        );
-    }
-    text
+    format!("{what} cancelled: nothing was written")
 }
 
 /// Why the plan must not be confirmed: refused, the lease is not the one the dialog
