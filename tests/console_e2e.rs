@@ -1,5 +1,6 @@
-//! `streamward demo` as an operator runs it: in a real pseudo-terminal (120×40,
-//! `TERM=xterm-256color`), typing keys and reading the screen through a terminal
+//! `streamward demo` as an operator runs it: in a real pseudo-terminal (120×40, or
+//! the smallest supported 80×24; `TERM=xterm-256color`), typing keys and reading the
+//! screen through a terminal
 //! emulator (`vt100`), then checking that the terminal is given back as it was.
 //!
 //! Synchronisation is by polling the emulated screen against a deadline, never by
@@ -15,8 +16,10 @@ use assert_cmd::Command;
 use portable_pty::{native_pty_system, Child, CommandBuilder, MasterPty, PtySize};
 use predicates::prelude::*;
 
-const ROWS: u16 = 40;
-const COLS: u16 = 120;
+/// The pty's size unless a test asks for another: (rows, columns).
+const SIZE: (u16, u16) = (40, 120);
+/// The smallest size the console supports.
+const SMALLEST: (u16, u16) = (24, 80);
 /// How long any one expected change may take to show on a loaded 2-core machine.
 const DEADLINE: Duration = Duration::from_secs(30);
 const POLL: Duration = Duration::from_millis(50);
@@ -123,10 +126,20 @@ struct PtySession {
 
 impl PtySession {
     fn spawn(sandbox: &Sandbox, args: &[&str], extra_env: &[(&str, &str)]) -> PtySession {
+        PtySession::spawn_sized(sandbox, args, extra_env, SIZE)
+    }
+
+    /// In a pty of `(rows, cols)`.
+    fn spawn_sized(
+        sandbox: &Sandbox,
+        args: &[&str],
+        extra_env: &[(&str, &str)],
+        (rows, cols): (u16, u16),
+    ) -> PtySession {
         let pair = native_pty_system()
             .openpty(PtySize {
-                rows: ROWS,
-                cols: COLS,
+                rows,
+                cols,
                 pixel_width: 0,
                 pixel_height: 0,
             })
@@ -156,7 +169,7 @@ impl PtySession {
         // Only the child holds the slave now: when it exits, reading the master ends.
         drop(pair.slave);
 
-        let parser = Arc::new(Mutex::new(vt100::Parser::new(ROWS, COLS, 0)));
+        let parser = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
         let raw = Arc::new(Mutex::new(Vec::new()));
         let mut output = pair.master.try_clone_reader().expect("pty reader");
         let reader = {
@@ -206,6 +219,18 @@ impl PtySession {
     /// Polls the screen until `done` holds; fails with the screen and the log if the
     /// deadline passes or the program exits first.
     fn wait_for(&mut self, what: &str, sandbox: &Sandbox, done: impl Fn(&str) -> bool) {
+        self.wait_for_within(DEADLINE, what, sandbox, done);
+    }
+
+    /// [`PtySession::wait_for`] with its own deadline, for what takes longer than one
+    /// screen change (the demo's mailer falling off the oplog).
+    fn wait_for_within(
+        &mut self,
+        deadline: Duration,
+        what: &str,
+        sandbox: &Sandbox,
+        done: impl Fn(&str) -> bool,
+    ) {
         let started = Instant::now();
         loop {
             let screen = self.contents();
@@ -223,10 +248,10 @@ impl PtySession {
                 );
                 return;
             }
-            if started.elapsed() > DEADLINE {
+            if started.elapsed() > deadline {
                 let _ = self.child.kill();
                 panic!(
-                    "timed out after {DEADLINE:?} waiting for {what}:\n{screen}\n--- log ---\n{}",
+                    "timed out after {deadline:?} waiting for {what}:\n{screen}\n--- log ---\n{}",
                     sandbox.log_text()
                 );
             }
@@ -563,6 +588,239 @@ fn a_takeover_from_the_console_is_confirmed_applied_and_audited() {
         !screen.contains("[ Cancel ]")
     });
     session.send("1");
+    session.send("q");
+    let status = session.wait_exit(&sandbox);
+    assert!(status.success(), "{status:?}");
+}
+
+/// The lines inside the dialog titled `title` (between its side borders, from under
+/// the title to above the bottom border), or `None` unless the whole box is on screen.
+fn dialog(screen: &str, title: &str) -> Option<Vec<String>> {
+    let lines: Vec<Vec<char>> = screen.lines().map(|l| l.chars().collect()).collect();
+    let corner = format!("┌{title}");
+    let top = screen.lines().position(|l| l.contains(&corner))?;
+    let line = screen.lines().nth(top)?;
+    let left = line[..line.find(&corner)?].chars().count();
+    let right = left + lines[top][left..].iter().position(|&c| c == '┐')?;
+    let mut inside = Vec::new();
+    for row in &lines[top + 1..] {
+        match (row.get(left), row.get(right)) {
+            (Some('└'), Some('┘')) => return Some(inside),
+            (Some('│'), Some('│')) => inside.push(
+                row[left + 1..right]
+                    .iter()
+                    .collect::<String>()
+                    .trim_end()
+                    .to_string(),
+            ),
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// The leases table's row of `resource`, without its borders and with runs of spaces
+/// folded: `shop.mailer - 4 4s ago 49s ░░░░░ 0% LOST`.
+fn lease_row(screen: &str, resource: &str) -> Option<String> {
+    table(screen)
+        .lines()
+        .map(|line| {
+            line.trim_matches('│')
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .find(|row| row.split(' ').next() == Some(resource))
+}
+
+/// The listeners view's rows whose resource starts with `prefix` (it is cut at 80
+/// columns), each as its cells: resource, listener, state, version, events/s, events…
+fn listener_rows(screen: &str, prefix: &str) -> Vec<Vec<String>> {
+    table(screen)
+        .lines()
+        .map(|line| {
+            line.trim_matches('│')
+                .split_whitespace()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter(|cells| cells.first().is_some_and(|c| c.starts_with(prefix)))
+        .collect()
+}
+
+/// The events counted by the streaming mailer listener, if one streams.
+fn streaming_mailer_events(screen: &str) -> Option<u64> {
+    listener_rows(screen, "shop.ma")
+        .iter()
+        .find(|cells| cells.get(2).map(String::as_str) == Some("streaming"))
+        .and_then(|cells| cells.get(5)?.parse().ok())
+}
+
+/// The background colour of the cell where `text` starts on screen.
+fn background_at(session: &PtySession, text: &str) -> Option<vt100::Color> {
+    let parser = session.parser.lock().unwrap();
+    let screen = parser.screen();
+    let (_, cols) = screen.size();
+    let found = screen.rows(0, cols).enumerate().find_map(|(row, line)| {
+        let column = line[..line.find(text)?].chars().count();
+        let cell = screen.cell(u16::try_from(row).ok()?, u16::try_from(column).ok()?)?;
+        Some(cell.bgcolor())
+    });
+    found
+}
+
+/// Listeners per resource in the walk: one holds, the others stand by.
+const MAILER_LISTENERS: usize = 3;
+
+/// The newcomer's recovery walk at the smallest supported size: the demo's slow mailer
+/// falls off a small sandbox log (LOST), the operator resets it to now from the
+/// console (accepting the skip, typing the name and a reason), and its listener
+/// streams again; the audit view has the record.
+#[test]
+fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
+    let sandbox = Sandbox::new("walk");
+    // A small log, so the mailer's resume point falls off it within about a minute;
+    // no rotation, so no lease moves under the dialog but the one being recovered.
+    let mut session = PtySession::spawn_sized(
+        &sandbox,
+        &[
+            "demo",
+            "--log-capacity",
+            "5000",
+            "--rotate-after",
+            "0s",
+            "--operator",
+            "walker",
+            "--listeners",
+            &MAILER_LISTENERS.to_string(),
+        ],
+        &[],
+        SMALLEST,
+    );
+    session.wait_for("lease rows", &sandbox, |screen| {
+        lease_row(screen, "shop.mailer").is_some() && lease_row(screen, "shop.orders").is_some()
+    });
+    session.send(":filter shop.mailer\r");
+    session.wait_for("the mailer alone", &sandbox, |screen| {
+        lease_row(screen, "shop.mailer").is_some() && lease_row(screen, "shop.orders").is_none()
+    });
+    // LOST, and given back by its listener (holder "-"): nothing moves it any more.
+    session.wait_for_within(
+        Duration::from_secs(150),
+        "the mailer LOST and released",
+        &sandbox,
+        |screen| {
+            lease_row(screen, "shop.mailer")
+                .is_some_and(|row| row.ends_with(" LOST") && row.split(' ').nth(1) == Some("-"))
+        },
+    );
+    // The standbys take the lease in turn and fail on the same lost history within a
+    // second; once all three wait for an operator, the lease stays as it is.
+    session.send("3");
+    session.wait_for(
+        "all the mailer's listeners history-lost",
+        &sandbox,
+        |screen| {
+            let rows = listener_rows(screen, "shop.ma");
+            rows.len() == MAILER_LISTENERS
+                && rows
+                    .iter()
+                    .all(|cells| cells.get(2).is_some_and(|s| s == "history-lost"))
+        },
+    );
+    session.send("1");
+    session.wait_for("the leases view", &sandbox, |screen| {
+        lease_row(screen, "shop.mailer")
+            .is_some_and(|row| row.ends_with(" LOST") && row.split(' ').nth(1) == Some("-"))
+            && screen.contains("X reset to now")
+    });
+
+    // X: planned as the command line plans it without --accept-skip: refused, saying
+    // what would be skipped and that ctrl-s accepts it.
+    session.send("X");
+    let title = " reset shop.mailer ";
+    session.wait_for("the refused plan, whole", &sandbox, |screen| {
+        dialog(screen, title).is_some_and(|lines| {
+            let text = lines.join("\n");
+            text.contains("will be skipped")
+                && text.contains("ctrl-s accepts the skip")
+                && text.contains("[ Apply — disabled: refused ]")
+                && text.contains("esc cancels")
+        })
+    });
+    session.send("\x13");
+    session.wait_for("the plan with the skip accepted", &sandbox, |screen| {
+        dialog(screen, title).is_some_and(|lines| {
+            let text = lines.join("\n");
+            text.contains("reset to now by walker")
+                && text.contains("type shop.mailer to confirm:")
+                && text.contains("[ Apply — disabled: type the name first ]")
+                && text.contains("esc cancels")
+        })
+    });
+    session.send("shop.mailer");
+    session.wait_for("the name typed, Apply enabled", &sandbox, |screen| {
+        dialog(screen, title).is_some_and(|lines| {
+            lines
+                .iter()
+                .any(|l| l.starts_with("type shop.mailer to confirm: shop.mailer"))
+                && lines.iter().any(|l| l.starts_with("[ Cancel ]  [ Apply ]"))
+        })
+    });
+    // Tab twice to the reason; enter there goes back to Apply.
+    session.send("\t\twalk at 80x24\r");
+    session.wait_for("the reason typed", &sandbox, |screen| {
+        dialog(screen, title).is_some_and(|lines| {
+            lines
+                .iter()
+                .any(|l| l.starts_with("reason (for the audit record): walk at 80x24"))
+                && lines.iter().any(|l| l.contains("enter chooses Apply"))
+        })
+    });
+    let (apply, cancel) = (
+        background_at(&session, "[ Apply ]"),
+        background_at(&session, "[ Cancel ]"),
+    );
+    assert!(
+        apply.is_some() && apply != cancel,
+        "the focus is on Apply, and it shows: {apply:?} vs {cancel:?}\n{}",
+        session.contents()
+    );
+    session.send("\r");
+    session.wait_for("the outcome", &sandbox, |screen| {
+        dialog(screen, title).is_none() && screen.contains("applied: reset shop.mailer")
+    });
+    // A listener takes the lease from the new resume point: held, and healthy.
+    session.wait_for("the mailer held and healthy", &sandbox, |screen| {
+        lease_row(screen, "shop.mailer").is_some_and(|row| {
+            [" OK", " IDLE", " BEHIND"].iter().any(|s| row.ends_with(s))
+                && row.split(' ').nth(1).is_some_and(|h| h != "-")
+        })
+    });
+    session.send("3");
+    session.wait_for("a mailer listener streaming", &sandbox, |screen| {
+        streaming_mailer_events(screen).is_some()
+    });
+    let counted = streaming_mailer_events(&session.contents()).unwrap_or(u64::MAX);
+    session.wait_for("its events counted rising", &sandbox, |screen| {
+        streaming_mailer_events(screen).is_some_and(|events| events > counted)
+    });
+    session.send("4");
+    session.wait_for("the audit record", &sandbox, |screen| {
+        let rows = table(screen);
+        rows.lines().any(|row| {
+            row.contains("walker")
+                && row.contains(" reset ")
+                && row.contains("shop.ma")
+                && row.contains("APPLIED")
+        }) && screen.contains(
+            "reset shop.mailer · reason: from the console: walk at 80x24 · outcome: applied",
+        )
+    });
+    session.send("q");
+    session.wait_for("the leases view again", &sandbox, |screen| {
+        lease_row(screen, "shop.mailer").is_some()
+    });
     session.send("q");
     let status = session.wait_exit(&sandbox);
     assert!(status.success(), "{status:?}");

@@ -678,3 +678,124 @@ fn dialogs_that_stay_true() {
         press(state, KeyCode::Esc);
     });
 }
+
+/// A reason longer than the dialog is wide wrapped onto the lines under it and pushed
+/// the name, the buttons and the keys out of the dialog at 80×24: each field is one
+/// line now, showing its end (where the cursor is), marked where it is cut.
+#[test]
+fn a_long_reason_keeps_the_name_the_buttons_and_the_keys_in_sight() {
+    let reason = "holder hung since the deploy at 03:05, pager 4411, see the incident channel for the timeline";
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Demo);
+        state.execute_command_line("filter shop.orders");
+        press(&mut state, KeyCode::Char('t'));
+        state.apply(DataEvent::Planned(Ok(Box::new(takeover_plan()))), now());
+        for c in "shop.orders".chars() {
+            press(&mut state, KeyCode::Char(c));
+        }
+        press(&mut state, KeyCode::BackTab);
+        for c in reason.chars() {
+            press(&mut state, KeyCode::Char(c));
+        }
+        let text = screen(&mut state, width, height);
+        let line_with = |needle: &str| {
+            text.lines()
+                .find(|l| l.contains(needle))
+                .unwrap_or_else(|| panic!("{width}x{height}: no {needle:?} in\n{text}"))
+        };
+        let field = line_with("reason (for the audit record): ");
+        assert!(
+            field.contains("for the timeline▏"),
+            "the end of the reason, with the cursor: {field}"
+        );
+        if width == 80 {
+            assert!(field.contains(": …"), "marked where it is cut: {field}");
+        }
+        line_with("type shop.orders to confirm: shop.orders");
+        line_with("[ Cancel ]  [ Apply ]");
+        line_with("esc cancels");
+    }
+}
+
+/// A plan taller than the dialog at 80×24 (a LOST lease's reset to now, moved on
+/// since it was planned) was cut mid-sentence without a word: its last row says so.
+#[test]
+fn a_plan_taller_than_the_dialog_says_it_is_cut() {
+    let prepare = |state: &mut ConsoleState| {
+        state.execute_command_line("filter legacy.feed");
+        press(state, KeyCode::Char('X'));
+        let lost = leases().remove(4);
+        for accept_skip in [false, true] {
+            let request = streamward::ops::ActionRequest::Reset {
+                resource: lost.resource.clone(),
+                to: streamward::ops::ResetTarget::Now,
+                accept_skip,
+            };
+            let plan = streamward::ops::plan(&request, &orders_facts(lost.clone()));
+            state.apply(DataEvent::Planned(Ok(Box::new(plan))), now());
+            if !accept_skip {
+                state.on_key(KeyEvent::new(KeyCode::Char('s'), KeyModifiers::CONTROL));
+            }
+        }
+        let mut moved = lost;
+        moved.holder = Some("app-9/2".into());
+        moved.version += 1;
+        state.apply(DataEvent::LeaseChanged(Box::new(moved)), now());
+    };
+    let mut state = state(Mode::Demo);
+    prepare(&mut state);
+    let small = screen(&mut state, 80, 24);
+    assert!(small.contains("changed since planned"), "{small}");
+    let mark = small
+        .lines()
+        .find(|l| l.contains("more lines: a taller terminal shows the whole plan"))
+        .unwrap_or_else(|| panic!("the cut is marked:\n{small}"));
+    assert!(
+        small
+            .lines()
+            .skip_while(|l| *l != mark)
+            .nth(1)
+            .is_some_and(|l| l.contains("reason (for the audit record)")),
+        "right above the fields:\n{small}"
+    );
+    assert!(small.contains("esc cancels"), "{small}");
+    let mut state = self::state(Mode::Demo);
+    prepare(&mut state);
+    let large = screen(&mut state, 120, 40);
+    assert!(
+        !large.contains("more lines") && large.contains("! the current resume point is LOST"),
+        "nothing cut at 120×40:\n{large}"
+    );
+}
+
+/// Seen at 80×24 in the recovery walk: the oplog view cut the server time to `03:`
+/// without a mark, the audit list cut the resource to `shop.ma…` with nothing naming
+/// it whole, and one record was "last 1 operator actions".
+#[test]
+fn oplog_and_audit_say_it_whole_at_80_columns() {
+    let mut state = state(Mode::Demo);
+    state.execute_command_line("oplog");
+    let text = screen(&mut state, 80, 24);
+    let facts = text
+        .lines()
+        .find(|l| l.contains("server time "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let time = facts.split("server time ").nth(1).unwrap_or_default();
+    let time = time.trim_end_matches(['│', ' ', '"']);
+    assert!(
+        time.len() == 8 && time.split(':').count() == 3,
+        "the server time whole: {facts}"
+    );
+
+    state.execute_command_line("audit");
+    let text = screen(&mut state, 80, 24);
+    assert!(
+        text.contains("rebuild pet-aggregates · reason: -"),
+        "the selected record's action and resource whole:\n{text}"
+    );
+    let mut one = state.audit.clone();
+    one.truncate(1);
+    state.apply(DataEvent::Audit(one.into()), now());
+    let text = screen(&mut state, 80, 24);
+    assert!(text.contains("Audit: the last operator action "), "{text}");
+}

@@ -145,6 +145,9 @@ pub enum RunningStage {
 pub enum DialogReply {
     Nothing,
     Close,
+    /// A preview closed without applying: close it and tell the operator this (that
+    /// nothing was written, and how to apply when Apply was ready).
+    Cancelled(String),
     /// Stay open and tell the operator this.
     Error(String),
     /// Stay open (in its new step) and have the app do this.
@@ -172,6 +175,7 @@ pub const ACCEPT_SKIP_KEY: &str = "ctrl-s";
 impl Dialog {
     /// The dialog's transitions: ask → plan → preview → run, and back out with `esc`.
     pub fn on_key(&mut self, code: KeyCode, context: KeyContext) -> DialogReply {
+        let apply_ready = matches!(self, Dialog::Preview { .. }) && self.apply_disabled().is_none();
         match self {
             Dialog::Ask { target, ask, text } => match code {
                 KeyCode::Esc => return DialogReply::Close,
@@ -223,7 +227,7 @@ impl Dialog {
             } => {
                 let blocked = blocked(target.as_ref(), plan, moved.as_ref());
                 match (code, *focus) {
-                    (KeyCode::Esc, _) => return DialogReply::Close,
+                    (KeyCode::Esc, _) => return DialogReply::Cancelled(cancelled(plan, false)),
                     (KeyCode::Tab, _) => {
                         *focus = match focus {
                             Focus::Cancel => Focus::Apply,
@@ -272,7 +276,11 @@ impl Dialog {
                     (KeyCode::Char(c), _) if !c.is_control() && plan.confirm_text().is_some() => {
                         typed.push(c)
                     }
-                    (KeyCode::Enter, Focus::Cancel) => return DialogReply::Close,
+                    // The name typed and enter pressed, with Cancel still focused: the
+                    // operator meant Apply, and must not think it applied.
+                    (KeyCode::Enter, Focus::Cancel) => {
+                        return DialogReply::Cancelled(cancelled(plan, apply_ready))
+                    }
                     (KeyCode::Enter, _) => {
                         if let Some(reason) = blocked {
                             return DialogReply::Error(reason);
@@ -410,6 +418,20 @@ impl Dialog {
             Some(_) => None,
         };
     }
+}
+
+/// What closing a preview without applying says: nothing was written; and when enter
+/// chose Cancel while Apply was ready, how to apply (short enough for the footer at
+/// 80 columns: a notice is one line).
+fn cancelled(plan: &Plan, apply_was_ready: bool) -> String {
+    if apply_was_ready {
+        return "nothing written: enter chose Cancel (to apply: tab to Apply, then enter)".into();
+    }
+    let what = match &plan.resource {
+        Some(resource) => format!("{} {}", plan.action, escape_control(resource)),
+        None => plan.action.to_string(),
+    };
+    format!("{what} cancelled: nothing was written")
 }
 
 /// Why the plan must not be confirmed: refused, the lease is not the one the dialog

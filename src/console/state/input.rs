@@ -380,6 +380,11 @@ impl ConsoleState {
                 self.dialog = None;
                 Vec::new()
             }
+            DialogReply::Cancelled(message) => {
+                self.dialog = None;
+                self.notify(NoticeLevel::Info, message);
+                Vec::new()
+            }
             DialogReply::Error(message) => {
                 self.notify(NoticeLevel::Error, message);
                 Vec::new()

@@ -1221,3 +1221,51 @@ fn the_detail_copies_the_whole_token_and_the_last_error() {
         .text
         .starts_with("nothing copied"));
 }
+
+/// Seen in the walk at 80×24: X, ctrl-s, the name typed, enter — and the dialog was
+/// gone without a word, Cancel having had the focus. The operator took it for applied.
+#[test]
+fn enter_on_cancel_after_the_name_says_nothing_was_written_and_how_to_apply() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('t'));
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 7),
+    );
+    type_text(&mut state, "pet-aggregates");
+    assert!(
+        press(&mut state, KeyCode::Enter).is_empty(),
+        "Cancel had the focus: nothing runs"
+    );
+    assert_eq!(state.dialog, None);
+    let notice = state.notice.clone().expect("a notice");
+    assert_eq!(notice.level, NoticeLevel::Info);
+    assert_eq!(
+        notice.text,
+        "nothing written: enter chose Cancel (to apply: tab to Apply, then enter)"
+    );
+    assert!(
+        notice.text.chars().count() < 80,
+        "one footer line at 80 columns"
+    );
+
+    // Cancelled before Apply was ready, or with esc: nothing written, no advice.
+    for keys in [&[KeyCode::Enter][..], &[KeyCode::Tab, KeyCode::Esc][..]] {
+        press(&mut state, KeyCode::Char('t'));
+        planned(
+            &mut state,
+            &takeover_of("pet-aggregates"),
+            &lease("pet-aggregates", 7),
+        );
+        for key in keys {
+            press(&mut state, *key);
+        }
+        assert_eq!(state.dialog, None, "{keys:?}");
+        assert_eq!(
+            state.notice.clone().map(|n| n.text).as_deref(),
+            Some("takeover pet-aggregates cancelled: nothing was written"),
+            "{keys:?}"
+        );
+    }
+}

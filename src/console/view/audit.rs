@@ -23,7 +23,10 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         .borders(Borders::ALL)
         .border_style(theme.border)
         .title(Span::styled(
-            format!(" Audit: last {} operator actions ", state.audit.len()),
+            match state.audit.len() {
+                1 => " Audit: the last operator action ".to_string(),
+                n => format!(" Audit: last {n} operator actions "),
+            },
             theme.title,
         ));
     if state.audit.is_empty() {
@@ -129,9 +132,12 @@ fn draw_record(
         }
         None => area,
     };
-    // The reason and the outcome whole: the table has room for their start only.
+    // What was done to which resource, the reason and the outcome, whole: the table
+    // has room for their start only (at 80 columns `shop.ma…`).
     let text = format!(
-        "reason: {} · outcome: {}",
+        "{} {} · reason: {} · outcome: {}",
+        escape_control(&record.action),
+        escape_control(&record.resource),
         record
             .reason
             .as_deref()

@@ -1,10 +1,12 @@
 //! The guarded-action dialog over the current view.
 
+use ratatui::buffer::Buffer;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Clear, Gauge, Paragraph, Wrap};
+use ratatui::widgets::{Block, Borders, Clear, Gauge, Paragraph, Widget, Wrap};
 use ratatui::Frame;
 
+use super::format::{fit, fit_tail, pack, text_width};
 use crate::console::state::{
     blocked, opened_moved, replan_offered, skip_not_accepted, Ask, ConsoleState, Dialog, Focus,
     Moved, RunningStage, Target, ACCEPT_SKIP_KEY, REPLAN_KEY,
@@ -63,12 +65,23 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             // The reason, the confirmation and the buttons stay visible however long
             // the plan is; what changed since it was planned comes right under the
             // captured line, above the plan it makes stale.
-            let footer = footer_lines(dialog, target.as_ref(), plan, *focus, typed, reason, theme);
+            let footer = footer_lines(
+                dialog,
+                target.as_ref(),
+                plan,
+                Fields {
+                    focus: *focus,
+                    typed,
+                    reason,
+                },
+                usize::from(inner.width),
+                theme,
+            );
             let [body, bottom] =
                 Layout::vertical([Constraint::Min(0), Constraint::Length(footer.len() as u16)])
                     .areas(inner);
-            let compact = body.height < 20;
-            frame.render_widget(
+            // Every field of the lease when they fit, else only the changed ones.
+            let plan_text = |compact| {
                 Paragraph::new(preview_lines(
                     target.as_ref(),
                     plan,
@@ -76,10 +89,19 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                     compact,
                     theme,
                 ))
-                .wrap(Wrap { trim: false }),
-                body,
-            );
-            frame.render_widget(Paragraph::new(footer).wrap(Wrap { trim: false }), bottom);
+                .wrap(Wrap { trim: false })
+            };
+            let full = plan_text(false);
+            let plan_text =
+                if rows_used(&full, body.width, body.height.saturating_add(1)) <= body.height {
+                    full
+                } else {
+                    plan_text(true)
+                };
+            draw_marking_the_cut(frame, plan_text, body, theme);
+            // Every footer line fits the width (fields show their end, the keys are
+            // packed): wrapping one would push the buttons or the keys out of sight.
+            frame.render_widget(Paragraph::new(footer), bottom);
             return;
         }
         Dialog::Running {
@@ -150,6 +172,42 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             .block(block(title, theme)),
         popup,
     );
+}
+
+/// Draws `paragraph` in `area`; when it is taller, its last row says how many rows are
+/// cut instead, so a plan is never cut mid-sentence without a word (at 80×24 a
+/// "changed since" line pushes a LOST plan's last warning out).
+fn draw_marking_the_cut(frame: &mut Frame, paragraph: Paragraph, area: Rect, theme: &Theme) {
+    let needed = rows_used(&paragraph, area.width, area.height.saturating_add(100));
+    if needed <= area.height || area.height == 0 {
+        frame.render_widget(paragraph, area);
+        return;
+    }
+    let [shown, mark] = Layout::vertical([Constraint::Min(0), Constraint::Length(1)]).areas(area);
+    frame.render_widget(paragraph, shown);
+    let cut = needed - shown.height;
+    frame.render_widget(
+        Paragraph::new(Line::styled(
+            fit(
+                &format!("… {cut} more lines: a taller terminal shows the whole plan"),
+                usize::from(mark.width),
+            ),
+            theme.warn,
+        )),
+        mark,
+    );
+}
+
+/// Rows `paragraph` takes at `width`, up to `limit`: drawn on a scratch buffer (the
+/// wrapping is ratatui's own), counted to its last row with anything on it.
+fn rows_used(paragraph: &Paragraph, width: u16, limit: u16) -> u16 {
+    let area = Rect::new(0, 0, width, limit);
+    let mut scratch = Buffer::empty(area);
+    paragraph.clone().render(area, &mut scratch);
+    (0..limit)
+        .rev()
+        .find(|&y| (0..width).any(|x| scratch[(x, y)].symbol() != " "))
+        .map_or(0, |y| y + 1)
 }
 
 /// The question before planning: how far to rewind, or whom to hand over to.
@@ -298,40 +356,50 @@ fn preview_lines<'a>(
     lines
 }
 
+/// What the operator has typed into the preview, and where the keyboard is.
+struct Fields<'t> {
+    focus: Focus,
+    typed: &'t str,
+    reason: &'t str,
+}
+
 /// The reason field, what to type, the buttons (Apply visibly disabled, and why, until
-/// it can be applied) and the keys that work here.
+/// it can be applied) and the keys that work here, each line within `width` cells.
 fn footer_lines<'a>(
     dialog: &Dialog,
     target: Option<&Target>,
     plan: &Plan,
-    focus: Focus,
-    typed: &str,
-    reason: &str,
+    fields: Fields<'_>,
+    width: usize,
     theme: &Theme,
 ) -> Vec<Line<'a>> {
+    let Fields {
+        focus,
+        typed,
+        reason,
+    } = fields;
     let blocked = blocked(target, plan, moved_of(dialog)).is_some();
-    let cursor = |on: bool| Span::styled(if on { "▏" } else { "" }, theme.accent);
-    let mut lines = vec![Line::from(vec![
-        Span::styled(
-            "reason (for the audit record): ",
-            if focus == Focus::Reason {
-                theme.accent
-            } else {
-                theme.muted
-            },
-        ),
-        Span::styled(escape_control(reason), theme.base),
-        cursor(focus == Focus::Reason),
-    ])];
+    let mut lines = vec![field_line(
+        "reason (for the audit record): ".to_string(),
+        if focus == Focus::Reason {
+            theme.accent
+        } else {
+            theme.muted
+        },
+        reason,
+        focus == Focus::Reason,
+        width,
+        theme,
+    )];
     if let Some(expected) = plan.confirm_text() {
-        lines.push(Line::from(vec![
-            Span::styled(
-                format!("type {} to confirm: ", escape_control(expected)),
-                theme.warn,
-            ),
-            Span::styled(escape_control(typed), theme.base),
-            cursor(focus != Focus::Reason),
-        ]));
+        lines.push(field_line(
+            format!("type {} to confirm: ", escape_control(expected)),
+            theme.warn,
+            typed,
+            focus != Focus::Reason,
+            width,
+            theme,
+        ));
     }
     let disabled = if plan.refusal.is_some() {
         Some("refused".to_string())
@@ -356,7 +424,14 @@ fn footer_lines<'a>(
         Span::raw("  "),
         Span::styled(apply, focused(Focus::Apply, disabled.is_none())),
     ]));
-    let mut keys = vec!["tab moves".to_string(), "enter chooses".to_string()];
+    // What enter does here, said outright: with the name typed, enter on the focused
+    // Cancel is easily taken for Apply.
+    let enter = match focus {
+        Focus::Cancel => "enter chooses Cancel",
+        Focus::Apply => "enter chooses Apply",
+        Focus::Reason => "enter goes to Apply",
+    };
+    let mut keys = vec!["tab moves".to_string(), enter.to_string()];
     if replan_offered(plan, blocked) {
         keys.push(format!("{REPLAN_KEY} re-plans"));
     }
@@ -364,8 +439,36 @@ fn footer_lines<'a>(
         keys.push(format!("{ACCEPT_SKIP_KEY} accepts the skip"));
     }
     keys.push("esc cancels".to_string());
-    lines.push(Line::styled(keys.join(" · "), theme.muted));
+    lines.extend(
+        pack(&keys, " · ", width)
+            .into_iter()
+            .map(|line| Line::styled(line, theme.muted)),
+    );
     lines
+}
+
+/// One input line: `label`, the end of `value` (as much as fits after the label),
+/// and the cursor when the field has the keyboard. A label too long for the line
+/// leaves the value a third of it.
+fn field_line<'a>(
+    label: String,
+    label_style: ratatui::style::Style,
+    value: &str,
+    cursor: bool,
+    width: usize,
+    theme: &Theme,
+) -> Line<'a> {
+    let value = escape_control(value);
+    // The cursor's cell is kept whether it shows or not, so the text does not jump.
+    let room = width.saturating_sub(1);
+    let keep = text_width(&value).min(room / 3);
+    let label = fit(&label, room.saturating_sub(keep));
+    let value = fit_tail(&value, room.saturating_sub(text_width(&label)));
+    Line::from(vec![
+        Span::styled(label, label_style),
+        Span::styled(value, theme.base),
+        Span::styled(if cursor { "▏" } else { "" }, theme.accent),
+    ])
 }
 
 fn moved_of(dialog: &Dialog) -> Option<&Moved> {

@@ -23,8 +23,12 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             Span::styled("▏", theme.accent),
             Span::styled("   enter run · esc cancel", theme.muted),
         ]),
+        // One line: a longer notice is cut, and marked so.
         (Input::Normal, Some(notice)) => Line::styled(
-            format!(" {}", crate::model::text::escape_control(&notice.text)),
+            fit(
+                &format!(" {}", crate::model::text::escape_control(&notice.text)),
+                usize::from(area.width),
+            ),
             match notice.level {
                 NoticeLevel::Info => theme.notice,
                 NoticeLevel::Error => theme.danger,

@@ -53,6 +53,47 @@ pub fn fit(text: &str, width: usize) -> String {
     out
 }
 
+/// An input field's `text` fitted to `width` cells by its end, where the cursor is:
+/// whole when it fits, else marked with `…` where it is cut at the start. (For what
+/// is being typed only: a value shown in a cell is cut at its end, see [`fit`].)
+pub fn fit_tail(text: &str, width: usize) -> String {
+    if text_width(text) <= width {
+        return text.to_string();
+    }
+    if width == 0 {
+        return String::new();
+    }
+    let mut kept = Vec::new();
+    let mut used = 0;
+    let mut buffer = [0u8; 4];
+    for c in text.chars().rev() {
+        let w = text_width(c.encode_utf8(&mut buffer));
+        if used + w > width - 1 {
+            break;
+        }
+        used += w;
+        kept.push(c);
+    }
+    std::iter::once('…').chain(kept.into_iter().rev()).collect()
+}
+
+/// `parts` joined with `separator` into lines of at most `width` cells, each part
+/// whole on one line (a part wider than a line is cut with [`fit`]).
+pub fn pack(parts: &[String], separator: &str, width: usize) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    for part in parts {
+        let part = fit(part, width);
+        match lines.last_mut() {
+            Some(line) if text_width(line) + text_width(separator) + text_width(&part) <= width => {
+                line.push_str(separator);
+                line.push_str(&part);
+            }
+            _ => lines.push(part),
+        }
+    }
+    lines
+}
+
 /// The widths a `Table` gives its columns inside a bordered block `outer` cells wide
 /// (the same layout the table makes), so cells can be fitted with [`fit`] before the
 /// table cuts them silently.
@@ -112,6 +153,32 @@ mod tests {
         // Wide characters count two cells and are never split.
         assert_eq!(fit("日本語テキスト", 7), "日本語…");
         assert_eq!(text_width(&fit("日本語テキスト", 6)), 5);
+    }
+
+    #[test]
+    fn a_field_being_typed_shows_its_end_and_marks_the_cut() {
+        assert_eq!(fit_tail("shop.mailer", 11), "shop.mailer");
+        assert_eq!(fit_tail("shop.mailer", 7), "…mailer");
+        assert_eq!(fit_tail("abc", 1), "…");
+        assert_eq!(fit_tail("abc", 0), "");
+        assert_eq!(fit_tail("日本語テキスト", 7), "…キスト");
+    }
+
+    #[test]
+    fn packed_parts_stay_whole_and_within_the_width() {
+        let parts: Vec<String> = ["tab moves", "enter chooses", "esc cancels"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            pack(&parts, " · ", 40),
+            ["tab moves · enter chooses · esc cancels"]
+        );
+        assert_eq!(
+            pack(&parts, " · ", 30),
+            ["tab moves · enter chooses", "esc cancels"]
+        );
+        assert_eq!(pack(&parts, " · ", 8), ["tab mov…", "enter c…", "esc can…"]);
+        assert!(pack(&[], " · ", 8).is_empty());
     }
 
     #[test]

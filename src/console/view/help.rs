@@ -18,8 +18,14 @@ pub fn lines(state: &ConsoleState, width: usize, theme: &Theme) -> Vec<Line<'sta
         lines.push(Line::styled(title.to_string(), theme.title));
         for (keys, help) in bindings {
             lines.push(Line::from(vec![
-                Span::styled(format!("  {keys:<18}"), theme.key_hint),
-                Span::styled(fit(help, width.saturating_sub(20)), theme.base),
+                Span::styled(
+                    format!("  {keys:<w$}", w = keymap::HELP_KEYS_WIDTH),
+                    theme.key_hint,
+                ),
+                Span::styled(
+                    fit(help, width.saturating_sub(2 + keymap::HELP_KEYS_WIDTH)),
+                    theme.base,
+                ),
             ]));
         }
         lines.push(Line::raw(""));
@@ -27,8 +33,17 @@ pub fn lines(state: &ConsoleState, width: usize, theme: &Theme) -> Vec<Line<'sta
     lines.push(Line::styled("Commands", theme.title));
     for spec in keymap::LINE_COMMANDS {
         lines.push(Line::from(vec![
-            Span::styled(format!("  {:<26}", spec.usage), theme.key_hint),
-            Span::styled(fit(spec.help, width.saturating_sub(28)), theme.base),
+            Span::styled(
+                format!("  {:<w$}", spec.usage, w = keymap::HELP_USAGE_WIDTH),
+                theme.key_hint,
+            ),
+            Span::styled(
+                fit(
+                    spec.help,
+                    width.saturating_sub(2 + keymap::HELP_USAGE_WIDTH),
+                ),
+                theme.base,
+            ),
         ]));
     }
     lines.push(Line::raw(""));

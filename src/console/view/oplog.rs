@@ -29,11 +29,13 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
 
     let facts_line = match state.window {
         Some(window) => Line::from(vec![
+            // As the header writes the window, so the line fits 80 columns whole
+            // ("first … last …" cut the server time to "03:").
             Span::styled("window ", theme.muted),
             Span::styled(short_duration(window.length()), theme.base),
-            Span::styled("  first ", theme.muted),
+            Span::raw("  "),
             Span::styled(cluster_clock(window.first), theme.base),
-            Span::styled("  last ", theme.muted),
+            Span::styled(" → ", theme.muted),
             Span::styled(cluster_clock(window.last), theme.base),
             Span::styled("  rate ", theme.muted),
             Span::styled(
