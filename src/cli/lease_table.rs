@@ -46,11 +46,11 @@ impl LeaseRow {
                 .expires_at
                 .map_or_else(dash, |at| relative_time(at, now)),
             token_time: match (&lease.resume_token, health.token_time) {
+                (None, _) if lease.resume_at.is_none() => "oldest".into(),
                 (_, Some(time)) => time
                     .to_datetime()
                     .map_or_else(|| time.to_string(), |t| t.format("%H:%M:%S").to_string()),
-                (Some(_), None) => "undecodable".into(),
-                (None, None) => "oldest".into(),
+                (_, None) => "undecodable".into(),
             },
             lag: health.lag.map_or_else(dash, short_duration),
             headroom: match (health.headroom, health.headroom_share) {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{ClusterTime, Lease, LockKind, OplogWindow};
+use super::{ClusterTime, Lease, LockKind, OplogWindow, ResumePoint};
 
 /// Where the status rules draw their lines; all configurable.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -124,7 +124,12 @@ impl LeaseHealth {
         now: DateTime<Utc>,
         thresholds: &HealthThresholds,
     ) -> Self {
-        let token_time = lease.resume_point().time();
+        // A lease reset to (or never past) the oldest entry starts there: it has the
+        // whole window to process and no headroom, not an unknown position.
+        let token_time = match lease.resume_point() {
+            ResumePoint::Oldest => window.map(|w| w.first),
+            point => point.time(),
+        };
         let lag = token_time
             .zip(window)
             .map(|(t, w)| w.last.saturating_since(t));
@@ -337,6 +342,22 @@ mod tests {
         let mut fresh = Lease::vacant("r");
         fresh.resume_at = Some(at(1990));
         assert_eq!(status(&fresh, &window, now_at(9000)), LeaseStatus::Expired);
+    }
+
+    #[test]
+    fn a_lease_at_the_oldest_entry_has_the_whole_window_to_go_and_no_headroom() {
+        let window = OplogWindow::new(at(1000), at(2000));
+        let now = now_at(2000);
+        let mut lease = held_lease(None, now);
+        lease.resume_token = None;
+        let health = LeaseHealth::assess(&lease, Some(&window), now, &HealthThresholds::default());
+        assert_eq!(health.token_time, Some(at(1000)));
+        assert_eq!(health.lag, Some(Duration::from_secs(1000)));
+        assert_eq!(health.headroom, Some(Duration::ZERO));
+        assert_eq!(health.status, LeaseStatus::AtRisk);
+        // Without a window its position is unknown, as before.
+        let health = LeaseHealth::assess(&lease, None, now, &HealthThresholds::default());
+        assert_eq!((health.token_time, health.status), (None, LeaseStatus::Ok));
     }
 
     #[test]

@@ -282,9 +282,9 @@ fn row<'a>(
                     .map_or_else(|| DASH.to_string(), |at| relative_time(at, now)),
             )),
             Column::TokenTime => Cell::from(text(match (&lease.resume_token, health.token_time) {
+                (None, _) if lease.resume_at.is_none() => "oldest".into(),
                 (_, Some(time)) => cluster_clock(time),
-                (Some(_), None) => "corrupt".into(),
-                (None, None) => "oldest".into(),
+                (_, None) => "corrupt".into(),
             })),
             Column::Lag => Cell::from(Line::from(text(duration(health.lag))).right_aligned()),
             Column::Headroom => match health.headroom_share {

@@ -44,7 +44,7 @@ pub(super) fn refuse_unaccepted_skip(
     if to == ResetTarget::Now && !accept_skip {
         return Err(Refusal::new(
             RefusalKind::SkipNotAccepted,
-            format!("reset --to now skips what the listener has not processed ({what}): re-run with --accept-skip to accept that"),
+            format!("reset --to now skips what the listener has not processed ({what}): accept the skip to go on (--accept-skip; ctrl-s in the console)"),
         ));
     }
     Ok(())

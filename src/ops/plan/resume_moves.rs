@@ -255,16 +255,32 @@ pub(super) fn reset(
         ResetTarget::Now => format!("reset to now by {}", facts.operator),
     };
     let (mut decision, moved) = move_resume(request, lease, facts, note)?;
-    if to == ResetTarget::Now {
-        let what = moved
-            .as_ref()
-            .filter(|m| m.direction == Direction::Skip)
-            .map(|m| describe_move(m, facts))
-            .unwrap_or_else(|| UNCOUNTED_SKIP.into());
-        refuse_unaccepted_skip(to, accept_skip, &what)?;
-        decision
-            .warnings
-            .push(format!("skipping on purpose (--accept-skip): {what}"));
+    match to {
+        ResetTarget::Now => {
+            let what = moved
+                .as_ref()
+                .filter(|m| m.direction == Direction::Skip)
+                .map(|m| describe_move(m, facts))
+                .unwrap_or_else(|| UNCOUNTED_SKIP.into());
+            refuse_unaccepted_skip(to, accept_skip, &what)?;
+            // The effect above says what is skipped; this says it is for good.
+            decision.warnings.push(
+                "skipping on purpose (accepted): the skipped changes are never processed by \
+                 this listener; data derived from them may need a rebuild"
+                    .into(),
+            );
+        }
+        ResetTarget::Oldest => {
+            if let Some(window) = &facts.window {
+                decision.warnings.push(format!(
+                    "the oldest entry is the next the oplog drops: starting there the lease has \
+                     no headroom, stays AT RISK until its listener catches up, and is LOST again \
+                     if the oplog rolls past it first (the window is {}); if skipping is \
+                     acceptable, reset to now instead",
+                    short_duration(window.length())
+                ));
+            }
+        }
     }
     Ok(decision)
 }

@@ -520,6 +520,16 @@ fn reset_to_oldest_clears_both_fields_and_replays_the_window() {
     let moved = p.effect.resume.unwrap();
     assert_eq!(moved.direction, Direction::Replay);
     assert_eq!(moved.from, at(0));
+    assert!(
+        p.warnings.iter().any(|w| {
+            w.starts_with(
+            "the oldest entry is the next the oplog drops: starting there the lease has no headroom"
+        ) && w.contains("(the window is 1h00m)")
+            && w.ends_with("reset to now instead")
+        }),
+        "{:?}",
+        p.warnings
+    );
 }
 
 #[test]
@@ -579,8 +589,15 @@ fn a_reset_of_a_lost_lease_says_the_lost_changes_cannot_be_counted() {
         "{text}"
     );
     assert!(
-        p.warnings.iter().any(|w| w.contains("cannot be counted")),
-        "the --accept-skip warning says it too: {:?}",
+        p.warnings
+            .iter()
+            .any(|w| w.starts_with("skipping on purpose (accepted)")),
+        "{:?}",
+        p.warnings
+    );
+    assert!(
+        !p.warnings.iter().any(|w| w.contains("cannot be counted")),
+        "the warning does not repeat the effect: {:?}",
         p.warnings
     );
 }
