@@ -169,9 +169,10 @@ fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(
 /// Writes `text` to the clipboard through the terminal (OSC 52) and says so; a
 /// terminal that does not allow OSC 52 ignores it, which the notice mentions.
 fn copy<W: std::io::Write>(out: &mut W, state: &mut ConsoleState, what: &str, text: &str) {
-    let written = out
-        .write_all(&super::clipboard::osc52(text))
-        .and_then(|()| out.flush());
+    let written = crossterm::execute!(
+        out,
+        crossterm::clipboard::CopyToClipboard::to_clipboard_from(text)
+    );
     match written {
         Ok(()) => state.notify(
             NoticeLevel::Info,
@@ -203,5 +204,39 @@ fn send_action<M: FnMut(bool) -> std::io::Result<()>>(
             NoticeLevel::Error,
             format!("the action was not started ({error}); nothing was written"),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::console::state::{ConsoleSetup, Mode};
+
+    #[test]
+    fn copy_writes_an_osc_52_escape_whose_payload_cannot_end_it_early() {
+        let mut state = ConsoleState::new(ConsoleSetup::new(Mode::Demo, "sandbox", Utc::now()));
+        let mut out = Vec::new();
+        copy(&mut out, &mut state, "the token", "8263E5B9D2000000012B04");
+        assert_eq!(
+            out,
+            b"\x1b]52;c;ODI2M0U1QjlEMjAwMDAwMDAxMkIwNA==\x1b\\".to_vec()
+        );
+        let notice = state.notice.as_ref().map(|n| n.text.as_str());
+        assert_eq!(
+            notice,
+            Some("copied the token (22 characters) to the clipboard (OSC 52: the terminal must allow it)")
+        );
+
+        let mut out = Vec::new();
+        copy(
+            &mut out,
+            &mut state,
+            "the error",
+            "a\x1b]0;title\x07\x1b\\b\n",
+        );
+        let payload = &out[7..out.len() - 2];
+        assert!(payload
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(b)));
     }
 }

@@ -537,14 +537,6 @@ pub fn help_sections(read_only: bool) -> Vec<(&'static str, Vec<(String, &'stati
     .collect()
 }
 
-/// The footer hint of `command`: (its first key, its hint), when it has one.
-pub fn hint(command: KeyCommand) -> Option<(String, &'static str)> {
-    BINDINGS
-        .iter()
-        .find(|b| b.command == command)
-        .and_then(|b| Some((b.keys.first()?.label(), b.hint?)))
-}
-
 /// The binding of `command`, for what a key does and in which scope.
 pub fn binding(command: KeyCommand) -> Option<&'static Binding> {
     BINDINGS.iter().find(|b| b.command == command)

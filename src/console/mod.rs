@@ -5,7 +5,6 @@
 
 pub mod action_runner;
 pub mod app;
-pub mod clipboard;
 pub mod data;
 pub mod feed;
 pub mod keymap;

@@ -397,10 +397,6 @@ impl LeaseTable {
         self.chosen = !self.order.is_empty();
     }
 
-    pub fn is_chosen(&self) -> bool {
-        self.chosen
-    }
-
     /// Moves the selection by `delta` rows, clamped, and scrolls it into a view of `height` rows.
     pub fn move_selection(&mut self, delta: isize, height: usize) {
         if self.order.is_empty() {
