@@ -230,11 +230,12 @@ fn each_command_offers_only_the_options_that_apply() {
 async fn options_before_the_command_apply_to_every_command() {
     let server = WireServer::start().await;
     script_cluster(&server, || vec![lease("shop.orders", LAST - 14)]);
-    for command in [
-        &["leases"][..],
-        &["oplog"],
-        &["audit"],
-        &["takeover", "shop.orders"],
+    // (`oplog` needs replSetGetStatus, which this scripted server does not answer.)
+    for (command, read_only) in [
+        (&["leases"][..], true),
+        (&["audit"], true),
+        (&["takeover", "shop.orders"], false),
+        (&["takeover", "shop.orders"], true),
     ] {
         let mut cmd = streamward();
         cmd.args([
@@ -244,20 +245,35 @@ async fn options_before_the_command_apply_to_every_command() {
             "streamward.leases",
             "--operator",
             "oncall@test",
-            "--read-only",
             "--output",
             "json",
             "--connect-timeout",
             "5s",
-        ])
-        .args(command);
+        ]);
+        if read_only {
+            cmd.arg("--read-only");
+        }
+        cmd.args(command);
         let out = run(cmd).await;
-        assert_ne!(
+        let what = format!("{command:?} read-only {read_only}");
+        // --read-only took effect: a takeover is refused (3), even as a dry run.
+        let refused = read_only && command[0] == "takeover";
+        assert_eq!(
             out.status.code(),
-            Some(2),
-            "{command:?}: {}",
+            Some(if refused { 3 } else { 0 }),
+            "{what}: {}",
             text(&out.stderr)
         );
+        // --output json took effect: one JSON document.
+        let json: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", text(&out.stdout)));
+        if refused {
+            assert_eq!(json["error"]["kind"], "refused", "{json}");
+        } else if command[0] == "takeover" {
+            // --operator took effect: the plan is by oncall.
+            assert_eq!(json["plan"]["operator"], "oncall@test", "{json}");
+            assert_eq!(json["written"], false, "a dry run: {json}");
+        }
     }
 }
 
@@ -776,7 +792,18 @@ async fn the_default_operator_is_the_real_user_at_the_real_host() {
     let out = run(cmd).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let json: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let host = whoami::hostname().unwrap();
-    let user = whoami::username().unwrap();
+    // Asked of the system by other means than the code under test uses.
+    let ask = |program: &str, args: &[&str]| {
+        let out = std::process::Command::new(program)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{program}: {e}"));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| ask("uname", &["-n"]));
+    let user = ask("id", &["-un"]);
+    assert!(!host.is_empty() && !user.is_empty());
     assert_eq!(json["plan"]["operator"], format!("{user}@{host}"), "{json}");
 }
