@@ -51,7 +51,7 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
 /// redacted address ([`Unreachable`]); the driver's account of it goes to the log.
 pub(super) async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
     let mongo = settings.mongo()?;
-    let shown = crate::store::mongo::redact_uri(&mongo.uri);
+    let shown = mongo.uri.redacted();
     match MongoStore::connect(mongo).await {
         Ok(store) => Ok(store),
         Err(StoreError::Unreachable(detail)) => {

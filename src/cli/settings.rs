@@ -11,7 +11,7 @@ use super::exit::UsageError;
 use super::limits;
 use crate::model::HealthThresholds;
 use crate::ops::PipelineRebuild;
-use crate::store::mongo::MongoSettings;
+use crate::store::mongo::{ConnectionString, MongoSettings};
 use crate::store::Namespace;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
@@ -24,12 +24,12 @@ pub enum OutputFormat {
 
 /// Where the cluster is: the options of the commands that connect. Its `Debug` shows
 /// the URI redacted.
-#[derive(Clone, Args, Default)]
+#[derive(Debug, Clone, Args, Default)]
 pub struct ClusterArgs {
     /// The cluster, e.g. mongodb://host1,host2/?replicaSet=rs0 (passwords are never
     /// printed) [env: STREAMWARD_URI; config: uri].
     #[arg(long)]
-    pub uri: Option<String>,
+    pub uri: Option<ConnectionString>,
     /// Where the leases live, as DB.COLLECTION [default: streamward.leases].
     #[arg(long, value_name = "DB.COLL")]
     pub leases: Option<Namespace>,
@@ -93,9 +93,9 @@ pub struct ActingArgs {
 
 /// What the command line said, before and after the command's name merged: the
 /// input of [`Settings::resolve`]. Its `Debug` shows the URI redacted.
-#[derive(Clone, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct GlobalArgs {
-    pub uri: Option<String>,
+    pub uri: Option<ConnectionString>,
     pub leases: Option<Namespace>,
     pub config: Option<PathBuf>,
     pub output: Option<OutputFormat>,
@@ -152,10 +152,10 @@ impl GlobalArgs {
 }
 
 /// The config file's keys; every one optional. Its `Debug` shows the URI redacted.
-#[derive(Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
-    pub uri: Option<String>,
+    pub uri: Option<ConnectionString>,
     pub leases: Option<String>,
     pub output: Option<OutputFormat>,
     pub read_only: Option<bool>,
@@ -240,9 +240,9 @@ impl ConfigFile {
 }
 
 /// Everything a command needs to know, resolved. Its `Debug` shows the URI redacted.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Settings {
-    pub uri: Option<String>,
+    pub uri: Option<ConnectionString>,
     pub leases: Namespace,
     pub output: OutputFormat,
     pub read_only: bool,
@@ -328,7 +328,12 @@ impl Settings {
             uri: args
                 .uri
                 .clone()
-                .or_else(|| std::env::var(URI_ENV).ok().filter(|uri| !uri.is_empty()))
+                .or_else(|| {
+                    std::env::var(URI_ENV)
+                        .ok()
+                        .filter(|uri| !uri.is_empty())
+                        .map(ConnectionString::from)
+                })
                 .or(file.uri),
             leases,
             output: args.output.or(file.output).unwrap_or_default(),
@@ -421,7 +426,10 @@ mod tests {
             ..GlobalArgs::default()
         };
         let settings = Settings::resolve(&args).unwrap();
-        assert_eq!(settings.uri.as_deref(), Some("mongodb://flag"));
+        assert_eq!(
+            settings.uri.as_ref().map(ConnectionString::expose),
+            Some("mongodb://flag")
+        );
         assert_eq!(settings.leases, Namespace::new("ops", "locks"));
         assert_eq!(settings.output, OutputFormat::Json);
         std::fs::remove_file(file).unwrap();
@@ -489,68 +497,6 @@ mod tests {
             "{error}"
         );
         std::fs::remove_file(file).unwrap();
-    }
-}
-
-/// A URI as `Debug` may show it: redacted.
-fn shown_uri(uri: &Option<String>) -> Option<String> {
-    uri.as_deref().map(crate::store::mongo::redact_uri)
-}
-
-impl std::fmt::Debug for ClusterArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterArgs")
-            .field("uri", &shown_uri(&self.uri))
-            .field("leases", &self.leases)
-            .field("connect_timeout", &self.connect_timeout)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for GlobalArgs {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GlobalArgs")
-            .field("uri", &shown_uri(&self.uri))
-            .field("leases", &self.leases)
-            .field("config", &self.config)
-            .field("output", &self.output)
-            .field("read_only", &self.read_only)
-            .field("operator", &self.operator)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("uri_on_command_line", &self.uri_on_command_line)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for ConfigFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConfigFile")
-            .field("uri", &shown_uri(&self.uri))
-            .field("leases", &self.leases)
-            .field("output", &self.output)
-            .field("read_only", &self.read_only)
-            .field("operator", &self.operator)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("thresholds", &self.thresholds)
-            .field("theme", &self.theme)
-            .field("rebuilds", &self.rebuilds)
-            .finish()
-    }
-}
-
-impl std::fmt::Debug for Settings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Settings")
-            .field("uri", &shown_uri(&self.uri))
-            .field("leases", &self.leases)
-            .field("output", &self.output)
-            .field("read_only", &self.read_only)
-            .field("operator", &self.operator)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("thresholds", &self.thresholds)
-            .field("theme", &self.theme)
-            .field("rebuilds", &self.rebuilds)
-            .finish()
     }
 }
 

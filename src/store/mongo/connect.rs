@@ -7,7 +7,7 @@ use mongodb::options::ClientOptions;
 use mongodb::{Client, Database};
 
 use super::errors::{bounded, classify_with_hint, CallError};
-use super::redact::{redact_message, redact_uri, secret_is_malformed};
+use super::redact::{redact_message, secret_is_malformed, ConnectionString};
 use super::version;
 use crate::store::{Namespace, StoreError};
 
@@ -22,9 +22,9 @@ const MALFORMED_SECRET: &str = "the password or a secret option is malformed (a 
 
 /// How to reach the cluster and where the leases live. Its `Debug` shows the URI
 /// redacted.
-#[derive(Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MongoSettings {
-    pub uri: String,
+    pub uri: ConnectionString,
     /// The lease collection; the audit collection is `audit` in the same database.
     pub leases: Namespace,
     /// How long to look for a suitable server before reporting it unreachable.
@@ -33,22 +33,11 @@ pub struct MongoSettings {
     pub operation_timeout: Duration,
 }
 
-impl std::fmt::Debug for MongoSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MongoSettings")
-            .field("uri", &redact_uri(&self.uri))
-            .field("leases", &self.leases)
-            .field("server_selection_timeout", &self.server_selection_timeout)
-            .field("operation_timeout", &self.operation_timeout)
-            .finish()
-    }
-}
-
 impl MongoSettings {
     pub const DEFAULT_SERVER_SELECTION_TIMEOUT: Duration = Duration::from_secs(5);
     pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(10);
 
-    pub fn new(uri: impl Into<String>) -> Self {
+    pub fn new(uri: impl Into<ConnectionString>) -> Self {
         Self {
             uri: uri.into(),
             leases: Namespace::new("streamward", "leases"),
@@ -74,13 +63,14 @@ pub async fn open_client(
     settings: &MongoSettings,
     tweak: impl FnOnce(&mut ClientOptions),
 ) -> Result<Client, StoreError> {
-    if !(settings.uri.starts_with("mongodb://") || settings.uri.starts_with("mongodb+srv://")) {
+    let uri = settings.uri.expose();
+    if !(uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://")) {
         return Err(StoreError::InvalidArgument(format!(
             "connection string {} must start with mongodb:// or mongodb+srv://; expected {EXPECTED_URI_FORM}",
-            redact_uri(&settings.uri)
+            settings.uri.redacted()
         )));
     }
-    let parse = ClientOptions::parse(&settings.uri);
+    let parse = ClientOptions::parse(uri);
     let mut options = match bounded(settings.server_selection_timeout, "parse the URI", async {
         parse.await
     })
@@ -88,7 +78,7 @@ pub async fn open_client(
     {
         Ok(options) => options,
         Err(CallError::Driver(e)) => {
-            let message = if secret_is_malformed(&settings.uri) {
+            let message = if secret_is_malformed(uri) {
                 // The driver's message may name the part of the secret it misread.
                 MALFORMED_SECRET.to_string()
             } else {
@@ -101,7 +91,7 @@ pub async fn open_client(
                 StoreError::Unreachable(_) => StoreError::Unreachable(message),
                 _ => StoreError::InvalidArgument(format!(
                     "connection string {} is not valid: {message}; expected {EXPECTED_URI_FORM}",
-                    redact_uri(&settings.uri)
+                    settings.uri.redacted()
                 )),
             });
         }
@@ -119,7 +109,7 @@ pub async fn open_client(
     let client = Client::with_options(options).map_err(|e| {
         StoreError::InvalidArgument(format!(
             "cannot use connection string {}: {}; expected {EXPECTED_URI_FORM}",
-            redact_uri(&settings.uri),
+            settings.uri.redacted(),
             redact_message(&e.to_string())
         ))
     })?;

@@ -29,7 +29,7 @@ use mongodb::{Client, Collection};
 pub use connect::MongoSettings;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
-pub use redact::{redact_message, redact_uri};
+pub use redact::{redact_message, redact_uri, ConnectionString};
 
 use crate::store::{Namespace, StoreError};
 
@@ -70,7 +70,7 @@ impl MongoStore {
 
     /// The URI with its password replaced by `***`.
     pub fn display_uri(&self) -> String {
-        redact_uri(&self.settings.uri)
+        self.settings.uri.redacted()
     }
 
     pub fn client(&self) -> &Client {
@@ -91,7 +91,7 @@ impl MongoStore {
 
     /// The cluster's URI with any password replaced, safe to show.
     pub fn redacted_uri(&self) -> String {
-        redact_uri(&self.settings.uri)
+        self.settings.uri.redacted()
     }
 
     fn timeout(&self) -> Duration {

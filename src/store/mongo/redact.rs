@@ -5,6 +5,55 @@
 
 use std::borrow::Cow;
 
+/// A connection string as the program holds it: whole for the driver
+/// ([`ConnectionString::expose`]), redacted wherever it is formatted (`Debug`), so a
+/// struct that holds one can derive `Debug` without printing a secret.
+#[derive(Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(transparent)]
+pub struct ConnectionString(String);
+
+impl ConnectionString {
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self(uri.into())
+    }
+
+    /// The whole string, secrets included: for the driver only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// With its secrets masked, for people.
+    pub fn redacted(&self) -> String {
+        redact_uri(&self.0)
+    }
+}
+
+impl std::fmt::Debug for ConnectionString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(&self.redacted(), f)
+    }
+}
+
+impl std::str::FromStr for ConnectionString {
+    type Err = std::convert::Infallible;
+
+    fn from_str(uri: &str) -> Result<Self, Self::Err> {
+        Ok(Self::new(uri))
+    }
+}
+
+impl From<String> for ConnectionString {
+    fn from(uri: String) -> Self {
+        Self(uri)
+    }
+}
+
+impl From<&str> for ConnectionString {
+    fn from(uri: &str) -> Self {
+        Self::new(uri)
+    }
+}
+
 /// What a secret is replaced by.
 const MASK: &str = "***";
 
