@@ -33,4 +33,5 @@ echo "   $STREAMWARD_TEST_URI_SMALL_OPLOG (1 MB oplog)"
 echo "   $STREAMWARD_TEST_URI_RS3 (three members)"
 
 echo "== cargo test"
-cargo test --locked "$@"
+# Every test binary runs even after one fails, so one CI run shows every failure.
+cargo test --locked --no-fail-fast "$@"
