@@ -1296,3 +1296,107 @@ async fn an_operator_swap_that_loses_its_connection_is_sent_again_applied_and_au
     })
     .await;
 }
+
+/// The primary steps down while an operator's compare-and-swap is on it: the swap is
+/// held on the primary (`failCommand` with `blockConnection`, 2 s) and the primary is
+/// asked to step down meanwhile. The held swap then meets a node that is no longer
+/// primary (10107, nothing applied); it is sent to the new primary once and applies,
+/// and the tool, the lease and the audit record all say so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_swap_caught_in_a_step_down_is_told_and_audited_truthfully() {
+    rs3("opstepdown", |rig| async move {
+        let sink = Sink::new(&rig, "orders");
+        let timeline = Timeline::new();
+        let a = ListenerHandle::spawn(
+            rig.store("a").await,
+            rig.config("orders", "a", "orders"),
+            sink.handler(&rig, "a", None).await,
+        );
+        timeline.follow(&a);
+        eventually("a streams", || async {
+            a.snapshot().state == ListenerState::Streaming
+        })
+        .await;
+
+        let operator = rig.store("op").await;
+        // Held by the operator afterwards, so `a` cannot take it back and blur the result.
+        let request = ActionRequest::Takeover {
+            resource: "orders".into(),
+            to: None,
+            hold: Some(Duration::from_secs(120)),
+        };
+        let facts = ops::gather(&operator, &request, &GatherOptions::new("op@stepdown"))
+            .await
+            .expect("gather");
+        let plan = ops::plan(&request, &facts);
+        assert!(plan.refusal.is_none(), "{:?}", plan.refusal);
+        let planned = rig.lease("orders").await;
+        let primary = rig.set.wait_for_primary(PATIENCE).await;
+        let fail_point = rig
+            .set
+            .fail_command(
+                primary,
+                1,
+                doc! {
+                    "blockConnection": true,
+                    "blockTimeMS": 2000,
+                    "failCommands": ["findAndModify"],
+                    "appName": rig.app_name("op"),
+                },
+            )
+            .await;
+        let execute = tokio::spawn(async move {
+            ops::execute(&operator, &plan, Some("step-down test".into())).await
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        timeline.note(format!(
+            "replSetStepDown on {} while the swap is held there",
+            rig.set.hosts[primary]
+        ));
+        let reply = rig.set.step_down(primary, 30).await;
+        timeline.note(format!("replSetStepDown replied: {reply:?}"));
+        let new_primary = rig.set.wait_for_primary(PATIENCE).await;
+        timeline.note(format!("new primary {}", rig.set.hosts[new_primary]));
+        let result = execute.await.expect("the execute task");
+        let fired = fail_point.off(&rig.set).await;
+        let after = rig.lease("orders").await;
+        let records = rig
+            .check
+            .audit_log(50)
+            .await
+            .expect("read the audit log")
+            .items;
+        timeline.note(format!("ops::execute: {result:?}"));
+        timeline.note(format!(
+            "lease before v{} {:?}, after v{} {:?}",
+            planned.version, planned.holder, after.version, after.holder
+        ));
+        a.stop().await;
+        timeline.print();
+        assert_eq!(fired, 1, "the swap reached the primary and was held there");
+        assert_eq!(records.len(), 1, "one action, one record: {records:?}");
+        let record = &records[0];
+        let operator_holds = |l: &Lease| {
+            l.version == planned.version + 1 && l.holder.as_deref() == Some("op@stepdown")
+        };
+        // Refused by the node that stepped down (nothing ran), the swap is sent once
+        // more, to the new primary, and applies there.
+        let done = result.expect("sent to the new primary, applied");
+        println!("-- swap through a step-down: applied ({:?})", done.remark);
+        assert!(
+            done.remark
+                .as_deref()
+                .is_some_and(|r| r.contains("no longer primary")),
+            "{:?}",
+            done.remark
+        );
+        assert_eq!(record.id, done.audit_id);
+        assert_eq!(record.state, AuditState::Applied, "{record:?}");
+        assert!(
+            record.after.as_ref().is_some_and(operator_holds),
+            "{record:?}"
+        );
+        assert!(operator_holds(&after), "the hold stands: {after:?}");
+    })
+    .await;
+}

@@ -241,11 +241,32 @@ async fn operator_writes_under_fail_points_change_nothing_unaudited_and_say_what
             done.remark
         );
 
-        // A refusal before anything ran: not applied, and recorded so.
+        // Refused by a node that is no longer primary (an election): nothing ran, so
+        // the same swap is sent to the (next) primary once, and applies.
         let case = Case {
-            name: "errorCode 10107 NotWritablePrimary",
+            name: "errorCode 10107 NotWritablePrimary, once",
             command: "findAndModify",
             times: 1,
+            data: doc! { "errorCode": 10107 },
+        };
+        let seen = run_case(&live, &set, &operator, &case).await;
+        assert_told_the_truth(&case, &seen);
+        let done = seen.result.as_ref().expect("sent again, applied");
+        assert!(
+            done.remark
+                .as_deref()
+                .unwrap_or_default()
+                .contains("no longer primary"),
+            "{:?}",
+            done.remark
+        );
+        assert_eq!(seen.records[0].state, AuditState::Applied);
+
+        // Refused twice: not applied, and recorded so.
+        let case = Case {
+            name: "errorCode 10107 NotWritablePrimary, twice",
+            command: "findAndModify",
+            times: 2,
             data: doc! { "errorCode": 10107 },
         };
         let seen = run_case(&live, &set, &operator, &case).await;

@@ -171,6 +171,19 @@ pub(super) async fn swap_resolved<S: OperatorStore>(
     let first = match store.operator_swap(change).await {
         Ok(outcome) => return Ok(resolved(outcome, None)),
         Err(e) if e.write_may_have_applied() => e,
+        // Refused by a node that stopped being primary (an election): not applied, so
+        // the same conditional swap goes to the next primary once.
+        Err(e) if e.is_not_primary() => {
+            tracing::warn!(resource = %change.resource, error = %e, "the operator swap met an election; sending it to the new primary");
+            return store.operator_swap(change).await.map(|outcome| {
+                resolved(
+                    outcome,
+                    Some(format!(
+                        "refused by a node that was no longer primary ({e}); sent again"
+                    )),
+                )
+            });
+        }
         Err(e) => return Err(e),
     };
     tracing::warn!(resource = %change.resource, error = %first, "the operator swap's reply was lost; sending it again");

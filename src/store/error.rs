@@ -3,6 +3,12 @@ use thiserror::Error;
 use super::InvalidationCause;
 use crate::model::{ClusterTime, Invalidation};
 
+/// Server codes that mean "this node is not (or no longer) a writable primary": the
+/// stepdown family (NotWritablePrimary 10107, NotPrimaryNoSecondaryOk 13435,
+/// NotPrimaryOrSecondary 13436, InterruptedDueToReplStateChange 11602,
+/// InterruptedAtShutdown 11600, ShutdownInProgress 91, PrimarySteppedDown 189).
+pub const NOT_PRIMARY_CODES: [i32; 7] = [189, 91, 10107, 11600, 11602, 13435, 13436];
+
 /// Every way a store call can fail, classified by what the caller should do about it.
 #[derive(Debug, Clone, Error)]
 pub enum StoreError {
@@ -70,6 +76,13 @@ impl StoreError {
     /// other error means the server did not apply it.
     pub fn write_may_have_applied(&self) -> bool {
         matches!(self, StoreError::Network(_) | StoreError::WriteConcern(_))
+    }
+
+    /// Whether the server refused because it is not (or no longer) a writable primary
+    /// (an election): nothing was applied, and the same command may succeed on the
+    /// next primary.
+    pub fn is_not_primary(&self) -> bool {
+        matches!(self, StoreError::Command { code, .. } if NOT_PRIMARY_CODES.contains(code))
     }
 
     /// What an `Invalidated` error records on the lease; `None` for any other error.

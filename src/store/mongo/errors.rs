@@ -16,10 +16,9 @@ use mongodb::change_stream::ChangeStream;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
 use serde::de::DeserializeOwned;
 
+use crate::store::error::NOT_PRIMARY_CODES;
 use crate::store::{InvalidationCause, StoreError};
 
-/// Codes that mean "this node is not (or no longer) a writable primary".
-const NOT_PRIMARY_CODES: [i32; 7] = [189, 91, 10107, 11600, 11602, 13435, 13436];
 /// 286 ChangeStreamHistoryLost: the resume point is older than the oplog.
 pub const HISTORY_LOST: i32 = 286;
 /// 136 CappedPositionLost: what a real 6.0 answers a live stream's getMore once the oplog
