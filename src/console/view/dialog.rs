@@ -347,12 +347,7 @@ fn preview_lines<'a>(
     if let Some(refusal) = &plan.refusal {
         lines.push(Line::styled(format!("✗ {}", refusal.reason), theme.danger));
     }
-    if skip_not_accepted(plan) {
-        lines.push(Line::styled(
-            format!("{ACCEPT_SKIP_KEY} accepts the skip (the command line's --accept-skip) and plans it again"),
-            theme.warn,
-        ));
-    }
+    // (The refusal names the key; the key line below says it again.)
     lines
 }
 
