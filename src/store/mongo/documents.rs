@@ -320,8 +320,8 @@ impl FencedMemberWrites for MongoStore {
 
 impl MongoStore {
     /// Runs an aggregation `pipeline` on `ns` for its side effect (a rebuild whose last
-    /// stage is `$merge` or `$out`), with write concern majority, bounded by `limit` on
-    /// both sides (`maxTimeMS` and a client timeout). Returns nothing: the output goes
+    /// stage is `$merge` or `$out`), with write concern majority, bounded by `limit`
+    /// (`maxTimeMS`; the client waits that plus the write-concern wait). Returns nothing: the output goes
     /// where the last stage says.
     pub async fn run_merge_pipeline(
         &self,
@@ -341,8 +341,10 @@ impl MongoStore {
         let action = format!("run the rebuild pipeline on {ns}");
         let collection = self.collection(ns);
         // Not retried: a pipeline that merged part of its output before the network
-        // dropped is rerun by the operator, who sees the failure.
-        let _: Vec<Document> = super::errors::bounded(limit, &action, async {
+        // dropped is rerun by the operator, who sees the failure. The client waits
+        // past the server's own limits (maxTimeMS, then the majority's wtimeout), so
+        // the server's answer arrives rather than a guess.
+        let _: Vec<Document> = super::errors::bounded(limit + self.write_timeout(), &action, async {
             collection
                 .aggregate(pipeline)
                 .max_time(limit)
