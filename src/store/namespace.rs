@@ -23,10 +23,11 @@ impl fmt::Display for Namespace {
     }
 }
 
-/// MongoDB's naming rules (Unix servers): a database name has fewer than 64
-/// characters and none of `/\. "$` or NUL; a collection name is not empty, has no
-/// `$` or NUL and does not start with `system.`; `db.collection` is at most 255 bytes.
-const DB_NAME_MAX_CHARS: usize = 63;
+/// MongoDB's naming rules (Unix servers): a database name has fewer than 64 bytes
+/// (the manual says characters; MongoDB 6.0.5 refuses 40 two-byte characters) and none
+/// of `/\. "$` or NUL; a collection name is not empty, has no `$` or NUL and does not
+/// start with `system.`; `db.collection` is at most 255 bytes.
+const DB_NAME_MAX_BYTES: usize = 63;
 const NAMESPACE_MAX_BYTES: usize = 255;
 
 /// Parses `DB.COLLECTION` (as typed by a user) and checks it against MongoDB's naming
@@ -44,8 +45,8 @@ impl FromStr for Namespace {
             ));
         };
         let refuse = |why: &str| Err(format!("{shown:?} is not a valid namespace: {why}"));
-        if db.chars().count() > DB_NAME_MAX_CHARS {
-            return refuse("a database name has fewer than 64 characters");
+        if db.len() > DB_NAME_MAX_BYTES {
+            return refuse("a database name has fewer than 64 bytes (UTF-8)");
         }
         if db
             .chars()
@@ -95,6 +96,12 @@ mod tests {
         assert!(format!("{}.c", "d".repeat(64))
             .parse::<Namespace>()
             .is_err());
+        assert!(format!("{}.c", "d".repeat(63)).parse::<Namespace>().is_ok());
+        // Bytes, not characters: the server refuses 40 two-byte characters.
+        assert!(format!("{}.c", "é".repeat(40))
+            .parse::<Namespace>()
+            .is_err());
+        assert!(format!("{}.c", "é".repeat(31)).parse::<Namespace>().is_ok());
         let long = format!("db.{}", "c".repeat(300));
         let refused = long.parse::<Namespace>().unwrap_err();
         assert!(refused.contains("255 bytes"), "{refused}");
