@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::data::DataEvent;
+use super::data::{DataEvent, PlanFailure};
 use crate::ops::{
     self, describe, ActionKind, ActionRequest, GatherOptions, Plan, Progress, RebuildDefinition,
     RebuildTarget,
@@ -125,7 +125,7 @@ where
         }
     }
 
-    async fn plan(&self, request: &ActionRequest) -> Result<Box<Plan>, String> {
+    async fn plan(&self, request: &ActionRequest) -> Result<Box<Plan>, PlanFailure> {
         let mut options = self.options.clone();
         if let ActionRequest::Rebuild { name } = request {
             options.rebuild = self
@@ -136,7 +136,10 @@ where
         }
         let facts = ops::gather(&self.store, request, &options)
             .await
-            .map_err(|e| format!("cannot plan {}: {e}", request.kind()))?;
+            .map_err(|e| PlanFailure {
+                request: request.clone(),
+                message: format!("cannot plan {}: {e}", request.kind()),
+            })?;
         Ok(Box::new(ops::plan(request, &facts)))
     }
 

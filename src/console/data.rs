@@ -9,6 +9,14 @@ use crate::model::{AuditRecord, Lease, OplogWindow};
 use crate::store::{Listing, MalformedDocument};
 
 /// One message from a data task. The console applies them in arrival order.
+/// Why the plan of `request` could not be made (a dialog opened since for another
+/// request ignores it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanFailure {
+    pub request: crate::ops::ActionRequest,
+    pub message: String,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum DataEvent {
     /// Every lease, read when the lease watch (re)opened, and the documents that are
@@ -31,7 +39,7 @@ pub enum DataEvent {
     Listeners(Vec<ListenerSnapshot>),
     Audit(Listing<AuditRecord>),
     /// The plan of the action the dialog asked for, or why it could not be read.
-    Planned(Result<Box<crate::ops::Plan>, String>),
+    Planned(Result<Box<crate::ops::Plan>, PlanFailure>),
     /// An executed action's outcome, for the notice line.
     ActionDone {
         action: crate::ops::ActionKind,

@@ -27,7 +27,7 @@ pub use table::{
     visible_start, Column, Filter, HealthContext, HolderChange, LeaseEntry, LeaseTable,
 };
 
-use super::data::{DataEvent, DataSource, MemberRow};
+use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, HealthThresholds, Lease, OplogWindow};
 use crate::ops::ActionKind;
@@ -489,7 +489,7 @@ impl ConsoleState {
         }
     }
 
-    fn planned(&mut self, result: Result<Box<crate::ops::Plan>, String>) {
+    fn planned(&mut self, result: Result<Box<crate::ops::Plan>, PlanFailure>) {
         let Some(Dialog::Planning {
             target,
             request,
@@ -498,8 +498,12 @@ impl ConsoleState {
         else {
             return; // the operator closed the dialog meanwhile
         };
-        if result.as_ref().is_ok_and(|plan| plan.request != *request) {
-            return; // the plan of a dialog closed before this one opened
+        let asked = match &result {
+            Ok(plan) => &plan.request,
+            Err(failure) => &failure.request,
+        };
+        if asked != request {
+            return; // the answer to a dialog closed before this one opened
         }
         let (target, reason) = (target.clone(), reason.clone());
         match result {
@@ -514,9 +518,9 @@ impl ConsoleState {
                 });
                 self.follow_dialog();
             }
-            Err(error) => {
+            Err(failure) => {
                 self.dialog = None;
-                self.notify(NoticeLevel::Error, error);
+                self.notify(NoticeLevel::Error, failure.message);
             }
         }
     }

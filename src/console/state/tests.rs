@@ -427,6 +427,33 @@ fn an_action_key_captures_the_lease_and_asks_for_a_plan() {
 }
 
 #[test]
+fn the_answer_to_a_closed_dialog_does_not_touch_the_one_open_now() {
+    let mut state = loaded();
+    press(&mut state, KeyCode::Char('t'));
+    press(&mut state, KeyCode::Esc);
+    press(&mut state, KeyCode::Char('x'));
+    let open = state.dialog.clone();
+    assert!(matches!(open, Some(Dialog::Planning { .. })), "{open:?}");
+    // The takeover's planning failed after its dialog was closed.
+    state.apply(
+        DataEvent::Planned(Err(PlanFailure {
+            request: takeover_of("pet-aggregates"),
+            message: "cannot plan takeover: no reply".into(),
+        })),
+        now(),
+    );
+    assert_eq!(state.dialog, open, "the reset dialog stays");
+    assert_eq!(state.notice, None);
+    // And its plan, had it come, would not replace the reset's either.
+    planned(
+        &mut state,
+        &takeover_of("pet-aggregates"),
+        &lease("pet-aggregates", 7),
+    );
+    assert_eq!(state.dialog, open);
+}
+
+#[test]
 fn cancel_is_focused_and_the_resource_must_be_typed() {
     let mut state = loaded();
     press(&mut state, KeyCode::Char('t'));
