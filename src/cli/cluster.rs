@@ -14,7 +14,6 @@ use super::exit::{Unhealthy, Unreachable};
 use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
 use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
-use crate::model::lease_field as F;
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow};
 use crate::ops::describe;
@@ -375,17 +374,8 @@ async fn watch(
     }
 }
 
-fn time_json(time: Option<ClusterTime>) -> Value {
-    match time {
-        Some(t) => json!({
-            "t": t.secs,
-            "i": t.inc,
-            "iso": t.to_datetime().map(|d| d.to_rfc3339()),
-        }),
-        None => Value::Null,
-    }
-}
-
+/// A lease as `leases --output json` shows it: the document's fields
+/// (`describe::lease_json`) and what the status rules make of them.
 fn lease_json(
     lease: &Lease,
     window: Option<&OplogWindow>,
@@ -393,28 +383,21 @@ fn lease_json(
     thresholds: &HealthThresholds,
 ) -> Value {
     let health = LeaseHealth::assess(lease, window, now, thresholds);
-    json!({
-        "resource": lease.resource,
-        (F::KIND): lease.kind.as_str(),
-        "holder": lease.holder,
-        "liveHolder": lease.live_holder(now),
-        (F::VERSION): lease.version,
-        (F::EXPIRES_AT): lease.expires_at.map(|d| d.to_rfc3339()),
-        (F::ACQUIRED_AT): lease.acquired_at.map(|d| d.to_rfc3339()),
-        (F::COMMITTED_AT): lease.committed_at.map(|d| d.to_rfc3339()),
-        (F::RESUME_TOKEN): lease.resume_token.as_ref().and_then(|t| t.data_hex().map(str::to_string)),
-        (F::RESUME_AT): time_json(lease.resume_at),
-        "tokenTime": time_json(health.token_time),
-        "lagSecs": health.lag.map(|d| d.as_secs()),
-        "headroomSecs": health.headroom.map(|d| d.as_secs()),
-        "headroomShare": health.headroom_share,
-        "status": health.status.label(),
-        (F::INVALIDATED): lease.invalidated.as_ref().map(|i| json!({
-            "at": time_json(i.at),
-            "reason": i.reason,
-        })),
-        (F::NOTE): lease.note,
-    })
+    let mut json = describe::lease_json(lease);
+    if let Some(fields) = json.as_object_mut() {
+        for (key, value) in [
+            ("holder", json!(lease.holder)),
+            ("liveHolder", json!(lease.live_holder(now))),
+            ("tokenTime", describe::time_json(health.token_time)),
+            ("lagSecs", json!(health.lag.map(|d| d.as_secs()))),
+            ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),
+            ("headroomShare", json!(health.headroom_share)),
+            ("status", json!(health.status.label())),
+        ] {
+            fields.insert(key.into(), value);
+        }
+    }
+    json
 }
 
 pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
@@ -439,15 +422,15 @@ pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<(
         OutputFormat::Table => write!(out, "{}", render_oplog(&window, cluster_time, &members))?,
         OutputFormat::Json => {
             let value = json!({
-                "first": time_json(Some(window.first)),
-                "last": time_json(Some(window.last)),
+                "first": describe::time_json(Some(window.first)),
+                "last": describe::time_json(Some(window.last)),
                 "lengthSecs": window.length().as_secs(),
-                "clusterTime": time_json(Some(cluster_time)),
+                "clusterTime": describe::time_json(Some(cluster_time)),
                 "members": members.iter().map(|m| json!({
                     "name": m.name,
                     "state": member_state(&m.state),
                     "healthy": m.healthy,
-                    "optime": time_json(m.optime),
+                    "optime": describe::time_json(m.optime),
                     "lagSecs": m.lag.map(|d| d.as_secs()),
                 })).collect::<Vec<_>>(),
             });

@@ -172,7 +172,8 @@ pub fn executed_text(done: &Executed) -> String {
     text
 }
 
-fn time_json(time: Option<ClusterTime>) -> Value {
+/// A cluster time in JSON: `{t, i, iso}`, or null.
+pub fn time_json(time: Option<ClusterTime>) -> Value {
     time.map_or(
         Value::Null,
         |t| json!({ "t": t.secs, "i": t.inc, "iso": t.to_datetime().map(|d| d.to_rfc3339()) }),
@@ -188,6 +189,7 @@ pub fn malformed_json(document: &crate::store::MalformedDocument) -> Value {
     })
 }
 
+/// A lease in JSON, under its document's field names (plans, audit records, `leases`).
 pub fn lease_json(lease: &Lease) -> Value {
     let date = |d: Option<DateTime<Utc>>| d.map(|d| d.to_rfc3339());
     json!({
