@@ -151,6 +151,27 @@ impl Rig {
         }
     }
 
+    /// Listener `name` on the orders, followed by `timeline`, once it is `state`.
+    async fn listener(
+        &self,
+        sink: &Sink,
+        timeline: &Timeline,
+        name: &str,
+        state: ListenerState,
+    ) -> ListenerHandle {
+        let listener = ListenerHandle::spawn(
+            self.store(name).await,
+            self.config("orders", name, "orders"),
+            sink.handler(self, name, None).await,
+        );
+        timeline.follow(&listener);
+        eventually(&format!("{name} is {state:?}"), || async {
+            listener.snapshot().state == state
+        })
+        .await;
+        listener
+    }
+
     async fn lease(&self, resource: &str) -> Lease {
         self.check
             .get(resource)
@@ -528,28 +549,12 @@ async fn a_stepped_down_primary_loses_no_change_and_applies_none_twice() {
     rs3("stepdown", |rig| async move {
         let sink = Sink::new(&rig, "orders");
         let timeline = Timeline::new();
-        let a_store = rig.store("a").await;
-        let b_store = rig.store("b").await;
-        let a = ListenerHandle::spawn(
-            a_store,
-            rig.config("orders", "a", "orders"),
-            sink.handler(&rig, "a", None).await,
-        );
-        timeline.follow(&a);
-        eventually("a streams", || async {
-            a.snapshot().state == ListenerState::Streaming
-        })
-        .await;
-        let b = ListenerHandle::spawn(
-            b_store,
-            rig.config("orders", "b", "orders"),
-            sink.handler(&rig, "b", None).await,
-        );
-        timeline.follow(&b);
-        eventually("b stands by", || async {
-            b.snapshot().state == ListenerState::Standby
-        })
-        .await;
+        let a = rig
+            .listener(&sink, &timeline, "a", ListenerState::Streaming)
+            .await;
+        let b = rig
+            .listener(&sink, &timeline, "b", ListenerState::Standby)
+            .await;
 
         // The application writes all along, one order every 40 ms.
         let orders = order_ids("o", 1..=120);
@@ -631,26 +636,12 @@ async fn a_primary_that_stops_answering_is_replaced_and_nothing_is_lost_or_appli
     rs3("partition", |rig| async move {
         let sink = Sink::new(&rig, "orders");
         let timeline = Timeline::new();
-        let a = ListenerHandle::spawn(
-            rig.store("a").await,
-            rig.config("orders", "a", "orders"),
-            sink.handler(&rig, "a", None).await,
-        );
-        timeline.follow(&a);
-        eventually("a streams", || async {
-            a.snapshot().state == ListenerState::Streaming
-        })
-        .await;
-        let b = ListenerHandle::spawn(
-            rig.store("b").await,
-            rig.config("orders", "b", "orders"),
-            sink.handler(&rig, "b", None).await,
-        );
-        timeline.follow(&b);
-        eventually("b stands by", || async {
-            b.snapshot().state == ListenerState::Standby
-        })
-        .await;
+        let a = rig
+            .listener(&sink, &timeline, "a", ListenerState::Streaming)
+            .await;
+        let b = rig
+            .listener(&sink, &timeline, "b", ListenerState::Standby)
+            .await;
 
         let orders = order_ids("o", 1..=60);
         let writer = {
@@ -1219,16 +1210,9 @@ async fn an_operator_swap_that_loses_its_connection_is_sent_again_applied_and_au
     rs3("opswap", |rig| async move {
         let sink = Sink::new(&rig, "orders");
         let timeline = Timeline::new();
-        let a = ListenerHandle::spawn(
-            rig.store("a").await,
-            rig.config("orders", "a", "orders"),
-            sink.handler(&rig, "a", None).await,
-        );
-        timeline.follow(&a);
-        eventually("a streams", || async {
-            a.snapshot().state == ListenerState::Streaming
-        })
-        .await;
+        let a = rig
+            .listener(&sink, &timeline, "a", ListenerState::Streaming)
+            .await;
 
         let operator = rig.store("op").await;
         let request = ActionRequest::Takeover {
@@ -1307,16 +1291,9 @@ async fn an_operator_swap_caught_in_a_step_down_is_told_and_audited_truthfully()
     rs3("opstepdown", |rig| async move {
         let sink = Sink::new(&rig, "orders");
         let timeline = Timeline::new();
-        let a = ListenerHandle::spawn(
-            rig.store("a").await,
-            rig.config("orders", "a", "orders"),
-            sink.handler(&rig, "a", None).await,
-        );
-        timeline.follow(&a);
-        eventually("a streams", || async {
-            a.snapshot().state == ListenerState::Streaming
-        })
-        .await;
+        let a = rig
+            .listener(&sink, &timeline, "a", ListenerState::Streaming)
+            .await;
 
         let operator = rig.store("op").await;
         // Held by the operator afterwards, so `a` cannot take it back and blur the result.

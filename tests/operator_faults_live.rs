@@ -390,9 +390,10 @@ async fn the_binary_reports_a_twice_lost_swap_as_unknown_and_audit_judges_it() {
             ]);
             cmd
         };
-        let primary = set.wait_for_primary(Duration::from_secs(10)).await;
-        let armed = set
-            .fail_command(
+        // The swap and its one resend both lose their connection.
+        let swap_lost_twice = || async {
+            let primary = set.wait_for_primary(Duration::from_secs(10)).await;
+            set.fail_command(
                 primary,
                 2,
                 doc! {
@@ -401,7 +402,9 @@ async fn the_binary_reports_a_twice_lost_swap_as_unknown_and_audit_judges_it() {
                     "appName": "sw-faults-cli",
                 },
             )
-            .await;
+            .await
+        };
+        let armed = swap_lost_twice().await;
         let output = streamward()
             .args(["takeover", RESOURCE, "--execute"])
             .output()
@@ -432,17 +435,7 @@ async fn the_binary_reports_a_twice_lost_swap_as_unknown_and_audit_judges_it() {
 
         // The same with --output json: one document with the plan, `written: null`
         // (unknown), the pending record's id and the error.
-        let armed = set
-            .fail_command(
-                primary,
-                2,
-                doc! {
-                    "closeConnection": true,
-                    "failCommands": ["findAndModify"],
-                    "appName": "sw-faults-cli",
-                },
-            )
-            .await;
+        let armed = swap_lost_twice().await;
         let output = streamward()
             .args(["takeover", RESOURCE, "--execute", "--output", "json"])
             .output()
