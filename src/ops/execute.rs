@@ -313,42 +313,50 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
                 audit,
             })
         }
-        Err(source) if source.write_may_have_applied() => {
-            let _ = store
-                .audit_step(
-                    &audit_id,
-                    &format!("the lease write's reply was lost, also when sent again: {source}"),
-                    None,
-                    None,
-                )
-                .await;
-            Err(OpsError::OutcomeUnknown {
-                action,
-                resource: change.resource.clone(),
-                planned_version: change.expected_version,
-                audit_id,
-                cause: Box::new(source),
-            })
+        Err(source) => Err(swap_failed(store, audit_id, action, change, before, source).await),
+    }
+}
+
+/// A swap that did not apply (`NotApplied`: the record is finalized so, with the lease
+/// as planned against) or whose outcome is still unknown after the resend
+/// (`OutcomeUnknown`: the record stays pending, with a step saying why).
+pub(super) async fn swap_failed<S: AuditLog>(
+    store: &S,
+    audit_id: String,
+    action: String,
+    change: &OperatorChange,
+    planned: Option<&Lease>,
+    source: StoreError,
+) -> OpsError {
+    if source.write_may_have_applied() {
+        let what = format!("the {action} write's reply was lost, also when sent again: {source}");
+        if let Err(e) = store.audit_step(&audit_id, &what, None, None).await {
+            tracing::warn!(audit_id, error = %e, "could not record that the outcome is unknown");
         }
-        Err(source) => {
-            let audit = finish(
-                store,
-                &audit_id,
-                AuditFinish {
-                    state: AuditState::NotApplied,
-                    after: before.cloned(),
-                    outcome: format!("not applied: {source}"),
-                },
-            )
-            .await;
-            Err(OpsError::NotApplied {
-                action,
-                resource: change.resource.clone(),
-                audit_id,
-                audit,
-                cause: Box::new(source),
-            })
-        }
+        return OpsError::OutcomeUnknown {
+            action,
+            resource: change.resource.clone(),
+            planned_version: change.expected_version,
+            audit_id,
+            cause: Box::new(source),
+        };
+    }
+    let audit = finish(
+        store,
+        &audit_id,
+        AuditFinish {
+            state: AuditState::NotApplied,
+            after: planned.cloned(),
+            outcome: format!("not applied: {source}"),
+        },
+    )
+    .await;
+    OpsError::NotApplied {
+        action,
+        resource: change.resource.clone(),
+        audit_id,
+        audit,
+        cause: Box::new(source),
     }
 }
 

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::execute::{
     audit_context, begin, changed, executable, finish, finish_changed, intent, left_by,
-    swap_resolved, Executed, Resolved,
+    swap_failed, swap_resolved, Executed, Resolved,
 };
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
@@ -170,41 +170,9 @@ where
             let audit = finish_changed(store, &audit_id, change, current.as_ref(), remark).await;
             return Err(changed(change, current, Some((audit_id, audit))));
         }
-        Err(error) if error.write_may_have_applied() => {
-            step(
-                store,
-                &audit_id,
-                &format!("the bulk swap's reply was lost, also when sent again: {error}"),
-                None,
-                None,
-            )
-            .await;
-            return Err(OpsError::OutcomeUnknown {
-                action: plan.action.name().to_string(),
-                resource: change.resource.clone(),
-                planned_version: change.expected_version,
-                audit_id,
-                cause: Box::new(error),
-            });
-        }
         Err(error) => {
-            let audit = finish(
-                store,
-                &audit_id,
-                AuditFinish {
-                    state: AuditState::NotApplied,
-                    after: Some(planned.clone()),
-                    outcome: format!("not applied: {error}"),
-                },
-            )
-            .await;
-            return Err(OpsError::NotApplied {
-                action: plan.action.name().to_string(),
-                resource: change.resource.clone(),
-                audit_id,
-                audit,
-                cause: Box::new(error),
-            });
+            let action = plan.action.name().to_string();
+            return Err(swap_failed(store, audit_id, action, change, Some(planned), error).await);
         }
     };
     step(
