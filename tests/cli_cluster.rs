@@ -239,12 +239,95 @@ async fn oplog_without_privilege_exits_5_and_names_the_role() {
             "not authorized on local to execute command { find: \"oplog.rs\" }",
         )],
     );
+    // Without clusterMonitor, replSetGetStatus is refused too.
+    server.script(
+        "replSetGetStatus",
+        [Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on admin to execute command { replSetGetStatus: 1 }",
+        )],
+    );
     let mut cmd = streamward();
     cmd.args(["oplog", "--uri", &server.uri()]);
+    // What is known is shown (the deployment, and what follows); the window is not.
     run(cmd)
         .await
         .code(5)
+        .stdout(
+            predicate::str::contains("topology      replica set rs0")
+                .and(predicate::str::contains("oplog window  unknown"))
+                .and(predicate::str::contains(
+                    "rewind, reset and undo are refused",
+                )),
+        )
         .stderr(predicate::str::contains("clusterMonitor"));
+}
+
+/// Through a mongos the oplog cannot be read (code 20 on `local`): `oplog` says what the
+/// cluster is and what follows, instead of failing on the router's refusal.
+#[tokio::test(flavor = "multi_thread")]
+async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
+    let server = WireServer::start().await;
+    server.become_mongos();
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--uri", &server.uri_direct()]);
+    run(cmd)
+        .await
+        .code(5)
+        .stdout(
+            predicate::str::contains("topology      sharded cluster (mongos)")
+                .and(predicate::str::contains("the oplog is per shard"))
+                .and(predicate::str::contains("oplog window  unknown")),
+        )
+        .stderr(predicate::str::contains("not readable through mongos"));
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--output", "json", "--uri", &server.uri_direct()]);
+    let out = cmd.output().unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(json["topology"]["deployment"]["kind"], "sharded", "{json}");
+    assert_eq!(json["topology"]["oplogReadable"], false, "{json}");
+    assert_eq!(json["first"], serde_json::Value::Null, "{json}");
+    assert_eq!(json["error"]["exit"], 5, "{json}");
+
+    // `leases` lists what it can and says why lag and headroom are missing.
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", &server.uri_direct()]);
+    run(cmd).await.code(0).stderr(predicate::str::contains(
+        "note: sharded cluster (mongos): through mongos the oplog is per shard",
+    ));
+
+    // With a lease to act on: a takeover needs no window and is planned; a rewind
+    // cannot be checked and is refused with 5, saying why.
+    server.on("find", |cmd| {
+        if cmd.get_str("$db") == Ok("local") {
+            Action::error(
+                20,
+                "IllegalOperation",
+                "Can't use 'local' database through mongos",
+            )
+        } else {
+            cursor("streamward.leases", vec![held_lease()])
+        }
+    });
+    let mut cmd = streamward();
+    cmd.args(["takeover", "shop.orders", "--uri", &server.uri_direct()]);
+    run(cmd)
+        .await
+        .code(0)
+        .stdout(predicate::str::contains("re-run with --execute"));
+    let mut cmd = streamward();
+    cmd.args([
+        "rewind",
+        "shop.orders",
+        "--by",
+        "1m",
+        "--uri",
+        &server.uri_direct(),
+    ]);
+    run(cmd).await.code(5).stdout(predicate::str::contains(
+        "through a mongos the oplog is per shard",
+    ));
 }
 
 #[tokio::test(flavor = "multi_thread")]

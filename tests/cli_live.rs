@@ -129,6 +129,19 @@ async fn leases_and_oplog_describe_the_real_cluster() {
         assert_eq!(code, 0, "{err}");
         assert!(out.contains("oplog window"), "{out}");
         assert!(out.contains("PRIMARY"), "members are listed: {out}");
+        // The real server's hello names its replica set; its oplog is readable, so no
+        // consequence line follows the topology.
+        let topology = out.lines().next().unwrap_or_default();
+        assert!(
+            topology.starts_with("topology      replica set ") && !topology.contains(':'),
+            "{out}"
+        );
+        assert!(
+            out.lines()
+                .nth(1)
+                .is_some_and(|l| l.starts_with("oplog window")),
+            "{out}"
+        );
     })
     .await;
 }

@@ -10,12 +10,15 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::exit::{Unhealthy, Unreachable};
+use super::exit::{OplogUnknown, Unhealthy, Unreachable};
 use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
 use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
-use crate::model::{ClusterTime, HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow};
+use crate::model::{
+    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogAccess,
+    OplogWindow, Topology,
+};
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
 use crate::store::{ChangeFeed, LeaseStore, MalformedDocument, StoreError};
@@ -88,10 +91,10 @@ fn why_unreachable(detail: &str) -> &'static str {
 struct Snapshot {
     leases: Vec<Lease>,
     malformed: Vec<MalformedDocument>,
-    /// `None` when the oplog may not be read: lag, headroom and history status unknown.
+    /// `None` when the oplog cannot be read: lag, headroom and history status unknown.
     window: Option<OplogWindow>,
-    /// Why the window is unknown, when it may not be read.
-    window_denied: Option<StoreError>,
+    /// What the cluster is; says why the window is unknown when it is.
+    topology: Topology,
     now: DateTime<Utc>,
 }
 
@@ -101,11 +104,10 @@ impl Snapshot {
             .list()
             .await
             .with_context(|| format!("listing leases in {}", settings.leases))?;
-        let (window, window_denied) = match store.oplog_window().await {
-            Ok(window) => (Some(window), None),
-            Err(e @ StoreError::NotPermitted { .. }) => (None, Some(e)),
-            Err(e) => return Err(e).context("reading the oplog window"),
-        };
+        let (topology, window) = store
+            .topology()
+            .await
+            .context("reading what the cluster is and its oplog window")?;
         let now = store
             .server_now()
             .await
@@ -114,16 +116,15 @@ impl Snapshot {
             leases: listing.items,
             malformed: listing.malformed,
             window,
-            window_denied,
+            topology,
             now,
         })
     }
 
-    fn note_denied(&self) {
-        if let Some(e) = &self.window_denied {
-            say(format_args!(
-                "note: {e}; lag, headroom and history status are not shown"
-            ));
+    /// Said on stderr when the oplog cannot be read: what the cluster is and what follows.
+    fn note_window_unknown(&self) {
+        if self.window.is_none() {
+            say(format_args!("note: {}", self.topology));
         }
     }
 
@@ -212,7 +213,7 @@ pub async fn leases(
     if args.check {
         return check(&snapshot, settings, out);
     }
-    snapshot.note_denied();
+    snapshot.note_window_unknown();
     let thresholds = settings.thresholds;
     let all: Vec<&Lease> = snapshot.leases.iter().collect();
     match settings.output {
@@ -259,7 +260,7 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
     let total = snapshot.leases.len() + snapshot.malformed.len();
     match settings.output {
         OutputFormat::Table if named.is_empty() => {
-            if snapshot.window_denied.is_none() {
+            if snapshot.window.is_some() {
                 writeln!(out, "ok: {total} leases, none {}", needs_attention_list())?;
             }
         }
@@ -271,7 +272,7 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
         }
         OutputFormat::Json => {
             let document = json!({
-                "ok": named.is_empty() && snapshot.window_denied.is_none(),
+                "ok": named.is_empty() && snapshot.window.is_some(),
                 "leases": total,
                 "problems": snapshot.json(&thresholds, &problems, true),
             });
@@ -286,10 +287,13 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
         ))
         .into());
     }
-    if let Some(denied) = &snapshot.window_denied {
+    if snapshot.window.is_none() {
         // AT RISK and LOST cannot be told without the oplog: not a pass.
-        return Err(anyhow::Error::new(denied.clone())
-            .context("cannot check for AT RISK and LOST leases without reading the oplog"));
+        return Err(OplogUnknown(format!(
+            "cannot check for AT RISK and LOST leases without reading the oplog: {}",
+            snapshot.topology
+        ))
+        .into());
     }
     Ok(())
 }
@@ -336,7 +340,7 @@ async fn watch(
             say("note: reading the leases again");
         }
         if !noted {
-            snapshot.note_denied();
+            snapshot.note_window_unknown();
             noted = true;
         }
         let fingerprint = snapshot.fingerprint(&thresholds);
@@ -402,30 +406,42 @@ fn lease_json(
 
 pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
     let store = connect(settings).await?;
-    let window = store
-        .oplog_window()
+    let (topology, window) = store
+        .topology()
         .await
-        .context("reading the oplog window")?;
-    let cluster_time = store
-        .cluster_time()
-        .await
-        .context("reading the cluster time")?;
-    let members = match store.members().await {
-        Ok(members) => members,
-        Err(e @ StoreError::NotPermitted { .. }) => {
-            say(format_args!("note: {e}; replica set members are not shown"));
-            Vec::new()
+        .context("reading what the cluster is")?;
+    let replica_set = matches!(topology.deployment, Deployment::ReplicaSet { .. });
+    let cluster_time = match store.cluster_time().await {
+        Ok(time) => Some(time),
+        // A standalone server keeps no cluster time; say what it is instead of failing.
+        Err(_) if !replica_set => None,
+        Err(e) => return Err(e).context("reading the cluster time"),
+    };
+    let members = if replica_set {
+        match store.members().await {
+            Ok(members) => members,
+            Err(e @ StoreError::NotPermitted { .. }) => {
+                say(format_args!("note: {e}; replica set members are not shown"));
+                Vec::new()
+            }
+            Err(e) => return Err(e).context("reading the replica set status"),
         }
-        Err(e) => return Err(e).context("reading the replica set status"),
+    } else {
+        Vec::new()
     };
     match settings.output {
-        OutputFormat::Table => write!(out, "{}", render_oplog(&window, cluster_time, &members))?,
+        OutputFormat::Table => write!(
+            out,
+            "{}",
+            render_oplog(&topology, window.as_ref(), cluster_time, &members)
+        )?,
         OutputFormat::Json => {
             let value = json!({
-                "first": describe::time_json(Some(window.first)),
-                "last": describe::time_json(Some(window.last)),
-                "lengthSecs": window.length().as_secs(),
-                "clusterTime": describe::time_json(Some(cluster_time)),
+                "topology": topology_json(&topology),
+                "first": describe::time_json(window.map(|w| w.first)),
+                "last": describe::time_json(window.map(|w| w.last)),
+                "lengthSecs": window.map(|w| w.length().as_secs()),
+                "clusterTime": describe::time_json(cluster_time),
                 "members": members.iter().map(|m| json!({
                     "name": m.name,
                     "state": member_state(&m.state),
@@ -437,7 +453,32 @@ pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<(
             writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
         }
     }
+    // What is known is shown; the window itself, what this command is for, is not.
+    if let OplogAccess::NotReadable(why) = &topology.oplog {
+        return Err(OplogUnknown(format!("the oplog window cannot be read: {why}")).into());
+    }
     Ok(())
+}
+
+/// The topology in JSON: what it is, whether the oplog can be read (and why not), and
+/// what follows.
+fn topology_json(topology: &Topology) -> Value {
+    let deployment = match &topology.deployment {
+        Deployment::ReplicaSet { name } => json!({ "kind": "replicaSet", "setName": name }),
+        Deployment::Sharded => json!({ "kind": "sharded" }),
+        Deployment::CosmosDb => json!({ "kind": "cosmosDb" }),
+        Deployment::Standalone => json!({ "kind": "standalone" }),
+    };
+    let (readable, reason) = match &topology.oplog {
+        OplogAccess::Readable => (true, None),
+        OplogAccess::NotReadable(why) => (false, Some(why.as_str())),
+    };
+    json!({
+        "deployment": deployment,
+        "oplogReadable": readable,
+        "reason": reason,
+        "consequence": topology.consequence(),
+    })
 }
 
 fn member_state(state: &MemberState) -> String {
@@ -445,17 +486,27 @@ fn member_state(state: &MemberState) -> String {
 }
 
 pub fn render_oplog(
-    window: &OplogWindow,
-    cluster_time: ClusterTime,
+    topology: &Topology,
+    window: Option<&OplogWindow>,
+    cluster_time: Option<ClusterTime>,
     members: &[ReplicaMember],
 ) -> String {
-    let mut out = format!(
-        "oplog window  {}\nfirst         {}\nlast          {}\ncluster time  {}\n",
-        short_duration(window.length()),
-        window.first,
-        window.last,
-        cluster_time
-    );
+    let mut out = format!("topology      {}\n", topology.deployment);
+    if !topology.is_complete() {
+        out.push_str(&format!("              {}\n", topology.consequence()));
+    }
+    match window {
+        Some(window) => out.push_str(&format!(
+            "oplog window  {}\nfirst         {}\nlast          {}\n",
+            short_duration(window.length()),
+            window.first,
+            window.last,
+        )),
+        None => out.push_str("oplog window  unknown\n"),
+    }
+    if let Some(time) = cluster_time {
+        out.push_str(&format!("cluster time  {time}\n"));
+    }
     if !members.is_empty() {
         let rows: Vec<[String; 4]> = members
             .iter()

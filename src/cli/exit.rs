@@ -40,6 +40,12 @@ pub struct Unreachable {
 #[error("{0}")]
 pub struct Unhealthy(pub String);
 
+/// A check that needs the oplog window where it cannot be read (a missing privilege,
+/// a mongos, Cosmos DB): exit 5, like a missing privilege.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct OplogUnknown(pub String);
+
 /// What a store error at the root of a failure means for the exit code.
 pub fn for_store(error: &StoreError) -> u8 {
     match error {
@@ -90,7 +96,10 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
     if error.chain().any(|e| e.is::<UsageError>()) {
         return USAGE;
     }
-    if error.chain().any(|e| e.is::<Unreachable>()) {
+    if error
+        .chain()
+        .any(|e| e.is::<Unreachable>() || e.is::<OplogUnknown>())
+    {
         return CANNOT_CONNECT;
     }
     if error.chain().any(|e| e.is::<Unhealthy>()) {

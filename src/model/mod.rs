@@ -8,6 +8,7 @@ mod lease_write;
 mod oplog_window;
 mod resume_token;
 pub mod text;
+mod topology;
 
 pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
 pub use cluster_time::ClusterTime;
@@ -17,3 +18,4 @@ pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
+pub use topology::{Deployment, OplogAccess, Topology};

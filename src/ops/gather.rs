@@ -29,7 +29,8 @@ pub async fn gather<S: OperatorStore + AuditLog>(
     let now = store.server_now().await?;
     let window = match store.oplog_window().await {
         Ok(window) => Some(window),
-        Err(StoreError::NotPermitted { .. }) => None,
+        // A missing privilege, or a mongos: plans that need the window say so.
+        Err(e) if e.oplog_unreadable() => None,
         Err(e) => return Err(e.into()),
     };
     let mut facts = PlanFacts {

@@ -18,7 +18,8 @@ pub(crate) fn require_window(
             RefusalKind::NoOplogAccess,
             format!(
                 "the oplog window cannot be read, so a {action} cannot be checked against it: \
-                 grant the clusterMonitor role (or read on the local database)"
+                 grant the clusterMonitor role (or read on the local database); through a \
+                 mongos the oplog is per shard and is not read (`streamward oplog` says which)"
             ),
         )
     })

@@ -78,6 +78,16 @@ impl StoreError {
         matches!(self, StoreError::Network(_) | StoreError::WriteConcern(_))
     }
 
+    /// Whether this error from reading the oplog means it cannot be read through this
+    /// connection (a missing privilege, or `local` refused through mongos: code 20),
+    /// rather than that the read failed.
+    pub fn oplog_unreadable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotPermitted { .. } | StoreError::Command { code: 20, .. }
+        )
+    }
+
     /// Whether the server refused because it is not (or no longer) a writable primary
     /// (an election): nothing was applied, and the same command may succeed on the
     /// next primary.

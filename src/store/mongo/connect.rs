@@ -59,10 +59,11 @@ impl Default for MongoSettings {
 
 /// Builds the client, then proves the cluster answers (`ping` on `admin`). `tweak`
 /// sees the driver options last, after the URI and this adapter's own settings.
+/// Returns the client and the hosts it was given (SRV records resolved).
 pub async fn open_client(
     settings: &MongoSettings,
     tweak: impl FnOnce(&mut ClientOptions),
-) -> Result<Client, StoreError> {
+) -> Result<(Client, Vec<String>), StoreError> {
     let uri = settings.uri.expose();
     if !(uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://")) {
         return Err(StoreError::InvalidArgument(format!(
@@ -106,6 +107,7 @@ pub async fn open_client(
         options.app_name = Some("streamward".into());
     }
     tweak(&mut options);
+    let hosts = options.hosts.iter().map(ToString::to_string).collect();
     let client = Client::with_options(options).map_err(|e| {
         StoreError::InvalidArgument(format!(
             "cannot use connection string {}: {}; expected {EXPECTED_URI_FORM}",
@@ -134,7 +136,7 @@ pub async fn open_client(
     check_version(&admin, settings.operation_timeout)
         .await
         .map_err(redact_error)?;
-    Ok(client)
+    Ok((client, hosts))
 }
 
 /// The driver refuses servers before 4.4 during server selection, with a message.

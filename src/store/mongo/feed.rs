@@ -11,7 +11,7 @@ use mongodb::options::FullDocumentType;
 use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
-use crate::model::{ClusterTime, OplogWindow, ResumeToken};
+use crate::model::{ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, Topology};
 use crate::store::{
     ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, StoreError,
     StoreResult,
@@ -75,6 +75,41 @@ fn store_token(token: &mongodb::change_stream::event::ResumeToken) -> StoreResul
 }
 
 impl MongoStore {
+    /// What this connection reaches (`hello` and the host names) and whether its oplog
+    /// can be read; the window too when it can. The oplog is read only on a replica set:
+    /// through mongos, on Cosmos DB or on a standalone server there is none to read.
+    pub async fn topology(&self) -> StoreResult<(Topology, Option<OplogWindow>)> {
+        let action = "read what the server is (hello)";
+        let admin = self.client.database("admin");
+        let hello = with_one_retry(self.timeout(), action, || {
+            std::future::IntoFuture::into_future(admin.run_command(doc! { "hello": 1 }))
+        })
+        .await
+        .map_err(|e| e.into_store(action))?;
+        let deployment = Deployment::detect(
+            hello.get_str("msg").ok(),
+            hello.get_str("setName").ok(),
+            &self.hosts,
+        );
+        let (oplog, window) = match &deployment {
+            Deployment::ReplicaSet { .. } => match self.oplog_window().await {
+                Ok(window) => (OplogAccess::Readable, Some(window)),
+                Err(e) if e.oplog_unreadable() => (OplogAccess::NotReadable(e.to_string()), None),
+                Err(e) => return Err(e),
+            },
+            Deployment::Sharded => (
+                OplogAccess::NotReadable(
+                    "the local database is not readable through mongos".into(),
+                ),
+                None,
+            ),
+            Deployment::CosmosDb | Deployment::Standalone => {
+                (OplogAccess::NotReadable("it keeps no oplog".into()), None)
+            }
+        };
+        Ok((Topology { deployment, oplog }, window))
+    }
+
     /// `replSetGetStatus`: the members with state and replication lag behind the primary.
     pub async fn members(&self) -> StoreResult<Vec<ReplicaMember>> {
         let action = "read the replica set status";

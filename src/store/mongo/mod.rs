@@ -43,6 +43,8 @@ const WRITE_CONCERN_GRACE: Duration = Duration::from_secs(1);
 pub struct MongoStore {
     client: Client,
     settings: Arc<MongoSettings>,
+    /// The hosts the connection string named (SRV records resolved).
+    hosts: Arc<[String]>,
 }
 
 impl MongoStore {
@@ -61,10 +63,11 @@ impl MongoStore {
         settings: MongoSettings,
         tweak: impl FnOnce(&mut mongodb::options::ClientOptions),
     ) -> Result<MongoStore, StoreError> {
-        let client = connect::open_client(&settings, tweak).await?;
+        let (client, hosts) = connect::open_client(&settings, tweak).await?;
         Ok(MongoStore {
             client,
             settings: Arc::new(settings),
+            hosts: hosts.into(),
         })
     }
 

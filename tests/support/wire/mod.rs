@@ -87,6 +87,8 @@ struct State {
     request_ids: AtomicI32,
     /// What the handshake (and `hello`) reports; 21 is MongoDB 7.0.
     max_wire_version: AtomicI32,
+    /// Answers the handshake as a `mongos` router does.
+    mongos: std::sync::atomic::AtomicBool,
 }
 
 /// A running black-pipe server on 127.0.0.1.
@@ -122,6 +124,7 @@ impl WireServer {
             connections: AtomicU64::new(0),
             request_ids: AtomicI32::new(1),
             max_wire_version: AtomicI32::new(21),
+            mongos: std::sync::atomic::AtomicBool::new(false),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -185,6 +188,31 @@ impl WireServer {
     /// of that release would (6.0 is 17, 5.0 is 13, 4.4 is 9).
     pub fn set_max_wire_version(&self, wire: i32) {
         self.state.max_wire_version.store(wire, Ordering::SeqCst);
+    }
+
+    /// From now on a `mongos`: the handshake says `msg: "isdbgrid"` and names no
+    /// replica set (the reply's shape from the MongoDB manual's `hello` page: a router
+    /// answers `isWritablePrimary: true`, `msg`, and no `setName`, `hosts` or `primary`),
+    /// and reading `local` is refused with code 20, as a real router does. Connect with
+    /// [`WireServer::uri_direct`].
+    pub fn become_mongos(&self) {
+        self.state.mongos.store(true, Ordering::SeqCst);
+        self.on("find", |cmd| {
+            if cmd.get_str("$db") == Ok("local") {
+                Action::error(
+                    20,
+                    "IllegalOperation",
+                    "Can't use 'local' database through mongos",
+                )
+            } else {
+                Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "x.y", "firstBatch": [] } })
+            }
+        });
+    }
+
+    /// A URI that names no replica set (for a `mongos`).
+    pub fn uri_direct(&self) -> String {
+        format!("mongodb://{}/", self.address())
     }
 
     pub fn set_local_time(&self, at: bson::DateTime) {
@@ -382,6 +410,20 @@ fn handshake_reply(state: &State, connection: u64, request: &Document) -> Docume
         "readOnly": false,
         "ok": 1.0,
     };
+    if state.mongos.load(Ordering::SeqCst) {
+        for key in [
+            "setName",
+            "setVersion",
+            "electionId",
+            "hosts",
+            "primary",
+            "me",
+            "secondary",
+        ] {
+            reply.remove(key);
+        }
+        reply.insert("msg", "isdbgrid");
+    }
     if request.contains_key("saslSupportedMechs") {
         if let Some(mechanisms) = state.sasl_mechanisms.lock().unwrap().clone() {
             reply.insert("saslSupportedMechs", mechanisms);
