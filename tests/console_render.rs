@@ -15,8 +15,8 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, AuditState, ClusterTime, Invalidation, Lease, LockKind, OplogWindow, ResumeToken,
-    TokenKind, WatchTarget,
+    AuditRecord, AuditState, ClusterTime, Deployment, Invalidation, Lease, LockKind, OplogAccess,
+    OplogWindow, ResumeToken, TokenKind, Topology, WatchTarget,
 };
 
 fn now() -> DateTime<Utc> {
@@ -313,6 +313,52 @@ fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
         press(state, KeyCode::Enter);
         press(state, KeyCode::Enter);
     });
+}
+
+/// Attached through a mongos: the title names the deployment, the oplog line says what
+/// follows instead of a window, and the lease table still lists the leases.
+#[test]
+fn the_header_names_the_topology_and_what_follows() {
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Attached);
+        state.apply(
+            DataEvent::Topology(Topology {
+                deployment: Deployment::Sharded,
+                oplog: OplogAccess::NotReadable(
+                    "the local database is not readable through mongos".into(),
+                ),
+            }),
+            now(),
+        );
+        insta::assert_snapshot!(
+            format!("topology_sharded_{width}x{height}"),
+            screen(&mut state, width, height)
+        );
+        // The oplog view says what follows, whole.
+        press(&mut state, KeyCode::Char('2'));
+        let shown = screen(&mut state, width, height).replace(['"', '│'], "");
+        let flat: String = shown.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(
+                "rewind, reset and undo are refused (they cannot be checked against the window)"
+            ),
+            "{shown}"
+        );
+    }
+    let mut state = state(Mode::Attached);
+    state.apply(
+        DataEvent::Topology(Topology {
+            deployment: Deployment::ReplicaSet { name: "rs0".into() },
+            oplog: OplogAccess::Readable,
+        }),
+        now(),
+    );
+    let shown = screen(&mut state, 120, 40);
+    assert!(
+        shown.contains("ATTACHED   replica set rs0  mongodb://"),
+        "{shown}"
+    );
+    assert!(shown.contains("window 59m30s"), "the window stays: {shown}");
 }
 
 #[test]

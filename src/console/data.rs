@@ -35,6 +35,8 @@ pub enum DataEvent {
     },
     /// The replica set members, or why they cannot be read (e.g. a missing role).
     Members(Result<Vec<MemberRow>, String>),
+    /// What the cluster is and whether its oplog can be read.
+    Topology(crate::model::Topology),
     /// In-process listeners (IN-PROCESS and DEMO modes only).
     Listeners(Vec<ListenerSnapshot>),
     Audit(Listing<AuditRecord>),

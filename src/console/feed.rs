@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::data::{DataEvent, DataSource};
 use super::probe::ClusterProbe;
 use crate::engine::ListenerSnapshot;
-use crate::model::ClusterTime;
+use crate::model::{ClusterTime, OplogAccess};
 use crate::store::{AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
 
 /// How often each source is read, and how soon a failed one is retried.
@@ -171,15 +171,26 @@ async fn read_window<S: ClusterProbe>(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut previous: Option<(ClusterTime, Instant)> = None;
     let mut reads: u32 = 0;
+    let mut oplog_readable = true;
     loop {
         ticker.tick().await;
         if reads.is_multiple_of(intervals.members_every.max(1)) {
+            if let Ok(Some(topology)) = store.topology().await {
+                oplog_readable = topology.oplog == OplogAccess::Readable;
+                if send(&events, DataEvent::Topology(topology)).await.is_err() {
+                    return;
+                }
+            }
             let members = store.members().await.map_err(|e| e.to_string());
             if send(&events, DataEvent::Members(members)).await.is_err() {
                 return;
             }
         }
         reads = reads.wrapping_add(1);
+        if !oplog_readable {
+            // The header says why from the topology; reading would only fail again.
+            continue;
+        }
         let read = async {
             let window = store.oplog_window().await?;
             let server_now = store.server_now().await?;

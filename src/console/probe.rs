@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use super::data::MemberRow;
-use crate::model::ClusterTime;
+use crate::model::{ClusterTime, Topology};
 use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
 use crate::store::{OpsStore, StoreResult};
@@ -17,6 +17,10 @@ pub trait ClusterProbe: OpsStore {
     fn describe(&self) -> String;
 
     fn members(&self) -> impl Future<Output = StoreResult<Vec<MemberRow>>> + Send;
+
+    /// What the cluster is and whether its oplog can be read (`None`: the sandbox,
+    /// which the title already names).
+    fn topology(&self) -> impl Future<Output = StoreResult<Option<Topology>>> + Send;
 
     /// Oplog entries written after `after`, at most [`OPS_COUNT_LIMIT`].
     fn entries_after(&self, after: ClusterTime) -> impl Future<Output = StoreResult<u64>> + Send;
@@ -36,6 +40,10 @@ impl ClusterProbe for SandboxStore {
         }])
     }
 
+    async fn topology(&self) -> StoreResult<Option<Topology>> {
+        Ok(None)
+    }
+
     async fn entries_after(&self, after: ClusterTime) -> StoreResult<u64> {
         Ok(SandboxStore::entries_after(
             self,
@@ -48,6 +56,10 @@ impl ClusterProbe for SandboxStore {
 impl ClusterProbe for MongoStore {
     fn describe(&self) -> String {
         self.redacted_uri()
+    }
+
+    async fn topology(&self) -> StoreResult<Option<Topology>> {
+        Ok(Some(MongoStore::topology(self).await?.0))
     }
 
     async fn members(&self) -> StoreResult<Vec<MemberRow>> {

@@ -29,7 +29,7 @@ pub use table::{
 
 use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};
 use crate::engine::ListenerSnapshot;
-use crate::model::{AuditRecord, HealthThresholds, Lease, OplogWindow};
+use crate::model::{AuditRecord, HealthThresholds, Lease, OplogAccess, OplogWindow, Topology};
 use crate::ops::ActionKind;
 use crate::store::MalformedDocument;
 
@@ -182,6 +182,8 @@ pub struct ConsoleState {
     /// Server clock minus local clock, from the last oplog read.
     server_offset: chrono::Duration,
     pub members: Result<Vec<MemberRow>, String>,
+    /// What the cluster is, once read (never for the sandbox).
+    pub topology: Option<Topology>,
     pub listeners: Vec<ListenerSnapshot>,
     pub listener_cursor: ListCursor,
     pub audit: Vec<AuditRecord>,
@@ -230,6 +232,7 @@ impl ConsoleState {
             ops_per_sec: None,
             server_offset: chrono::Duration::zero(),
             members: Ok(Vec::new()),
+            topology: None,
             listeners: Vec::new(),
             listener_cursor: ListCursor::default(),
             audit: Vec::new(),
@@ -310,6 +313,17 @@ impl ConsoleState {
                     .record(window.length().as_secs(), ops_per_sec, &self.leases);
             }
             DataEvent::Members(members) => self.members = members,
+            DataEvent::Topology(topology) => {
+                if topology.oplog != OplogAccess::Readable {
+                    // Known unreadable: the header says why; no window to show.
+                    self.window = None;
+                    self.failures.remove(&DataSource::Oplog);
+                    if !self.frozen {
+                        self.reassess();
+                    }
+                }
+                self.topology = Some(topology);
+            }
             DataEvent::Listeners(listeners) => {
                 self.listeners = listeners;
                 self.listener_cursor.clamp(self.listeners.len());

@@ -9,7 +9,7 @@ use super::format::{cluster_clock, rate};
 use crate::console::state::ConsoleState;
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, relative_time, short_duration};
-use crate::model::LeaseStatus;
+use crate::model::{LeaseStatus, OplogAccess, Topology};
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let lines = vec![
@@ -65,6 +65,12 @@ fn title_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
                 escape_control(&first.to_string())
             ),
             theme.warn,
+        ));
+    }
+    if let Some(topology) = &state.topology {
+        spans.push(Span::styled(
+            format!("  {}", topology.deployment),
+            theme.base,
         ));
     }
     spans.push(Span::raw("  "));
@@ -124,7 +130,17 @@ fn oplog_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
                 spans.push(Span::styled(format!("  {} ops/s", rate(ops)), theme.base));
             }
         }
-        None => spans.push(Span::styled("window not read yet", theme.muted)),
+        None => match &state.topology {
+            // The why, short; the oplog view (2) says what follows.
+            Some(Topology {
+                oplog: OplogAccess::NotReadable(why),
+                ..
+            }) => spans.push(Span::styled(
+                format!("window unknown: {}", escape_control(why)),
+                theme.warn,
+            )),
+            _ => spans.push(Span::styled("window not read yet", theme.muted)),
+        },
     }
     let table = &state.leases;
     let total = table.len();

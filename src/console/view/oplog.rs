@@ -3,13 +3,14 @@
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::text::{Line, Span};
-use ratatui::widgets::{Block, Borders, Paragraph, Sparkline};
+use ratatui::widgets::{Block, Borders, Paragraph, Sparkline, Wrap};
 use ratatui::Frame;
 
 use super::format::{cluster_clock, rate};
 use crate::console::state::{ConsoleState, Series};
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, short_duration};
+use crate::model::OplogAccess;
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let block = Block::default()
@@ -18,8 +19,13 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         .title(Span::styled(" Oplog ", theme.title));
     let inner = block.inner(area);
     frame.render_widget(block, area);
+    // Where the oplog cannot be read, what the cluster is and what follows, wrapped.
+    let unreadable = state
+        .topology
+        .as_ref()
+        .filter(|t| t.oplog != OplogAccess::Readable);
     let [facts, window_spark, ops_spark, lag_title, lags] = Layout::vertical([
-        Constraint::Length(1),
+        Constraint::Length(if unreadable.is_some() { 4 } else { 1 }),
         Constraint::Length(3),
         Constraint::Length(3),
         Constraint::Length(1),
@@ -50,9 +56,12 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                 theme.base,
             ),
         ]),
-        None => Line::styled("the oplog window has not been read yet", theme.muted),
+        None => match unreadable {
+            Some(topology) => Line::styled(escape_control(&topology.to_string()), theme.warn),
+            None => Line::styled("the oplog window has not been read yet", theme.muted),
+        },
     };
-    frame.render_widget(Paragraph::new(facts_line), facts);
+    frame.render_widget(Paragraph::new(facts_line).wrap(Wrap { trim: true }), facts);
     spark(
         frame,
         window_spark,
