@@ -91,7 +91,7 @@ fn why_unreachable(detail: &str) -> &'static str {
 struct Snapshot {
     leases: Vec<Lease>,
     malformed: Vec<MalformedDocument>,
-    /// `None` when the oplog cannot be read: lag, headroom and history status unknown.
+    /// `None` when the oplog cannot be read: headroom and history status unknown, lag by the clock.
     window: Option<OplogWindow>,
     /// What the cluster is; says why the window is unknown when it is.
     topology: Topology,

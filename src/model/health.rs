@@ -107,7 +107,8 @@ impl fmt::Display for LeaseStatus {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LeaseHealth {
     pub token_time: Option<ClusterTime>,
-    /// last − token time; `None` without a token time or a window.
+    /// last − token time; without a window (the oplog cannot be read), the server's
+    /// clock − token time; `None` without a token time.
     pub lag: Option<Duration>,
     /// token time − first; zero once history is lost.
     pub headroom: Option<Duration>,
@@ -130,9 +131,15 @@ impl LeaseHealth {
             ResumePoint::Oldest => window.map(|w| w.first),
             point => point.time(),
         };
-        let lag = token_time
-            .zip(window)
-            .map(|(t, w)| w.last.saturating_since(t));
+        let lag = token_time.map(|t| match window {
+            Some(w) => w.last.saturating_since(t),
+            // A caught-up listener's token keeps up with the cluster's clock (its
+            // heartbeat commits move it), so this is lag too, to the second.
+            None => t
+                .to_datetime()
+                .and_then(|at| (now - at).to_std().ok())
+                .unwrap_or_default(),
+        });
         let headroom = token_time
             .zip(window)
             .map(|(t, w)| t.saturating_since(w.first));
@@ -361,17 +368,34 @@ mod tests {
     }
 
     #[test]
-    fn no_window_means_no_lag_and_no_history_status() {
-        let now = now_at(0);
+    fn no_window_means_lag_from_the_clock_and_no_history_status() {
+        let now = now_at(20);
         let health = LeaseHealth::assess(
             &held_lease(Some(5), now),
             None,
             now,
             &HealthThresholds::default(),
         );
-        assert_eq!(health.lag, None);
-        assert_eq!(health.headroom_share, None);
+        assert_eq!(health.lag, Some(Duration::from_secs(15)), "clock − token time");
+        assert_eq!((health.headroom, health.headroom_share), (None, None));
         assert_eq!(health.status, LeaseStatus::Ok);
+        // BEHIND still applies; LOST and AT RISK cannot be told.
+        let now = now_at(500);
+        let health = LeaseHealth::assess(
+            &held_lease(Some(5), now),
+            None,
+            now,
+            &HealthThresholds::default(),
+        );
+        assert_eq!(health.status, LeaseStatus::Behind);
+        // A token from the future (clock skew) is no lag, not a panic.
+        let health = LeaseHealth::assess(
+            &held_lease(Some(900), now),
+            None,
+            now,
+            &HealthThresholds::default(),
+        );
+        assert_eq!(health.lag, Some(Duration::ZERO));
     }
 
     proptest! {

@@ -84,8 +84,9 @@ impl Topology {
 
     /// What follows, in one line.
     pub fn consequence(&self) -> String {
-        let no_window = "the oplog window, lag, headroom and history status are unknown, and \
-                         rewind, reset and undo are refused (they cannot be checked against the window)";
+        let no_window = "the oplog window, headroom and history status are unknown (lag is the \
+                         token's age by the server's clock), and rewind, reset and undo are \
+                         refused (they cannot be checked against the window)";
         match (&self.deployment, &self.oplog) {
             (Deployment::ReplicaSet { .. }, OplogAccess::Readable) => {
                 "the oplog is readable: window, lag, headroom and every guarded action".into()
@@ -190,8 +191,9 @@ mod tests {
         assert_eq!(
             all[1].to_string(),
             "replica set rs0: the oplog cannot be read (not permitted to read local.oplog.rs): \
-             the oplog window, lag, headroom and history status are unknown, and rewind, reset \
-             and undo are refused (they cannot be checked against the window)"
+             the oplog window, headroom and history status are unknown (lag is the token's age \
+             by the server's clock), and rewind, reset and undo are refused (they cannot be \
+             checked against the window)"
         );
         assert!(all[2]
             .to_string()
