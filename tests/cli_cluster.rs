@@ -257,9 +257,7 @@ async fn oplog_without_privilege_exits_5_and_names_the_role() {
         .stdout(
             predicate::str::contains("topology      replica set rs0")
                 .and(predicate::str::contains("oplog window  unknown"))
-                .and(predicate::str::contains(
-                    "rewind, reset and undo are refused",
-                )),
+                .and(predicate::str::contains("resets are refused")),
         )
         .stderr(predicate::str::contains("clusterMonitor"));
 }
@@ -297,8 +295,9 @@ async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
         "note: sharded cluster (mongos): through mongos the oplog is per shard",
     ));
 
-    // With a lease to act on: a takeover needs no window and is planned; a rewind
-    // cannot be checked and is refused with 5, saying why.
+    // With a lease to act on: a takeover needs no window and is planned; a rewind back
+    // from the token goes unchecked, saying so; a reset needs the window and is refused
+    // with 5, saying why.
     server.on("find", |cmd| {
         if cmd.get_str("$db") == Ok("local") {
             Action::error(
@@ -322,6 +321,18 @@ async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
         "shop.orders",
         "--by",
         "1m",
+        "--uri",
+        &server.uri_direct(),
+    ]);
+    run(cmd).await.code(0).stdout(predicate::str::contains(
+        "the oplog window cannot be read, so the new resume point is not checked",
+    ));
+    let mut cmd = streamward();
+    cmd.args([
+        "reset",
+        "shop.orders",
+        "--to",
+        "oldest",
         "--uri",
         &server.uri_direct(),
     ]);

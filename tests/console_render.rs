@@ -340,7 +340,7 @@ fn the_header_names_the_topology_and_what_follows() {
         let flat: String = shown.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             flat.contains(
-                "rewind, reset and undo are refused (they cannot be checked against the window)"
+                "resets are refused, and a rewind or undo to a named point goes unchecked against the window"
             ),
             "{shown}"
         );

@@ -376,7 +376,11 @@ mod tests {
             now,
             &HealthThresholds::default(),
         );
-        assert_eq!(health.lag, Some(Duration::from_secs(15)), "clock − token time");
+        assert_eq!(
+            health.lag,
+            Some(Duration::from_secs(15)),
+            "clock − token time"
+        );
         assert_eq!((health.headroom, health.headroom_share), (None, None));
         assert_eq!(health.status, LeaseStatus::Ok);
         // BEHIND still applies; LOST and AT RISK cannot be told.

@@ -85,8 +85,8 @@ impl Topology {
     /// What follows, in one line.
     pub fn consequence(&self) -> String {
         let no_window = "the oplog window, headroom and history status are unknown (lag is the \
-                         token's age by the server's clock), and rewind, reset and undo are \
-                         refused (they cannot be checked against the window)";
+                         token's age by the server's clock); resets are refused, and a rewind \
+                         or undo to a named point goes unchecked against the window";
         match (&self.deployment, &self.oplog) {
             (Deployment::ReplicaSet { .. }, OplogAccess::Readable) => {
                 "the oplog is readable: window, lag, headroom and every guarded action".into()
@@ -192,8 +192,8 @@ mod tests {
             all[1].to_string(),
             "replica set rs0: the oplog cannot be read (not permitted to read local.oplog.rs): \
              the oplog window, headroom and history status are unknown (lag is the token's age \
-             by the server's clock), and rewind, reset and undo are refused (they cannot be \
-             checked against the window)"
+             by the server's clock); resets are refused, and a rewind or undo to a named point \
+             goes unchecked against the window"
         );
         assert!(all[2]
             .to_string()

@@ -26,13 +26,19 @@ pub(crate) fn require_window(
 }
 
 /// The new resume fields a resume-moving request sets, checked against the window.
-/// `Ok(None)` for requests that keep the resume point.
+/// Where the oplog cannot be read, a rewind or an undo to a point it names (a time, a
+/// token, or a duration back from a decodable token) goes unchecked (the plan warns);
+/// a reset, which needs the window's ends, is refused. `Ok(None)` for requests that
+/// keep the resume point.
 pub(crate) fn resume_target(
     request: &ActionRequest,
     lease: &Lease,
     facts: &PlanFacts,
 ) -> Result<Option<NewResume>, Refusal> {
-    let in_window = |time: ClusterTime, what: &str, window: &OplogWindow| {
+    let in_window = |time: ClusterTime, what: &str, window: Option<&OplogWindow>| {
+        let Some(window) = window else {
+            return Ok(()); // not checked: the plan says so
+        };
         if time < window.first || time > window.last {
             Err(Refusal::new(
                 RefusalKind::OutsideWindow,
@@ -47,21 +53,33 @@ pub(crate) fn resume_target(
     };
     match request {
         ActionRequest::Rewind { to, .. } => {
-            let window = require_window(facts, ActionKind::Rewind)?;
+            let window = facts.window.as_ref();
             match to {
                 RewindTarget::Time(spec) => {
                     let time = spec.cluster_time();
-                    in_window(time, "the target", &window)?;
+                    in_window(time, "the target", window)?;
                     Ok(Some((None, Some(time))))
                 }
                 RewindTarget::By(by) => {
-                    let base = lease.resume_point().time().unwrap_or(window.last);
+                    let base = match (lease.resume_point().time(), window) {
+                        (Some(time), _) => time,
+                        (None, Some(window)) => window.last,
+                        // Back from nothing known: a time or a token still works.
+                        (None, None) => {
+                            return Err(Refusal::new(
+                                RefusalKind::NoOplogAccess,
+                                "the oplog window cannot be read and the resume point has no \
+                                 time, so there is nothing to go back from: rewind --to TIME or \
+                                 --to-token works without the window",
+                            ))
+                        }
+                    };
                     let secs = u32::try_from(by.as_secs()).unwrap_or(u32::MAX);
                     let time = ClusterTime::new(base.secs.saturating_sub(secs), base.inc);
                     in_window(
                         time,
                         &format!("{} back from {base},", short_duration(*by)),
-                        &window,
+                        window,
                     )?;
                     Ok(Some((None, Some(time))))
                 }
@@ -72,7 +90,7 @@ pub(crate) fn resume_target(
                             format!("resume token {token} cannot be decoded, so it cannot be checked against the oplog window"),
                         ));
                     };
-                    in_window(time, "the token's time", &window)?;
+                    in_window(time, "the token's time", window)?;
                     Ok(Some((Some(token.clone()), None)))
                 }
             }
@@ -85,7 +103,7 @@ pub(crate) fn resume_target(
             }))
         }
         ActionRequest::Undo { .. } => {
-            let window = require_window(facts, ActionKind::Undo)?;
+            let window = facts.window.as_ref();
             let before = facts.audit.as_ref().and_then(|r| r.before.as_ref());
             let Some(before) = before.filter(|b| b.resume_token.is_some() || b.resume_at.is_some())
             else {
@@ -96,7 +114,7 @@ pub(crate) fn resume_target(
                 ));
             };
             match before.resume_point().time() {
-                Some(time) => in_window(time, "the resume point recorded before that action,", &window)?,
+                Some(time) => in_window(time, "the resume point recorded before that action,", window)?,
                 None => {
                     return Err(Refusal::new(
                         RefusalKind::UndecodableToken,
@@ -113,6 +131,8 @@ pub(crate) fn resume_target(
 /// The changes a resume-moving request replays or skips: what [`super::gather`] counts.
 /// `None` for other requests, or when either end is unknown.
 pub fn affected_range(request: &ActionRequest, facts: &PlanFacts) -> Option<ChangeRange> {
+    // Counting reads the oplog: nothing to count where it cannot be read.
+    facts.window?;
     let lease = facts.lease.as_ref()?;
     let (token, at) = resume_target(request, lease, facts).ok()??;
     let watch = lease.watch.as_ref()?;

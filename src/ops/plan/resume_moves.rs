@@ -123,7 +123,18 @@ fn move_resume(
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
     fence_effect(lease, facts.now, &mut effect);
     let new_point = point_of(&token, at);
-    let moved = resume_move(lease, &new_point, facts, &mut warnings);
+    let moved = match facts.window {
+        Some(_) => resume_move(lease, &new_point, facts, &mut warnings),
+        None => {
+            warnings.push(
+                "the oplog window cannot be read, so the new resume point is not checked \
+                 against it: if it has already fallen off the oplog, the listener stops LOST \
+                 (history lost) and waits on its lease for another rewind"
+                    .into(),
+            );
+            None
+        }
+    };
     effect.lines.push(match &new_point {
         ResumePoint::Token(t) => format!("the next holder resumes after token {t}"),
         ResumePoint::At(t) => format!("the next holder starts at {t} (inclusive)"),
@@ -131,6 +142,9 @@ fn move_resume(
     });
     match &moved {
         Some(m) => effect.lines.push(describe_move(m, facts)),
+        None if facts.window.is_none() => effect
+            .lines
+            .push("what is replayed cannot be counted without the oplog window".into()),
         None => effect
             .lines
             .push("the resume point does not move: nothing is replayed or skipped".into()),
@@ -229,6 +243,23 @@ pub(super) fn rewind(
                 .into(),
         );
         return Ok(decision);
+    }
+    // Without the window the move is not described, but its direction can still be
+    // told from the two points' times: forward is a skip, not a rewind.
+    let forward_unchecked = facts.window.is_none()
+        && match &decision.change.resume {
+            ResumeChange::Set { token, at } => matches!(
+                movement(lease, &point_of(token, *at), None),
+                Some((Direction::Skip, _, _))
+            ),
+            ResumeChange::Keep => false,
+        };
+    if forward_unchecked {
+        return Err(Refusal::new(
+            RefusalKind::WouldSkip,
+            "the target is after the current resume point: that skips changes, it does not \
+             replay them; a rewind goes back",
+        ));
     }
     if skipped_in_window(moved.as_ref(), facts.window.as_ref()) {
         let what = moved.map(|m| describe_move(&m, facts)).unwrap_or_default();

@@ -454,15 +454,51 @@ fn rewind_to_a_token_sets_the_token_and_clears_resume_at() {
 }
 
 #[test]
-fn rewind_without_oplog_access_is_refused_as_not_permitted() {
+fn without_the_oplog_window_a_rewind_to_a_named_point_goes_unchecked_and_says_so() {
     let mut f = facts(Some(live_lease()));
     f.window = None;
-    let p = plan(&rewind(RewindTarget::By(Duration::from_secs(60))), &f);
-    assert_eq!(refusal(&p), RefusalKind::NoOplogAccess);
+    // Back a minute from the token's time (3000 s): accepted, with the warning.
+    let request = rewind(RewindTarget::By(Duration::from_secs(60)));
+    let p = plan(&request, &f);
+    let change = accepted(&p);
     assert_eq!(
-        affected_range(&rewind(RewindTarget::By(Duration::from_secs(60))), &f),
-        None
+        change.resume,
+        ResumeChange::Set {
+            token: None,
+            at: Some(ClusterTime::new(BASE + 3000 - 60, 1))
+        }
     );
+    assert!(
+        p.warnings.iter().any(|w| w.starts_with(
+            "the oplog window cannot be read, so the new resume point is not checked"
+        )),
+        "{:?}",
+        p.warnings
+    );
+    assert!(p
+        .effect
+        .lines
+        .contains(&"what is replayed cannot be counted without the oplog window".to_string()));
+    assert_eq!(affected_range(&request, &f), None, "nothing to count");
+
+    // Forward is a skip, told from the two times even without the window.
+    let p = plan(&rewind(RewindTarget::Time(TimeSpec::Cluster(at(3500)))), &f);
+    assert_eq!(refusal(&p), RefusalKind::WouldSkip);
+
+    // A reset needs the window's ends; --by needs something to go back from.
+    let p = plan(&reset(ResetTarget::Oldest, false), &f);
+    assert_eq!(refusal(&p), RefusalKind::NoOplogAccess);
+    let mut at_oldest = live_lease();
+    at_oldest.resume_token = None;
+    let p = plan(
+        &rewind(RewindTarget::By(Duration::from_secs(60))),
+        &PlanFacts {
+            lease: Some(at_oldest),
+            ..f.clone()
+        },
+    );
+    assert_eq!(refusal(&p), RefusalKind::NoOplogAccess);
+    assert!(p.refusal.unwrap().reason.contains("--to-token works"));
 }
 
 // ------------------------------------------------------------------ reset
