@@ -110,7 +110,12 @@ impl<S: DemoStore> DemoRuntime<S> {
                         &format!("{id}-mailer"),
                         ns.orders.clone(),
                     ),
-                    OrderOutbox::mailer_writing_to(store.clone(), ns.mails.clone(), delay),
+                    OrderOutbox::mailer_writing_to(
+                        store.clone(),
+                        ns.orders.clone(),
+                        ns.mails.clone(),
+                        delay,
+                    ),
                 ));
             }
         }
