@@ -185,6 +185,7 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
                     max_animals: 25,
                     order_share: 0.4,
                     seed: 9,
+                    ..WorkloadConfig::default()
                 },
                 lease: LEASE,
                 rotate_after: Some(ROTATE),

@@ -73,6 +73,7 @@ impl Writer {
                 max_animals: 40,
                 order_share: 0.3,
                 seed,
+                ..WorkloadConfig::default()
             },
         );
         let task = tokio::spawn(workload.run(stop.clone()));

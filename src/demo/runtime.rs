@@ -48,9 +48,27 @@ impl Default for DemoConfig {
 pub struct DemoRuntime<S = SandboxStore> {
     pub store: S,
     pub listeners: Vec<ListenerHandle>,
+    namespaces: DemoNamespaces,
     shutdown: CancellationToken,
     /// `None` once [`DemoRuntime::stop_workload`] has collected it.
     workload: Option<JoinHandle<StoreResult<u64>>>,
+    /// The census task of a demo on its sandbox; it ends with the workload.
+    census: Option<JoinHandle<()>>,
+}
+
+/// How often a demo on its sandbox logs its [`DemoCensus`] (to the `STREAMWARD_LOG` file).
+pub const CENSUS_EVERY: Duration = Duration::from_secs(60);
+
+/// How many documents each of the demo's collections holds, and changes the sandbox's
+/// log: what a demo left running all night keeps in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DemoCensus {
+    pub animals: usize,
+    pub aggregates: usize,
+    pub orders: usize,
+    pub outbox: usize,
+    pub mails: usize,
+    pub log_entries: u64,
 }
 
 /// The demo sandbox's log holds at most this much, like an oplog sized in megabytes,
@@ -68,8 +86,55 @@ impl DemoRuntime<SandboxStore> {
             },
             Clock::System,
         );
-        Self::start_on(store, config)
+        let mut demo = Self::start_on(store, config);
+        demo.census = Some(tokio::spawn(census_task(
+            demo.store.clone(),
+            demo.namespaces.clone(),
+            demo.shutdown.clone(),
+        )));
+        demo
     }
+
+    /// The collections' sizes now.
+    pub fn census(&self) -> DemoCensus {
+        census_of(&self.store, &self.namespaces)
+    }
+}
+
+fn census_of(store: &SandboxStore, ns: &DemoNamespaces) -> DemoCensus {
+    DemoCensus {
+        animals: store.document_count(&ns.animals),
+        aggregates: store.document_count(&ns.aggregates),
+        orders: store.document_count(&ns.orders),
+        outbox: store.document_count(&ns.outbox),
+        mails: store.document_count(&ns.mails),
+        log_entries: store.log_len(),
+    }
+}
+
+/// Logs the census every [`CENSUS_EVERY`], and once more when the workload stops.
+async fn census_task(store: SandboxStore, ns: DemoNamespaces, shutdown: CancellationToken) {
+    let log = |census: DemoCensus| {
+        tracing::info!(
+            animals = census.animals,
+            aggregates = census.aggregates,
+            orders = census.orders,
+            outbox = census.outbox,
+            mails = census.mails,
+            log_entries = census.log_entries,
+            "demo census"
+        );
+    };
+    let mut ticker =
+        tokio::time::interval_at(tokio::time::Instant::now() + CENSUS_EVERY, CENSUS_EVERY);
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => break,
+            _ = ticker.tick() => log(census_of(&store, &ns)),
+        }
+    }
+    log(census_of(&store, &ns));
 }
 
 impl<S: DemoStore> DemoRuntime<S> {
@@ -110,7 +175,12 @@ impl<S: DemoStore> DemoRuntime<S> {
                         &format!("{id}-mailer"),
                         ns.orders.clone(),
                     ),
-                    OrderOutbox::mailer_writing_to(store.clone(), ns.mails.clone(), delay),
+                    OrderOutbox::mailer_writing_to(
+                        store.clone(),
+                        ns.orders.clone(),
+                        ns.mails.clone(),
+                        delay,
+                    ),
                 ));
             }
         }
@@ -122,8 +192,10 @@ impl<S: DemoStore> DemoRuntime<S> {
         Self {
             store,
             listeners,
+            namespaces: ns.clone(),
             shutdown,
             workload: Some(workload),
+            census: None,
         }
     }
 
@@ -143,6 +215,9 @@ impl<S: DemoStore> DemoRuntime<S> {
     /// Stops the workload, then every listener gracefully (each releases its lease).
     pub async fn stop(mut self) {
         let _ = self.stop_workload().await;
+        if let Some(census) = self.census.take() {
+            let _ = census.await;
+        }
         // All at once, so no standby takes over a lease another listener just released.
         for listener in &self.listeners {
             listener.request_stop();
@@ -175,8 +250,159 @@ fn hostname() -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use chrono::{TimeZone, Utc};
+
     use super::*;
-    use crate::store::LeaseStore;
+    use crate::demo::pets::{expected_counts, read_animals_in, stored_counts_in};
+    use crate::demo::workload::ORDER_STATES;
+    use crate::engine::ListenerState;
+    use crate::store::{DocumentStore, LeaseStore, Namespace};
+
+    /// Per order, the statuses and events of its messages in `ns`, oldest change first.
+    async fn messages_by_order(
+        store: &SandboxStore,
+        ns: &Namespace,
+    ) -> BTreeMap<String, Vec<(String, String)>> {
+        let mut documents = store.find_all(ns).await.expect("read");
+        documents.sort_by_key(|d| {
+            d.get_timestamp("clusterTime")
+                .ok()
+                .map(|t| (t.time, t.increment))
+        });
+        let mut by_order: BTreeMap<String, Vec<(String, String)>> = BTreeMap::new();
+        for message in documents {
+            let field = |name: &str| message.get_str(name).unwrap_or("?").to_string();
+            by_order
+                .entry(field("order"))
+                .or_default()
+                .push((field("status"), field("event")));
+        }
+        by_order
+    }
+
+    /// Once every listener has caught up: the outbox and the mails hold exactly one
+    /// message per change of each order the shop holds (it went through its states in
+    /// order), none about a retired order, and the tag counts equal a recomputation.
+    async fn settled(store: &SandboxStore, ns: &DemoNamespaces) -> Result<(), String> {
+        let mut expected = BTreeMap::new();
+        for order in store.find_all(&ns.orders).await.expect("read") {
+            let id = order.get_str("_id").expect("id").to_string();
+            let status = order.get_str("status").expect("status");
+            let reached = ORDER_STATES
+                .iter()
+                .position(|s| *s == status)
+                .expect("a known status");
+            let messages: Vec<(String, String)> = ORDER_STATES[..=reached]
+                .iter()
+                .enumerate()
+                .map(|(n, s)| {
+                    let event = if n == 0 { "created" } else { "changed" };
+                    (s.to_string(), event.to_string())
+                })
+                .collect();
+            expected.insert(id, messages);
+        }
+        for collection in [&ns.outbox, &ns.mails] {
+            let held = messages_by_order(store, collection).await;
+            if held != expected {
+                let stray: Vec<_> = held.keys().filter(|o| !expected.contains_key(*o)).collect();
+                return Err(format!(
+                    "{collection}: {} orders' messages, expected {} (not in the shop: {stray:?})",
+                    held.len(),
+                    expected.len()
+                ));
+            }
+        }
+        let animals = read_animals_in(store, &ns.animals).await.expect("read");
+        let counts = stored_counts_in(store, &ns.aggregates).await.expect("read");
+        if counts != expected_counts(&animals) {
+            return Err(format!("tag counts {counts:?} differ from a recomputation"));
+        }
+        Ok(())
+    }
+
+    /// The demo at default settings but for a small `orders_kept`, for five minutes of
+    /// tokio's paused time: some twenty times as many orders as the shop keeps are placed.
+    /// No collection outgrows its bound on the way, and at the end every listener has
+    /// kept the demo's invariants.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_run_keeps_every_collection_within_its_bound() {
+        const KEPT: usize = 30;
+        const RUN: Duration = Duration::from_secs(300);
+        let epoch = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let config = DemoConfig {
+            workload: WorkloadConfig {
+                orders_kept: KEPT,
+                ..WorkloadConfig::default()
+            },
+            // The demo's slow mailer: it lags, so it reads about many retired orders.
+            mailer_delay: Some(Duration::from_secs(1)),
+            ..DemoConfig::default()
+        };
+        let ns = config.namespaces.clone();
+        let mut demo = DemoRuntime::start_on(store.clone(), &config);
+        // Each order has at most one message per state. Its messages outlive it until
+        // its listener handles its retirement: the mailer lags by up to an order's
+        // lifetime, during which as many orders again are retired.
+        let most_messages = 2 * ORDER_STATES.len() * KEPT;
+        let mut largest = census_of(&store, &ns);
+        let started = tokio::time::Instant::now();
+        while started.elapsed() < RUN {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let census = census_of(&store, &ns);
+            assert!(census.orders <= KEPT, "{census:?}");
+            assert!(census.outbox <= most_messages, "{census:?}");
+            assert!(census.mails <= most_messages, "{census:?}");
+            largest.outbox = largest.outbox.max(census.outbox);
+            largest.mails = largest.mails.max(census.mails);
+        }
+        let writes = demo.stop_workload().await.expect("running").expect("wrote");
+        assert!(writes > 5_000, "{writes} writes");
+        let orders = store.find_all(&ns.orders).await.expect("read");
+        assert_eq!(orders.len(), KEPT, "the shop is full");
+        let newest = orders
+            .iter()
+            .filter_map(|o| {
+                o.get_str("_id")
+                    .ok()?
+                    .strip_prefix('o')?
+                    .parse::<usize>()
+                    .ok()
+            })
+            .max();
+        assert!(
+            newest.is_some_and(|n| n > 15 * KEPT),
+            "placed {newest:?} orders: many more than the shop keeps"
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(600);
+        loop {
+            match settled(&store, &ns).await {
+                Ok(()) => break,
+                Err(e) if tokio::time::Instant::now() >= deadline => {
+                    panic!("not settled 10 minutes after the workload stopped: {e}")
+                }
+                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+            }
+        }
+        for listener in &demo.listeners {
+            let snapshot = listener.snapshot();
+            assert!(
+                matches!(
+                    snapshot.state,
+                    ListenerState::Standby | ListenerState::Streaming | ListenerState::Acquiring
+                ),
+                "{snapshot:?}"
+            );
+        }
+        eprintln!("largest outbox {}, mails {}", largest.outbox, largest.mails);
+        demo.stop().await;
+    }
 
     #[tokio::test]
     async fn stopping_releases_every_lease_without_handing_it_over() {

@@ -1,4 +1,5 @@
-//! A workload of application writes: animals move and change tags, orders are placed and shipped.
+//! A workload of application writes: animals move and change tags, orders are placed,
+//! paid and shipped, and the oldest orders are retired.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,7 +16,17 @@ use crate::store::{DocumentStore, StoreResult};
 const NAMES: [&str; 8] = [
     "Rex", "Tom", "Kiki", "Bella", "Milo", "Luna", "Coco", "Nala",
 ];
-const ORDER_STATES: [&str; 3] = ["placed", "paid", "shipped"];
+/// An order's states, in the order it goes through them: one write each.
+pub const ORDER_STATES: [&str; 3] = ["placed", "paid", "shipped"];
+/// How many orders the shop keeps (the default of [`WorkloadConfig::orders_kept`]):
+/// placing one more retires the oldest, which is deleted, shipped or not, as a shop
+/// archives old orders. This bounds `shop.orders`, and with it the messages derived
+/// from orders (`shop.outbox`, `shop.mails`: each order's go with it, see
+/// [`super::orders`]) and the workload's own memory. At the default rate (20 writes/s,
+/// a quarter of them to orders, two in five of those placing one) an order lives about
+/// 250 s: longer than the mailer needs to fall BEHIND, shorter than the default log's
+/// window, so the mailer settles there instead of losing its history.
+pub const ORDERS_KEPT: usize = 500;
 
 #[derive(Debug, Clone)]
 pub struct WorkloadConfig {
@@ -25,6 +36,8 @@ pub struct WorkloadConfig {
     pub max_animals: usize,
     /// Share of writes that go to orders instead of animals.
     pub order_share: f64,
+    /// At most this many orders; placing one more deletes the oldest ([`ORDERS_KEPT`]).
+    pub orders_kept: usize,
     pub seed: u64,
 }
 
@@ -34,6 +47,7 @@ impl Default for WorkloadConfig {
             rate_per_sec: 20.0,
             max_animals: 60,
             order_share: 0.25,
+            orders_kept: ORDERS_KEPT,
             seed: 1,
         }
     }
@@ -46,7 +60,10 @@ pub struct Workload<S> {
     namespaces: DemoNamespaces,
     rng: SmallRng,
     animals: BTreeMap<String, Animal>,
-    orders: BTreeMap<String, usize>,
+    /// The orders the shop holds, by number (the oldest first): index in [`ORDER_STATES`].
+    orders: BTreeMap<u64, usize>,
+    /// How many orders were ever placed: the number of the newest.
+    placed: u64,
     writes: u64,
 }
 
@@ -66,6 +83,7 @@ impl<S: DocumentStore> Workload<S> {
             rng,
             animals: BTreeMap::new(),
             orders: BTreeMap::new(),
+            placed: 0,
             writes: 0,
         }
     }
@@ -122,28 +140,51 @@ impl<S: DocumentStore> Workload<S> {
     }
 
     async fn write_order(&mut self) -> StoreResult<()> {
-        let open: Vec<String> = self
+        let open: Vec<u64> = self
             .orders
             .iter()
             .filter(|(_, state)| **state + 1 < ORDER_STATES.len())
-            .map(|(id, _)| id.clone())
+            .map(|(number, _)| *number)
             .collect();
-        let (id, state) = if open.is_empty() || self.rng.gen_bool(0.4) {
-            (format!("o{:05}", self.orders.len() + 1), 0)
+        let (number, state) = if open.is_empty() || self.rng.gen_bool(0.4) {
+            (self.placed + 1, 0)
         } else {
-            let id = open[self.rng.gen_range(0..open.len())].clone();
-            let state = self.orders.get(&id).copied().unwrap_or(0) + 1;
-            (id, state)
+            let number = open[self.rng.gen_range(0..open.len())];
+            let state = self.orders.get(&number).copied().unwrap_or(0) + 1;
+            (number, state)
         };
         let amount = self.rng.gen_range(5..500);
         self.store
             .put(
                 &self.namespaces.orders,
-                doc! {"_id": &id, "status": ORDER_STATES[state], "amount": amount},
+                doc! {"_id": order_id(number), "status": ORDER_STATES[state], "amount": amount},
             )
             .await?;
-        self.orders.insert(id, state);
+        self.placed = self.placed.max(number);
+        self.orders.insert(number, state);
+        self.retire_orders().await
+    }
+
+    /// Deletes the oldest orders while the shop holds more than it keeps.
+    async fn retire_orders(&mut self) -> StoreResult<()> {
+        while self.orders.len() > self.config.orders_kept.max(1) {
+            let Some((&oldest, _)) = self.orders.first_key_value() else {
+                break;
+            };
+            self.store
+                .delete_one(&self.namespaces.orders, &order_id(oldest).into())
+                .await?;
+            self.orders.remove(&oldest);
+        }
         Ok(())
+    }
+
+    /// The orders the shop holds now, by id: the index of each one's status in
+    /// [`ORDER_STATES`].
+    pub fn orders(&self) -> impl Iterator<Item = (String, usize)> + '_ {
+        self.orders
+            .iter()
+            .map(|(number, state)| (order_id(*number), *state))
     }
 
     /// Writes at the configured rate until cancelled or the store fails.
@@ -157,5 +198,65 @@ impl<S: DocumentStore> Workload<S> {
                 _ = ticker.tick() => self.step().await?,
             }
         }
+    }
+}
+
+/// The `_id` of order number `number`.
+pub fn order_id(number: u64) -> String {
+    format!("o{number:05}")
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+
+    use super::*;
+    use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+
+    #[tokio::test(start_paused = true)]
+    async fn the_shop_keeps_only_its_newest_orders() {
+        let epoch = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let kept = 30;
+        let mut workload = Workload::new(
+            store.clone(),
+            WorkloadConfig {
+                orders_kept: kept,
+                order_share: 0.5,
+                ..WorkloadConfig::default()
+            },
+        );
+        let orders = DemoNamespaces::default().orders;
+        for _ in 0..2_000 {
+            workload.step().await.expect("write");
+            assert!(store.document_count(&orders) <= kept);
+        }
+        assert!(
+            workload.placed > 10 * kept as u64,
+            "placed {} orders: enough to retire many",
+            workload.placed
+        );
+        let stored: Vec<(String, usize)> = store
+            .find_all(&orders)
+            .await
+            .expect("read")
+            .iter()
+            .map(|d| {
+                let id = d.get_str("_id").expect("id").to_string();
+                let status = d.get_str("status").expect("status");
+                let state = ORDER_STATES.iter().position(|s| *s == status);
+                (id, state.expect("a known status"))
+            })
+            .collect();
+        let remembered: Vec<(String, usize)> = workload.orders().collect();
+        assert_eq!(stored, remembered, "the workload remembers what it holds");
+        let newest: Vec<String> = (workload.placed + 1 - kept as u64..=workload.placed)
+            .map(order_id)
+            .collect();
+        let held: Vec<String> = stored.into_iter().map(|(id, _)| id).collect();
+        assert_eq!(held, newest, "the oldest were retired");
     }
 }

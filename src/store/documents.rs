@@ -57,6 +57,25 @@ pub trait DocumentStore: Send + Sync {
         document: Document,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
+    /// Deletes document `id` (`deleteOne` by `_id`), logging a `delete` change; returns
+    /// whether it was there. Nothing happens when it is not.
+    fn delete_one(
+        &self,
+        ns: &Namespace,
+        id: &Bson,
+    ) -> impl Future<Output = StoreResult<bool>> + Send;
+
+    /// Deletes every document whose top-level `field` equals `value` (`deleteMany`),
+    /// logging a `delete` change for each; returns how many. Numbers compare by value
+    /// across types, as in MongoDB. A document, array or regular expression as `value`
+    /// (which MongoDB would read as a query) is refused with `InvalidArgument`.
+    fn delete_where(
+        &self,
+        ns: &Namespace,
+        field: &str,
+        value: &Bson,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+
     /// Replaces the whole collection with `documents` (a rebuild's output).
     fn replace_all(
         &self,
@@ -96,6 +115,20 @@ pub trait FencedMemberWrites: Send + Sync {
         version: i64,
         value: Option<&str>,
     ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
+}
+
+/// Why a `delete_where` may not go ahead, whatever the store: `None` when it may.
+pub(crate) fn refuse_delete_where(field: &str, value: &Bson) -> Option<super::StoreError> {
+    let operator = field.is_empty() || field.starts_with('$') || field.contains('.');
+    let query = matches!(
+        value,
+        Bson::Document(_) | Bson::Array(_) | Bson::RegularExpression(_)
+    );
+    (operator || query).then(|| {
+        super::StoreError::InvalidArgument(format!(
+            "delete where {field:?} is {value}: a plain field and a plain value only"
+        ))
+    })
 }
 
 /// Why a rename may not go ahead, whatever the store: `None` when it may.

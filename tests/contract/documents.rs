@@ -2,7 +2,9 @@
 
 use bson::{doc, Bson, Document};
 use streamward::model::Fence;
-use streamward::store::{DocumentStore, StoreError, WriteFence, WriteOutcome};
+use streamward::store::{
+    ChangeFeed, DocumentStore, OperationType, StartPoint, StoreError, WriteFence, WriteOutcome,
+};
 
 use super::*;
 
@@ -272,5 +274,89 @@ pub async fn plain_writes_replace_whole_documents_and_read_in_id_order<H: Harnes
         store.find_all(&ns).await.unwrap(),
         vec![doc! {"_id": 10, "z": 1}, doc! {"_id": 11}],
         "replace_all leaves exactly the documents given"
+    );
+}
+
+pub async fn deletes_remove_by_id_or_by_field_each_a_delete_change<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("messages");
+    for (id, order) in [("m1", "o1"), ("m2", "o2"), ("m3", "o1"), ("m4", "o3")] {
+        store
+            .put(&ns, doc! {"_id": id, "order": order})
+            .await
+            .unwrap();
+    }
+    store
+        .put(&ns, doc! {"_id": "m5", "order": 7_i64})
+        .await
+        .unwrap();
+    let start = store.cluster_time().await.unwrap();
+    let mut stream = store
+        .open(&ns, StartPoint::At(start), options())
+        .await
+        .unwrap();
+
+    let m4 = Bson::String("m4".into());
+    assert!(store.delete_one(&ns, &m4).await.unwrap(), "m4 was there");
+    assert!(
+        !store.delete_one(&ns, &m4).await.unwrap(),
+        "deleting again deletes nothing"
+    );
+    let o1 = Bson::String("o1".into());
+    assert_eq!(store.delete_where(&ns, "order", &o1).await.unwrap(), 2);
+    assert_eq!(store.delete_where(&ns, "order", &o1).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .delete_where(&ns, "order", &Bson::Int32(7))
+            .await
+            .unwrap(),
+        1,
+        "numbers match by value across types"
+    );
+    for (field, value) in [
+        ("order", Bson::Document(doc! {"$ne": "o2"})),
+        ("$where", Bson::String("true".into())),
+    ] {
+        let refused = store.delete_where(&ns, field, &value).await;
+        assert!(
+            matches!(refused, Err(StoreError::InvalidArgument(_))),
+            "{field} {value}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        store.find_all(&ns).await.unwrap(),
+        vec![doc! {"_id": "m2", "order": "o2"}]
+    );
+
+    // The stream starts at the cluster time of the last insert, which it includes.
+    let events = read_until(&mut stream, "four deletes", {
+        let mut seen = 0;
+        move |e| {
+            seen += usize::from(e.operation != OperationType::Insert);
+            seen == 4
+        }
+    })
+    .await;
+    let deleted: Vec<(OperationType, Option<&Bson>, bool)> = events
+        .iter()
+        .filter(|e| e.operation != OperationType::Insert)
+        .map(|e| {
+            (
+                e.operation.clone(),
+                e.document_key.get("_id"),
+                e.full_document.is_some(),
+            )
+        })
+        .collect();
+    let (m1, m3, m5) = (Bson::from("m1"), Bson::from("m3"), Bson::from("m5"));
+    assert_eq!(
+        deleted,
+        vec![
+            (OperationType::Delete, Some(&m4), false),
+            (OperationType::Delete, Some(&m1), false),
+            (OperationType::Delete, Some(&m3), false),
+            (OperationType::Delete, Some(&m5), false),
+        ],
+        "one delete change per document, without a document"
     );
 }

@@ -57,6 +57,7 @@ macro_rules! every_check {
             member_upserts_fence_each_member_and_recount,
             fenced_upsert_refuses_an_id_among_the_fields,
             plain_writes_replace_whole_documents_and_read_in_id_order,
+            deletes_remove_by_id_or_by_field_each_a_delete_change,
             // change feed
             events_carry_operation_namespace_key_and_document,
             update_events_carry_the_document_as_it_is_when_read,

@@ -823,6 +823,20 @@ impl DocumentStore for FaultyStore {
             .await
     }
 
+    async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
+        self.plain("delete_one", Kind::Write, self.inner.delete_one(ns, id))
+            .await
+    }
+
+    async fn delete_where(&self, ns: &Namespace, field: &str, value: &Bson) -> StoreResult<u64> {
+        self.plain(
+            "delete_where",
+            Kind::Write,
+            self.inner.delete_where(ns, field, value),
+        )
+        .await
+    }
+
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
         self.plain(
             "replace_all",

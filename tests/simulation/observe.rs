@@ -7,7 +7,7 @@ use std::time::Duration;
 use bson::{Bson, Document};
 use streamward::engine::{Handler, HandlerError};
 use streamward::model::Fence;
-use streamward::store::sandbox::SandboxStore;
+use streamward::store::sandbox::{SandboxStore, SandboxStream};
 use streamward::store::{
     ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, Namespace, StartPoint,
     StoreResult,
@@ -57,32 +57,23 @@ impl DocumentStore for Recorder {
     }
 
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
-        let options = FeedOptions {
-            batch_size: 16,
-            max_await: Duration::from_millis(1),
-        };
-        let mut tap = self.inner.open(ns, StartPoint::Now, options).await?;
+        let mut tap = self.tap(ns).await?;
         self.inner.put(ns, document).await?;
-        // The write logged a change, so this returns at once, with no other task
-        // run in between.
-        let batch = tap.next_batch().await?;
-        for event in batch.events {
-            let id = match event.document_key.get("_id") {
-                Some(Bson::String(s)) => s.clone(),
-                Some(other) => other.to_string(),
-                None => String::new(),
-            };
-            self.trace.push(
-                &self.actor,
-                Obs::Wrote {
-                    ns: ns.clone(),
-                    id,
-                    time: event.cluster_time,
-                    document: event.full_document.unwrap_or_default(),
-                },
-            );
+        self.record(ns, &mut tap).await
+    }
+
+    /// Recorded like a put, with an empty document: the change a delete made.
+    async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
+        let mut tap = self.tap(ns).await?;
+        let deleted = self.inner.delete_one(ns, id).await?;
+        if deleted {
+            self.record(ns, &mut tap).await?;
         }
-        Ok(())
+        Ok(deleted)
+    }
+
+    async fn delete_where(&self, ns: &Namespace, field: &str, value: &Bson) -> StoreResult<u64> {
+        self.inner.delete_where(ns, field, value).await
     }
 
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
@@ -104,6 +95,41 @@ impl DocumentStore for Recorder {
 
     async fn drop_database(&self, db: &str) -> StoreResult<()> {
         self.inner.drop_database(db).await
+    }
+}
+
+impl Recorder {
+    /// A stream opened at the end of the log, just before a write.
+    async fn tap(&self, ns: &Namespace) -> StoreResult<SandboxStream> {
+        let options = FeedOptions {
+            batch_size: 16,
+            max_await: Duration::from_millis(1),
+        };
+        self.inner.open(ns, StartPoint::Now, options).await
+    }
+
+    /// Records the change the write after [`Recorder::tap`] made.
+    async fn record(&self, ns: &Namespace, tap: &mut SandboxStream) -> StoreResult<()> {
+        // The write logged a change, so this returns at once, with no other task
+        // run in between.
+        let batch = tap.next_batch().await?;
+        for event in batch.events {
+            let id = match event.document_key.get("_id") {
+                Some(Bson::String(s)) => s.clone(),
+                Some(other) => other.to_string(),
+                None => String::new(),
+            };
+            self.trace.push(
+                &self.actor,
+                Obs::Wrote {
+                    ns: ns.clone(),
+                    id,
+                    time: event.cluster_time,
+                    document: event.full_document.unwrap_or_default(),
+                },
+            );
+        }
+        Ok(())
     }
 }
 

@@ -217,6 +217,41 @@ impl DocumentStore for MongoStore {
         Ok(())
     }
 
+    /// `deleteOne` by `_id`, majority. Deleting again deletes nothing, so one retry is
+    /// safe; a retry after a reply that was lost says the document was not there.
+    async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
+        let action = format!("delete from {ns}");
+        let collection = self.collection(ns);
+        let result = with_one_retry(self.write_timeout(), &action, || {
+            collection
+                .delete_one(doc! { "_id": id.clone() })
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))?;
+        Ok(result.deleted_count > 0)
+    }
+
+    /// `deleteMany({field: value})`, majority; retried once like `delete_one` (the count
+    /// then leaves out what the first attempt deleted).
+    async fn delete_where(&self, ns: &Namespace, field: &str, value: &Bson) -> StoreResult<u64> {
+        if let Some(refusal) = crate::store::documents::refuse_delete_where(field, value) {
+            return Err(refusal);
+        }
+        let action = format!("delete from {ns} where {field} is {value}");
+        let collection = self.collection(ns);
+        let result = with_one_retry(self.write_timeout(), &action, || {
+            collection
+                .delete_many(doc! { field: value.clone() })
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))?;
+        Ok(result.deleted_count)
+    }
+
     /// Not atomic: every document is replaced by `_id` (upsert), then the documents
     /// not among them are deleted. Each step is idempotent, so each is retried once,
     /// and a late source-versioned write from a fenced-out listener landing in between

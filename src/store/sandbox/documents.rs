@@ -240,6 +240,50 @@ impl DocumentStore for SandboxStore {
         Ok(())
     }
 
+    async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
+        count(&self.inner.calls.documents);
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        if state.document(ns, id).is_none() {
+            return Ok(false);
+        }
+        state.write(ns, id, None, WriteKind::Replace, now);
+        let end = state.log.end();
+        drop(state);
+        self.publish_log_end(end);
+        Ok(true)
+    }
+
+    async fn delete_where(&self, ns: &Namespace, field: &str, value: &Bson) -> StoreResult<u64> {
+        count(&self.inner.calls.documents);
+        if let Some(refusal) = crate::store::documents::refuse_delete_where(field, value) {
+            return Err(refusal);
+        }
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        let mut matching: Vec<Bson> = state
+            .collections
+            .get(ns)
+            .map(|c| {
+                c.values()
+                    .filter(|d| d.get(field).is_some_and(|v| id_order(v, value).is_eq()))
+                    .filter_map(|d| d.get("_id").cloned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        // One `delete` entry per document, in `_id` order, as the server logs a deleteMany.
+        matching.sort_by(id_order);
+        for id in &matching {
+            state.write(ns, id, None, WriteKind::Replace, now);
+        }
+        let end = state.log.end();
+        drop(state);
+        if !matching.is_empty() {
+            self.publish_log_end(end);
+        }
+        Ok(matching.len() as u64)
+    }
+
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
         count(&self.inner.calls.documents);
         if documents.iter().any(|d| !d.contains_key("_id")) {

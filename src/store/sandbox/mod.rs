@@ -212,6 +212,18 @@ impl SandboxStore {
         log.end().saturating_sub(from).min(limit)
     }
 
+    /// How many documents `ns` holds now. Not counted as a call: for a census of the
+    /// sandbox (the demo logs one), not for the engine.
+    pub fn document_count(&self, ns: &crate::store::Namespace) -> usize {
+        self.lock().collections.get(ns).map_or(0, |c| c.len())
+    }
+
+    /// How many changes the log holds now (at most its capacity). Not counted as a call.
+    pub fn log_len(&self) -> u64 {
+        let state = self.lock();
+        state.log.end() - state.log.first_seq()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave State half-written in a way
         // that matters more than stopping the whole sandbox would.
