@@ -194,19 +194,22 @@ impl WireServer {
     /// replica set (the reply's shape from the MongoDB manual's `hello` page: a router
     /// answers `isWritablePrimary: true`, `msg`, and no `setName`, `hosts` or `primary`),
     /// and reading `local` is refused with code 20, as a real router does. Connect with
-    /// [`WireServer::uri_direct`].
-    pub fn become_mongos(&self) {
+    /// [`WireServer::uri_direct`]. Any other `find` answers `documents`.
+    pub fn become_mongos(&self, documents: Vec<Document>) {
         self.state.mongos.store(true, Ordering::SeqCst);
-        self.on("find", |cmd| {
-            if cmd.get_str("$db") == Ok("local") {
-                Action::error(
+        self.on("find", move |cmd| {
+            let db = cmd.get_str("$db").unwrap_or_default();
+            if db == "local" {
+                return Action::error(
                     20,
                     "IllegalOperation",
                     "Can't use 'local' database through mongos",
-                )
-            } else {
-                Action::ok(doc! { "cursor": { "id": 0_i64, "ns": "x.y", "firstBatch": [] } })
+                );
             }
+            let ns = format!("{db}.{}", cmd.get_str("find").unwrap_or_default());
+            Action::ok(
+                doc! { "cursor": { "id": 0_i64, "ns": ns, "firstBatch": documents.clone() } },
+            )
         });
     }
 
