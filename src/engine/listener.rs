@@ -406,9 +406,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 Bootstrap::Now => Ok(StartPoint::Now),
                 Bootstrap::Oldest => match self.store.oplog_window().await {
                     Ok(window) => Ok(StartPoint::At(window.first)),
-                    Err(e @ StoreError::NotPermitted { .. }) => Err(TenureEnd::Refused(format!(
+                    // A missing privilege, or a mongos (code 20 on `local`): waiting
+                    // does not change that; say what would.
+                    Err(e) if e.oplog_unreadable() => Err(TenureEnd::Refused(format!(
                         "{} has no resume point and the oplog cannot be read to start from its oldest entry: {e}. \
-                         Grant the role, or configure bootstrap = now (ListenerConfig::bootstrap = Bootstrap::Now) to skip changes made before the first commit",
+                         Grant the role (on a replica set), or configure bootstrap = now (ListenerConfig::bootstrap = \
+                         Bootstrap::Now, also what works through a mongos) to skip changes made before the first commit",
                         self.config.resource
                     ))),
                     Err(e) => Err(TenureEnd::Failed(e.to_string())),

@@ -108,3 +108,38 @@ impl StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oplog_read_refused_for_privilege_or_by_a_router_is_unreadable_not_failed() {
+        let denied = StoreError::NotPermitted {
+            action: "read local.oplog.rs".into(),
+            detail: "not authorized".into(),
+            hint: "clusterMonitor".into(),
+        };
+        let router = StoreError::Command {
+            code: 20,
+            message: "Can't use 'local' database through mongos".into(),
+        };
+        assert!(denied.oplog_unreadable() && router.oplog_unreadable());
+        for other in [
+            StoreError::Command {
+                code: 10107,
+                message: "not primary".into(),
+            },
+            StoreError::Network("reset".into()),
+            StoreError::Unreachable("no server".into()),
+        ] {
+            assert!(!other.oplog_unreadable(), "{other}");
+        }
+        assert!(StoreError::Command {
+            code: 10107,
+            message: String::new()
+        }
+        .is_not_primary());
+        assert!(!router.is_not_primary());
+    }
+}
