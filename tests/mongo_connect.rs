@@ -33,7 +33,7 @@ async fn connect_pings_the_server() {
         server.commands_stripped("ping"),
         vec![doc! { "ping": 1, "$db": "admin" }]
     );
-    assert_eq!(store.display_uri(), server.uri());
+    assert_eq!(store.redacted_uri(), server.uri());
 }
 
 #[tokio::test]

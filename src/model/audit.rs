@@ -119,7 +119,8 @@ pub enum PendingVerdict {
 }
 
 /// Whether `now` is `left` as far as a verdict can tell: the version, the holder and
-/// the kind (every change of holder or kind moves the version).
+/// the kind together (a release clears the holder and keeps the version, so the
+/// version alone would take a released lease for the tenure that released it).
 fn same_tenure(now: &Lease, left: &Lease) -> bool {
     now.version == left.version && now.holder == left.holder && now.kind == left.kind
 }

@@ -71,11 +71,6 @@ impl MongoStore {
         })
     }
 
-    /// The URI with its password replaced by `***`.
-    pub fn display_uri(&self) -> String {
-        self.settings.uri.redacted()
-    }
-
     pub fn client(&self) -> &Client {
         &self.client
     }
