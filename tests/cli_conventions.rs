@@ -268,7 +268,10 @@ async fn options_before_the_command_apply_to_every_command() {
         let json: Value = serde_json::from_slice(&out.stdout)
             .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {}", text(&out.stdout)));
         if refused {
+            // Refused before connecting: no plan (nothing read), nothing written.
             assert_eq!(json["error"]["kind"], "refused", "{json}");
+            assert_eq!(json["written"], false, "{json}");
+            assert_eq!(json["plan"], Value::Null, "{json}");
         } else if command[0] == "takeover" {
             // --operator took effect: the plan is by oncall.
             assert_eq!(json["plan"]["operator"], "oncall@test", "{json}");

@@ -582,6 +582,20 @@ pub fn refuse_before_connecting(
         .map_err(|refusal| OpsError::Refused(refusal).into())
 }
 
+/// [`refuse_before_connecting`], and with `--output json` the document a refused plan
+/// shows too: no plan (nothing was read), `written: false` (the error is merged in).
+fn refused_early(
+    settings: &Settings,
+    request: &ActionRequest,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let refused = refuse_before_connecting(settings, request);
+    if refused.is_err() && settings.output == OutputFormat::Json {
+        print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
+    }
+    refused
+}
+
 /// Runs one action against `--uri`.
 pub async fn action(
     settings: &Settings,
@@ -589,7 +603,7 @@ pub async fn action(
     options: &ActionOptions,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    refuse_before_connecting(settings, &request)?;
+    refused_early(settings, &request, out)?;
     let store = super::cluster::connect(settings).await?;
     run_action(
         &store,
@@ -606,11 +620,12 @@ pub async fn rebuild(
     args: &RebuildArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    refuse_before_connecting(
+    refused_early(
         settings,
         &ActionRequest::Rebuild {
             name: args.name.clone(),
         },
+        out,
     )?;
     let store = super::cluster::connect(settings).await?;
     let definition = settings.rebuilds.get(&args.name).map(|r| {
