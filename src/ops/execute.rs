@@ -188,19 +188,23 @@ pub(super) async fn swap_resolved<S: OperatorStore>(
     };
     tracing::warn!(resource = %change.resource, error = %first, "the operator swap's reply was lost; sending it again");
     match store.operator_swap(change).await {
+        // The first one applied. Its own cluster time is lost with its reply; the
+        // resend's is later, and everything before it is on the server, which is what
+        // a T0 needs.
         Ok(SwapOutcome::Changed {
             current: Some(current),
+            operation_time,
         }) if left_by(change, &current) => Ok(Resolved::Applied {
             before: None,
             after: current,
-            operation_time: None,
+            operation_time,
             remark: Some(format!(
                 "its reply was lost ({first}); sent again, it found the lease as this write leaves it"
             )),
         }),
         // Gone, or moved on past the version this write would have made: whether the
         // first one applied cannot be told.
-        Ok(SwapOutcome::Changed { current })
+        Ok(SwapOutcome::Changed { current, .. })
             if current
                 .as_ref()
                 .is_none_or(|c| c.version > change.expected_version + 1) =>
@@ -228,7 +232,7 @@ fn resolved(outcome: SwapOutcome, remark: Option<String>) -> Resolved {
             operation_time: Some(operation_time),
             remark,
         },
-        SwapOutcome::Changed { current } => Resolved::Changed { current, remark },
+        SwapOutcome::Changed { current, .. } => Resolved::Changed { current, remark },
     }
 }
 

@@ -164,7 +164,13 @@ pub enum SwapOutcome {
         operation_time: ClusterTime,
     },
     /// The lease changed since it was planned (or does not exist): nothing written.
-    Changed { current: Option<Lease> },
+    /// `operation_time`: the cluster time the swap was answered at, when the reply
+    /// had one (a resend that finds the lease as an earlier, lost attempt left it
+    /// uses it as that write's T0: everything before it is on the server).
+    Changed {
+        current: Option<Lease>,
+        operation_time: Option<ClusterTime>,
+    },
 }
 
 /// One change seen on the lease collection.

@@ -211,11 +211,21 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
         matches!(&outcome, OperatorOutcome::Changed { current: Some(current), audit, .. } if *current == lease && audit.ends_with(": not applied")),
         "a version that moved on since planning: nothing written, the current lease reported: {outcome:?}"
     );
-    assert_eq!(
-        store.operator_swap(&stale).await.unwrap(),
-        SwapOutcome::Changed {
-            current: Some(lease.clone())
-        }
+    // Nothing written: the lease as it is, and the time the swap was answered at (the
+    // T0 a resend of a lost swap uses), not before the lease's own last write.
+    let asked_after = store.cluster_time().await.unwrap();
+    let SwapOutcome::Changed {
+        current,
+        operation_time,
+    } = store.operator_swap(&stale).await.unwrap()
+    else {
+        panic!("a stale swap changes nothing")
+    };
+    assert_eq!(current, Some(lease.clone()));
+    let answered = operation_time.expect("the reply's operation time");
+    assert!(
+        answered >= asked_after,
+        "answered at {answered}, before the cluster time read first ({asked_after})"
     );
     let ahead = rewind_to(lease.version + 1, None, ClusterTime::new(3, 0));
     assert!(matches!(

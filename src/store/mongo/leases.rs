@@ -78,8 +78,10 @@ impl MongoStore {
         .await
         .map_err(fail)?;
         let Some(before) = before else {
+            let operation_time = session.operation_time().map(ClusterTime::from);
             return Ok(SwapOutcome::Changed {
                 current: self.get(&change.resource).await?,
+                operation_time,
             });
         };
         let before = lease_from_document(&before)?;

@@ -274,7 +274,11 @@ impl SandboxStore {
         let (Some(before), Some(after_lease)) =
             (current.clone(), change.write().apply(current.as_ref(), now))
         else {
-            return SwapOutcome::Changed { current };
+            let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
+            return SwapOutcome::Changed {
+                current,
+                operation_time: Some(state.log.last_time().max(ClusterTime::new(wall_secs, 0))),
+            };
         };
         state
             .leases
