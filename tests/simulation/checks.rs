@@ -35,7 +35,8 @@ use streamward::store::sandbox::SandboxStore;
 use streamward::store::{DocumentStore, Namespace};
 
 use crate::trace::{
-    opt, times, AcquireDone, Entry, FenceKind, Obs, Resume, TenureDone, Trace, WriteDone, T,
+    opt, times, AcquireDone, Call, Entry, FenceKind, LeaseSeen, Obs, Resume, TenureDone, Trace,
+    WriteDone, T,
 };
 
 /// A broken invariant: which resource, and what happened.
@@ -316,19 +317,14 @@ impl Checker {
                 before,
                 call,
             } => {
-                let applied = call.done == Some(TenureDone::Done);
-                let current = before.as_ref().is_some_and(|b| {
-                    b.holder.as_deref() == Some(listener) && b.version == *version
-                });
-                if applied != current && call.done.is_some() {
-                    return Err(Violation::of(
-                        resource,
-                        format!(
-                            "a commit by {listener} v{version} {} while the lease was {before:?}",
-                            if applied { "applied" } else { "was refused" }
-                        ),
-                    ));
-                }
+                let applied = tenure_write(
+                    "commit",
+                    resource,
+                    listener,
+                    *version,
+                    before.as_ref(),
+                    call,
+                )?;
                 self.committed_by(
                     &actor,
                     resource,
@@ -345,19 +341,14 @@ impl Checker {
                 before,
                 call,
             } => {
-                let applied = call.done == Some(TenureDone::Done);
-                let current = before.as_ref().is_some_and(|b| {
-                    b.holder.as_deref() == Some(listener) && b.version == *version
-                });
-                if applied != current && call.done.is_some() {
-                    return Err(Violation::of(
-                        resource,
-                        format!(
-                            "a release by {listener} v{version} {} while the lease was {before:?}",
-                            if applied { "applied" } else { "was refused" }
-                        ),
-                    ));
-                }
+                tenure_write(
+                    "release",
+                    resource,
+                    listener,
+                    *version,
+                    before.as_ref(),
+                    call,
+                )?;
                 self.released(&actor, resource, *version)
             }
             Obs::Fenced {
@@ -710,6 +701,31 @@ impl Checker {
         hold.ended = Some(End::Released);
         Ok(())
     }
+}
+
+/// A write conditional on `listener`'s tenure at `version` (a commit, a release)
+/// applies exactly when the lease it met was that tenure. Returns whether it applied.
+fn tenure_write(
+    what: &str,
+    resource: &str,
+    listener: &str,
+    version: i64,
+    before: Option<&LeaseSeen>,
+    call: &Call<TenureDone>,
+) -> Result<bool, Violation> {
+    let applied = call.done == Some(TenureDone::Done);
+    let current =
+        before.is_some_and(|b| b.holder.as_deref() == Some(listener) && b.version == version);
+    if applied != current && call.done.is_some() {
+        return Err(Violation::of(
+            resource,
+            format!(
+                "a {what} by {listener} v{version} {} while the lease was {before:?}",
+                if applied { "applied" } else { "was refused" }
+            ),
+        ));
+    }
+    Ok(applied)
 }
 
 /// A fenced write, from the target's stored fence before and after it.
