@@ -160,33 +160,29 @@ pub(super) fn left_by(change: &OperatorChange, lease: &Lease) -> bool {
         && lease.kind == change.kind
 }
 
-/// The swap, and when its reply is lost (network or write concern), the swap sent once
-/// more: being conditional on the planned version, the second one applies only if the
-/// first did not, and otherwise finds the lease as the first left it. `Err` is a swap
-/// that did not apply, or whose outcome is still unknown (`write_may_have_applied`).
+/// The swap, and when its reply is lost (network or write concern) or a node that
+/// stopped being primary refused it, the swap sent once more: being conditional on the
+/// planned version, the second one applies only if the first did not, and otherwise
+/// finds the lease as the first left it. `Err` is a swap that did not apply, or whose
+/// outcome is still unknown (`write_may_have_applied`).
 pub(super) async fn swap_resolved<S: OperatorStore>(
     store: &S,
     change: &OperatorChange,
 ) -> Result<Resolved, StoreError> {
     let first = match store.operator_swap(change).await {
         Ok(outcome) => return Ok(resolved(outcome, None)),
-        Err(e) if e.write_may_have_applied() => e,
-        // Refused by a node that stopped being primary (an election): not applied, so
-        // the same conditional swap goes to the next primary once.
-        Err(e) if e.is_not_primary() => {
-            tracing::warn!(resource = %change.resource, error = %e, "the operator swap met an election; sending it to the new primary");
-            return store.operator_swap(change).await.map(|outcome| {
-                resolved(
-                    outcome,
-                    Some(format!(
-                        "refused by a node that was no longer primary ({e}); sent again"
-                    )),
-                )
-            });
-        }
+        // A lost reply, or a node that stopped being primary (an election): sent once
+        // more, through the one path that tells from the lease the second one meets
+        // whether the first applied.
+        Err(e) if e.write_may_have_applied() || e.is_not_primary() => e,
         Err(e) => return Err(e),
     };
-    tracing::warn!(resource = %change.resource, error = %first, "the operator swap's reply was lost; sending it again");
+    let why = if first.is_not_primary() {
+        format!("refused by a node that was no longer primary ({first})")
+    } else {
+        format!("its reply was lost ({first})")
+    };
+    tracing::warn!(resource = %change.resource, error = %first, "the operator swap did not answer for sure; sending it again");
     match store.operator_swap(change).await {
         // The first one applied. Its own cluster time is lost with its reply; the
         // resend's is later, and everything before it is on the server, which is what
@@ -199,7 +195,7 @@ pub(super) async fn swap_resolved<S: OperatorStore>(
             after: current,
             operation_time,
             remark: Some(format!(
-                "its reply was lost ({first}); sent again, it found the lease as this write leaves it"
+                "{why}; sent again, it found the lease as this write leaves it"
             )),
         }),
         // Gone, or moved on past the version this write would have made: whether the
@@ -211,11 +207,13 @@ pub(super) async fn swap_resolved<S: OperatorStore>(
         {
             Err(first)
         }
-        Ok(outcome) => Ok(resolved(
-            outcome,
-            Some(format!("its first reply was lost ({first}); sent again")),
-        )),
-        Err(second) if second.write_may_have_applied() => Err(first),
+        Ok(outcome) => Ok(resolved(outcome, Some(format!("{why}; sent again")))),
+        // The second reply lost too: unknown, whichever way the first failed.
+        Err(second) if second.write_may_have_applied() => Err(if first.write_may_have_applied() {
+            first
+        } else {
+            second
+        }),
         Err(second) => Err(second),
     }
 }
