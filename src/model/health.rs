@@ -125,10 +125,12 @@ impl LeaseHealth {
         now: DateTime<Utc>,
         thresholds: &HealthThresholds,
     ) -> Self {
-        // A lease reset to (or never past) the oldest entry starts there: it has the
-        // whole window to process and no headroom, not an unknown position.
+        // A lease reset to (or never past) the oldest entry, and not yet taken, starts
+        // there: the whole window to process and no headroom. Once a listener holds
+        // it, it may have started elsewhere (`Bootstrap::Now`) and not committed yet:
+        // unknown until its first commit.
         let token_time = match lease.resume_point() {
-            ResumePoint::Oldest => window.map(|w| w.first),
+            ResumePoint::Oldest if lease.live_holder(now).is_none() => window.map(|w| w.first),
             point => point.time(),
         };
         let lag = token_time.map(|t| match window {
@@ -357,12 +359,18 @@ mod tests {
         let now = now_at(2000);
         let mut lease = held_lease(None, now);
         lease.resume_token = None;
+        // Held, not yet committed: it may have started at now; unknown until it commits.
+        let health = LeaseHealth::assess(&lease, Some(&window), now, &HealthThresholds::default());
+        assert_eq!((health.token_time, health.lag), (None, None));
+        // Reset to the oldest entry and not yet taken: it starts there.
+        lease.holder = None;
         let health = LeaseHealth::assess(&lease, Some(&window), now, &HealthThresholds::default());
         assert_eq!(health.token_time, Some(at(1000)));
         assert_eq!(health.lag, Some(Duration::from_secs(1000)));
         assert_eq!(health.headroom, Some(Duration::ZERO));
         assert_eq!(health.status, LeaseStatus::AtRisk);
-        // Without a window its position is unknown, as before.
+        // Without a window its position is unknown, as before (held again).
+        lease.holder = Some("me".into());
         let health = LeaseHealth::assess(&lease, None, now, &HealthThresholds::default());
         assert_eq!((health.token_time, health.status), (None, LeaseStatus::Ok));
     }

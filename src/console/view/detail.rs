@@ -210,7 +210,7 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
         ]),
     ];
     if health.status == LeaseStatus::Unclaimed {
-        if let Some(unclaimed) = lease.unclaimed_for(state.server_now()) {
+        if let Some(unclaimed) = state.thresholds.unclaimed_for(lease, state.server_now()) {
             lines.push(Line::from(vec![
                 Span::styled(format!("{:<12}", "why"), theme.muted),
                 Span::styled(

@@ -20,6 +20,14 @@ pub(super) fn takeover(
     let mut effect = PlanEffect::default();
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
     let confirmation = fence_effect(lease, facts.now, &mut effect);
+    // Releasing or holding a lease nobody takes changes nothing for its processing;
+    // handing it to a named listener is the one takeover that can help.
+    if let (None, Some(unclaimed)) = (to, facts.thresholds.unclaimed_for(lease, facts.now)) {
+        warnings.push(unclaimed_explanation(
+            &escape_control(&lease.resource),
+            unclaimed,
+        ));
+    }
     let mut c = match (to, hold) {
         (Some(_), Some(_)) => {
             return Err(Refusal::new(
@@ -31,12 +39,6 @@ pub(super) fn takeover(
             effect
                 .lines
                 .push("releases the lease now: any standby takes it over".into());
-            if let Some(unclaimed) = facts.thresholds.unclaimed_for(lease, facts.now) {
-                warnings.push(unclaimed_explanation(
-                    &escape_control(&lease.resource),
-                    unclaimed,
-                ));
-            }
             change(lease, None, Duration::ZERO)
         }
         (Some(listener), None) => {
@@ -57,12 +59,6 @@ pub(super) fn takeover(
                 facts.operator,
                 short_duration(hold)
             ));
-            if let Some(unclaimed) = facts.thresholds.unclaimed_for(lease, facts.now) {
-                warnings.push(unclaimed_explanation(
-                    &escape_control(&lease.resource),
-                    unclaimed,
-                ));
-            }
             change(lease, Some(facts.operator.clone()), hold)
         }
     };
