@@ -1325,7 +1325,21 @@ async fn an_operator_swap_caught_in_a_step_down_is_told_and_audited_truthfully()
         let execute = tokio::spawn(async move {
             ops::execute(&operator, &plan, Some("step-down test".into())).await
         });
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // Step down only once the swap is held on the primary (the fail point blocks it).
+        let held_there = doc! {
+            "currentOp": 1,
+            "appName": rig.app_name("op"),
+            "command.findAndModify": { "$exists": true },
+        };
+        eventually("the swap is held on the primary", || async {
+            rig.set
+                .admin(primary, held_there.clone())
+                .await
+                .ok()
+                .and_then(|r| r.get_array("inprog").ok().map(|ops| !ops.is_empty()))
+                .unwrap_or(false)
+        })
+        .await;
         timeline.note(format!(
             "replSetStepDown on {} while the swap is held there",
             rig.set.hosts[primary]

@@ -936,8 +936,9 @@ async fn a_swap_whose_reply_is_lost_is_sent_again_and_found_applied() {
     };
     assert_eq!(after.version, 5);
     assert_eq!(before.map(|b| b.version), Some(4), "as planned against");
-    // The applied write's own reply was lost; the resend's time stands for it.
-    assert!(operation_time.is_some(), "the resend's cluster time");
+    // The applied write's own reply was lost; the resend's time (the operationTime the
+    // server stamps on its replies) stands for it.
+    assert_eq!(operation_time, Some(ClusterTime::new(1_700_000_000, 1)));
     let remark = remark.expect("says how it was found");
     assert!(remark.contains("reply was lost"), "{remark}");
     assert_eq!(server.commands("findAndModify").len(), 2);

@@ -354,7 +354,7 @@ pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<
         .await
         .unwrap();
     store
-        .audit_step(&id, "bulk swap applied", Some(&lease), Some(&lease))
+        .audit_step(&id, "bulk swap applied", Some(&intended), None)
         .await
         .expect("the same step again (a retry) is no error");
     let mut given_back = intended.clone();

@@ -197,6 +197,11 @@ impl WireServer {
     /// [`WireServer::uri_direct`]. Any other `find` answers `documents`.
     pub fn become_mongos(&self, documents: Vec<Document>) {
         self.state.mongos.store(true, Ordering::SeqCst);
+        // A router has no replica-set status of its own (shared/reference: "through
+        // mongos … replSetGetStatus does not exist").
+        self.on("replSetGetStatus", |_| {
+            Action::error(59, "CommandNotFound", "no such command: 'replSetGetStatus'")
+        });
         self.on("find", move |cmd| {
             let db = cmd.get_str("$db").unwrap_or_default();
             if db == "local" {
