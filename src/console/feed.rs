@@ -174,9 +174,12 @@ async fn read_window<S: ClusterProbe>(
     let mut oplog_readable = true;
     loop {
         ticker.tick().await;
+        // The window when the topology read it this tick: not read twice.
+        let mut read_with_topology = None;
         if reads.is_multiple_of(intervals.members_every.max(1)) {
-            if let Ok(Some(topology)) = store.topology().await {
+            if let Ok(Some((topology, window))) = store.topology().await {
                 oplog_readable = topology.oplog == OplogAccess::Readable;
+                read_with_topology = window;
                 if send(&events, DataEvent::Topology(topology)).await.is_err() {
                     return;
                 }
@@ -192,7 +195,10 @@ async fn read_window<S: ClusterProbe>(
             continue;
         }
         let read = async {
-            let window = store.oplog_window().await?;
+            let window = match read_with_topology {
+                Some(window) => window,
+                None => store.oplog_window().await?,
+            };
             let server_now = store.server_now().await?;
             let ops_per_sec = match previous {
                 Some((last, at)) if window.last > last => {

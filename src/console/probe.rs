@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use super::data::MemberRow;
-use crate::model::{ClusterTime, Topology};
+use crate::model::{ClusterTime, OplogWindow, Topology};
 use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
 use crate::store::{OpsStore, StoreResult};
@@ -18,9 +18,11 @@ pub trait ClusterProbe: OpsStore {
 
     fn members(&self) -> impl Future<Output = StoreResult<Vec<MemberRow>>> + Send;
 
-    /// What the cluster is and whether its oplog can be read (`None`: the sandbox,
-    /// which the title already names).
-    fn topology(&self) -> impl Future<Output = StoreResult<Option<Topology>>> + Send;
+    /// What the cluster is and whether its oplog can be read, with the window when it
+    /// was read on the way (`None`: the sandbox, which the title already names).
+    fn topology(
+        &self,
+    ) -> impl Future<Output = StoreResult<Option<(Topology, Option<OplogWindow>)>>> + Send;
 
     /// Oplog entries written after `after`, at most [`OPS_COUNT_LIMIT`].
     fn entries_after(&self, after: ClusterTime) -> impl Future<Output = StoreResult<u64>> + Send;
@@ -40,7 +42,7 @@ impl ClusterProbe for SandboxStore {
         }])
     }
 
-    async fn topology(&self) -> StoreResult<Option<Topology>> {
+    async fn topology(&self) -> StoreResult<Option<(Topology, Option<OplogWindow>)>> {
         Ok(None)
     }
 
@@ -58,8 +60,8 @@ impl ClusterProbe for MongoStore {
         self.redacted_uri()
     }
 
-    async fn topology(&self) -> StoreResult<Option<Topology>> {
-        Ok(Some(MongoStore::topology(self).await?.0))
+    async fn topology(&self) -> StoreResult<Option<(Topology, Option<OplogWindow>)>> {
+        Ok(Some(MongoStore::topology(self).await?))
     }
 
     async fn members(&self) -> StoreResult<Vec<MemberRow>> {
