@@ -278,7 +278,10 @@ async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
                 .and(predicate::str::contains("the oplog is per shard"))
                 .and(predicate::str::contains("oplog window  unknown")),
         )
-        .stderr(predicate::str::contains("not readable through mongos"));
+        .stderr(
+            predicate::str::contains("the shards cannot be listed")
+                .and(predicate::str::contains("clusterMonitor")),
+        );
     let mut cmd = streamward();
     cmd.args(["oplog", "--output", "json", "--uri", &server.uri_direct()]);
     let out = cmd.output().unwrap();
@@ -292,7 +295,7 @@ async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
     let mut cmd = streamward();
     cmd.args(["leases", "--uri", &server.uri_direct()]);
     run(cmd).await.code(0).stderr(predicate::str::contains(
-        "note: sharded cluster (mongos): through mongos the oplog is per shard",
+        "note: sharded cluster (mongos): the oplog is per shard and could not be read (the shards cannot be listed",
     ));
 
     // A takeover needs no window and is planned; a rewind back from the token goes
@@ -324,9 +327,10 @@ async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
         "--uri",
         &server.uri_direct(),
     ]);
-    run(cmd).await.code(5).stdout(predicate::str::contains(
-        "through a mongos the oplog is per shard",
-    ));
+    run(cmd).await.code(5).stdout(
+        predicate::str::contains("through a mongos, on every shard")
+            .and(predicate::str::contains("rewind RESOURCE --to TIME")),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -16,7 +16,7 @@ use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
     AuditRecord, AuditState, ClusterTime, Deployment, Invalidation, Lease, LockKind, OplogAccess,
-    OplogWindow, ResumeToken, TokenKind, Topology, WatchTarget,
+    OplogWindow, ResumeToken, ShardOplog, TokenKind, Topology, WatchTarget,
 };
 
 fn now() -> DateTime<Utc> {
@@ -317,17 +317,76 @@ fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
 
 /// Attached through a mongos: the title names the deployment, the oplog line says what
 /// follows instead of a window, and the lease table still lists the leases.
+/// Through mongos the oplog view lists every shard with its window, names the shard
+/// that limits the window, points out a quiet one and says why one was not read.
+#[test]
+fn the_oplog_view_lists_the_shards_with_their_windows() {
+    let at = |ago: u32| ClusterTime::new(secs(now()) - ago, 1);
+    let shard = |name: &str, window: Result<OplogWindow, String>| ShardOplog {
+        name: name.into(),
+        hosts: format!("{name}/db-{name}:27018"),
+        window,
+    };
+    let topology = Topology {
+        deployment: Deployment::Sharded,
+        oplog: OplogAccess::NotReadable("shard c (c/db-c:27018): cannot reach the shard".into()),
+        shards: vec![
+            shard("a", Ok(OplogWindow::new(at(7200), at(1)))),
+            shard("b", Ok(OplogWindow::new(at(3600), at(95)))),
+            shard(
+                "c",
+                Err("cannot reach the shard: connection refused".into()),
+            ),
+        ],
+    };
+    for (width, height) in [(80, 24), (120, 40)] {
+        let mut state = state(Mode::Attached);
+        state.apply(DataEvent::Topology(topology.clone()), now());
+        press(&mut state, KeyCode::Char('2'));
+        let shown = screen(&mut state, width, height);
+        insta::assert_snapshot!(format!("oplog_shards_{width}x{height}"), shown);
+        assert!(
+            shown.contains("shards (the window is what every shard still holds)"),
+            "{shown}"
+        );
+        // Each shard's row and the note lines under it, up to the next shard.
+        let rows = |name: &str| {
+            let lines: Vec<&str> = shown.lines().collect();
+            let start = lines
+                .iter()
+                .position(|l| l.contains(&format!("│{name}  ")))
+                .unwrap_or(lines.len());
+            lines[start..]
+                .iter()
+                .take(3)
+                .copied()
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(rows("a").starts_with("\"│a   1h59m"), "{shown}");
+        assert!(rows("b").contains("limits the window"), "{shown}");
+        assert!(
+            rows("b").contains("quiet: 94s behind the newest shard"),
+            "{shown}"
+        );
+        assert!(
+            rows("c").contains("not read: cannot reach the shard"),
+            "{shown}"
+        );
+    }
+}
+
 #[test]
 fn the_header_names_the_topology_and_what_follows() {
     for (width, height) in [(80, 24), (120, 40)] {
         let mut state = state(Mode::Attached);
         state.apply(
-            DataEvent::Topology(Topology {
-                deployment: Deployment::Sharded,
-                oplog: OplogAccess::NotReadable(
+            DataEvent::Topology(Topology::new(
+                Deployment::Sharded,
+                OplogAccess::NotReadable(
                     "the local database is not readable through mongos".into(),
                 ),
-            }),
+            )),
             now(),
         );
         insta::assert_snapshot!(
@@ -347,10 +406,10 @@ fn the_header_names_the_topology_and_what_follows() {
     }
     let mut state = state(Mode::Attached);
     state.apply(
-        DataEvent::Topology(Topology {
-            deployment: Deployment::ReplicaSet { name: "rs0".into() },
-            oplog: OplogAccess::Readable,
-        }),
+        DataEvent::Topology(Topology::new(
+            Deployment::ReplicaSet { name: "rs0".into() },
+            OplogAccess::Readable,
+        )),
         now(),
     );
     let shown = screen(&mut state, 120, 40);

@@ -61,29 +61,11 @@ pub(super) async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
             Err(Unreachable {
                 address: shown,
                 within: humantime::format_duration(settings.connect_timeout).to_string(),
-                why: why_unreachable(&detail).into(),
+                why: StoreError::unreachable_reason(&detail).into(),
             }
             .into())
         }
         Err(e) => Err(anyhow::Error::new(e).context(format!("connecting to {shown}"))),
-    }
-}
-
-/// The driver's account of a failed server selection, in a few words.
-fn why_unreachable(detail: &str) -> &'static str {
-    let lower = detail.to_lowercase();
-    if lower.contains("connection refused") {
-        "connection refused"
-    } else if lower.contains("dns") || lower.contains("lookup") || lower.contains("resolve") {
-        "the host name does not resolve"
-    } else if lower.contains("tls") || lower.contains("certificate") || lower.contains("ssl") {
-        "the TLS handshake failed"
-    } else if lower.contains("replicasetnoprimary") {
-        "no primary answered (check the replicaSet name)"
-    } else if lower.contains("timed out") || lower.contains("timeout") {
-        "no server answered"
-    } else {
-        "no server could be used"
     }
 }
 
@@ -473,11 +455,34 @@ fn topology_json(topology: &Topology) -> Value {
         OplogAccess::Readable => (true, None),
         OplogAccess::NotReadable(why) => (false, Some(why.as_str())),
     };
+    let windows = topology.shard_windows();
+    let shards: Vec<Value> = topology
+        .shards
+        .iter()
+        .map(|shard| {
+            let window = shard.window.as_ref().ok();
+            json!({
+                "name": shard.name,
+                "hosts": shard.hosts,
+                "first": describe::time_json(window.map(|w| w.first)),
+                "last": describe::time_json(window.map(|w| w.last)),
+                "lengthSecs": window.map(|w| w.length().as_secs()),
+                "error": shard.window.as_ref().err(),
+                "limiting": windows.limiting().is_some_and(|l| l.name == shard.name),
+                "quietSecs": windows
+                    .quiet()
+                    .into_iter()
+                    .find(|(q, _)| q.name == shard.name)
+                    .map(|(_, behind)| behind.as_secs()),
+            })
+        })
+        .collect();
     json!({
         "deployment": deployment,
         "oplogReadable": readable,
         "reason": reason,
         "consequence": topology.consequence(),
+        "shards": shards,
     })
 }
 
@@ -492,7 +497,7 @@ pub fn render_oplog(
     members: &[ReplicaMember],
 ) -> String {
     let mut out = format!("topology      {}\n", topology.deployment);
-    if !topology.is_complete() {
+    if !topology.is_complete() || !topology.shards.is_empty() {
         out.push_str(&format!("              {}\n", topology.consequence()));
     }
     match window {
@@ -506,6 +511,36 @@ pub fn render_oplog(
     }
     if let Some(time) = cluster_time {
         out.push_str(&format!("cluster time  {time}\n"));
+    }
+    if !topology.shards.is_empty() {
+        let shards = topology.shard_windows();
+        let rows: Vec<[String; 6]> = topology
+            .shards
+            .iter()
+            .map(|shard| {
+                let (first, last, length) = match &shard.window {
+                    Ok(w) => (
+                        w.first.to_string(),
+                        w.last.to_string(),
+                        short_duration(w.length()),
+                    ),
+                    Err(_) => ("-".into(), "-".into(), "-".into()),
+                };
+                [
+                    escape_control(&shard.name),
+                    escape_control(&shard.hosts),
+                    length,
+                    first,
+                    last,
+                    escape_control(&shards.notes(shard).join("; ")),
+                ]
+            })
+            .collect();
+        out.push('\n');
+        out.push_str(&render_columns(
+            ["SHARD", "HOSTS", "WINDOW", "FIRST", "LAST", "NOTE"],
+            &rows,
+        ));
     }
     if !members.is_empty() {
         let rows: Vec<[String; 4]> = members

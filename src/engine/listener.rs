@@ -405,13 +405,16 @@ impl<S: Store, H: Handler> Listener<S, H> {
             ResumePoint::Oldest => match self.config.bootstrap {
                 Bootstrap::Now => Ok(StartPoint::Now),
                 Bootstrap::Oldest => match self.store.oplog_window().await {
+                    // Through mongos, the latest of the shards' oldest entries.
                     Ok(window) => Ok(StartPoint::At(window.first)),
-                    // A missing privilege, or a mongos (code 20 on `local`): waiting
-                    // does not change that; say what would.
+                    // A shard out of reach: it may come back.
+                    Err(e @ StoreError::OplogUnknown(_)) => Err(TenureEnd::Failed(e.to_string())),
+                    // A missing privilege (here or on a shard): waiting does not
+                    // change that; say what would.
                     Err(e) if e.oplog_unreadable() => Err(TenureEnd::Refused(format!(
                         "{} has no resume point and the oplog cannot be read to start from its oldest entry: {e}. \
-                         Grant the role (on a replica set), or configure bootstrap = now (ListenerConfig::bootstrap = \
-                         Bootstrap::Now, also what works through a mongos) to skip changes made before the first commit",
+                         Grant the role (on the replica set, or on every shard of a sharded cluster), or configure bootstrap = now \
+                         (ListenerConfig::bootstrap = Bootstrap::Now) to skip changes made before the first commit",
                         self.config.resource
                     ))),
                     Err(e) => Err(TenureEnd::Failed(e.to_string())),

@@ -18,4 +18,6 @@ pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
-pub use topology::{Deployment, OplogAccess, Topology};
+pub use topology::{
+    Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,
+};

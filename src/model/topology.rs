@@ -2,6 +2,9 @@
 //! (from the server's `hello` and the host names) and whether its oplog can be read.
 
 use std::fmt;
+use std::time::Duration;
+
+use super::OplogWindow;
 
 /// The kind of deployment a connection reaches.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,18 +71,125 @@ pub enum OplogAccess {
     NotReadable(String),
 }
 
+/// One shard of a sharded cluster and its own oplog window, read on a direct
+/// connection to the shard (`listShards` names it and its hosts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardOplog {
+    /// The shard's `_id` in `listShards`.
+    pub name: String,
+    /// `listShards`' `host`: `set/host:port,…`.
+    pub hosts: String,
+    /// The window, or why it could not be read (unreachable, not permitted, …).
+    pub window: Result<OplogWindow, String>,
+}
+
+/// How far a shard's newest oplog entry may trail the newest shard's before it is
+/// pointed out as quiet. Shard primaries write a no-op every `periodicNoopIntervalSecs`
+/// (10 s by default) so that a quiet shard does not hold change streams back; three
+/// intervals behind means that is not happening.
+pub const QUIET_SHARD_AFTER: Duration = Duration::from_secs(30);
+
+/// The shards' oplogs taken together: a resume point is only safe where every shard
+/// still holds its history.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardWindows<'a>(pub &'a [ShardOplog]);
+
+impl<'a> ShardWindows<'a> {
+    /// The history every shard still covers: from the latest of the shards' first
+    /// entries to the earliest of their last ones (a change stream through mongos
+    /// returns nothing newer than its slowest shard). Unknown, with the reason, when
+    /// there are no shards or any shard's window could not be read.
+    pub fn covered(&self) -> Result<OplogWindow, String> {
+        let mut covered: Option<OplogWindow> = None;
+        for shard in self.0 {
+            let window = shard
+                .window
+                .as_ref()
+                .map_err(|why| format!("shard {} ({}): {why}", shard.name, shard.hosts))?;
+            covered = Some(match covered {
+                None => *window,
+                Some(c) => OplogWindow::new(c.first.max(window.first), c.last.min(window.last)),
+            });
+        }
+        covered.ok_or_else(|| "listShards named no shards".to_string())
+    }
+
+    /// The shard whose oldest entry is the newest: it decides how far back is safe.
+    pub fn limiting(&self) -> Option<&'a ShardOplog> {
+        self.readable()
+            .max_by_key(|(_, window)| window.first)
+            .map(|(shard, _)| shard)
+    }
+
+    /// Shards whose newest entry trails the newest shard's by more than
+    /// [`QUIET_SHARD_AFTER`], with how far: each holds back every change stream
+    /// opened through mongos.
+    pub fn quiet(&self) -> Vec<(&'a ShardOplog, Duration)> {
+        let Some(newest) = self.readable().map(|(_, w)| w.last).max() else {
+            return Vec::new();
+        };
+        self.readable()
+            .map(|(shard, window)| (shard, newest.saturating_since(window.last)))
+            .filter(|(_, behind)| *behind > QUIET_SHARD_AFTER)
+            .collect()
+    }
+
+    /// What to say of one shard beside its window, one note each: why it could not
+    /// be read, that it limits the window, that it is quiet (and holds change streams
+    /// back). Empty when there is nothing to say.
+    pub fn notes(&self, shard: &ShardOplog) -> Vec<String> {
+        if let Err(why) = &shard.window {
+            return vec![format!("not read: {why}")];
+        }
+        let mut notes = Vec::new();
+        if self.0.len() > 1 && self.limiting().is_some_and(|l| l.name == shard.name) {
+            notes.push("limits the window (latest oldest entry)".to_string());
+        }
+        if let Some((_, behind)) = self.quiet().into_iter().find(|(q, _)| q.name == shard.name) {
+            notes.push(format!(
+                "quiet: {}s behind the newest shard; streams through mongos wait for it",
+                behind.as_secs()
+            ));
+        }
+        notes
+    }
+
+    fn readable(&self) -> impl Iterator<Item = (&'a ShardOplog, &'a OplogWindow)> + 'a {
+        self.0
+            .iter()
+            .filter_map(|shard| shard.window.as_ref().ok().map(|w| (shard, w)))
+    }
+}
+
 /// The deployment and its oplog, with what follows from them for the operator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Topology {
     pub deployment: Deployment,
     pub oplog: OplogAccess,
+    /// Through mongos: each shard and its window (empty for any other deployment).
+    pub shards: Vec<ShardOplog>,
 }
 
 impl Topology {
+    /// A topology with no shards.
+    pub fn new(deployment: Deployment, oplog: OplogAccess) -> Topology {
+        Topology {
+            deployment,
+            oplog,
+            shards: Vec::new(),
+        }
+    }
+
     /// Everything streamward shows and checks works.
     pub fn is_complete(&self) -> bool {
-        matches!(self.deployment, Deployment::ReplicaSet { .. })
-            && self.oplog == OplogAccess::Readable
+        matches!(
+            self.deployment,
+            Deployment::ReplicaSet { .. } | Deployment::Sharded
+        ) && self.oplog == OplogAccess::Readable
+    }
+
+    pub fn shard_windows(&self) -> ShardWindows<'_> {
+        ShardWindows(&self.shards)
     }
 
     /// What follows, in one line.
@@ -94,10 +204,21 @@ impl Topology {
             (Deployment::ReplicaSet { .. }, OplogAccess::NotReadable(why)) => {
                 format!("the oplog cannot be read ({why}): {no_window}")
             }
-            (Deployment::Sharded, _) => format!(
-                "through mongos the oplog is per shard and streamward does not read the shards' \
-                 oplogs: {no_window}"
-            ),
+            (Deployment::Sharded, OplogAccess::Readable) => {
+                let limiting = self
+                    .shard_windows()
+                    .limiting()
+                    .map(|shard| format!("; shard {} has the latest oldest entry", shard.name))
+                    .unwrap_or_default();
+                format!(
+                    "the oplog is per shard ({} read directly): the window is what every shard \
+                     still holds{limiting}",
+                    self.shards.len()
+                )
+            }
+            (Deployment::Sharded, OplogAccess::NotReadable(why)) => {
+                format!("the oplog is per shard and could not be read ({why}): {no_window}")
+            }
             (Deployment::CosmosDb, _) => format!(
                 "Cosmos DB has no oplog: {no_window}; its change streams resume by token only \
                  and carry no deletes"
@@ -159,10 +280,7 @@ mod tests {
 
     #[test]
     fn each_topology_says_what_follows_in_one_line() {
-        let rs = |oplog| Topology {
-            deployment: Deployment::ReplicaSet { name: "rs0".into() },
-            oplog,
-        };
+        let rs = |oplog| Topology::new(Deployment::ReplicaSet { name: "rs0".into() }, oplog);
         assert!(rs(OplogAccess::Readable).is_complete());
         let denied = rs(OplogAccess::NotReadable(
             "not permitted to read local.oplog.rs".into(),
@@ -171,18 +289,18 @@ mod tests {
         let all = [
             rs(OplogAccess::Readable),
             denied,
-            Topology {
-                deployment: Deployment::Sharded,
-                oplog: OplogAccess::NotReadable("code 20".into()),
-            },
-            Topology {
-                deployment: Deployment::CosmosDb,
-                oplog: OplogAccess::NotReadable("no oplog".into()),
-            },
-            Topology {
-                deployment: Deployment::Standalone,
-                oplog: OplogAccess::NotReadable("no oplog".into()),
-            },
+            Topology::new(
+                Deployment::Sharded,
+                OplogAccess::NotReadable("code 20".into()),
+            ),
+            Topology::new(
+                Deployment::CosmosDb,
+                OplogAccess::NotReadable("no oplog".into()),
+            ),
+            Topology::new(
+                Deployment::Standalone,
+                OplogAccess::NotReadable("no oplog".into()),
+            ),
         ];
         for topology in &all {
             let line = topology.to_string();
@@ -197,7 +315,90 @@ mod tests {
         );
         assert!(all[2]
             .to_string()
-            .starts_with("sharded cluster (mongos): through mongos"));
+            .starts_with("sharded cluster (mongos): the oplog is per shard and could not be read"));
         assert!(all[3].to_string().contains("resume by token only"));
+    }
+
+    fn at(seconds: u32) -> crate::model::ClusterTime {
+        crate::model::ClusterTime::new(seconds, 1)
+    }
+
+    fn shard(name: &str, window: Result<(u32, u32), &str>) -> ShardOplog {
+        ShardOplog {
+            name: name.into(),
+            hosts: format!("{name}/127.0.0.1:1"),
+            window: window
+                .map(|(first, last)| OplogWindow::new(at(first), at(last)))
+                .map_err(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_shards_window_is_what_every_shard_still_holds() {
+        let shards = [
+            shard("a", Ok((100, 500))),
+            shard("b", Ok((300, 495))),
+            shard("c", Ok((200, 510))),
+        ];
+        let windows = ShardWindows(&shards);
+        // Latest first entry, earliest last entry.
+        assert_eq!(windows.covered(), Ok(OplogWindow::new(at(300), at(495))));
+        assert_eq!(windows.limiting().map(|s| s.name.as_str()), Some("b"));
+        assert!(windows.quiet().is_empty(), "15 s behind is not quiet");
+        assert!(windows.notes(&shards[0]).is_empty());
+        assert_eq!(
+            windows.notes(&shards[1]),
+            ["limits the window (latest oldest entry)"]
+        );
+
+        let quiet = [shard("a", Ok((100, 500))), shard("b", Ok((300, 460)))];
+        let quiet = ShardWindows(&quiet).quiet();
+        assert_eq!(quiet.len(), 1);
+        assert_eq!(quiet[0].0.name, "b");
+        assert_eq!(quiet[0].1, Duration::from_secs(40));
+        let two = [shard("a", Ok((100, 500))), shard("b", Ok((300, 460)))];
+        assert_eq!(
+            ShardWindows(&two).notes(&two[1]),
+            [
+                "limits the window (latest oldest entry)",
+                "quiet: 40s behind the newest shard; streams through mongos wait for it"
+            ]
+        );
+    }
+
+    #[test]
+    fn one_unreadable_shard_makes_the_window_unknown_and_says_which() {
+        let shards = [
+            shard("a", Ok((100, 500))),
+            shard("b", Err("cannot reach the database: connection refused")),
+        ];
+        let windows = ShardWindows(&shards);
+        let why = windows.covered().unwrap_err();
+        assert!(
+            why.starts_with("shard b (b/127.0.0.1:1): cannot reach"),
+            "{why}"
+        );
+        // The readable shard is still shown and still limits.
+        assert_eq!(windows.limiting().map(|s| s.name.as_str()), Some("a"));
+        assert!(windows.notes(&shards[1])[0].starts_with("not read: cannot reach"));
+        assert_eq!(
+            ShardWindows(&[]).covered().unwrap_err(),
+            "listShards named no shards"
+        );
+    }
+
+    #[test]
+    fn a_readable_sharded_cluster_names_its_limiting_shard() {
+        let topology = Topology {
+            deployment: Deployment::Sharded,
+            oplog: OplogAccess::Readable,
+            shards: vec![shard("a", Ok((100, 500))), shard("b", Ok((300, 495)))],
+        };
+        assert!(topology.is_complete());
+        assert_eq!(
+            topology.consequence(),
+            "the oplog is per shard (2 read directly): the window is what every shard still \
+             holds; shard b has the latest oldest entry"
+        );
     }
 }

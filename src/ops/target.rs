@@ -17,9 +17,11 @@ pub(crate) fn require_window(
         Refusal::new(
             RefusalKind::NoOplogAccess,
             format!(
-                "the oplog window cannot be read, so a {action} cannot be checked against it: \
-                 grant the clusterMonitor role (or read on the local database); through a \
-                 mongos the oplog is per shard and is not read (`streamward oplog` says which)"
+                "the oplog window cannot be read, so a {action} cannot be checked against it \
+                 (`streamward oplog` says why): grant the clusterMonitor role (or read on the \
+                 local database; through a mongos, on every shard); what works without it is \
+                 a rewind to a named point, unchecked: `rewind RESOURCE --to TIME` or \
+                 `--to-token TOKEN`"
             ),
         )
     })

@@ -65,6 +65,10 @@ pub enum StoreError {
         id: String,
         found: Option<crate::model::AuditState>,
     },
+    /// The oplog window cannot be known through this connection, for a reason other
+    /// than a privilege (a shard of a sharded cluster that cannot be read).
+    #[error("the oplog window cannot be read: {0}")]
+    OplogUnknown(String),
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,
@@ -84,8 +88,29 @@ impl StoreError {
     pub fn oplog_unreadable(&self) -> bool {
         matches!(
             self,
-            StoreError::NotPermitted { .. } | StoreError::Command { code: 20, .. }
+            StoreError::NotPermitted { .. }
+                | StoreError::Command { code: 20, .. }
+                | StoreError::OplogUnknown(_)
         )
+    }
+
+    /// The driver's account of a failed server selection, in a few words (its whole
+    /// account names every server and label, and belongs in the log).
+    pub fn unreachable_reason(detail: &str) -> &'static str {
+        let lower = detail.to_lowercase();
+        if lower.contains("connection refused") {
+            "connection refused"
+        } else if lower.contains("dns") || lower.contains("lookup") || lower.contains("resolve") {
+            "the host name does not resolve"
+        } else if lower.contains("tls") || lower.contains("certificate") || lower.contains("ssl") {
+            "the TLS handshake failed"
+        } else if lower.contains("replicasetnoprimary") {
+            "no primary answered (check the replicaSet name)"
+        } else if lower.contains("timed out") || lower.contains("timeout") {
+            "no server answered"
+        } else {
+            "no server could be used"
+        }
     }
 
     /// Whether the server refused because it is not (or no longer) a writable primary

@@ -10,7 +10,7 @@ use super::format::{cluster_clock, rate};
 use crate::console::state::{ConsoleState, Series};
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, short_duration};
-use crate::model::OplogAccess;
+use crate::model::{OplogAccess, Topology};
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let block = Block::default()
@@ -24,10 +24,28 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         .topology
         .as_ref()
         .filter(|t| t.oplog != OplogAccess::Readable);
-    let [facts, window_spark, ops_spark, lag_title, lags] = Layout::vertical([
-        Constraint::Length(if unreadable.is_some() { 4 } else { 1 }),
-        Constraint::Length(3),
-        Constraint::Length(3),
+    let shards = state
+        .topology
+        .as_ref()
+        .map(|t| shard_lines(t, usize::from(inner.width), theme))
+        .unwrap_or_default();
+    // Enough rows for the topology's sentence wrapped, at most six.
+    let facts_rows = unreadable.map_or(1, |t| {
+        let chars = u16::try_from(t.to_string().chars().count()).unwrap_or(u16::MAX);
+        (chars / inner.width.max(1) + 2).min(6)
+    });
+    let shard_rows = u16::try_from(shards.len()).unwrap_or(u16::MAX);
+    // What the cluster is and its shards come first; the sparklines only where they fit.
+    let spark_rows = if facts_rows + shard_rows + 7 <= inner.height {
+        3
+    } else {
+        0
+    };
+    let [facts, shards_area, window_spark, ops_spark, lag_title, lags] = Layout::vertical([
+        Constraint::Length(facts_rows),
+        Constraint::Length(shard_rows),
+        Constraint::Length(spark_rows),
+        Constraint::Length(spark_rows),
         Constraint::Length(1),
         Constraint::Min(0),
     ])
@@ -62,6 +80,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         },
     };
     frame.render_widget(Paragraph::new(facts_line).wrap(Wrap { trim: true }), facts);
+    frame.render_widget(Paragraph::new(shards), shards_area);
     spark(
         frame,
         window_spark,
@@ -120,6 +139,71 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             value,
         );
     }
+}
+
+/// Through mongos: a title line, then each shard with its window and what to know of
+/// it (limits the window, quiet, not read): on its row where it fits in `width`
+/// columns, else one note per line below it. Nothing for any other deployment.
+fn shard_lines(topology: &Topology, width: usize, theme: &Theme) -> Vec<Line<'static>> {
+    if topology.shards.is_empty() {
+        return Vec::new();
+    }
+    let windows = topology.shard_windows();
+    let name_width = topology
+        .shards
+        .iter()
+        .map(|s| escape_control(&s.name).chars().count())
+        .max()
+        .unwrap_or(0);
+    let mut lines = vec![Line::styled(
+        "shards (the window is what every shard still holds)",
+        theme.title,
+    )];
+    for shard in &topology.shards {
+        let mut row = format!("{:<name_width$}  ", escape_control(&shard.name));
+        if let Ok(window) = &shard.window {
+            row.push_str(&format!(
+                "{:>6}  {} → {}",
+                short_duration(window.length()),
+                cluster_clock(window.first),
+                cluster_clock(window.last)
+            ));
+        }
+        let style = if shard.window.is_ok() {
+            theme.muted
+        } else {
+            theme.warn
+        };
+        let notes: Vec<String> = windows
+            .notes(shard)
+            .iter()
+            .map(|n| escape_control(n))
+            .collect();
+        let joined = notes.join("; ");
+        let row_len = row.chars().count();
+        if notes.is_empty() || row_len + 2 + joined.chars().count() <= width {
+            lines.push(Line::from(vec![
+                Span::styled(row, theme.base),
+                Span::styled(
+                    if joined.is_empty() {
+                        joined
+                    } else {
+                        format!("  {joined}")
+                    },
+                    style,
+                ),
+            ]));
+        } else {
+            lines.push(Line::styled(row, theme.base));
+            let indent = " ".repeat(name_width + 2);
+            lines.extend(
+                notes
+                    .into_iter()
+                    .map(|note| Line::styled(format!("{indent}{note}"), style)),
+            );
+        }
+    }
+    lines
 }
 
 fn spark(frame: &mut Frame, area: Rect, title: &str, series: &Series, theme: &Theme) {

@@ -57,13 +57,21 @@ impl Default for MongoSettings {
     }
 }
 
+/// What [`open_client`] connected to.
+pub struct Opened {
+    pub client: Client,
+    /// The options the client was built with (SRV records resolved into `hosts`).
+    pub options: ClientOptions,
+    /// `hello` answered as a mongos router does (`msg: "isdbgrid"`).
+    pub router: bool,
+}
+
 /// Builds the client, then proves the cluster answers (`ping` on `admin`). `tweak`
 /// sees the driver options last, after the URI and this adapter's own settings.
-/// Returns the client and the hosts it was given (SRV records resolved).
 pub async fn open_client(
     settings: &MongoSettings,
     tweak: impl FnOnce(&mut ClientOptions),
-) -> Result<(Client, Vec<String>), StoreError> {
+) -> Result<Opened, StoreError> {
     let uri = settings.uri.expose();
     if !(uri.starts_with("mongodb://") || uri.starts_with("mongodb+srv://")) {
         return Err(StoreError::InvalidArgument(format!(
@@ -107,8 +115,7 @@ pub async fn open_client(
         options.app_name = Some("streamward".into());
     }
     tweak(&mut options);
-    let hosts = options.hosts.iter().map(ToString::to_string).collect();
-    let client = Client::with_options(options).map_err(|e| {
+    let client = Client::with_options(options.clone()).map_err(|e| {
         StoreError::InvalidArgument(format!(
             "cannot use connection string {}: {}; expected {EXPECTED_URI_FORM}",
             settings.uri.redacted(),
@@ -133,10 +140,14 @@ pub async fn open_client(
             )));
         }
     }
-    check_version(&admin, settings.operation_timeout)
+    let router = check_version(&admin, settings.operation_timeout)
         .await
         .map_err(redact_error)?;
-    Ok((client, hosts))
+    Ok(Opened {
+        client,
+        options,
+        router,
+    })
 }
 
 /// The driver refuses servers before 4.4 during server selection, with a message.
@@ -150,8 +161,9 @@ fn refused_as_too_old(error: &mongodb::error::Error) -> Option<StoreError> {
 }
 
 /// Refuses a server older than the adapter's commands need: `hello.maxWireVersion`
-/// decides; `buildInfo.version` (read only then) names it in the message.
-async fn check_version(admin: &Database, limit: Duration) -> Result<(), StoreError> {
+/// decides; `buildInfo.version` (read only then) names it in the message. Answers
+/// whether the server is a mongos router.
+async fn check_version(admin: &Database, limit: Duration) -> Result<bool, StoreError> {
     let action = "read the server's version (hello)";
     let hello = bounded(limit, action, async {
         admin.run_command(doc! {"hello": 1}).await
@@ -169,7 +181,7 @@ async fn check_version(admin: &Database, limit: Duration) -> Result<(), StoreErr
     };
     let wire = i32::try_from(wire).unwrap_or(i32::MAX);
     if wire >= version::MIN_WIRE_VERSION {
-        return Ok(());
+        return Ok(hello.get_str("msg") == Ok("isdbgrid"));
     }
     let build = bounded(limit, "read the server's version (buildInfo)", async {
         admin.run_command(doc! {"buildInfo": 1}).await
@@ -180,7 +192,7 @@ async fn check_version(admin: &Database, limit: Duration) -> Result<(), StoreErr
         .as_ref()
         .and_then(|b| b.get_str("version").ok())
         .map(crate::model::text::escape_control);
-    version::check(wire, named.as_deref())
+    version::check(wire, named.as_deref()).map(|()| false)
 }
 
 impl CallError {

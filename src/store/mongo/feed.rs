@@ -7,11 +7,14 @@ use bson::{doc, Bson, Document, RawDocumentBuf};
 use chrono::{DateTime, Utc};
 use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
+use mongodb::Client;
 
 use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
-use crate::model::{ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, Topology};
+use crate::model::{
+    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, ShardWindows, Topology,
+};
 use crate::store::{
     ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, StoreError,
     StoreResult,
@@ -91,23 +94,42 @@ impl MongoStore {
             hello.get_str("setName").ok(),
             &self.hosts,
         );
+        let mut shards = Vec::new();
         let (oplog, window) = match &deployment {
             Deployment::ReplicaSet { .. } => match self.oplog_window().await {
                 Ok(window) => (OplogAccess::Readable, Some(window)),
                 Err(e) if e.oplog_unreadable() => (OplogAccess::NotReadable(e.to_string()), None),
                 Err(e) => return Err(e),
             },
-            Deployment::Sharded => (
-                OplogAccess::NotReadable(
-                    "the local database is not readable through mongos".into(),
-                ),
-                None,
-            ),
+            Deployment::Sharded => {
+                shards = match self.shard_oplogs().await {
+                    Ok(shards) => shards,
+                    Err(e) if e.oplog_unreadable() => {
+                        let why = format!("the shards cannot be listed: {e}");
+                        return Ok((
+                            Topology::new(deployment, OplogAccess::NotReadable(why)),
+                            None,
+                        ));
+                    }
+                    Err(e) => return Err(e),
+                };
+                match ShardWindows(&shards).covered() {
+                    Ok(window) => (OplogAccess::Readable, Some(window)),
+                    Err(why) => (OplogAccess::NotReadable(why), None),
+                }
+            }
             Deployment::CosmosDb | Deployment::Standalone => {
                 (OplogAccess::NotReadable("it keeps no oplog".into()), None)
             }
         };
-        Ok((Topology { deployment, oplog }, window))
+        Ok((
+            Topology {
+                deployment,
+                oplog,
+                shards,
+            },
+            window,
+        ))
     }
 
     /// `replSetGetStatus`: the members with state and replication lag behind the primary.
@@ -183,17 +205,29 @@ impl MongoStore {
             .collect())
     }
 
+    /// The first startable and the last entry of the oplog `client` reaches.
+    pub(super) async fn oplog_window_on(&self, client: &Client) -> StoreResult<OplogWindow> {
+        let first = self
+            .oplog_edge(
+                client,
+                doc! { "op": { "$ne": "n" } },
+                1,
+                "startable (op != \"n\")",
+            )
+            .await?;
+        let last = self.oplog_edge(client, doc! {}, -1, "last").await?;
+        Ok(OplogWindow::new(first, last))
+    }
+
     async fn oplog_edge(
         &self,
+        client: &Client,
         filter: Document,
         natural: i32,
         which: &str,
     ) -> StoreResult<ClusterTime> {
         let action = "read the oplog (local.oplog.rs)";
-        let oplog = self
-            .client
-            .database("local")
-            .collection::<Document>("oplog.rs");
+        let oplog = client.database("local").collection::<Document>("oplog.rs");
         let entry = with_one_retry(self.timeout(), action, || {
             std::future::IntoFuture::into_future(
                 oplog
@@ -231,12 +265,34 @@ impl MongoStore {
 
     /// One `aggregate` on `local.oplog.rs`: `$match filter`, `$limit`, `$count`, bounded
     /// server-side by `maxTimeMS`; only the count crosses the network.
+    /// [`MongoStore::count_oplog_on`] on this replica set, or summed over the shards
+    /// through a router (each shard counted up to `limit`, the sum capped at it).
     async fn count_oplog(&self, filter: Document, limit: u64, action: &str) -> StoreResult<u64> {
+        if !self.router {
+            return self
+                .count_oplog_on(&self.client, filter, limit, action)
+                .await;
+        }
+        let mut total: u64 = 0;
+        for (shard, client) in self.shard_clients().await? {
+            let on_shard = format!("{action} on shard {shard}");
+            total = total.saturating_add(
+                self.count_oplog_on(&client, filter.clone(), limit, &on_shard)
+                    .await?,
+            );
+        }
+        Ok(total.min(limit.max(1)))
+    }
+
+    async fn count_oplog_on(
+        &self,
+        client: &Client,
+        filter: Document,
+        limit: u64,
+        action: &str,
+    ) -> StoreResult<u64> {
         use futures_util::TryStreamExt;
-        let oplog = self
-            .client
-            .database("local")
-            .collection::<Document>("oplog.rs");
+        let oplog = client.database("local").collection::<Document>("oplog.rs");
         let pipeline = vec![
             doc! { "$match": filter },
             doc! { "$limit": i64::try_from(limit.max(1)).unwrap_or(i64::MAX) },
@@ -320,12 +376,17 @@ impl ChangeFeed for MongoStore {
         })
     }
 
+    /// On a replica set its own oplog; through a router the history every shard still
+    /// holds ([`ShardWindows::covered`]), or `OplogUnknown` naming the shard that could
+    /// not be read.
     async fn oplog_window(&self) -> StoreResult<OplogWindow> {
-        let first = self
-            .oplog_edge(doc! { "op": { "$ne": "n" } }, 1, "startable (op != \"n\")")
-            .await?;
-        let last = self.oplog_edge(doc! {}, -1, "last").await?;
-        Ok(OplogWindow::new(first, last))
+        if !self.router {
+            return self.oplog_window_on(&self.client).await;
+        }
+        let shards = self.shard_oplogs().await?;
+        ShardWindows(&shards)
+            .covered()
+            .map_err(StoreError::OplogUnknown)
     }
 
     async fn cluster_time(&self) -> StoreResult<ClusterTime> {

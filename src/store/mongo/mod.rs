@@ -17,13 +17,14 @@ mod feed;
 mod lease_write;
 mod leases;
 mod redact;
+mod shards;
 pub mod version;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bson::Document;
-use mongodb::options::{Acknowledgment, WriteConcern};
+use mongodb::options::{Acknowledgment, ClientOptions, WriteConcern};
 use mongodb::{Client, Collection};
 
 pub use connect::MongoSettings;
@@ -45,6 +46,11 @@ pub struct MongoStore {
     settings: Arc<MongoSettings>,
     /// The hosts the connection string named (SRV records resolved).
     hosts: Arc<[String]>,
+    /// The options the client was built with: a shard's client starts from them.
+    client_options: Arc<ClientOptions>,
+    /// Connected to a mongos router: the oplog is read on each shard.
+    router: bool,
+    shard_clients: Arc<shards::ShardClients>,
 }
 
 impl MongoStore {
@@ -63,11 +69,20 @@ impl MongoStore {
         settings: MongoSettings,
         tweak: impl FnOnce(&mut mongodb::options::ClientOptions),
     ) -> Result<MongoStore, StoreError> {
-        let (client, hosts) = connect::open_client(&settings, tweak).await?;
+        let opened = connect::open_client(&settings, tweak).await?;
+        let hosts: Vec<String> = opened
+            .options
+            .hosts
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         Ok(MongoStore {
-            client,
+            client: opened.client,
             settings: Arc::new(settings),
             hosts: hosts.into(),
+            client_options: Arc::new(opened.options),
+            router: opened.router,
+            shard_clients: Arc::default(),
         })
     }
 

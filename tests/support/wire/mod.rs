@@ -38,6 +38,9 @@ pub enum Action {
     RawReply(Vec<u8>),
     /// Reply with a well-framed OP_MSG whose section holds these (invalid) BSON bytes.
     BadBson(Vec<u8>),
+    /// Send the command to the real server behind this one and relay its reply (see
+    /// [`WireServer::become_mongos_over`]).
+    Forward(Document),
 }
 
 impl Action {
@@ -89,6 +92,8 @@ struct State {
     max_wire_version: AtomicI32,
     /// Answers the handshake as a `mongos` router does.
     mongos: std::sync::atomic::AtomicBool,
+    /// A real server every unscripted command is forwarded to.
+    upstream: Mutex<Option<String>>,
 }
 
 /// A running black-pipe server on 127.0.0.1.
@@ -125,6 +130,7 @@ impl WireServer {
             request_ids: AtomicI32::new(1),
             max_wire_version: AtomicI32::new(21),
             mongos: std::sync::atomic::AtomicBool::new(false),
+            upstream: Mutex::new(None),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -193,7 +199,8 @@ impl WireServer {
     /// From now on a `mongos`: the handshake says `msg: "isdbgrid"` and names no
     /// replica set (the reply's shape from the MongoDB manual's `hello` page: a router
     /// answers `isWritablePrimary: true`, `msg`, and no `setName`, `hosts` or `primary`),
-    /// and reading `local` is refused with code 20, as a real router does. Connect with
+    /// reading `local` is refused with code 20, as a real router does, and `listShards`
+    /// as to a user without the clusterMonitor role. Connect with
     /// [`WireServer::uri_direct`]. Any other `find` answers `documents`.
     pub fn become_mongos(&self, documents: Vec<Document>) {
         self.state.mongos.store(true, Ordering::SeqCst);
@@ -201,6 +208,14 @@ impl WireServer {
         // mongos … replSetGetStatus does not exist").
         self.on("replSetGetStatus", |_| {
             Action::error(59, "CommandNotFound", "no such command: 'replSetGetStatus'")
+        });
+        // As to a user without clusterMonitor: the shards cannot be listed.
+        self.on("listShards", |_| {
+            Action::error(
+                13,
+                "Unauthorized",
+                "not authorized on admin to execute command { listShards: 1 }",
+            )
         });
         self.on("find", move |cmd| {
             let db = cmd.get_str("$db").unwrap_or_default();
@@ -215,6 +230,34 @@ impl WireServer {
             Action::ok(
                 doc! { "cursor": { "id": 0_i64, "ns": ns, "firstBatch": documents.clone() } },
             )
+        });
+    }
+
+    /// A `mongos` in front of real replica sets: the handshake as
+    /// [`WireServer::become_mongos`], `listShards` answers `shards` (`(_id, host)` pairs,
+    /// `host` as `set/host:port`, the shape the MongoDB manual gives), commands on `local`
+    /// are refused with code 20 and `replSetGetStatus` does not exist, as on a router;
+    /// every other command is sent to the real server at `upstream` (one connection to
+    /// it per client connection) and its reply relayed unchanged, so leases, audit,
+    /// change streams and cursors behave as the real server makes them. The router
+    /// reports 6.0's wire version (17), the release of the real servers here.
+    pub fn become_mongos_over(&self, upstream: &str, shards: &[(&str, &str)]) {
+        self.state.mongos.store(true, Ordering::SeqCst);
+        self.set_max_wire_version(17);
+        *self.state.upstream.lock().unwrap() = Some(upstream.to_string());
+        // The real server answers these too (its clock, its cursors, its sessions).
+        for name in ["ping", "killCursors", "endSessions"] {
+            self.state.handlers.lock().unwrap().remove(name);
+        }
+        self.on("replSetGetStatus", |_| {
+            Action::error(59, "CommandNotFound", "no such command: 'replSetGetStatus'")
+        });
+        let listed: Vec<Document> = shards
+            .iter()
+            .map(|(id, host)| doc! { "_id": *id, "host": *host, "state": 1 })
+            .collect();
+        self.on("listShards", move |_| {
+            Action::ok(doc! { "shards": listed.clone() })
         });
     }
 
@@ -272,6 +315,7 @@ fn command_name(body: &Document) -> String {
 }
 
 async fn serve(mut stream: TcpStream, connection: u64, state: Arc<State>) {
+    let mut upstream: Option<TcpStream> = None;
     loop {
         let request = match protocol::read_message(&mut stream).await {
             Ok(Some(request)) => request,
@@ -291,7 +335,15 @@ async fn serve(mut stream: TcpStream, connection: u64, state: Arc<State>) {
         if request.more_to_come {
             continue;
         }
-        if !perform(&mut stream, &state, request.request_id, action).await {
+        if !perform(
+            &mut stream,
+            &mut upstream,
+            &state,
+            request.request_id,
+            action,
+        )
+        .await
+        {
             return;
         }
     }
@@ -310,15 +362,63 @@ fn next_action(state: &State, name: &str, body: &Document) -> Action {
     let handler = state.handlers.lock().unwrap().get(name).cloned();
     match handler {
         Some(handler) => handler(body),
+        None if state.upstream.lock().unwrap().is_some() => {
+            if body.get_str("$db") == Ok("local") {
+                Action::error(
+                    20,
+                    "IllegalOperation",
+                    "Can't use 'local' database through mongos",
+                )
+            } else {
+                Action::Forward(body.clone())
+            }
+        }
         None => Action::Reply(doc! {}),
     }
 }
 
+/// Sends `body` to the real server and reads its reply; `None` when the real server
+/// could not be reached or hung up (the client then sees its connection close).
+async fn forward(
+    state: &State,
+    upstream: &mut Option<TcpStream>,
+    body: &Document,
+) -> Option<Document> {
+    if upstream.is_none() {
+        let address = state.upstream.lock().unwrap().clone()?;
+        *upstream = Some(TcpStream::connect(address).await.ok()?);
+    }
+    let connection = upstream.as_mut()?;
+    let id = state.request_ids.fetch_add(1, Ordering::SeqCst);
+    let bytes = protocol::encode(id, 0, body)?;
+    let reply = match connection.write_all(&bytes).await {
+        Ok(()) => protocol::read_message(connection).await.ok().flatten(),
+        Err(_) => None,
+    };
+    if reply.is_none() {
+        *upstream = None;
+    }
+    reply.map(|r| r.body)
+}
+
 /// Carries out an action; false when the connection must close.
-async fn perform(stream: &mut TcpStream, state: &State, response_to: i32, action: Action) -> bool {
+async fn perform(
+    stream: &mut TcpStream,
+    upstream: &mut Option<TcpStream>,
+    state: &State,
+    response_to: i32,
+    action: Action,
+) -> bool {
     let mut action = action;
     loop {
         match action {
+            Action::Forward(body) => match forward(state, upstream, &body).await {
+                Some(reply) => return send(stream, state, response_to, &reply).await,
+                None => {
+                    let _ = stream.shutdown().await;
+                    return false;
+                }
+            },
             Action::Stall(delay, inner) => {
                 tokio::time::sleep(delay).await;
                 action = *inner;

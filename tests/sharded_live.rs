@@ -1,0 +1,459 @@
+//! A sharded cluster whose shards are real: two single-node replica sets started by
+//! `scripts/test.sh` (`STREAMWARD_TEST_URI_SHARD_A`, `…_SHARD_B`), behind the scripted
+//! router of `support::wire` (MongoDB's wheel here ships no `mongos`). The router
+//! answers the handshake as a mongos, lists the two sets in `listShards`, refuses `local`
+//! (code 20) and `replSetGetStatus` as a router does, and forwards every other command
+//! to shard A, so leases, audit records, change streams and cursors are the real
+//! server's. Each shard's oplog window is read by streamward on its own connection to
+//! the real set. Without the URIs each test says it is skipped (and fails under CI or
+//! `STREAMWARD_REQUIRE_LIVE=1`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use assert_cmd::Command;
+use bson::doc;
+use streamward::engine::{Bootstrap, ListenerConfig, ListenerHandle, ListenerState, NoopHandler};
+use streamward::model::{OplogAccess, OplogWindow, ShardWindows};
+use streamward::store::mongo::{MongoSettings, MongoStore};
+use streamward::store::{ChangeFeed, Namespace};
+use support::live::live_uri;
+use support::wire::WireServer;
+
+const SHARD_A: &str = "STREAMWARD_TEST_URI_SHARD_A";
+const SHARD_B: &str = "STREAMWARD_TEST_URI_SHARD_B";
+
+/// The two real shards and the router in front of them.
+struct Cluster {
+    router: WireServer,
+    a: MongoStore,
+    b: MongoStore,
+    a_uri: String,
+    db: String,
+}
+
+/// `host:port` of a single-node set's URI (`mongodb://host:port/?replicaSet=name`).
+fn host_of(uri: &str) -> String {
+    uri.trim_start_matches("mongodb://")
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn direct(uri: &str) -> MongoStore {
+    MongoStore::connect(MongoSettings::new(uri.to_string()))
+        .await
+        .expect("connect to a shard directly")
+}
+
+/// The router over the two real shards, plus `extra` shards it also lists.
+async fn cluster(test: &str, extra: &[(&str, &str)]) -> Option<Cluster> {
+    let a_uri = live_uri(test, SHARD_A)?;
+    let b_uri = live_uri(test, SHARD_B)?;
+    let (a_host, b_host) = (host_of(&a_uri), host_of(&b_uri));
+    let router = WireServer::start().await;
+    let listed_a = format!("shardA/{a_host}");
+    let listed_b = format!("shardB/{b_host}");
+    let mut shards = vec![("shardA", listed_a.as_str()), ("shardB", listed_b.as_str())];
+    shards.extend_from_slice(extra);
+    router.become_mongos_over(&a_host, &shards);
+    Some(Cluster {
+        router,
+        a: direct(&a_uri).await,
+        b: direct(&b_uri).await,
+        a_uri,
+        db: format!("sw_sharded_{:08x}", rand::random::<u32>()),
+    })
+}
+
+impl Cluster {
+    fn settings(&self) -> MongoSettings {
+        let mut settings = MongoSettings::new(self.router.uri_direct());
+        settings.leases = Namespace::new(self.db.clone(), "leases");
+        settings.server_selection_timeout = Duration::from_secs(2);
+        settings
+    }
+
+    async fn through_router(&self) -> MongoStore {
+        MongoStore::connect(self.settings())
+            .await
+            .expect("connect through the router")
+    }
+
+    fn leases_arg(&self) -> String {
+        format!("{}.leases", self.db)
+    }
+
+    /// The shards' windows read directly, before and after `read`, so a check can
+    /// bound what `read` saw (the last entries move; the first ones do not here).
+    async fn windows_around<T>(
+        &self,
+        read: impl std::future::Future<Output = T>,
+    ) -> ([OplogWindow; 2], T, [OplogWindow; 2]) {
+        let before = [
+            self.a.oplog_window().await.expect("shard A window"),
+            self.b.oplog_window().await.expect("shard B window"),
+        ];
+        let seen = read.await;
+        let after = [
+            self.a.oplog_window().await.expect("shard A window"),
+            self.b.oplog_window().await.expect("shard B window"),
+        ];
+        (before, seen, after)
+    }
+
+    async fn drop_db(&self) {
+        let _ = mongodb::Client::with_uri_str(&self.a_uri)
+            .await
+            .expect("client")
+            .database(&self.db)
+            .drop()
+            .await;
+    }
+}
+
+fn streamward() -> Command {
+    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
+    cmd.env("NO_COLOR", "1")
+        .env_remove("STREAMWARD_URI")
+        .current_dir(std::env::temp_dir())
+        .timeout(Duration::from_secs(60));
+    cmd
+}
+
+async fn run(cmd: Command) -> std::process::Output {
+    let mut cmd = cmd;
+    tokio::task::spawn_blocking(move || cmd.output().expect("the binary runs"))
+        .await
+        .expect("command ran")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_shards_window_is_read_from_the_shard_and_the_covered_one_is_used() {
+    let Some(cluster) = cluster("sharded_windows", &[]).await else {
+        return;
+    };
+    let store = cluster.through_router().await;
+    let (before, read, after) = cluster
+        .windows_around(async {
+            (
+                store.topology().await.expect("topology"),
+                store.oplog_window().await.expect("the covered window"),
+            )
+        })
+        .await;
+    let ((topology, window), covered) = read;
+    assert_eq!(topology.oplog, OplogAccess::Readable, "{topology:?}");
+    assert_eq!(topology.shards.len(), 2, "{topology:?}");
+    for (i, name) in ["shardA", "shardB"].into_iter().enumerate() {
+        let shard = &topology.shards[i];
+        assert_eq!(shard.name, name);
+        let seen = shard.window.as_ref().expect("readable");
+        assert_eq!(
+            seen.first, before[i].first,
+            "{name}: the shard's own first entry"
+        );
+        assert!(
+            before[i].last <= seen.last && seen.last <= after[i].last,
+            "{name}: the shard's own last entry ({:?} not within {:?}..{:?})",
+            seen.last,
+            before[i].last,
+            after[i].last
+        );
+    }
+    // A resume point is safe only where every shard has the history.
+    let latest_first = before[0].first.max(before[1].first);
+    assert_eq!(window.map(|w| w.first), Some(latest_first));
+    assert_eq!(
+        covered.first, latest_first,
+        "oplog_window() is the covered window"
+    );
+    let limiting = if before[0].first >= before[1].first {
+        "shardA"
+    } else {
+        "shardB"
+    };
+    assert_eq!(
+        ShardWindows(&topology.shards)
+            .limiting()
+            .map(|s| s.name.as_str()),
+        Some(limiting)
+    );
+    assert!(
+        topology
+            .consequence()
+            .contains(&format!("shard {limiting} has the latest oldest entry")),
+        "{}",
+        topology.consequence()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn oplog_leases_a_takeover_and_a_rewind_work_through_the_router() {
+    let Some(cluster) = cluster("sharded_cli", &[]).await else {
+        return;
+    };
+    // A real listener through the router makes a real lease, then stops (released).
+    let store = cluster.through_router().await;
+    let mut config = ListenerConfig::new(
+        "shop.orders",
+        "w1",
+        Namespace::new(cluster.db.clone(), "orders"),
+    );
+    config.max_batch_wait = Duration::from_millis(200);
+    let listener = ListenerHandle::spawn(store.clone(), config, NoopHandler);
+    let started = Instant::now();
+    while listener.snapshot().state != ListenerState::Streaming {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the listener streams through the router: {:?}",
+            listener.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // It started from the oldest entry every shard still has (bootstrap = oldest).
+    let covered = store.oplog_window().await.expect("window").first;
+    let opened = cluster
+        .router
+        .commands("aggregate")
+        .into_iter()
+        .find_map(|c| {
+            c.get_array("pipeline")
+                .ok()?
+                .first()?
+                .as_document()?
+                .get_document("$changeStream")
+                .ok()
+                .and_then(|s| s.get_timestamp("startAtOperationTime").ok())
+        })
+        .expect("the change stream was opened with a start time");
+    assert_eq!(
+        streamward::model::ClusterTime::from(opened),
+        covered,
+        "bootstrap at the latest of the shards' oldest entries"
+    );
+    listener.stop().await;
+
+    let uri = cluster.router.uri_direct();
+    let leases = cluster.leases_arg();
+
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--uri", &uri]);
+    let out = run(cmd).await;
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("topology      sharded cluster (mongos)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("SHARD"), "{stdout}");
+    assert!(stdout.contains("limits the window"), "{stdout}");
+    for name in ["shardA", "shardB"] {
+        assert!(stdout.contains(name), "{stdout}");
+    }
+
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--output", "json", "--uri", &uri]);
+    let out = run(cmd).await;
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json["topology"]["deployment"]["kind"], "sharded", "{json}");
+    assert_eq!(json["topology"]["oplogReadable"], true, "{json}");
+    assert_eq!(json["topology"]["shards"].as_array().map(Vec::len), Some(2));
+    assert_eq!(json["first"]["t"], covered.secs, "{json}");
+
+    let mut cmd = streamward();
+    cmd.args([
+        "leases", "--output", "json", "--uri", &uri, "--leases", &leases,
+    ]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(json[0]["resource"], "shop.orders", "{json}");
+    assert!(
+        json[0]["lagSecs"].is_u64(),
+        "lag known from the shards: {json}"
+    );
+    assert!(json[0]["headroomSecs"].is_u64(), "headroom known: {json}");
+    assert!(
+        !text(&out.stderr).contains("note:"),
+        "no window-unknown note: {}",
+        text(&out.stderr)
+    );
+
+    // A takeover, executed: the audit record and the lease are the real server's.
+    let mut cmd = streamward();
+    cmd.args([
+        "takeover",
+        "shop.orders",
+        "--execute",
+        "--reason",
+        "through mongos",
+        "--operator",
+        "ann",
+        "--uri",
+        &uri,
+        "--leases",
+        &leases,
+    ]);
+    let out = run(cmd).await;
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let audit = cluster
+        .a
+        .client()
+        .database(&cluster.db)
+        .collection::<bson::Document>("audit")
+        .find_one(doc! {})
+        .await
+        .expect("read the audit")
+        .expect("one record");
+    assert_eq!(audit.get_str("state"), Ok("applied"), "{audit}");
+
+    // A rewind to before the latest first entry is refused: one shard lacks that
+    // history, though the other has it.
+    let older = cluster
+        .a
+        .oplog_window()
+        .await
+        .expect("A")
+        .first
+        .min(cluster.b.oplog_window().await.expect("B").first);
+    assert!(
+        older < covered,
+        "scripts/test.sh starts shard A before shard B, so A's history is longer"
+    );
+    {
+        let mut cmd = streamward();
+        cmd.args([
+            "rewind",
+            "shop.orders",
+            "--to",
+            &format!("{}:{}", older.secs, older.inc),
+            "--uri",
+            &uri,
+            "--leases",
+            &leases,
+        ]);
+        let out = run(cmd).await;
+        eprintln!(
+            "rewind through the router:\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stdout).contains("outside the oplog window"),
+            "{}",
+            text(&out.stdout)
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(3),
+            "refused by the window every shard holds: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    cluster.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_that_cannot_be_reached_is_reported_and_the_rest_still_shown() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = dead.local_addr().expect("addr").port();
+    drop(dead); // nothing listens here now
+    let gone = format!("shardC/127.0.0.1:{port}");
+    let Some(cluster) = cluster("sharded_unreachable", &[("shardC", gone.as_str())]).await else {
+        return;
+    };
+    let store = cluster.through_router().await;
+    let (topology, window) = store.topology().await.expect("topology, not an error");
+    assert_eq!(window, None);
+    match &topology.oplog {
+        OplogAccess::NotReadable(why) => {
+            assert!(why.starts_with("shard shardC ("), "{why}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(topology.shards[0].window.is_ok() && topology.shards[1].window.is_ok());
+    assert!(topology.shards[2].window.is_err());
+
+    let uri = cluster.router.uri_direct();
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--uri", &uri, "--connect-timeout", "2s"]);
+    let out = run(cmd).await;
+    let stdout = text(&out.stdout);
+    eprintln!(
+        "oplog with shardC out of reach:\n{stdout}{}",
+        text(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(5), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("oplog window  unknown"), "{stdout}");
+    assert!(stdout.contains("not read: "), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("shardA") && l.contains("s ")),
+        "the readable shards still shown: {stdout}"
+    );
+
+    let mut cmd = streamward();
+    cmd.args([
+        "leases",
+        "--uri",
+        &uri,
+        "--connect-timeout",
+        "2s",
+        "--leases",
+        &cluster.leases_arg(),
+    ]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("shardC"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `bootstrap = now` needs no oplog: a listener through the router with a shard out of
+/// reach still starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listener_with_bootstrap_now_starts_though_a_shard_is_out_of_reach() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = dead.local_addr().expect("addr").port();
+    drop(dead);
+    let gone = format!("shardC/127.0.0.1:{port}");
+    let Some(cluster) = cluster("sharded_bootstrap_now", &[("shardC", gone.as_str())]).await else {
+        return;
+    };
+    let store = cluster.through_router().await;
+    let mut config = ListenerConfig::new(
+        "shop.now",
+        "w1",
+        Namespace::new(cluster.db.clone(), "orders"),
+    );
+    config.bootstrap = Bootstrap::Now;
+    let listener = ListenerHandle::spawn(store, config, NoopHandler);
+    let started = Instant::now();
+    while listener.snapshot().state != ListenerState::Streaming {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            listener.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    listener.stop().await;
+    cluster.drop_db().await;
+}
