@@ -457,3 +457,97 @@ async fn a_listener_with_bootstrap_now_starts_though_a_shard_is_out_of_reach() {
     listener.stop().await;
     cluster.drop_db().await;
 }
+
+/// The console attached through the router, in a pty as a user runs it: the header
+/// names the sharded cluster and the window every shard holds, and the oplog view (2)
+/// lists both shards, naming the one that limits the window.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_through_the_router_shows_the_shards() {
+    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    let Some(cluster) = cluster("sharded_console", &[]).await else {
+        return;
+    };
+    let home = std::env::temp_dir().join(format!("sw-sharded-console-{}", rand::random::<u32>()));
+    std::fs::create_dir_all(&home).expect("a home");
+    let (rows, cols) = (30, 100);
+    let pair = native_pty_system()
+        .openpty(PtySize {
+            rows,
+            cols,
+            pixel_width: 0,
+            pixel_height: 0,
+        })
+        .expect("a pty");
+    let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_streamward"));
+    let leases = cluster.leases_arg();
+    let uri = cluster.router.uri_direct();
+    cmd.args(["console", "--uri", &uri, "--leases", &leases]);
+    cmd.cwd(&home);
+    cmd.env_remove("STREAMWARD_URI");
+    cmd.env("TERM", "xterm-256color");
+    cmd.env("HOME", &home);
+    cmd.env("XDG_CONFIG_HOME", home.join("config"));
+    cmd.env("XDG_STATE_HOME", home.join("state"));
+    cmd.env("STREAMWARD_LOG", home.join("streamward.log"));
+    let mut child = pair.slave.spawn_command(cmd).expect("spawn the console");
+    drop(pair.slave);
+    let parser = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
+    let mut output = pair.master.try_clone_reader().expect("reader");
+    let feed = Arc::clone(&parser);
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 8192];
+        while let Ok(n) = output.read(&mut buffer) {
+            if n == 0 {
+                break;
+            }
+            feed.lock().unwrap().process(&buffer[..n]);
+        }
+    });
+    let mut keys = pair.master.take_writer().expect("writer");
+    let screen = || parser.lock().unwrap().screen().contents();
+    let wait_for = |what: &str, done: &dyn Fn(&str) -> bool| {
+        let started = Instant::now();
+        loop {
+            let shown = screen();
+            if done(&shown) {
+                return shown;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "waiting for {what}:\n{shown}\n--- log ---\n{}",
+                std::fs::read_to_string(home.join("streamward.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let header = wait_for("the header with the window", &|s| {
+        s.contains("sharded cluster (mongos)") && s.contains("oplog   window ")
+    });
+    eprintln!("{header}");
+    keys.write_all(b"2").expect("press 2");
+    let oplog = wait_for("the shards in the oplog view", &|s| {
+        s.contains("shards (the window is what every shard still holds)")
+            && s.contains("limits the window")
+    });
+    eprintln!("{oplog}");
+    for name in ["shardA", "shardB"] {
+        assert!(oplog.contains(name), "{oplog}");
+    }
+    assert!(
+        header.contains(" shards  shardA · shardB limits the window"),
+        "{header}"
+    );
+    // q goes back to the leases, q again quits.
+    keys.write_all(b"q").expect("press q");
+    wait_for("the leases view", &|s| s.contains("┌ Leases"));
+    keys.write_all(b"q").expect("press q");
+    let started = Instant::now();
+    while child.try_wait().ok().flatten().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(10), "q quits");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(&home);
+}

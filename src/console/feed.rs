@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::data::{DataEvent, DataSource};
 use super::probe::ClusterProbe;
 use crate::engine::ListenerSnapshot;
-use crate::model::{ClusterTime, OplogAccess};
+use crate::model::{ClusterTime, Deployment, OplogAccess};
 use crate::store::{AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
 
 /// How often each source is read, and how soon a failed one is retried.
@@ -172,6 +172,7 @@ async fn read_window<S: ClusterProbe>(
     let mut previous: Option<(ClusterTime, Instant)> = None;
     let mut reads: u32 = 0;
     let mut oplog_readable = true;
+    let mut router = false;
     loop {
         ticker.tick().await;
         // The window when the topology read it this tick: not read twice.
@@ -179,14 +180,18 @@ async fn read_window<S: ClusterProbe>(
         if reads.is_multiple_of(intervals.members_every.max(1)) {
             if let Ok(Some((topology, window))) = store.topology().await {
                 oplog_readable = topology.oplog == OplogAccess::Readable;
+                // A router has no members (replSetGetStatus does not exist there).
+                router = topology.deployment == Deployment::Sharded;
                 read_with_topology = window;
                 if send(&events, DataEvent::Topology(topology)).await.is_err() {
                     return;
                 }
             }
-            let members = store.members().await.map_err(|e| e.to_string());
-            if send(&events, DataEvent::Members(members)).await.is_err() {
-                return;
+            if !router {
+                let members = store.members().await.map_err(|e| e.to_string());
+                if send(&events, DataEvent::Members(members)).await.is_err() {
+                    return;
+                }
             }
         }
         reads = reads.wrapping_add(1);

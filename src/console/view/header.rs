@@ -9,7 +9,7 @@ use super::format::{cluster_clock, rate};
 use crate::console::state::ConsoleState;
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, relative_time, short_duration};
-use crate::model::{LeaseStatus, OplogAccess, Topology};
+use crate::model::{Deployment, LeaseStatus, OplogAccess, Topology};
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let lines = vec![
@@ -78,7 +78,49 @@ fn title_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
     Line::from(spans)
 }
 
+/// Through mongos there are no members to show but shards: each named, with a word
+/// where one limits the window, is quiet or was not read (the oplog view says more).
+fn shards_line(topology: &Topology, theme: &Theme) -> Line<'static> {
+    let mut spans = vec![Span::styled(" shards  ", theme.muted)];
+    if topology.shards.is_empty() {
+        spans.push(Span::styled(
+            "not listed (the oplog view says why)",
+            theme.warn,
+        ));
+    }
+    let windows = topology.shard_windows();
+    let quiet = windows.quiet();
+    for (i, shard) in topology.shards.iter().enumerate() {
+        if i > 0 {
+            spans.push(Span::styled(" · ", theme.muted));
+        }
+        let (word, style) = if shard.window.is_err() {
+            (" not read", theme.danger)
+        } else if quiet.iter().any(|(q, _)| q.name == shard.name) {
+            (" quiet", theme.warn)
+        } else if topology.shards.len() > 1
+            && windows.limiting().is_some_and(|l| l.name == shard.name)
+        {
+            (" limits the window", theme.muted)
+        } else {
+            ("", theme.ok)
+        };
+        spans.push(Span::styled(escape_control(&shard.name), theme.base));
+        if !word.is_empty() {
+            spans.push(Span::styled(word, style));
+        }
+    }
+    Line::from(spans)
+}
+
 fn members_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
+    if let Some(topology) = state
+        .topology
+        .as_ref()
+        .filter(|t| t.deployment == Deployment::Sharded)
+    {
+        return shards_line(topology, theme);
+    }
     let mut spans = vec![Span::styled(" members ", theme.muted)];
     match &state.members {
         Ok(members) if members.is_empty() => spans.push(Span::styled("…", theme.muted)),
