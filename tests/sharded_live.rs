@@ -424,6 +424,58 @@ async fn a_shard_that_cannot_be_reached_is_reported_and_the_rest_still_shown() {
         "{}",
         text(&out.stderr)
     );
+
+    // A rewind to a named time is planned, unchecked, saying so; a reset is refused,
+    // offering the rewind.
+    let now = cluster.a.oplog_window().await.expect("A").last;
+    let leases = cluster.leases_arg();
+    let args = |action: &[&str]| {
+        let mut cmd = streamward();
+        cmd.args(action).args([
+            "--uri",
+            &uri,
+            "--connect-timeout",
+            "2s",
+            "--leases",
+            &leases,
+        ]);
+        cmd
+    };
+    streams_then_stops(&cluster, "shop.orders", Bootstrap::Now).await;
+    let to = format!("{}:1", now.secs - 10);
+    let out = run(args(&["rewind", "shop.orders", "--to", &to])).await;
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    eprintln!("rewind with shardC out of reach:\n{shown}");
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("the oplog window cannot be read, so the new resume point is not checked"),
+        "{shown}"
+    );
+    let out = run(args(&["reset", "shop.orders", "--to", "oldest"])).await;
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(5), "{shown}");
+    assert!(shown.contains("rewind RESOURCE --to TIME"), "{shown}");
+    cluster.drop_db().await;
+}
+
+/// A listener of `resource` through the router, with `bootstrap`, until it streams;
+/// then stopped (its lease released, its resume point committed).
+async fn streams_then_stops(cluster: &Cluster, resource: &str, bootstrap: Bootstrap) {
+    let mut config =
+        ListenerConfig::new(resource, "w1", Namespace::new(cluster.db.clone(), "orders"));
+    config.bootstrap = bootstrap;
+    config.max_batch_wait = Duration::from_millis(200);
+    let listener = ListenerHandle::spawn(cluster.through_router().await, config, NoopHandler);
+    let started = Instant::now();
+    while listener.snapshot().state != ListenerState::Streaming {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{resource} streams through the router: {:?}",
+            listener.snapshot()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    listener.stop().await;
 }
 
 /// `bootstrap = now` needs no oplog: a listener through the router with a shard out of
@@ -437,24 +489,7 @@ async fn a_listener_with_bootstrap_now_starts_though_a_shard_is_out_of_reach() {
     let Some(cluster) = cluster("sharded_bootstrap_now", &[("shardC", gone.as_str())]).await else {
         return;
     };
-    let store = cluster.through_router().await;
-    let mut config = ListenerConfig::new(
-        "shop.now",
-        "w1",
-        Namespace::new(cluster.db.clone(), "orders"),
-    );
-    config.bootstrap = Bootstrap::Now;
-    let listener = ListenerHandle::spawn(store, config, NoopHandler);
-    let started = Instant::now();
-    while listener.snapshot().state != ListenerState::Streaming {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{:?}",
-            listener.snapshot()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    listener.stop().await;
+    streams_then_stops(&cluster, "shop.now", Bootstrap::Now).await;
     cluster.drop_db().await;
 }
 

@@ -3,7 +3,7 @@
 use super::facts::{ChangeCount, GatherOptions, PlanFacts};
 use super::target::affected_range;
 use super::{ActionRequest, OpsError};
-use crate::store::{AuditLog, OperatorStore, StoreError};
+use crate::store::{AuditLog, OperatorStore};
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
 /// clock, the oplog window (absent when not permitted) and, for actions that move a
@@ -60,7 +60,7 @@ pub async fn gather<S: OperatorStore + AuditLog>(
                 })
             }
             // The plan says the count is unknown; whether the action may go ahead is planning's call.
-            Err(StoreError::NotPermitted { .. }) => {}
+            Err(e) if e.oplog_unreadable() => {}
             Err(e) => return Err(e.into()),
         }
     }

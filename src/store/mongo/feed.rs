@@ -276,10 +276,18 @@ impl MongoStore {
         let mut total: u64 = 0;
         for (shard, client) in self.shard_clients().await? {
             let on_shard = format!("{action} on shard {shard}");
-            total = total.saturating_add(
-                self.count_oplog_on(&client, filter.clone(), limit, &on_shard)
-                    .await?,
-            );
+            let counted = self
+                .count_oplog_on(&client, filter.clone(), limit, &on_shard)
+                .await
+                .map_err(|e| match e {
+                    // One shard out of reach leaves the count unknown, as its window.
+                    StoreError::Unreachable(detail) => StoreError::OplogUnknown(format!(
+                        "shard {shard}: cannot reach the shard: {}",
+                        StoreError::unreachable_reason(&detail)
+                    )),
+                    other => other,
+                })?;
+            total = total.saturating_add(counted);
         }
         Ok(total.min(limit.max(1)))
     }
