@@ -5,6 +5,7 @@ pub mod cli;
 pub mod console;
 pub mod demo;
 pub mod engine;
+pub mod metrics;
 pub mod model;
 pub mod ops;
 pub mod store;

@@ -70,18 +70,18 @@ pub(super) async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
 }
 
 /// Everything one listing shows.
-struct Snapshot {
-    leases: Vec<Lease>,
-    malformed: Vec<MalformedDocument>,
+pub(super) struct Snapshot {
+    pub(super) leases: Vec<Lease>,
+    pub(super) malformed: Vec<MalformedDocument>,
     /// `None` when the oplog cannot be read: headroom and history status unknown, lag by the clock.
-    window: Option<OplogWindow>,
+    pub(super) window: Option<OplogWindow>,
     /// What the cluster is; says why the window is unknown when it is.
-    topology: Topology,
-    now: DateTime<Utc>,
+    pub(super) topology: Topology,
+    pub(super) now: DateTime<Utc>,
 }
 
 impl Snapshot {
-    async fn read(store: &MongoStore, settings: &Settings) -> anyhow::Result<Snapshot> {
+    pub(super) async fn read(store: &MongoStore, settings: &Settings) -> anyhow::Result<Snapshot> {
         let listing = store
             .list()
             .await

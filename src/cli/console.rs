@@ -235,7 +235,7 @@ async fn drive(
 }
 
 /// SIGTERM or SIGHUP end the console like `q` does (Ctrl-C arrives as a key in raw mode).
-async fn terminate_signal() {
+pub(super) async fn terminate_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};

@@ -8,6 +8,7 @@ pub mod cluster;
 pub mod console;
 pub mod demo;
 pub mod exit;
+pub mod exporter;
 pub mod guarded;
 pub mod lease_table;
 pub mod limits;
@@ -68,6 +69,8 @@ pub enum Command {
     Leases(cluster::LeasesArgs),
     /// Show the oplog window, the cluster time and the replica set members.
     Oplog(OplogArgs),
+    /// Serve the cluster's leases, lag, headroom and oplog window as Prometheus metrics (reads only).
+    Exporter(exporter::ExporterArgs),
     /// Fence out a lease's holder: release it to any standby, hand it to one (--to), or hold it (--hold).
     Takeover(guarded::TakeoverArgs),
     /// Move a lease's resume point back to a time in the oplog window; the changes since are replayed.
@@ -137,6 +140,10 @@ impl Command {
             }
             Command::Leases(args) => global.reader(&args.common),
             Command::Oplog(args) => global.reader(&args.common),
+            Command::Exporter(args) => {
+                global.cluster(&args.cluster);
+                global.config(&args.config);
+            }
             Command::Audit(args) => global.reader(&args.common),
             Command::Takeover(args) => global.acting(&args.common),
             Command::Rewind(args) => global.acting(&args.common),
@@ -153,7 +160,11 @@ impl Command {
     fn takes_output(&self) -> bool {
         !matches!(
             self,
-            Command::Demo(_) | Command::Console(_) | Command::Completions(_) | Command::Man(_)
+            Command::Demo(_)
+                | Command::Console(_)
+                | Command::Exporter(_)
+                | Command::Completions(_)
+                | Command::Man(_)
         )
     }
 
@@ -235,6 +246,7 @@ async fn dispatch(
         Command::Console(args) => console::run(args, settings).await,
         Command::Leases(args) => cluster::leases(settings, &args, out).await,
         Command::Oplog(_) => cluster::oplog(settings, out).await,
+        Command::Exporter(args) => exporter::run(&args, settings).await,
         Command::Takeover(args) => {
             guarded::action(settings, args.request(), &args.options, out).await
         }

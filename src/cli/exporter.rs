@@ -1,0 +1,118 @@
+//! `streamward exporter`: reads the cluster every `--interval` (reads only) and serves
+//! what it found at `http://LISTEN/metrics` for Prometheus (series: docs/metrics.md).
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::cluster::{connect, Snapshot};
+use super::output::say;
+use super::settings::{ClusterArgs, ConfigArgs, Settings};
+use crate::metrics::{serve::serve, ClusterMetrics, ClusterSample};
+use crate::model::ClusterTime;
+use crate::store::mongo::MongoStore;
+
+/// Where the endpoint listens unless told otherwise: this host only.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9716";
+
+/// Oplog entries counted at most per read for the write rate (a bound on the read's
+/// cost; a faster cluster shows this many per interval).
+const RATE_COUNT_LIMIT: u32 = 1_000_000;
+
+#[derive(Debug, Args)]
+pub struct ExporterArgs {
+    /// Where to serve /metrics, as HOST:PORT (0.0.0.0:9716 for every interface).
+    #[arg(long, default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
+    pub listen: String,
+    /// How often to read the cluster (at least 1s, at most 1h).
+    #[arg(long, default_value = "15s", value_name = "DURATION", value_parser = parse_interval)]
+    pub interval: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[command(flatten)]
+    pub config: ConfigArgs,
+}
+
+fn parse_interval(text: &str) -> Result<Duration, String> {
+    let interval = super::limits::duration_at_most(text, Duration::from_secs(3600))?;
+    if interval < Duration::from_secs(1) {
+        return Err(format!("{text} is shorter than the least allowed, 1s"));
+    }
+    Ok(interval)
+}
+
+pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()> {
+    let store = connect(settings).await?;
+    let metrics = ClusterMetrics::new().context("making the metrics")?;
+    let stop = CancellationToken::new();
+    let server = serve(&args.listen, vec![metrics.registry().clone()], stop.clone())
+        .await
+        .map_err(|e| anyhow::Error::new(super::exit::UsageError(e.to_string())))?;
+    say(format_args!(
+        "serving the metrics of {} at http://{}/metrics, read every {}; Ctrl-C stops",
+        store.redacted_uri(),
+        server.address(),
+        humantime::format_duration(args.interval)
+    ));
+    let mut ticker = tokio::time::interval(args.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut previous: Option<(ClusterTime, Instant)> = None;
+    let ended = tokio::signal::ctrl_c();
+    tokio::pin!(ended);
+    let terminated = super::console::terminate_signal();
+    tokio::pin!(terminated);
+    loop {
+        tokio::select! {
+            _ = &mut ended => break,
+            _ = &mut terminated => break,
+            _ = ticker.tick() => {}
+        }
+        match Snapshot::read(&store, settings).await {
+            Ok(snapshot) => {
+                let ops_per_sec =
+                    write_rate(&store, snapshot.window.map(|w| w.last), &mut previous).await;
+                metrics.record(&ClusterSample {
+                    leases: &snapshot.leases,
+                    malformed: snapshot.malformed.len(),
+                    window: snapshot.window,
+                    topology: Some(&snapshot.topology),
+                    now: snapshot.now,
+                    ops_per_sec,
+                    thresholds: &settings.thresholds,
+                });
+            }
+            Err(error) => {
+                tracing::warn!(error = %format!("{error:#}"), "reading the cluster failed");
+                say(format_args!("warning: {error:#}"));
+                metrics.record_failure();
+            }
+        }
+    }
+    stop.cancel();
+    Ok(())
+}
+
+/// Oplog entries per second since the previous read, from the entries after its last.
+async fn write_rate(
+    store: &MongoStore,
+    last: Option<ClusterTime>,
+    previous: &mut Option<(ClusterTime, Instant)>,
+) -> Option<f64> {
+    let last = last?;
+    let rate = match *previous {
+        Some((before, at)) if last > before => {
+            let elapsed = at.elapsed().as_secs_f64();
+            match store.oplog_entries_after(before, RATE_COUNT_LIMIT).await {
+                Ok(entries) if elapsed > 0.0 => Some(entries as f64 / elapsed),
+                _ => None,
+            }
+        }
+        Some(_) => Some(0.0),
+        None => None,
+    };
+    *previous = Some((last, Instant::now()));
+    rate
+}

@@ -1,0 +1,391 @@
+//! The cluster as `streamward exporter` sees it, as Prometheus series: per lease lag,
+//! headroom, fencing version, holder, status and time since the last commit; per
+//! cluster the oplog window (per shard through mongos), its write rate and whether the
+//! last read succeeded. Every series is labelled by `resource` (one per lease), by
+//! `status` (the nine statuses) or by `shard` (one per shard) and nothing else, so the
+//! number of series grows with the leases and shards only.
+
+use chrono::{DateTime, Utc};
+use prometheus::{Gauge, GaugeVec, IntGauge, IntGaugeVec, Opts, Registry};
+
+use super::MetricsError;
+use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow, Topology};
+
+/// What one read of the cluster found.
+#[derive(Debug, Clone, Copy)]
+pub struct ClusterSample<'a> {
+    pub leases: &'a [Lease],
+    /// Documents in the lease collection that are not readable leases.
+    pub malformed: usize,
+    /// The window every shard holds on a sharded cluster; `None` when unknown.
+    pub window: Option<OplogWindow>,
+    pub topology: Option<&'a Topology>,
+    /// The server's clock.
+    pub now: DateTime<Utc>,
+    /// Oplog entries written per second since the previous read.
+    pub ops_per_sec: Option<f64>,
+    pub thresholds: &'a HealthThresholds,
+}
+
+/// The series of the cluster view, registered in their own registry.
+#[derive(Clone)]
+pub struct ClusterMetrics {
+    registry: Registry,
+    lag: GaugeVec,
+    headroom: GaugeVec,
+    headroom_ratio: GaugeVec,
+    version: IntGaugeVec,
+    holder: IntGaugeVec,
+    status: IntGaugeVec,
+    since_commit: GaugeVec,
+    leases: IntGauge,
+    malformed: IntGauge,
+    window: Gauge,
+    window_known: IntGauge,
+    shard_window: GaugeVec,
+    ops_rate: Gauge,
+    up: IntGauge,
+    last_read: Gauge,
+}
+
+fn gauge_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<GaugeVec, MetricsError> {
+    let vec = GaugeVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(vec.clone()))?;
+    Ok(vec)
+}
+
+fn int_gauge_vec(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntGaugeVec, MetricsError> {
+    let vec = IntGaugeVec::new(Opts::new(name, help), labels)?;
+    registry.register(Box::new(vec.clone()))?;
+    Ok(vec)
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> Result<Gauge, MetricsError> {
+    let gauge = Gauge::new(name, help)?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str) -> Result<IntGauge, MetricsError> {
+    let gauge = IntGauge::new(name, help)?;
+    registry.register(Box::new(gauge.clone()))?;
+    Ok(gauge)
+}
+
+impl ClusterMetrics {
+    pub fn new() -> Result<ClusterMetrics, MetricsError> {
+        let registry = Registry::new();
+        let r = &registry;
+        let resource = &["resource"];
+        Ok(ClusterMetrics {
+            lag: gauge_vec(
+                r,
+                "streamward_lease_lag_seconds",
+                "How far the lease's resume point is behind the newest oplog entry (without a readable oplog: behind the server's clock).",
+                resource,
+            )?,
+            headroom: gauge_vec(
+                r,
+                "streamward_lease_headroom_seconds",
+                "How far the lease's resume point is ahead of the oldest oplog entry; 0 once its history is lost.",
+                resource,
+            )?,
+            headroom_ratio: gauge_vec(
+                r,
+                "streamward_lease_headroom_ratio",
+                "Headroom as a share of the oplog window, 0 to 1.",
+                resource,
+            )?,
+            version: int_gauge_vec(
+                r,
+                "streamward_lease_fencing_version",
+                "The lease's fencing version: it grows with every change of holder.",
+                resource,
+            )?,
+            holder: int_gauge_vec(
+                r,
+                "streamward_lease_holder_present",
+                "1 while a holder's lease has not expired, else 0.",
+                resource,
+            )?,
+            status: int_gauge_vec(
+                r,
+                "streamward_lease_status",
+                "1 for the lease's status, 0 for every other status (LOST, INVALIDATED, STUCK BULK, UNCLAIMED, AT RISK, BEHIND, EXPIRED, IDLE, OK).",
+                &["resource", "status"],
+            )?,
+            since_commit: gauge_vec(
+                r,
+                "streamward_lease_seconds_since_commit",
+                "Seconds since the lease's last commit, by the server's clock.",
+                resource,
+            )?,
+            leases: int_gauge(r, "streamward_leases", "Readable leases in the lease collection.")?,
+            malformed: int_gauge(
+                r,
+                "streamward_leases_malformed",
+                "Documents in the lease collection that are not readable leases.",
+            )?,
+            window: gauge(
+                r,
+                "streamward_oplog_window_seconds",
+                "Length of the oplog history every shard still holds (a replica set: its oplog window).",
+            )?,
+            window_known: int_gauge(
+                r,
+                "streamward_oplog_window_known",
+                "1 when the oplog window could be read, 0 when it is unknown (a missing privilege, a shard out of reach, no oplog).",
+            )?,
+            shard_window: gauge_vec(
+                r,
+                "streamward_shard_oplog_window_seconds",
+                "Length of each shard's own oplog window (sharded clusters).",
+                &["shard"],
+            )?,
+            ops_rate: gauge(
+                r,
+                "streamward_oplog_entries_per_second",
+                "Oplog entries written per second between the last two reads.",
+            )?,
+            up: int_gauge(
+                r,
+                "streamward_cluster_up",
+                "1 when the last read of the cluster succeeded, else 0.",
+            )?,
+            last_read: gauge(
+                r,
+                "streamward_cluster_last_read_timestamp_seconds",
+                "When the last successful read of the cluster was taken, as Unix time.",
+            )?,
+            registry,
+        })
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Replaces every series with what `sample` says: a lease gone is a series gone.
+    pub fn record(&self, sample: &ClusterSample<'_>) {
+        for vec in [
+            &self.lag,
+            &self.headroom,
+            &self.headroom_ratio,
+            &self.since_commit,
+        ] {
+            vec.reset();
+        }
+        for vec in [&self.version, &self.holder, &self.status] {
+            vec.reset();
+        }
+        self.shard_window.reset();
+        for lease in sample.leases {
+            let resource = lease.resource.as_str();
+            let health =
+                LeaseHealth::assess(lease, sample.window.as_ref(), sample.now, sample.thresholds);
+            if let Some(lag) = health.lag {
+                self.lag
+                    .with_label_values(&[resource])
+                    .set(lag.as_secs_f64());
+            }
+            if let Some(headroom) = health.headroom {
+                self.headroom
+                    .with_label_values(&[resource])
+                    .set(headroom.as_secs_f64());
+            }
+            if let Some(share) = health.headroom_share {
+                self.headroom_ratio
+                    .with_label_values(&[resource])
+                    .set(share);
+            }
+            self.version
+                .with_label_values(&[resource])
+                .set(lease.version);
+            self.holder
+                .with_label_values(&[resource])
+                .set(i64::from(lease.live_holder(sample.now).is_some()));
+            for status in LeaseStatus::ALL {
+                self.status
+                    .with_label_values(&[resource, status.label()])
+                    .set(i64::from(status == health.status));
+            }
+            if let Some(committed) = lease.committed_at {
+                let since = (sample.now - committed).to_std().unwrap_or_default();
+                self.since_commit
+                    .with_label_values(&[resource])
+                    .set(since.as_secs_f64());
+            }
+        }
+        self.leases
+            .set(i64::try_from(sample.leases.len()).unwrap_or(i64::MAX));
+        self.malformed
+            .set(i64::try_from(sample.malformed).unwrap_or(i64::MAX));
+        self.window_known.set(i64::from(sample.window.is_some()));
+        self.window
+            .set(sample.window.map_or(0.0, |w| w.length().as_secs_f64()));
+        for shard in sample
+            .topology
+            .map(|t| t.shards.as_slice())
+            .unwrap_or_default()
+        {
+            if let Ok(window) = &shard.window {
+                self.shard_window
+                    .with_label_values(&[shard.name.as_str()])
+                    .set(window.length().as_secs_f64());
+            }
+        }
+        if let Some(rate) = sample.ops_per_sec.filter(|r| r.is_finite()) {
+            self.ops_rate.set(rate);
+        }
+        self.up.set(1);
+        self.last_read
+            .set(sample.now.timestamp_millis() as f64 / 1000.0);
+    }
+
+    /// The last read failed: `streamward_cluster_up` is 0; the other series keep what
+    /// the last successful read said (`..._last_read_timestamp_seconds` says when).
+    pub fn record_failure(&self) {
+        self.up.set(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::encode;
+    use crate::model::{ClusterTime, ResumeToken, TokenKind};
+    use chrono::TimeZone;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap()
+    }
+
+    fn lease(resource: &str, token_secs_ago: i64) -> Lease {
+        let mut lease = Lease::vacant(resource);
+        lease.holder = Some("w1".into());
+        lease.version = 7;
+        lease.expires_at = Some(now() + chrono::TimeDelta::seconds(10));
+        lease.committed_at = Some(now() - chrono::TimeDelta::seconds(3));
+        let secs = u32::try_from(now().timestamp() - token_secs_ago).unwrap();
+        lease.resume_token = Some(ResumeToken::encode(
+            ClusterTime::new(secs, 1),
+            TokenKind::Event,
+            1,
+        ));
+        lease
+    }
+
+    fn window() -> OplogWindow {
+        let now = u32::try_from(now().timestamp()).unwrap();
+        OplogWindow::new(ClusterTime::new(now - 3600, 1), ClusterTime::new(now, 1))
+    }
+
+    fn series(text: &str) -> Vec<&str> {
+        text.lines().filter(|l| !l.starts_with('#')).collect()
+    }
+
+    #[test]
+    fn one_lease_shows_its_lag_headroom_version_holder_and_status() {
+        let metrics = ClusterMetrics::new().unwrap();
+        let leases = [lease("shop.orders", 120)];
+        let thresholds = HealthThresholds::default();
+        metrics.record(&ClusterSample {
+            leases: &leases,
+            malformed: 0,
+            window: Some(window()),
+            topology: None,
+            now: now(),
+            ops_per_sec: Some(12.5),
+            thresholds: &thresholds,
+        });
+        let text = encode(metrics.registry()).unwrap();
+        for line in [
+            "streamward_lease_lag_seconds{resource=\"shop.orders\"} 120",
+            "streamward_lease_headroom_seconds{resource=\"shop.orders\"} 3480",
+            "streamward_lease_fencing_version{resource=\"shop.orders\"} 7",
+            "streamward_lease_holder_present{resource=\"shop.orders\"} 1",
+            "streamward_lease_status{resource=\"shop.orders\",status=\"BEHIND\"} 1",
+            "streamward_lease_status{resource=\"shop.orders\",status=\"OK\"} 0",
+            "streamward_lease_seconds_since_commit{resource=\"shop.orders\"} 3",
+            "streamward_oplog_window_seconds 3600",
+            "streamward_oplog_window_known 1",
+            "streamward_oplog_entries_per_second 12.5",
+            "streamward_cluster_up 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+    }
+
+    /// The series count depends on the leases (and shards) only: reading again, with
+    /// other lags, other statuses, other versions, adds none; a lease gone takes its
+    /// series with it.
+    #[test]
+    fn the_series_count_grows_with_the_leases_only() {
+        let metrics = ClusterMetrics::new().unwrap();
+        let thresholds = HealthThresholds::default();
+        let count = |leases: &[Lease], ops: f64| {
+            metrics.record(&ClusterSample {
+                leases,
+                malformed: 0,
+                window: Some(window()),
+                topology: None,
+                now: now(),
+                ops_per_sec: Some(ops),
+                thresholds: &thresholds,
+            });
+            series(&encode(metrics.registry()).unwrap()).len()
+        };
+        let per_cluster = count(&[], 1.0);
+        let one = count(&[lease("a", 5)], 2.0);
+        let per_lease = one - per_cluster;
+        assert_eq!(per_lease, 6 + LeaseStatus::ALL.len(), "series per lease");
+        for (i, ago) in [1, 50, 4000, 100_000].into_iter().enumerate() {
+            let mut other = lease("a", ago);
+            other.version = 100 + i as i64;
+            other.holder = None;
+            assert_eq!(count(&[other], 3.0 + i as f64), one, "lag {ago}s");
+        }
+        let many: Vec<Lease> = (0..50).map(|i| lease(&format!("r{i}"), i)).collect();
+        assert_eq!(count(&many, 9.0), per_cluster + 50 * per_lease);
+        assert_eq!(
+            count(&many[..3], 9.0),
+            per_cluster + 3 * per_lease,
+            "gone leases leave no series"
+        );
+    }
+
+    #[test]
+    fn a_failed_read_says_so_and_keeps_the_last_figures() {
+        let metrics = ClusterMetrics::new().unwrap();
+        let thresholds = HealthThresholds::default();
+        let leases = [lease("a", 5)];
+        metrics.record(&ClusterSample {
+            leases: &leases,
+            malformed: 2,
+            window: None,
+            topology: None,
+            now: now(),
+            ops_per_sec: None,
+            thresholds: &thresholds,
+        });
+        metrics.record_failure();
+        let text = encode(metrics.registry()).unwrap();
+        assert!(text.contains("streamward_cluster_up 0"), "{text}");
+        assert!(text.contains("streamward_oplog_window_known 0"), "{text}");
+        assert!(text.contains("streamward_leases_malformed 2"), "{text}");
+        assert!(
+            text.contains("streamward_lease_fencing_version{resource=\"a\"} 7"),
+            "{text}"
+        );
+    }
+}

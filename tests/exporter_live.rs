@@ -1,0 +1,193 @@
+//! `streamward exporter` against the real replica set (`STREAMWARD_TEST_URI`): a real
+//! listener holds a lease, the binary serves the metrics, an HTTP GET reads them as
+//! Prometheus would, and `promtool check metrics` (Debian's `prometheus` package, which
+//! `.ci/run` installs) accepts them.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState, NoopHandler};
+use streamward::store::LeaseStore;
+use support::live::live;
+
+/// The exporter binary, killed when dropped.
+struct Exporter(Child);
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the exporter and returns it with the address it says it serves at.
+fn start_exporter(uri: &str, leases: &str) -> (Exporter, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamward"))
+        .args([
+            "exporter",
+            "--uri",
+            uri,
+            "--leases",
+            leases,
+            "--interval",
+            "1s",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("STREAMWARD_URI")
+        .current_dir(std::env::temp_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the exporter");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut first = String::new();
+    BufReader::new(stderr)
+        .read_line(&mut first)
+        .expect("the exporter says where it serves");
+    let address = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split("/metrics").next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    (Exporter(child), address)
+}
+
+/// `GET path` on `address`: the status and the body.
+async fn get(address: &str, path: &str) -> (u16, String) {
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .expect("connect to the exporter");
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .expect("HTTP handshake");
+    tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header("host", address)
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let response = sender.send_request(request).await.expect("response");
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// `promtool check metrics` on `text`; `None` when promtool is not installed and this
+/// run may skip it (outside `scripts/test.sh` and CI).
+fn promtool_check(text: &str) -> Option<(bool, String)> {
+    use std::io::Write;
+    let spawned = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(e) => {
+            let required = std::env::var("STREAMWARD_REQUIRE_LIVE").is_ok_and(|v| v == "1")
+                || std::env::var("CI").is_ok_and(|v| v == "true");
+            assert!(
+                !required,
+                "promtool is needed here (Debian's prometheus package): {e}"
+            );
+            eprintln!("promtool check skipped: {e}");
+            return None;
+        }
+    };
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("feed promtool");
+    let out = child.wait_with_output().expect("promtool ran");
+    Some((
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_exporter_serves_the_real_clusters_leases_and_promtool_accepts_them() {
+    live("exporter_serves", |db| async move {
+        let mut config = ListenerConfig::new("shop.orders", "w1", db.ns("orders"));
+        config.max_batch_wait = Duration::from_millis(200);
+        let listener = ListenerHandle::spawn(db.store.clone(), config, NoopHandler);
+        let started = Instant::now();
+        while listener.snapshot().state != ListenerState::Streaming {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "{:?}",
+                listener.snapshot()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let version = db
+            .store
+            .get("shop.orders")
+            .await
+            .expect("read the lease")
+            .expect("the lease")
+            .version;
+
+        let leases = format!("{}.leases", db.db);
+        let (_exporter, address) = start_exporter(&db.uri, &leases);
+        // The first read is taken at once; wait until it is served.
+        let started = Instant::now();
+        let text = loop {
+            let (status, text) = get(&address, "/metrics").await;
+            assert_eq!(status, 200, "{text}");
+            if text.lines().any(|l| l == "streamward_cluster_up 1") {
+                break text;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        for line in [
+            "streamward_lease_holder_present{resource=\"shop.orders\"} 1".to_string(),
+            format!("streamward_lease_fencing_version{{resource=\"shop.orders\"}} {version}"),
+            "streamward_lease_status{resource=\"shop.orders\",status=\"LOST\"} 0".to_string(),
+            "streamward_oplog_window_known 1".to_string(),
+            "streamward_leases 1".to_string(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let lag = text
+            .lines()
+            .find_map(|l| l.strip_prefix("streamward_lease_lag_seconds{resource=\"shop.orders\"} "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("a lag for the lease");
+        assert!(lag < 30.0, "a streaming listener's lag: {lag}");
+        let window = text
+            .lines()
+            .find_map(|l| l.strip_prefix("streamward_oplog_window_seconds "))
+            .and_then(|v| v.parse::<f64>().ok())
+            .expect("the window");
+        assert!(window > 0.0, "{text}");
+
+        if let Some((accepted, said)) = promtool_check(&text) {
+            assert!(accepted, "promtool check metrics refused:\n{said}\n{text}");
+        }
+        let (status, _) = get(&address, "/elsewhere").await;
+        assert_eq!(status, 404);
+        listener.stop().await;
+    })
+    .await;
+}
