@@ -116,7 +116,7 @@ impl OperatorChange {
             sets.push(FieldSet::RenewedAt(Moment::Now));
         }
         if let ResumeChange::Set { token, at } = &self.resume {
-            sets.push(FieldSet::ResumeToken(token.clone()));
+            sets.extend(FieldSet::resume_token(token.as_ref()));
             sets.push(FieldSet::ResumeAt(*at));
             sets.push(FieldSet::Invalidated(None));
         }

@@ -195,6 +195,13 @@ pub(super) fn lease_to_document(lease: &Lease) -> Document {
     if let Some(invalidated) = &lease.invalidated {
         document.insert(F::INVALIDATED, invalidation_to_document(invalidated));
     }
+    if let Some(at) = lease
+        .resume_token
+        .as_ref()
+        .and_then(ResumeToken::recorded_time)
+    {
+        document.insert(F::TOKEN_TIME, date(at));
+    }
     document
 }
 
@@ -264,8 +271,16 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         holder: opt_string(what, document, F::HOLDER)?,
         expires_at: opt_date(what, document, F::EXPIRES_AT)?,
         version,
-        resume_token: opt_document(what, document, F::RESUME_TOKEN)?
-            .map(|t| ResumeToken::from_document(t.clone())),
+        resume_token: match opt_document(what, document, F::RESUME_TOKEN)? {
+            Some(token) => Some(
+                ResumeToken::from_document(token.clone()).with_recorded_time(opt_date(
+                    what,
+                    document,
+                    F::TOKEN_TIME,
+                )?),
+            ),
+            None => None,
+        },
         kind,
         resume_at: opt_timestamp(what, document, F::RESUME_AT)?,
         acquired_at: opt_date(what, document, F::ACQUIRED_AT)?,
@@ -584,6 +599,35 @@ mod tests {
         let document = lease_to_document(&lease);
         assert_eq!(document.get_i64("version").unwrap(), 7);
         assert_eq!(lease_from_document(&document).unwrap(), lease);
+    }
+
+    #[test]
+    fn a_token_time_is_stored_beside_its_token_and_read_back_with_it() {
+        let at = Utc.with_ymd_and_hms(2024, 5, 1, 11, 59, 30).unwrap();
+        let mut lease = full_lease();
+        lease.resume_token = Some(
+            ResumeToken::from_document(doc! {
+                "_data": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"{}".to_vec() },
+                "_kind": 1,
+            })
+            .with_recorded_time(Some(at)),
+        );
+        let document = lease_to_document(&lease);
+        assert_eq!(document.get_datetime("tokenTime").unwrap().to_chrono(), at);
+        assert_eq!(lease_from_document(&document).unwrap(), lease);
+        // Without a token, a stored time means nothing and is not read.
+        let orphan = doc! {"_id": "r", "tokenTime": BsonDateTime::from_chrono(at)};
+        assert_eq!(lease_from_document(&orphan).unwrap().resume_token, None);
+        // The field has one type.
+        let wrong = doc! {"_id": "r", "resumeToken": {"_data": "x"}, "tokenTime": "noon"};
+        match lease_from_document(&wrong) {
+            Err(StoreError::Malformed { detail, .. }) => {
+                assert!(detail.contains("tokenTime"), "{detail}")
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+        // MongoDB's tokens carry their own time: no field.
+        assert!(!lease_to_document(&full_lease()).contains_key("tokenTime"));
     }
 
     #[test]
