@@ -195,7 +195,9 @@ pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
         .unwrap();
     let events = read_through(&mut stream, "after-t0").await;
     assert!(
-        events.iter().all(|e| e.cluster_time > operation_time),
+        events
+            .iter()
+            .all(|e| e.cluster_time.unwrap() > operation_time),
         "a write made after the swap has a later cluster time than {operation_time:?}: {events:?}"
     );
 }

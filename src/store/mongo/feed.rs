@@ -9,12 +9,15 @@ use mongodb::change_stream::ChangeStream as DriverStream;
 use mongodb::options::FullDocumentType;
 
 use super::codec::{required_timestamp, stream_event, StreamEvent};
+use super::cosmos;
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
-use crate::model::{ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, Topology};
+use crate::model::{
+    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, StreamProfile, Topology,
+};
 use crate::store::{
-    ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, StoreError,
-    StoreResult,
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
+    StoreError, StoreResult,
 };
 
 const OPLOG_HINT: &str =
@@ -269,6 +272,13 @@ impl MongoStore {
 impl ChangeFeed for MongoStore {
     type Stream = MongoChangeStream;
 
+    fn profile(&self) -> StreamProfile {
+        self.profile
+    }
+
+    /// Under the Cosmos DB profile the stream has the pipeline Cosmos DB requires
+    /// ([`cosmos::change_stream_pipeline`]) and opens after a token or at now: a start
+    /// at a time is refused here (`InvalidArgument`), never sent.
     async fn open(
         &self,
         ns: &Namespace,
@@ -277,6 +287,19 @@ impl ChangeFeed for MongoStore {
     ) -> StoreResult<MongoChangeStream> {
         let action = format!("open a change stream on {ns}");
         let collection = self.collection(ns);
+        let pipeline = match self.profile {
+            StreamProfile::MongoDb => Vec::new(),
+            StreamProfile::CosmosDb => {
+                if let StartPoint::At(at) = &start {
+                    return Err(cosmos::no_start_at_time(ns, *at));
+                }
+                cosmos::change_stream_pipeline(None)
+            }
+        };
+        let started_after = match &start {
+            StartPoint::After(token) => Some(token.as_document().clone()),
+            _ => None,
+        };
         let resume_after = match &start {
             StartPoint::After(token) => Some(driver_token(token)?),
             _ => None,
@@ -292,6 +315,7 @@ impl ChangeFeed for MongoStore {
         let opened = bounded(self.timeout() + options.max_await, &action, async {
             let mut watch = collection
                 .watch()
+                .pipeline(pipeline)
                 .full_document(FullDocumentType::UpdateLookup)
                 .batch_size(options.batch_size.max(1))
                 .max_await_time(options.max_await)
@@ -302,13 +326,20 @@ impl ChangeFeed for MongoStore {
             watch.await
         })
         .await
-        .map_err(|e| match e.into_store_hinted(&action, STREAM_HINT) {
-            // 260 after an invalidate notification: the token says when.
-            StoreError::Invalidated { cause, at: None } => StoreError::Invalidated {
-                cause,
-                at: resume_time,
-            },
-            other => other,
+        .map_err(|e| {
+            let error = e.into_store_hinted(&action, STREAM_HINT);
+            let error = match self.profile {
+                StreamProfile::CosmosDb => cosmos::stream_error(error, ns),
+                StreamProfile::MongoDb => error,
+            };
+            match error {
+                // 260 after an invalidate notification: the token says when.
+                StoreError::Invalidated { cause, at: None } => StoreError::Invalidated {
+                    cause,
+                    at: resume_time,
+                },
+                other => other,
+            }
         })?;
         Ok(MongoChangeStream {
             stream: opened.with_type::<RawDocumentBuf>(),
@@ -317,6 +348,9 @@ impl ChangeFeed for MongoStore {
             action: format!("read the change stream on {ns}"),
             read_bound: self.timeout() + options.max_await,
             ended: None,
+            profile: self.profile,
+            pending: None,
+            last_token: started_after,
         })
     }
 
@@ -387,6 +421,13 @@ pub struct MongoChangeStream {
     action: String,
     /// Why the stream ended for good, once it has: every later read answers this.
     ended: Option<StoreError>,
+    profile: StreamProfile,
+    /// Cosmos DB: the first event of the next page, read to learn that the page before
+    /// it had ended; the next batch starts with it.
+    pending: Option<ChangeEvent>,
+    /// Cosmos DB: the last token this stream handed out (or started after). An empty
+    /// read's token is progress only when it is another one.
+    last_token: Option<Document>,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -409,6 +450,9 @@ impl ChangeStream for MongoChangeStream {
     /// first. A dead cursor answers `None` at once to every read, so the end is
     /// remembered and returned at once from then on, never read again.
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        if self.profile == StreamProfile::CosmosDb {
+            return self.next_pages().await;
+        }
         if let Some(ended) = &self.ended {
             return Err(ended.clone());
         }
@@ -449,7 +493,7 @@ impl ChangeStream for MongoChangeStream {
                 });
                 break;
             };
-            match stream_event(&self.ns, &document)? {
+            match stream_event(&self.ns, &document, self.profile)? {
                 StreamEvent::Change(event) => {
                     // Only the invalidate closes a stream: a change after a drop or
                     // rename means that one did not.
@@ -485,5 +529,75 @@ impl ChangeStream for MongoChangeStream {
             }
         }
         Ok(batch)
+    }
+}
+
+impl MongoChangeStream {
+    /// A batch under the Cosmos DB profile: whole pages. Every event of one Cosmos DB
+    /// page carries the same resume token, a continuation that resumes after the whole
+    /// page (Microsoft's documentation of `GetChangeStreamTokens`: "Each document
+    /// returned includes a resume token (they're all the same for each page)"). A
+    /// batch that ended inside a page would commit a token that skips the rest of it
+    /// on a restart, so a batch takes at least `batch_size` events and then goes on to
+    /// the end of the last event's page: until an event with another token (kept for
+    /// the next batch) or an empty read. With no events, the batch's token is the
+    /// driver's only if it is another one than the last handed out (a post-batch token,
+    /// should Cosmos DB send one); the same token again is no progress.
+    async fn next_pages(&mut self) -> StoreResult<ChangeBatch> {
+        if let Some(ended) = &self.ended {
+            return Err(ended.clone());
+        }
+        let mut events: Vec<ChangeEvent> = self.pending.take().into_iter().collect();
+        loop {
+            let next = next_within(&mut self.stream, self.read_bound, &self.action)
+                .await
+                .map_err(|e| {
+                    cosmos::stream_error(e.into_store_hinted(&self.action, STREAM_HINT), &self.ns)
+                })?;
+            let Some(document) = next else {
+                if !self.stream.is_alive() {
+                    let ended = StoreError::Network(format!(
+                        "{}: the server closed the change stream",
+                        self.action
+                    ));
+                    self.ended = Some(ended.clone());
+                    if events.is_empty() {
+                        return Err(ended);
+                    }
+                }
+                break;
+            };
+            let event = match stream_event(&self.ns, &document, self.profile)? {
+                StreamEvent::Change(event) => event,
+                // Not produced under this profile (its events are all changes); a
+                // stream that ends does so with NamespaceNotFound.
+                StreamEvent::Closing { .. } | StreamEvent::Invalidate { .. } => continue,
+            };
+            let same_page = events
+                .last()
+                .is_some_and(|last| last.token.as_document() == event.token.as_document());
+            if !same_page && events.len() >= self.batch_size {
+                self.pending = Some(event);
+                break;
+            }
+            events.push(event);
+        }
+        let resume_token = match events.last() {
+            Some(last) => Some(last.token.clone()),
+            None => self
+                .stream
+                .resume_token()
+                .as_ref()
+                .map(store_token)
+                .transpose()?
+                .filter(|token| self.last_token.as_ref() != Some(token.as_document())),
+        };
+        if let Some(token) = &resume_token {
+            self.last_token = Some(token.as_document().clone());
+        }
+        Ok(ChangeBatch {
+            events,
+            resume_token,
+        })
     }
 }

@@ -14,7 +14,7 @@ use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, Call
 use super::lease_write::{render_alternatives, render_filtered};
 use super::MongoStore;
 use crate::model::lease_field as field;
-use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite};
+use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite, StreamProfile};
 use crate::store::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing,
     Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome, Tenure,
@@ -240,11 +240,21 @@ impl LeaseStore for MongoStore {
 
     async fn watch(&self, scope: LeaseScope) -> StoreResult<MongoLeaseWatch> {
         let action = "watch the lease collection";
-        let pipeline = match &scope {
-            LeaseScope::One(resource) => {
+        let pipeline = match (self.profile, &scope) {
+            (StreamProfile::MongoDb, LeaseScope::One(resource)) => {
                 vec![doc! { "$match": { format!("documentKey.{}", field::RESOURCE): resource } }]
             }
-            LeaseScope::All => vec![],
+            (StreamProfile::MongoDb, LeaseScope::All) => vec![],
+            // The pipeline Cosmos DB requires; one lease is matched on its full document,
+            // as Microsoft's example for a single shard key matches `fullDocument.a`.
+            (StreamProfile::CosmosDb, LeaseScope::One(resource)) => {
+                super::cosmos::change_stream_pipeline(Some(
+                    doc! { format!("fullDocument.{}", field::RESOURCE): resource },
+                ))
+            }
+            (StreamProfile::CosmosDb, LeaseScope::All) => {
+                super::cosmos::change_stream_pipeline(None)
+            }
         };
         let leases = self.leases();
         let stream = bounded(self.timeout(), action, async {

@@ -11,6 +11,7 @@
 mod audit;
 mod codec;
 mod connect;
+mod cosmos;
 mod documents;
 mod errors;
 mod feed;
@@ -31,6 +32,7 @@ pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
 pub use redact::{redact_message, redact_uri, ConnectionString};
 
+use crate::model::StreamProfile;
 use crate::store::{Namespace, StoreError};
 
 /// How much longer than the write concern's `wtimeout` the client waits for a majority
@@ -45,6 +47,8 @@ pub struct MongoStore {
     settings: Arc<MongoSettings>,
     /// The hosts the connection string named (SRV records resolved).
     hosts: Arc<[String]>,
+    /// The configured profile, else the one the host names tell.
+    profile: StreamProfile,
 }
 
 impl MongoStore {
@@ -64,11 +68,26 @@ impl MongoStore {
         tweak: impl FnOnce(&mut mongodb::options::ClientOptions),
     ) -> Result<MongoStore, StoreError> {
         let (client, hosts) = connect::open_client(&settings, tweak).await?;
+        let detected = StreamProfile::detect(&hosts);
+        let profile = settings.profile.unwrap_or(detected);
+        if profile != detected {
+            tracing::warn!(
+                configured = %profile,
+                by_host_names = %detected,
+                "the configured stream profile differs from the one the host names tell; the configured one is used"
+            );
+        }
         Ok(MongoStore {
             client,
             settings: Arc::new(settings),
             hosts: hosts.into(),
+            profile,
         })
+    }
+
+    /// Which kind of change streams this store opens (see [`MongoSettings::profile`]).
+    pub fn profile(&self) -> StreamProfile {
+        self.profile
     }
 
     pub fn client(&self) -> &Client {
