@@ -5,6 +5,7 @@
 // Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
+pub mod cosmos;
 mod protocol;
 
 use std::collections::{HashMap, VecDeque};
@@ -89,6 +90,8 @@ struct State {
     max_wire_version: AtomicI32,
     /// Answers the handshake as a `mongos` router does.
     mongos: std::sync::atomic::AtomicBool,
+    /// Reshapes every reply, the handshake's too, after `decorate` (cosmos.rs).
+    reply_shape: Mutex<Option<fn(&mut Document)>>,
 }
 
 /// A running black-pipe server on 127.0.0.1.
@@ -125,6 +128,7 @@ impl WireServer {
             request_ids: AtomicI32::new(1),
             max_wire_version: AtomicI32::new(21),
             mongos: std::sync::atomic::AtomicBool::new(false),
+            reply_shape: Mutex::new(None),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -385,6 +389,9 @@ fn decorate(state: &State, mut body: Document) -> Document {
                 },
             },
         );
+    }
+    if let Some(shape) = *state.reply_shape.lock().unwrap() {
+        shape(&mut body);
     }
     body
 }
