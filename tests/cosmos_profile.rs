@@ -583,3 +583,48 @@ async fn the_peer_refuses_every_departure_from_the_documented_shape() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_waits_on_the_lease_through_a_cosmos_change_stream_and_takes_over() {
+    let (server, cosmos, store) = cosmos().await;
+    let first_recorder = Recorder::default();
+    let first = ListenerHandle::spawn(store.clone(), config("listener-a"), first_recorder.clone());
+    eventually("the first listener streams", || {
+        first.snapshot().state == ListenerState::Streaming
+    })
+    .await;
+    let standby = ListenerHandle::spawn(store.clone(), config("listener-b"), Recorder::default());
+    eventually("the second stands by, watching the lease", || {
+        standby.snapshot().state == ListenerState::Standby
+            && server
+                .commands("aggregate")
+                .iter()
+                .any(|c| c.get_str("aggregate") == Ok("leases"))
+    })
+    .await;
+    // The lease watch has the shape Cosmos DB requires, with the lease matched on its
+    // full document.
+    let watch = server
+        .commands("aggregate")
+        .into_iter()
+        .find(|c| c.get_str("aggregate") == Ok("leases"))
+        .unwrap();
+    let pipeline = watch.get_array("pipeline").unwrap();
+    assert_eq!(
+        pipeline[1],
+        Bson::Document(doc! { "$match": { "$and": [
+            { "fullDocument._id": RESOURCE },
+            { "operationType": { "$in": ["insert", "update", "replace"] } },
+        ] } })
+    );
+    first.stop().await;
+    eventually("the standby takes over", || {
+        standby.snapshot().state == ListenerState::Streaming
+    })
+    .await;
+    let lease = store.get(RESOURCE).await.unwrap().unwrap();
+    assert_eq!(lease.holder.as_deref(), Some("listener-b"));
+    assert_eq!(standby.snapshot().last_error, None);
+    assert!(cosmos.refusals().is_empty(), "{:?}", cosmos.refusals());
+    standby.stop().await;
+}
