@@ -472,16 +472,20 @@ async fn a_dropped_collection_leaves_the_listener_invalidated() {
     assert!(matches!(lease.resume_point(), ResumePoint::Token(_)));
     listener.stop().await;
 
-    // Opening on a collection that is not there says the same.
-    match store
-        .open(&orders(), StartPoint::Now, FeedOptions::default())
-        .await
-    {
-        Err(StoreError::Invalidated {
-            cause: InvalidationCause::Missing(ns),
-            at: None,
-        }) => assert_eq!(ns, orders()),
-        other => panic!("expected the collection missing, got {other:?}"),
+    assert_eq!(invalidated.at, None, "no cluster time says when");
+
+    // Opening on a collection that is not there says the same, also after a token with
+    // a time recorded beside it: that is a document's time, not the drop's.
+    let token = lease.resume_token.clone().unwrap();
+    assert!(token.recorded_time().is_some());
+    for start in [StartPoint::Now, StartPoint::After(token)] {
+        match store.open(&orders(), start, FeedOptions::default()).await {
+            Err(StoreError::Invalidated {
+                cause: InvalidationCause::Missing(ns),
+                at: None,
+            }) => assert_eq!(ns, orders()),
+            other => panic!("expected the collection missing, got {other:?}"),
+        }
     }
 }
 

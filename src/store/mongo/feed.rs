@@ -328,17 +328,18 @@ impl ChangeFeed for MongoStore {
         .await
         .map_err(|e| {
             let error = e.into_store_hinted(&action, STREAM_HINT);
-            let error = match self.profile {
-                StreamProfile::CosmosDb => cosmos::stream_error(error, ns),
-                StreamProfile::MongoDb => error,
-            };
-            match error {
+            match (self.profile, error) {
+                // No cluster time says when a Cosmos DB collection went away (a time
+                // recorded beside the token is a document's, not the drop's).
+                (StreamProfile::CosmosDb, error) => cosmos::stream_error(error, ns),
                 // 260 after an invalidate notification: the token says when.
-                StoreError::Invalidated { cause, at: None } => StoreError::Invalidated {
-                    cause,
-                    at: resume_time,
-                },
-                other => other,
+                (StreamProfile::MongoDb, StoreError::Invalidated { cause, at: None }) => {
+                    StoreError::Invalidated {
+                        cause,
+                        at: resume_time,
+                    }
+                }
+                (StreamProfile::MongoDb, other) => other,
             }
         })?;
         Ok(MongoChangeStream {
