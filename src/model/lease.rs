@@ -56,7 +56,9 @@ pub enum ResumePoint {
 }
 
 impl ResumePoint {
-    /// The time of the point, when it has one (undecodable tokens have none).
+    /// The time of the point, when it has one: a token's decoded time, else the time
+    /// recorded beside it (Azure Cosmos DB's tokens: a document's time, to the second);
+    /// an undecodable token with nothing recorded has none.
     pub fn time(&self) -> Option<ClusterTime> {
         match self {
             ResumePoint::Token(token) => token.time(),
