@@ -161,7 +161,7 @@ async fn changes_on(
     within("reading every change back", async {
         while events
             .last()
-            .is_none_or(|e: &ChangeEvent| e.cluster_time < to)
+            .is_none_or(|e: &ChangeEvent| e.cluster_time.unwrap() < to)
         {
             events.extend(stream.next_batch().await.expect("read changes").events);
         }

@@ -72,7 +72,7 @@ async fn open_now_batches_events_and_returns_the_post_batch_token_when_idle() {
         Some(doc! { "_id": 2, "total": 5 })
     );
     assert_eq!(
-        batch.events[0].cluster_time,
+        batch.events[0].cluster_time.unwrap(),
         ClusterTime::new(0x63E5B9D2, 1)
     );
     assert_eq!(

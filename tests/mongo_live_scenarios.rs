@@ -148,6 +148,7 @@ impl Handler for Outbox {
                 OperationType::Insert => "created",
                 OperationType::Update | OperationType::Replace => "changed",
                 OperationType::Delete => "deleted",
+                OperationType::Upsert => "created or changed",
                 OperationType::Other(_) => continue,
             };
             let order = event

@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::exit::UsageError;
 use super::limits;
-use crate::model::HealthThresholds;
+use crate::model::{HealthThresholds, StreamProfile};
 use crate::ops::PipelineRebuild;
 use crate::store::mongo::{ConnectionString, MongoSettings};
 use crate::store::Namespace;
@@ -166,6 +166,9 @@ pub struct ConfigFile {
     pub theme: Option<String>,
     /// `[rebuilds.NAME]`: attached rebuild definitions.
     pub rebuilds: Option<BTreeMap<String, RebuildFile>>,
+    /// Which kind of change streams the cluster offers: "mongodb" or "cosmos" (Azure
+    /// Cosmos DB for MongoDB). Unset: told by the host names (docs/cosmos.md).
+    pub profile: Option<String>,
 }
 
 /// `[rebuilds.NAME]`: an aggregation pipeline ending in `$merge` that rebuilds the
@@ -251,6 +254,8 @@ pub struct Settings {
     pub thresholds: HealthThresholds,
     pub theme: Option<String>,
     pub rebuilds: BTreeMap<String, RebuildConfig>,
+    /// The configured stream profile; `None`: the host names tell.
+    pub profile: Option<StreamProfile>,
 }
 
 impl Settings {
@@ -321,7 +326,15 @@ impl Settings {
                 },
             );
         }
+        let profile = match &file.profile {
+            Some(name) => Some(
+                name.parse::<StreamProfile>()
+                    .map_err(|e| invalid(format!("profile: {e}")))?,
+            ),
+            None => None,
+        };
         Ok(Settings {
+            profile,
             rebuilds,
             thresholds,
             theme: file.theme,
@@ -360,6 +373,7 @@ impl Settings {
         let mut settings = MongoSettings::new(uri);
         settings.leases = self.leases.clone();
         settings.server_selection_timeout = self.connect_timeout;
+        settings.profile = self.profile;
         Ok(settings)
     }
 }
@@ -463,6 +477,42 @@ mod tests {
         let error = Settings::resolve(&args).unwrap_err().to_string();
         assert!(
             error.contains("rebuilds.bad.pipeline") && error.contains("$merge"),
+            "{error}"
+        );
+        std::fs::remove_file(file).unwrap();
+    }
+
+    #[test]
+    fn the_profile_comes_from_the_file_and_reaches_the_adapter() {
+        let dir = std::env::temp_dir().join(format!("streamward-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("p.toml");
+        let args = GlobalArgs {
+            config: Some(file.clone()),
+            uri: Some("mongodb://db1/".into()),
+            ..GlobalArgs::default()
+        };
+        std::fs::write(&file, "profile = \"cosmos\"\n").unwrap();
+        let settings = Settings::resolve(&args).unwrap();
+        assert_eq!(settings.profile, Some(StreamProfile::CosmosDb));
+        assert_eq!(
+            settings.mongo().unwrap().profile,
+            Some(StreamProfile::CosmosDb)
+        );
+        std::fs::write(&file, "uri = \"mongodb://x\"\n").unwrap();
+        let unset = Settings::resolve(&args).unwrap();
+        assert_eq!(
+            unset.mongo().unwrap().profile,
+            None,
+            "unset: the host names tell"
+        );
+        std::fs::write(&file, "profile = \"cosmosdb\"\n").unwrap();
+        let error = Settings::resolve(&args).unwrap_err().to_string();
+        assert!(
+            error.contains("profile")
+                && error.contains("\"cosmosdb\"")
+                && error.contains("expected \"mongodb\" or \"cosmos\"")
+                && error.contains("p.toml"),
             "{error}"
         );
         std::fs::remove_file(file).unwrap();

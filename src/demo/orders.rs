@@ -114,6 +114,8 @@ impl<S: DocumentStore + Clone + 'static> Handler for OrderOutbox<S> {
             let operation = match &event.operation {
                 OperationType::Insert => "created",
                 OperationType::Update | OperationType::Replace => "changed",
+                // Azure Cosmos DB does not say which of the two.
+                OperationType::Upsert => "created or changed",
                 OperationType::Delete => {
                     // The order was retired: its messages go with it. Not fenced: removing
                     // the messages of an order that is gone is right whoever does it.
@@ -135,7 +137,8 @@ impl<S: DocumentStore + Clone + 'static> Handler for OrderOutbox<S> {
                 "order": order,
                 "event": operation,
                 "status": event.full_document.as_ref().and_then(|d| d.get_str("status").ok()),
-                "clusterTime": bson::Timestamp::from(event.cluster_time),
+                // None on Azure Cosmos DB, whose events carry no cluster time.
+                "clusterTime": event.cluster_time.map(bson::Timestamp::from),
             };
             if !self.delay.is_zero() {
                 tokio::time::sleep(self.delay).await;

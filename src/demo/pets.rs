@@ -98,8 +98,8 @@ impl<S: DocumentStore + FencedMemberWrites + Clone + 'static> PetAggregates<S> {
     pub async fn apply(&self, event: &ChangeEvent) -> Result<usize, HandlerError> {
         let key = event.document_key.get_str("_id").map_err(|_| {
             HandlerError::Failed(format!(
-                "change at {} has no string _id",
-                event.cluster_time
+                "change after token {} has no string _id",
+                event.token
             ))
         })?;
         // Ids are never reused, so a delete is the animal's last version.

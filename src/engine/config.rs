@@ -9,7 +9,9 @@ use crate::store::Namespace;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Bootstrap {
     /// From the oldest oplog entry, so nothing written before the first listener is missed.
-    /// Refuses to start where the oplog cannot be read.
+    /// Refuses to start where the oplog cannot be read, and on Azure Cosmos DB (no oplog,
+    /// and no documented way for one change stream to start at the beginning of a
+    /// collection: docs/cosmos.md).
     #[default]
     Oldest,
     /// From now: changes made before the first commit are skipped. Only when configured.
@@ -45,6 +47,13 @@ pub struct ListenerConfig {
     /// Off, every read waits for the previous commit: one command at a time, in a
     /// fixed order (what scripted-server tests that pin the command sequence need).
     pub read_ahead: bool,
+    /// Where a resume token cannot tell its own time (Azure Cosmos DB's), the field of
+    /// the changed documents that does: a BSON date, e.g. `updatedAt` (a dotted path
+    /// reaches into embedded documents). Each commit records the newest such time of
+    /// what it committed beside the token (the lease's `tokenTime`), which is what lag
+    /// and token time are then measured from. `None`: those are unknown, and shown so.
+    /// Unused where tokens tell their time (MongoDB).
+    pub document_time_field: Option<String>,
 }
 
 impl ListenerConfig {
@@ -67,6 +76,7 @@ impl ListenerConfig {
             bootstrap: Bootstrap::Oldest,
             retry_backoff: Duration::from_secs(1),
             read_ahead: true,
+            document_time_field: None,
         }
     }
 

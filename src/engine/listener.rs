@@ -12,10 +12,12 @@ use tokio_util::sync::CancellationToken;
 use super::standby::{wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
-use crate::model::{Fence, Lease, ResumePoint, ResumeToken};
+use chrono::{DateTime, Utc};
+
+use crate::model::{Fence, Lease, ResumePoint, ResumeToken, StreamProfile};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, ChangeBatch, ChangeStream, FeedOptions, StartPoint, Store,
-    StoreError, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
+    StartPoint, Store, StoreError, Tenure, TenureWrite,
 };
 
 /// Why a listener's `run` returned. A listener that cannot go on by itself (history
@@ -127,6 +129,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 
     async fn run_until_exit(&mut self) -> ListenerExit {
+        if let Some(refusal) = self.refusal() {
+            return ListenerExit::Refused(refusal);
+        }
         let mut cooldown: Option<Duration> = None;
         loop {
             if self.shutdown.is_cancelled() {
@@ -183,6 +188,22 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     cooldown = Some(self.backoff.next(self.config.retry_backoff));
                 }
             }
+        }
+    }
+
+    /// A configuration this store can never serve, refused before anything is written.
+    fn refusal(&self) -> Option<String> {
+        match (self.store.profile(), self.config.bootstrap) {
+            (StreamProfile::CosmosDb, Bootstrap::Oldest) => Some(format!(
+                "{} is configured to bootstrap from the oldest oplog entry, which Azure Cosmos DB \
+                 cannot serve: it keeps no oplog, and Microsoft documents no way for one change \
+                 stream to start at the beginning of a collection (GetChangeStreamTokens starts \
+                 one stream per physical partition; docs/cosmos.md). Configure bootstrap = now \
+                 (ListenerConfig::bootstrap = Bootstrap::Now): a listener with no resume point \
+                 then starts at now and skips changes made before its first commit",
+                self.config.resource
+            )),
+            _ => None,
         }
     }
 
@@ -324,10 +345,14 @@ impl<S: Store, H: Handler> Listener<S, H> {
         } else {
             let heartbeat_due =
                 p.committed.is_none() || p.last_commit.elapsed() >= self.config.heartbeat;
-            batch
-                .resume_token
-                .filter(|t| heartbeat_due && p.committed.as_ref() != Some(t))
+            // The same token is no progress, whatever time is recorded beside either.
+            batch.resume_token.filter(|t| {
+                heartbeat_due
+                    && p.committed.as_ref().map(ResumeToken::as_document) != Some(t.as_document())
+            })
         };
+        let to_commit =
+            to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
         if let Some(token) = to_commit {
             match self
                 .store
@@ -395,6 +420,56 @@ impl<S: Store, H: Handler> Listener<S, H> {
             return Err(TenureEnd::Rotated);
         }
         Ok(())
+    }
+
+    /// `token` with the time to record beside it, where it cannot tell its own (Azure
+    /// Cosmos DB's): the newest [`ListenerConfig::document_time_field`] of `events` and
+    /// of what was committed before (the newest change this listener has processed).
+    /// A heartbeat (no events) keeps the committed time; events none of which has the
+    /// field leave the time unknown, and each event without it is reported, never
+    /// given a time it does not have.
+    fn timed(
+        &self,
+        token: ResumeToken,
+        events: &[ChangeEvent],
+        committed: Option<&ResumeToken>,
+    ) -> ResumeToken {
+        if token.tells_its_time() {
+            return token;
+        }
+        let before = committed.and_then(ResumeToken::recorded_time);
+        if events.is_empty() {
+            return token.with_recorded_time(before);
+        }
+        let Some(field) = self.config.document_time_field.as_deref() else {
+            return token.with_recorded_time(None);
+        };
+        let mut newest = None;
+        let mut without = 0;
+        let mut first_problem = None;
+        for event in events {
+            match document_time(event, field) {
+                Ok(at) => newest = newest.max(Some(at)),
+                Err(problem) => {
+                    without += 1;
+                    first_problem.get_or_insert(problem);
+                }
+            }
+        }
+        if let Some(problem) = first_problem {
+            let message = format!(
+                "document time field {field:?}: {without} of {} changes have no date there \
+                 ({problem}); the time of what is committed is {}",
+                events.len(),
+                if newest.is_some() {
+                    "taken from the others"
+                } else {
+                    "unknown, and so is its lag"
+                }
+            );
+            self.record_error(message);
+        }
+        token.with_recorded_time(newest.map(|at| at.max(before.unwrap_or(at))))
     }
 
     /// Bootstrap order: committed token, operator's `resumeAt`, oldest oplog entry.
@@ -531,6 +606,36 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 }
 
+/// The date at `field` (a dotted path through embedded documents) of the event's
+/// document, or what is wrong with it, naming the document's key.
+fn document_time(event: &ChangeEvent, field: &str) -> Result<DateTime<Utc>, String> {
+    let key = || bson::Bson::Document(event.document_key.clone()).into_relaxed_extjson();
+    let Some(document) = &event.full_document else {
+        return Err(format!(
+            "the change to {} came with no document (gone before it was read)",
+            key()
+        ));
+    };
+    let mut value = None;
+    let mut current = Some(document);
+    for part in field.split('.') {
+        value = current.and_then(|d| d.get(part));
+        current = match value {
+            Some(bson::Bson::Document(inner)) => Some(inner),
+            _ => None,
+        };
+    }
+    match value {
+        Some(bson::Bson::DateTime(at)) => Ok(at.to_chrono()),
+        Some(other) => Err(format!(
+            "in the document {} it is {:?}, not a date",
+            key(),
+            other.element_type()
+        )),
+        None => Err(format!("the document {} has no such field", key())),
+    }
+}
+
 fn classify(error: StoreError, resource: &str, at: ResumePoint) -> TenureEnd {
     match error {
         StoreError::HistoryLost { .. } => TenureEnd::Stuck(Stuck {
@@ -567,8 +672,49 @@ fn classify(error: StoreError, resource: &str, at: ResumePoint) -> TenureEnd {
 
 #[cfg(test)]
 mod tests {
-    use super::Backoff;
+    use super::{document_time, Backoff};
+    use crate::model::ResumeToken;
+    use crate::store::{ChangeEvent, Namespace, OperationType};
+    use bson::{doc, Document};
+    use chrono::TimeZone;
     use std::time::Duration;
+
+    fn upsert(full_document: Option<Document>) -> ChangeEvent {
+        ChangeEvent {
+            token: ResumeToken::from_document(doc! { "_data": "page" }),
+            cluster_time: None,
+            operation: OperationType::Upsert,
+            ns: Namespace::new("shop", "orders"),
+            document_key: doc! { "_id": "o1" },
+            full_document,
+        }
+    }
+
+    #[test]
+    fn a_document_time_is_a_date_at_its_path_and_nothing_else() {
+        let at = chrono::Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap();
+        let date = bson::DateTime::from_chrono(at);
+        let event = upsert(Some(doc! { "updatedAt": date, "meta": { "at": date } }));
+        assert_eq!(document_time(&event, "updatedAt"), Ok(at));
+        assert_eq!(document_time(&event, "meta.at"), Ok(at));
+        let missing = document_time(&event, "createdAt").unwrap_err();
+        assert!(
+            missing.contains("no such field") && missing.contains("o1"),
+            "{missing}"
+        );
+        let text = upsert(Some(doc! { "updatedAt": "2024-05-01T12:00:00Z" }));
+        let wrong = document_time(&text, "updatedAt").unwrap_err();
+        assert!(
+            wrong.contains("String") && wrong.contains("not a date"),
+            "{wrong}"
+        );
+        let gone = document_time(&upsert(None), "updatedAt").unwrap_err();
+        assert!(gone.contains("no document"), "{gone}");
+        assert!(
+            document_time(&event, "updatedAt.x").is_err(),
+            "a date has no fields"
+        );
+    }
 
     #[test]
     fn backoff_doubles_up_to_a_minute_and_resets() {

@@ -56,7 +56,9 @@ pub enum ResumePoint {
 }
 
 impl ResumePoint {
-    /// The time of the point, when it has one (undecodable tokens have none).
+    /// The time of the point, when it has one: a token's decoded time, else the time
+    /// recorded beside it (Azure Cosmos DB's tokens: a document's time, to the second);
+    /// an undecodable token with nothing recorded has none.
     pub fn time(&self) -> Option<ClusterTime> {
         match self {
             ResumePoint::Token(token) => token.time(),
@@ -68,9 +70,12 @@ impl ResumePoint {
     /// For people: "after token at 1700000000:4", "at …", "the oldest oplog entry".
     pub fn describe(&self) -> String {
         match self {
-            ResumePoint::Token(token) => match token.time() {
-                Some(time) => format!("after token at {time}"),
-                None => format!("after token {token}"),
+            ResumePoint::Token(token) => match (token.decode(), token.recorded_time()) {
+                (Ok(decoded), _) => format!("after token at {}", decoded.time),
+                (Err(_), Some(at)) => {
+                    format!("after token {token} ({})", super::text::document_time(at))
+                }
+                (Err(_), None) => format!("after token {token}"),
             },
             ResumePoint::At(time) => format!("at {time}"),
             ResumePoint::Oldest => "the oldest oplog entry".into(),

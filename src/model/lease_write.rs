@@ -26,6 +26,9 @@ pub mod field {
     pub const WATCH: &str = "watch";
     pub const NOTE: &str = "note";
     pub const INVALIDATED: &str = "invalidated";
+    /// The time of the change `resumeToken` follows, where the token cannot tell it
+    /// (Azure Cosmos DB's): a date, absent otherwise.
+    pub const TOKEN_TIME: &str = "tokenTime";
 }
 
 /// A time a write stores, on the server's clock (`$$NOW` on MongoDB).
@@ -57,6 +60,9 @@ pub enum FieldSet {
     RenewedAt(Moment),
     CommittedAt(Moment),
     ResumeToken(Option<ResumeToken>),
+    /// The time recorded for the resume token (see [`FieldSet::resume_token`]); `None`
+    /// removes the field.
+    TokenTime(Option<DateTime<Utc>>),
     ResumeAt(Option<ClusterTime>),
     Watch(WatchTarget),
     Note(String),
@@ -75,11 +81,28 @@ impl FieldSet {
             FieldSet::RenewedAt(_) => field::RENEWED_AT,
             FieldSet::CommittedAt(_) => field::COMMITTED_AT,
             FieldSet::ResumeToken(_) => field::RESUME_TOKEN,
+            FieldSet::TokenTime(_) => field::TOKEN_TIME,
             FieldSet::ResumeAt(_) => field::RESUME_AT,
             FieldSet::Watch(_) => field::WATCH,
             FieldSet::Note(_) => field::NOTE,
             FieldSet::Invalidated(_) => field::INVALIDATED,
         }
+    }
+
+    /// The fields a write of resume token `token` sets: `resumeToken`, and `tokenTime`
+    /// beside every token that cannot tell its own time (Azure Cosmos DB's: the time
+    /// recorded for it, or removed when none is known) and beside no token at all
+    /// (removed), so a recorded time never outlives its token. A token that tells its
+    /// own time (MongoDB's) needs none, and its writes stay as they were.
+    pub fn resume_token(token: Option<&ResumeToken>) -> Vec<FieldSet> {
+        let time = match token {
+            Some(token) if token.tells_its_time() => None,
+            Some(token) => Some(FieldSet::TokenTime(token.recorded_time())),
+            None => Some(FieldSet::TokenTime(None)),
+        };
+        std::iter::once(FieldSet::ResumeToken(token.cloned()))
+            .chain(time)
+            .collect()
     }
 
     fn apply(&self, lease: &mut Lease, now: DateTime<Utc>) {
@@ -91,6 +114,12 @@ impl FieldSet {
             FieldSet::RenewedAt(at) => lease.renewed_at = Some(at.at(now)),
             FieldSet::CommittedAt(at) => lease.committed_at = Some(at.at(now)),
             FieldSet::ResumeToken(token) => lease.resume_token = token.clone(),
+            // The model keeps the time with its token; without a token there is none.
+            FieldSet::TokenTime(at) => {
+                if let Some(token) = lease.resume_token.take() {
+                    lease.resume_token = Some(token.with_recorded_time(*at));
+                }
+            }
             FieldSet::ResumeAt(at) => lease.resume_at = *at,
             FieldSet::Watch(watch) => lease.watch = Some(watch.clone()),
             FieldSet::Note(note) => lease.note = Some(note.clone()),
@@ -220,7 +249,8 @@ impl LeaseWrite {
         }
     }
 
-    /// Commit after a batch: the resume token, `committedAt`, and a longer lease.
+    /// Commit after a batch: the resume token (with its recorded time where it needs
+    /// one, [`FieldSet::resume_token`]), `committedAt`, and a longer lease.
     pub fn commit(
         resource: &str,
         holder: &str,
@@ -228,16 +258,10 @@ impl LeaseWrite {
         token: &ResumeToken,
         lease: Duration,
     ) -> Self {
-        Self::by_tenure(
-            resource,
-            holder,
-            version,
-            vec![
-                FieldSet::ResumeToken(Some(token.clone())),
-                FieldSet::CommittedAt(Moment::Now),
-                FieldSet::ExpiresAt(Moment::NowPlus(lease)),
-            ],
-        )
+        let mut sets = FieldSet::resume_token(Some(token));
+        sets.push(FieldSet::CommittedAt(Moment::Now));
+        sets.push(FieldSet::ExpiresAt(Moment::NowPlus(lease)));
+        Self::by_tenure(resource, holder, version, sets)
     }
 
     /// A longer lease and `renewedAt`, nothing else.
@@ -430,6 +454,50 @@ mod tests {
             LeaseWrite::commit("r", "a", 0, &token, LEASE).apply(None, now),
             None,
             "a tenure write never creates a lease"
+        );
+    }
+
+    #[test]
+    fn a_token_that_cannot_tell_its_time_is_committed_with_the_time_recorded_for_it() {
+        let now = Utc::now();
+        let held = acquire(None, "a", LockKind::Update, now).unwrap();
+        let mongo = ResumeToken::from_document(
+            bson::doc! { "_data": "8263E5B9D2000000022B042C0100296E5A10046B" },
+        );
+        let names = |write: &LeaseWrite| write.sets.iter().map(FieldSet::name).collect::<Vec<_>>();
+        assert_eq!(
+            names(&LeaseWrite::commit("r", "a", 0, &mongo, LEASE)),
+            [field::RESUME_TOKEN, field::COMMITTED_AT, field::EXPIRES_AT],
+            "MongoDB's tokens say when: their commits are unchanged"
+        );
+        let cosmos = ResumeToken::from_document(bson::doc! {
+            "_data": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![7; 8] },
+            "_kind": 1,
+        });
+        let at = now - TimeDelta::seconds(90);
+        let timed = cosmos.clone().with_recorded_time(Some(at));
+        let commit = LeaseWrite::commit("r", "a", 0, &timed, LEASE);
+        assert_eq!(
+            names(&commit),
+            [
+                field::RESUME_TOKEN,
+                field::TOKEN_TIME,
+                field::COMMITTED_AT,
+                field::EXPIRES_AT
+            ]
+        );
+        let committed = commit.apply(Some(&held), now).unwrap();
+        assert_eq!(committed.resume_token, Some(timed.clone()));
+        // A later token with no known time does not inherit the earlier one's.
+        let untimed = LeaseWrite::commit("r", "a", 0, &cosmos, LEASE)
+            .apply(Some(&committed), now)
+            .unwrap();
+        assert_eq!(untimed.resume_token, Some(cosmos));
+        assert_eq!(untimed.resume_point().time(), None);
+        assert_eq!(
+            FieldSet::resume_token(None),
+            [FieldSet::ResumeToken(None), FieldSet::TokenTime(None)],
+            "moving the resume point off a token removes its time"
         );
     }
 

@@ -6,6 +6,7 @@ mod health;
 mod lease;
 mod lease_write;
 mod oplog_window;
+mod profile;
 mod resume_token;
 pub mod text;
 mod topology;
@@ -17,6 +18,7 @@ pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
+pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
 pub use topology::{
     Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,

@@ -1,10 +1,18 @@
 //! Resume tokens: opaque documents `{_data: "<hex>"}` whose first bytes encode the
 //! cluster time of the change. Decoding never panics: anything unexpected is
 //! "cannot decode".
+//!
+//! Azure Cosmos DB's tokens are opaque through and through (`_data` is binary, a
+//! continuation of its change feed, per Microsoft's documentation of
+//! `GetChangeStreamTokens`): nothing in them says when. Such a token can carry a
+//! time recorded beside it by the listener that committed it (the document time of
+//! the changes it follows, docs/cosmos.md), which [`ResumeToken::time`] answers when
+//! the token itself cannot.
 
 use std::fmt;
 
 use bson::{doc, Bson, Document};
+use chrono::{DateTime, Utc};
 use thiserror::Error;
 
 use super::ClusterTime;
@@ -15,9 +23,15 @@ const TIMESTAMP_TYPE: u8 = 0x82;
 const VERSION_ZERO: u8 = 0x29;
 const SMALL_INT: u8 = 0x2B;
 
-/// A change stream resume token exactly as the server sent it.
+/// A change stream resume token exactly as the server sent it, and, for a token that
+/// cannot tell its own time, the time recorded for it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ResumeToken(Document);
+pub struct ResumeToken {
+    document: Document,
+    /// Recorded beside the token (the lease's `tokenTime`), never part of what is sent
+    /// back to the server. Only consulted when the token cannot be decoded.
+    recorded: Option<DateTime<Utc>>,
+}
 
 /// The token format version found after the timestamp.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +52,9 @@ pub struct DecodedToken {
 pub enum TokenDecodeError {
     #[error("resume token has no _data field")]
     MissingData,
-    #[error("resume token _data is binary (a MongoDB 3.6 token); its time cannot be decoded")]
+    #[error(
+        "resume token _data is binary (a MongoDB 3.6 or an Azure Cosmos DB token); its time cannot be decoded"
+    )]
     BinaryData,
     #[error("resume token _data is a {0}, not a hex string")]
     NotAString(String),
@@ -63,29 +79,61 @@ pub enum TokenKind {
 
 impl ResumeToken {
     pub fn from_document(document: Document) -> Self {
-        Self(document)
+        Self {
+            document,
+            recorded: None,
+        }
     }
 
+    /// The same token with `at` recorded as its time (see [`Self::time`]).
+    pub fn with_recorded_time(mut self, at: Option<DateTime<Utc>>) -> Self {
+        self.recorded = at;
+        self
+    }
+
+    /// The time recorded beside the token, if any (not decoded from it).
+    pub fn recorded_time(&self) -> Option<DateTime<Utc>> {
+        self.recorded
+    }
+
+    /// The token as the server sent it: what goes back to the server and into the
+    /// lease's `resumeToken`. A recorded time is not part of it.
     pub fn as_document(&self) -> &Document {
-        &self.0
+        &self.document
     }
 
     pub fn into_document(self) -> Document {
-        self.0
+        self.document
     }
 
     /// The `_data` string, if the token has one.
     pub fn data_hex(&self) -> Option<&str> {
-        self.0.get_str("_data").ok()
+        self.document.get_str("_data").ok()
     }
 
     pub fn decode(&self) -> Result<DecodedToken, TokenDecodeError> {
-        decode_data(self.0.get("_data").ok_or(TokenDecodeError::MissingData)?)
+        decode_data(
+            self.document
+                .get("_data")
+                .ok_or(TokenDecodeError::MissingData)?,
+        )
     }
 
-    /// Shorthand for the console: the token's time when it can be decoded.
+    /// Whether the token says when by itself (MongoDB's do; Azure Cosmos DB's do not).
+    pub fn tells_its_time(&self) -> bool {
+        self.decode().is_ok()
+    }
+
+    /// The token's time: decoded from it, else the time recorded beside it (to the
+    /// second, with increment 0: a document's time, not a cluster time), else none.
     pub fn time(&self) -> Option<ClusterTime> {
-        self.decode().ok().map(|d| d.time)
+        match self.decode() {
+            Ok(decoded) => Some(decoded.time),
+            Err(_) => self
+                .recorded
+                .and_then(|at| u32::try_from(at.timestamp()).ok())
+                .map(|secs| ClusterTime::new(secs, 0)),
+        }
     }
 
     /// Encodes a v2 token the way MongoDB lays out `_data`: timestamp, version,
@@ -104,7 +152,7 @@ impl ResumeToken {
         );
         push_keystring_uint(&mut bytes, sequence);
         bytes.push(0x04); // keystring end marker
-        Self(doc! { "_data": hex::encode_upper(bytes) })
+        Self::from_document(doc! { "_data": hex::encode_upper(bytes) })
     }
 }
 
@@ -112,7 +160,7 @@ impl fmt::Display for ResumeToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.data_hex() {
             Some(hex) => f.write_str(hex),
-            None => write!(f, "{}", self.0),
+            None => write!(f, "{}", self.document),
         }
     }
 }
@@ -231,6 +279,39 @@ mod tests {
         // Odd-length and non-ASCII input must not panic either.
         let _ = token("825F8B4A7A000000012B0").decode();
         let _ = token("é825F8B4A7A000000012B04").decode();
+    }
+
+    #[test]
+    fn a_recorded_time_serves_only_a_token_that_cannot_tell_its_own() {
+        use chrono::TimeZone;
+        let at = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap()
+            + chrono::TimeDelta::milliseconds(250);
+        // An Azure Cosmos DB token, shaped as Microsoft documents it.
+        let cosmos = ResumeToken::from_document(doc! {
+            "_data": Bson::Binary(bson::Binary { subtype: BinarySubtype::Generic, bytes: b"{\"V\":2}".to_vec() }),
+            "_kind": 1,
+        });
+        assert!(!cosmos.tells_its_time());
+        assert_eq!(cosmos.time(), None, "nothing recorded, nothing invented");
+        let timed = cosmos.clone().with_recorded_time(Some(at));
+        assert_eq!(timed.time(), Some(ClusterTime::new(1_714_564_800, 0)));
+        assert_eq!(timed.recorded_time(), Some(at));
+        assert_eq!(
+            timed.as_document(),
+            cosmos.as_document(),
+            "the time is never part of what goes back to the server"
+        );
+        assert_ne!(
+            timed, cosmos,
+            "a token and what is known of its time are one value"
+        );
+        // A MongoDB token's own time wins over anything recorded.
+        let mongo = token("8263E5B9D2000000022B042C0100296E5A10046B").with_recorded_time(Some(at));
+        assert!(mongo.tells_its_time());
+        assert_eq!(mongo.time(), Some(ClusterTime::new(0x63E5B9D2, 2)));
+        // A time before 1970 is no token time.
+        let before = cosmos.with_recorded_time(Utc.with_ymd_and_hms(1969, 1, 1, 0, 0, 0).single());
+        assert_eq!(before.time(), None);
     }
 
     proptest! {

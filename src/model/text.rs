@@ -25,6 +25,13 @@ pub fn escape_control(text: &str) -> String {
     out
 }
 
+/// The time recorded for a token that cannot tell its own (Azure Cosmos DB's): the
+/// document time of the change it follows, said as such so it is not read as a
+/// cluster time: "document time 2024-05-01T12:00:00.250Z".
+pub fn document_time(at: DateTime<Utc>) -> String {
+    format!("document time {}", at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+}
+
 /// The most characters a plain-text table shows of one value; longer values end in
 /// `…` (the JSON output carries them whole).
 pub const CELL_MAX_CHARS: usize = 120;

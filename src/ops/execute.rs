@@ -227,7 +227,7 @@ fn resolved(outcome: SwapOutcome, remark: Option<String>) -> Resolved {
         } => Resolved::Applied {
             before: Some(before),
             after,
-            operation_time: Some(operation_time),
+            operation_time,
             remark,
         },
         SwapOutcome::Changed { current, .. } => Resolved::Changed { current, remark },

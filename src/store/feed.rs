@@ -7,7 +7,7 @@ use std::time::Duration;
 use bson::Document;
 
 use super::{Namespace, StoreResult};
-use crate::model::{ClusterTime, OplogWindow, ResumeToken};
+use crate::model::{ClusterTime, OplogWindow, ResumeToken, StreamProfile};
 
 /// Where a stream opens: `resumeAfter`, `startAtOperationTime` (inclusive), or now.
 #[derive(Debug, Clone, PartialEq)]
@@ -40,6 +40,11 @@ pub enum OperationType {
     Update,
     Replace,
     Delete,
+    /// Azure Cosmos DB (the `cosmos` profile): an insert, an update or a replace, the
+    /// server does not say which (its events carry no `operationType`).
+    /// `full_document` is the document as it is when the change is read (`updateLookup`);
+    /// `None` if it was gone by then. Deletes are never seen there (docs/cosmos.md).
+    Upsert,
     Other(String),
 }
 
@@ -58,12 +63,17 @@ impl OperationType {
 /// One change event, as a handler sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChangeEvent {
+    /// Where to resume after this change. On Azure Cosmos DB every event of one server
+    /// batch (page) carries the same token, which resumes after the whole page.
     pub token: ResumeToken,
-    pub cluster_time: ClusterTime,
+    /// The change's place in the cluster's history; `None` on Azure Cosmos DB, whose
+    /// events carry no `clusterTime` (there is no oplog to place them in).
+    pub cluster_time: Option<ClusterTime>,
     pub operation: OperationType,
     pub ns: Namespace,
     pub document_key: Document,
-    /// The post-image (`fullDocument: updateLookup`); `None` for deletes.
+    /// The post-image (`fullDocument: updateLookup`); `None` for deletes (and for a
+    /// document deleted before its change was read).
     pub full_document: Option<Document>,
 }
 
@@ -94,6 +104,10 @@ pub enum InvalidationCause {
     ResumedFromInvalidate,
     /// An `invalidate` that no drop or rename of the watched collection preceded.
     Unknown,
+    /// Azure Cosmos DB answered the stream with NamespaceNotFound, which it sends
+    /// instead of an `invalidate` event when the watched collection was dropped or
+    /// never existed (Microsoft's change stream documentation, "Error handling").
+    Missing(Namespace),
 }
 
 impl InvalidationCause {
@@ -139,12 +153,19 @@ impl fmt::Display for InvalidationCause {
                 "the stored resume token is the invalidate notification of a closed change stream",
             ),
             Self::Unknown => f.write_str("the server closed the change stream (invalidate)"),
+            Self::Missing(ns) => write!(
+                f,
+                "{ns} does not exist (NamespaceNotFound: dropped, or never created)"
+            ),
         }
     }
 }
 
 pub trait ChangeStream: Send {
-    /// At most `batch_size` events; waits up to `max_await` for the first one.
+    /// At most `batch_size` events; waits up to `max_await` for the first one. Under
+    /// the Cosmos DB profile a batch holds whole server pages instead (every event of a
+    /// page carries the page's token, and resuming from it skips the rest of the page),
+    /// so it may hold more, and it ends only where a page does.
     /// `HistoryLost` when the stream's position has fallen off the history.
     /// `Invalidated` once the server has closed the stream for good: the changes
     /// before the drop or rename come first, in their own batch; the drop or rename
@@ -156,6 +177,13 @@ pub trait ChangeStream: Send {
 
 pub trait ChangeFeed: Send + Sync {
     type Stream: ChangeStream + 'static;
+
+    /// The kind of change streams this store offers. What a listener may ask of them
+    /// follows from it: under [`StreamProfile::CosmosDb`] there is no oplog (no oldest
+    /// entry, no window) and a stream opens at now or after a token, never at a time.
+    fn profile(&self) -> StreamProfile {
+        StreamProfile::MongoDb
+    }
 
     fn open(
         &self,

@@ -116,7 +116,7 @@ impl OperatorChange {
             sets.push(FieldSet::RenewedAt(Moment::Now));
         }
         if let ResumeChange::Set { token, at } = &self.resume {
-            sets.push(FieldSet::ResumeToken(token.clone()));
+            sets.extend(FieldSet::resume_token(token.as_ref()));
             sets.push(FieldSet::ResumeAt(*at));
             sets.push(FieldSet::Invalidated(None));
         }
@@ -160,8 +160,9 @@ pub enum SwapOutcome {
     Applied {
         before: Lease,
         after: Lease,
-        /// Cluster time of the write (the rebuild's T0).
-        operation_time: ClusterTime,
+        /// Cluster time of the write (the rebuild's T0); `None` where the server sends
+        /// none (Azure Cosmos DB).
+        operation_time: Option<ClusterTime>,
     },
     /// The lease changed since it was planned (or does not exist): nothing written.
     /// `operation_time`: the cluster time the swap was answered at, when the reply

@@ -119,7 +119,7 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
         );
         assert_eq!(
             event.token.time(),
-            Some(event.cluster_time),
+            event.cluster_time,
             "event {i}: the token decodes to the event's cluster time"
         );
     }
@@ -142,7 +142,7 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
         &deleted,
     ]
     .iter()
-    .map(|e| e.cluster_time)
+    .map(|e| e.cluster_time.unwrap())
     .collect();
     assert!(
         times.windows(2).all(|w| w[0] < w[1]),
@@ -217,7 +217,10 @@ pub async fn a_write_that_changes_nothing_is_not_a_change<H: Harness>(h: &H) {
         let written = store.fenced_upsert(&ns, &rex, &fence, doc! {"n": 1}).await;
         assert_eq!(written.unwrap(), streamward::store::WriteOutcome::Applied);
     }
-    let end = put_and_read(h, &ns, "marker", 0).await.cluster_time;
+    let end = put_and_read(h, &ns, "marker", 0)
+        .await
+        .cluster_time
+        .unwrap();
     let mut stream = store
         .open(&ns, StartPoint::At(start), options())
         .await
@@ -288,7 +291,7 @@ pub async fn opening_at_a_time_includes_it<H: Harness>(h: &H) {
         .unwrap();
     let all = read_through(&mut stream, "e3").await;
     let mut at = store
-        .open(&ns, StartPoint::At(all[1].cluster_time), options())
+        .open(&ns, StartPoint::At(all[1].cluster_time.unwrap()), options())
         .await
         .unwrap();
     let events = read_through(&mut at, "e3").await;
@@ -297,7 +300,7 @@ pub async fn opening_at_a_time_includes_it<H: Harness>(h: &H) {
         ["e2", "e3"],
         "startAtOperationTime is inclusive"
     );
-    let just_after = ClusterTime::from_u64(all[1].cluster_time.as_u64() + 1);
+    let just_after = ClusterTime::from_u64(all[1].cluster_time.unwrap().as_u64() + 1);
     let mut after = store
         .open(&ns, StartPoint::At(just_after), options())
         .await
@@ -338,10 +341,10 @@ pub async fn an_idle_stream_still_advances_its_resume_token<H: Harness>(h: &H) {
         .resume_token
         .expect("an empty batch still has a resume token");
     let first_time = first_token.time().expect("the post-batch token decodes");
-    assert!(first_time >= e1.cluster_time);
+    assert!(first_time >= e1.cluster_time.unwrap());
 
     // Elsewhere the cluster moves on; the quiet stream's token follows it.
-    let elsewhere = put_and_read(h, &busy, "b1", 1).await.cluster_time;
+    let elsewhere = put_and_read(h, &busy, "b1", 1).await.cluster_time.unwrap();
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let advanced = loop {
         let batch = stream.next_batch().await.unwrap();
@@ -401,14 +404,14 @@ pub async fn the_oplog_window_and_cluster_time_follow_writes<H: Harness>(h: &H) 
         "a history that never rolled keeps its first entry"
     );
     assert!(
-        after.last > before.last && after.last >= event.cluster_time,
+        after.last > before.last && after.last >= event.cluster_time.unwrap(),
         "the last entry advances with a write: {before:?} then {after:?}, write at {:?}",
-        event.cluster_time
+        event.cluster_time.unwrap()
     );
     assert!(
-        time_before < event.cluster_time && event.cluster_time <= time_after,
+        time_before < event.cluster_time.unwrap() && event.cluster_time.unwrap() <= time_after,
         "the cluster time passes the write: {time_before:?} < {:?} <= {time_after:?}",
-        event.cluster_time
+        event.cluster_time.unwrap()
     );
 }
 
@@ -432,7 +435,7 @@ pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_li
         .unwrap();
     let events = read_through(&mut stream, "e5").await;
     assert_eq!(events.len(), 5);
-    let t = |i: usize| events[i].cluster_time;
+    let t = |i: usize| events[i].cluster_time.unwrap();
     assert_eq!(store.count_changes(&ns, t(0), t(4), 100).await.unwrap(), 5);
     assert_eq!(
         store.count_changes(&ns, t(1), t(3), 100).await.unwrap(),

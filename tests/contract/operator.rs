@@ -165,10 +165,10 @@ pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
     let SwapOutcome::Applied {
         before,
         after,
-        operation_time,
+        operation_time: Some(operation_time),
     } = store.operator_swap(&bulk).await.unwrap()
     else {
-        panic!("the swap on the current version applies");
+        panic!("the swap on the current version applies, with its cluster time");
     };
     assert_eq!(before, lease);
     assert_eq!(after, lease_of(store, "res").await);
@@ -195,7 +195,9 @@ pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
         .unwrap();
     let events = read_through(&mut stream, "after-t0").await;
     assert!(
-        events.iter().all(|e| e.cluster_time > operation_time),
+        events
+            .iter()
+            .all(|e| e.cluster_time.unwrap() > operation_time),
         "a write made after the swap has a later cluster time than {operation_time:?}: {events:?}"
     );
 }

@@ -976,7 +976,7 @@ impl FaultyStream {
         let token = events.last().map(|e| e.token.clone());
         self.store.record(Obs::Batch {
             stream: self.id,
-            events: events.iter().map(|e| e.cluster_time).collect(),
+            events: events.iter().map(|e| e.cluster_time.unwrap()).collect(),
             duplicates,
             token: token.as_ref().and_then(|t| t.time()),
             call: Call {

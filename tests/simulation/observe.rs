@@ -124,7 +124,7 @@ impl Recorder {
                 Obs::Wrote {
                     ns: ns.clone(),
                     id,
-                    time: event.cluster_time,
+                    time: event.cluster_time.unwrap(),
                     document: event.full_document.unwrap_or_default(),
                 },
             );
@@ -200,7 +200,7 @@ impl<H: Handler> Handler for Observed<H> {
             Obs::Handled {
                 resource: fence.resource.clone(),
                 version: fence.version,
-                events: events.iter().map(|e| e.cluster_time).collect(),
+                events: events.iter().map(|e| e.cluster_time.unwrap()).collect(),
                 result: result.as_ref().map(|_| ()).map_err(|e| e.to_string()),
             },
         );

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::model::lease_field as F;
 use crate::model::{
     AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LockKind, ResumeToken,
-    WatchTarget,
+    StreamProfile, WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -195,6 +195,13 @@ pub(super) fn lease_to_document(lease: &Lease) -> Document {
     if let Some(invalidated) = &lease.invalidated {
         document.insert(F::INVALIDATED, invalidation_to_document(invalidated));
     }
+    if let Some(at) = lease
+        .resume_token
+        .as_ref()
+        .and_then(ResumeToken::recorded_time)
+    {
+        document.insert(F::TOKEN_TIME, date(at));
+    }
     document
 }
 
@@ -264,8 +271,16 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         holder: opt_string(what, document, F::HOLDER)?,
         expires_at: opt_date(what, document, F::EXPIRES_AT)?,
         version,
-        resume_token: opt_document(what, document, F::RESUME_TOKEN)?
-            .map(|t| ResumeToken::from_document(t.clone())),
+        resume_token: match opt_document(what, document, F::RESUME_TOKEN)? {
+            Some(token) => Some(
+                ResumeToken::from_document(token.clone()).with_recorded_time(opt_date(
+                    what,
+                    document,
+                    F::TOKEN_TIME,
+                )?),
+            ),
+            None => None,
+        },
         kind,
         resume_at: opt_timestamp(what, document, F::RESUME_AT)?,
         acquired_at: opt_date(what, document, F::ACQUIRED_AT)?,
@@ -421,8 +436,18 @@ fn namespace_field(
 
 /// Sorts one event of a stream on `watched`: `invalidate`, a drop or rename that closes
 /// the stream (see [`InvalidationCause::of_change`]), or a change for the handler.
-pub fn stream_event(watched: &Namespace, raw: &RawDocument) -> Result<StreamEvent, StoreError> {
+/// Under the Cosmos DB profile every event is a change: its events are projected to
+/// `_id`, `fullDocument`, `ns` and `documentKey` (a closed stream is an error there,
+/// NamespaceNotFound, not an event).
+pub fn stream_event(
+    watched: &Namespace,
+    raw: &RawDocument,
+    profile: StreamProfile,
+) -> Result<StreamEvent, StoreError> {
     const WHAT: &str = "change event";
+    if profile == StreamProfile::CosmosDb {
+        return cosmos_change_from_raw(raw).map(StreamEvent::Change);
+    }
     let operation = raw
         .get_str("operationType")
         .map_err(|e| malformed(WHAT, "operationType", e))?;
@@ -443,11 +468,57 @@ pub fn stream_event(watched: &Namespace, raw: &RawDocument) -> Result<StreamEven
     change_event_from_raw(raw).map(StreamEvent::Change)
 }
 
+/// A change event as MongoDB sends it: `_id`, `operationType` and `clusterTime` are
+/// required (see [`read_change`]).
+pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreError> {
+    let change = read_change(raw)?;
+    let cluster_time = change
+        .cluster_time
+        .ok_or_else(|| malformed(CHANGE_EVENT, "clusterTime", "missing"))?;
+    let operation = change
+        .operation
+        .ok_or_else(|| malformed(CHANGE_EVENT, "operationType", "missing"))?;
+    Ok(ChangeEvent {
+        cluster_time: Some(cluster_time),
+        operation: OperationType::parse(&operation),
+        ..change.event
+    })
+}
+
+/// A change event as Azure Cosmos DB sends it under the pipeline its change streams
+/// require: `_id` (the resume token), `fullDocument`, `ns` and `documentKey`; no
+/// `operationType` and no `clusterTime` (Microsoft's documentation: "The
+/// `operationType` and `updateDescription` properties are not yet supported in the
+/// output document"). Such a change is an [`OperationType::Upsert`] with no cluster
+/// time; should Cosmos DB ever send either field, it is read.
+pub fn cosmos_change_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreError> {
+    let change = read_change(raw)?;
+    Ok(ChangeEvent {
+        cluster_time: change.cluster_time,
+        operation: change
+            .operation
+            .as_deref()
+            .map_or(OperationType::Upsert, OperationType::parse),
+        ..change.event
+    })
+}
+
+const CHANGE_EVENT: &str = "change event";
+
+/// What [`read_change`] found: the event with `cluster_time` and `operation` still to
+/// be decided by the profile.
+struct ReadChange {
+    event: ChangeEvent,
+    cluster_time: Option<ClusterTime>,
+    operation: Option<String>,
+}
+
 /// A change event as the server sent it, read field by field from its raw bytes:
 /// only the fields a handler gets are decoded (no map is built for the event or its
-/// `ns`, and `wallTime`, `updateDescription` and the like are skipped).
-pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreError> {
-    const WHAT: &str = "change event";
+/// `ns`, and `wallTime`, `updateDescription` and the like are skipped). `_id` is
+/// required; a field of the wrong type is an error naming it.
+fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
+    const WHAT: &str = CHANGE_EVENT;
     let mut token = None;
     let mut cluster_time = None;
     let mut operation = None;
@@ -500,16 +571,18 @@ pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreErro
             _ => {}
         }
     }
-    let cluster_time = cluster_time.ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
-    let operation = operation.ok_or_else(|| malformed(WHAT, "operationType", "missing"))?;
     let token = token.ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
-    Ok(ChangeEvent {
-        token: ResumeToken::from_document(token),
+    Ok(ReadChange {
+        event: ChangeEvent {
+            token: ResumeToken::from_document(token),
+            cluster_time: None,
+            operation: OperationType::Upsert,
+            ns: ns.unwrap_or_else(|| Namespace::new("", "")),
+            document_key: document_key.unwrap_or_default(),
+            full_document,
+        },
         cluster_time,
-        operation: OperationType::parse(&operation),
-        ns: ns.unwrap_or_else(|| Namespace::new("", "")),
-        document_key: document_key.unwrap_or_default(),
-        full_document,
+        operation,
     })
 }
 
@@ -584,6 +657,35 @@ mod tests {
         let document = lease_to_document(&lease);
         assert_eq!(document.get_i64("version").unwrap(), 7);
         assert_eq!(lease_from_document(&document).unwrap(), lease);
+    }
+
+    #[test]
+    fn a_token_time_is_stored_beside_its_token_and_read_back_with_it() {
+        let at = Utc.with_ymd_and_hms(2024, 5, 1, 11, 59, 30).unwrap();
+        let mut lease = full_lease();
+        lease.resume_token = Some(
+            ResumeToken::from_document(doc! {
+                "_data": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"{}".to_vec() },
+                "_kind": 1,
+            })
+            .with_recorded_time(Some(at)),
+        );
+        let document = lease_to_document(&lease);
+        assert_eq!(document.get_datetime("tokenTime").unwrap().to_chrono(), at);
+        assert_eq!(lease_from_document(&document).unwrap(), lease);
+        // Without a token, a stored time means nothing and is not read.
+        let orphan = doc! {"_id": "r", "tokenTime": BsonDateTime::from_chrono(at)};
+        assert_eq!(lease_from_document(&orphan).unwrap().resume_token, None);
+        // The field has one type.
+        let wrong = doc! {"_id": "r", "resumeToken": {"_data": "x"}, "tokenTime": "noon"};
+        match lease_from_document(&wrong) {
+            Err(StoreError::Malformed { detail, .. }) => {
+                assert!(detail.contains("tokenTime"), "{detail}")
+            }
+            other => panic!("expected Malformed, got {other:?}"),
+        }
+        // MongoDB's tokens carry their own time: no field.
+        assert!(!lease_to_document(&full_lease()).contains_key("tokenTime"));
     }
 
     #[test]
@@ -680,25 +782,25 @@ mod tests {
         ];
         for (document, cause) in cases {
             assert_eq!(
-                stream_event(&watched, &raw(document)).unwrap(),
+                stream_event(&watched, &raw(document), StreamProfile::MongoDb).unwrap(),
                 StreamEvent::Closing { cause, at }
             );
         }
         let mut invalidate = event("invalidate", doc! {}, None);
         invalidate.remove("ns");
         assert_eq!(
-            stream_event(&watched, &raw(invalidate)).unwrap(),
+            stream_event(&watched, &raw(invalidate), StreamProfile::MongoDb).unwrap(),
             StreamEvent::Invalidate { at }
         );
         // Another collection's drop says nothing about this stream.
         let other = event("drop", doc! {"db": "shop", "coll": "pets"}, None);
         assert!(matches!(
-            stream_event(&watched, &raw(other)).unwrap(),
+            stream_event(&watched, &raw(other), StreamProfile::MongoDb).unwrap(),
             StreamEvent::Change(_)
         ));
         let no_time = doc! {"_id": {"_data": "82"}, "operationType": "invalidate"};
         assert!(matches!(
-            stream_event(&watched, &raw(no_time)),
+            stream_event(&watched, &raw(no_time), StreamProfile::MongoDb),
             Err(StoreError::Malformed { .. })
         ));
     }
@@ -752,7 +854,7 @@ mod tests {
                 token: ResumeToken::from_document(
                     doc! { "_data": "8263E5B9D2000000012B042C0100296E5A1004" }
                 ),
-                cluster_time: ClusterTime::new(0x63E5_B9D2, 1),
+                cluster_time: Some(ClusterTime::new(0x63E5_B9D2, 1)),
                 operation: OperationType::Update,
                 ns: Namespace::new("shop", "orders"),
                 document_key: doc! { "_id": "o1" },
@@ -771,6 +873,59 @@ mod tests {
         assert_eq!(parsed.full_document, None);
         assert_eq!(parsed.ns, Namespace::new("", ""));
         assert_eq!(parsed.operation, OperationType::Delete);
+    }
+
+    #[test]
+    fn a_cosmos_event_is_an_upsert_with_no_cluster_time_and_only_under_its_profile() {
+        // Shaped as Microsoft documents Cosmos DB's change events (custom-commands,
+        // "Parallelizing change streams"): `_id`, `fullDocument`, `ns`, `documentKey`.
+        let token = doc! {
+            "_data": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: b"{\"V\":2}".to_vec() },
+            "_kind": 1,
+        };
+        let event = raw(doc! {
+            "_id": token.clone(),
+            "fullDocument": { "_id": "o1", "status": "paid" },
+            "ns": { "db": "shop", "coll": "orders" },
+            "documentKey": { "_id": "o1" },
+        });
+        let watched = Namespace::new("shop", "orders");
+        let StreamEvent::Change(parsed) =
+            stream_event(&watched, &event, StreamProfile::CosmosDb).unwrap()
+        else {
+            panic!("a Cosmos DB event is a change");
+        };
+        assert_eq!(
+            parsed,
+            ChangeEvent {
+                token: ResumeToken::from_document(token),
+                cluster_time: None,
+                operation: OperationType::Upsert,
+                ns: watched.clone(),
+                document_key: doc! { "_id": "o1" },
+                full_document: Some(doc! { "_id": "o1", "status": "paid" }),
+            }
+        );
+        // MongoDB's profile stays strict: such an event is malformed there.
+        assert!(matches!(
+            stream_event(&watched, &event, StreamProfile::MongoDb),
+            Err(StoreError::Malformed { detail, .. }) if detail.contains("operationType")
+        ));
+        // The token is still required, and wrong types are still named.
+        assert!(matches!(
+            cosmos_change_from_raw(&raw(doc! { "fullDocument": {} })),
+            Err(StoreError::Malformed { detail, .. }) if detail.contains("_id")
+        ));
+        assert!(matches!(
+            cosmos_change_from_raw(&raw(doc! { "_id": {"_data": "x"}, "fullDocument": 5 })),
+            Err(StoreError::Malformed { detail, .. }) if detail.contains("fullDocument")
+        ));
+        // What Cosmos DB does send beyond the documented fields is read, not guessed.
+        let with_type = raw(doc! { "_id": {"_data": "x"}, "operationType": "insert" });
+        assert_eq!(
+            cosmos_change_from_raw(&with_type).unwrap().operation,
+            OperationType::Insert
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use mongodb::{Client, Database};
 use super::errors::{bounded, classify_with_hint, CallError};
 use super::redact::{redact_message, secret_is_malformed, ConnectionString};
 use super::version;
+use crate::model::StreamProfile;
 use crate::store::{Namespace, StoreError};
 
 /// The form a connection string must have, shown when one is rejected.
@@ -31,6 +32,11 @@ pub struct MongoSettings {
     pub server_selection_timeout: Duration,
     /// Upper bound of one driver call (client side; also the write concern `wtimeout`).
     pub operation_timeout: Duration,
+    /// Which kind of change streams the cluster offers. `None` (the default): told by
+    /// the host names, Azure Cosmos DB's request-unit accounts (`*.cosmos.azure.com`)
+    /// get [`StreamProfile::CosmosDb`] and everything else MongoDB's
+    /// ([`StreamProfile::detect`]). A configured profile wins.
+    pub profile: Option<StreamProfile>,
 }
 
 impl MongoSettings {
@@ -43,6 +49,7 @@ impl MongoSettings {
             leases: Namespace::new("streamward", "leases"),
             server_selection_timeout: Self::DEFAULT_SERVER_SELECTION_TIMEOUT,
             operation_timeout: Self::DEFAULT_OPERATION_TIMEOUT,
+            profile: None,
         }
     }
 

@@ -10,14 +10,16 @@ use mongodb::options::FullDocumentType;
 use mongodb::Client;
 
 use super::codec::{required_timestamp, stream_event, StreamEvent};
+use super::cosmos;
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
 use crate::model::{
-    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, ShardWindows, Topology,
+    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, ShardWindows, StreamProfile,
+    Topology,
 };
 use crate::store::{
-    ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, StoreError,
-    StoreResult,
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
+    StoreError, StoreResult,
 };
 
 const OPLOG_HINT: &str =
@@ -77,7 +79,17 @@ fn store_token(token: &mongodb::change_stream::event::ResumeToken) -> StoreResul
     }
 }
 
+/// Why there is no window on Azure Cosmos DB.
+const NO_OPLOG: &str = "Azure Cosmos DB keeps no oplog";
+
 impl MongoStore {
+    /// Azure Cosmos DB (by the configured profile or the host names): there is no
+    /// oplog to read, and nothing is sent to try.
+    fn keeps_no_oplog(&self) -> bool {
+        self.profile == StreamProfile::CosmosDb
+            || Deployment::detect(None, None, &self.hosts) == Deployment::CosmosDb
+    }
+
     /// What this connection reaches (`hello` and the host names) and whether its oplog
     /// can be read; the window too when it can. The oplog is read only on a replica set:
     /// through mongos, on Cosmos DB or on a standalone server there is none to read.
@@ -89,11 +101,15 @@ impl MongoStore {
         })
         .await
         .map_err(|e| e.into_store(action))?;
-        let deployment = Deployment::detect(
-            hello.get_str("msg").ok(),
-            hello.get_str("setName").ok(),
-            &self.hosts,
-        );
+        let deployment = if self.keeps_no_oplog() {
+            Deployment::CosmosDb
+        } else {
+            Deployment::detect(
+                hello.get_str("msg").ok(),
+                hello.get_str("setName").ok(),
+                &self.hosts,
+            )
+        };
         let mut shards = Vec::new();
         let (oplog, window) = match &deployment {
             Deployment::ReplicaSet { .. } => match self.oplog_window().await {
@@ -268,6 +284,9 @@ impl MongoStore {
     /// [`MongoStore::count_oplog_on`] on this replica set, or summed over the shards
     /// through a router (each shard counted up to `limit`, the sum capped at it).
     async fn count_oplog(&self, filter: Document, limit: u64, action: &str) -> StoreResult<u64> {
+        if self.keeps_no_oplog() {
+            return Err(StoreError::OplogUnknown(NO_OPLOG.into()));
+        }
         if !self.router {
             return self
                 .count_oplog_on(&self.client, filter, limit, action)
@@ -333,6 +352,13 @@ impl MongoStore {
 impl ChangeFeed for MongoStore {
     type Stream = MongoChangeStream;
 
+    fn profile(&self) -> StreamProfile {
+        self.profile
+    }
+
+    /// Under the Cosmos DB profile the stream has the pipeline Cosmos DB requires
+    /// ([`cosmos::change_stream_pipeline`]) and opens after a token or at now: a start
+    /// at a time is refused here (`InvalidArgument`), never sent.
     async fn open(
         &self,
         ns: &Namespace,
@@ -341,6 +367,19 @@ impl ChangeFeed for MongoStore {
     ) -> StoreResult<MongoChangeStream> {
         let action = format!("open a change stream on {ns}");
         let collection = self.collection(ns);
+        let pipeline = match self.profile {
+            StreamProfile::MongoDb => Vec::new(),
+            StreamProfile::CosmosDb => {
+                if let StartPoint::At(at) = &start {
+                    return Err(cosmos::no_start_at_time(ns, *at));
+                }
+                cosmos::change_stream_pipeline(None)
+            }
+        };
+        let started_after = match &start {
+            StartPoint::After(token) => Some(token.as_document().clone()),
+            _ => None,
+        };
         let resume_after = match &start {
             StartPoint::After(token) => Some(driver_token(token)?),
             _ => None,
@@ -356,6 +395,7 @@ impl ChangeFeed for MongoStore {
         let opened = bounded(self.timeout() + options.max_await, &action, async {
             let mut watch = collection
                 .watch()
+                .pipeline(pipeline)
                 .full_document(FullDocumentType::UpdateLookup)
                 .batch_size(options.batch_size.max(1))
                 .max_await_time(options.max_await)
@@ -366,13 +406,21 @@ impl ChangeFeed for MongoStore {
             watch.await
         })
         .await
-        .map_err(|e| match e.into_store_hinted(&action, STREAM_HINT) {
-            // 260 after an invalidate notification: the token says when.
-            StoreError::Invalidated { cause, at: None } => StoreError::Invalidated {
-                cause,
-                at: resume_time,
-            },
-            other => other,
+        .map_err(|e| {
+            let error = e.into_store_hinted(&action, STREAM_HINT);
+            match (self.profile, error) {
+                // No cluster time says when a Cosmos DB collection went away (a time
+                // recorded beside the token is a document's, not the drop's).
+                (StreamProfile::CosmosDb, error) => cosmos::stream_error(error, ns),
+                // 260 after an invalidate notification: the token says when.
+                (StreamProfile::MongoDb, StoreError::Invalidated { cause, at: None }) => {
+                    StoreError::Invalidated {
+                        cause,
+                        at: resume_time,
+                    }
+                }
+                (StreamProfile::MongoDb, other) => other,
+            }
         })?;
         Ok(MongoChangeStream {
             stream: opened.with_type::<RawDocumentBuf>(),
@@ -381,6 +429,9 @@ impl ChangeFeed for MongoStore {
             action: format!("read the change stream on {ns}"),
             read_bound: self.timeout() + options.max_await,
             ended: None,
+            profile: self.profile,
+            pending: None,
+            last_token: started_after,
         })
     }
 
@@ -388,6 +439,9 @@ impl ChangeFeed for MongoStore {
     /// holds ([`ShardWindows::covered`]), or `OplogUnknown` naming the shard that could
     /// not be read.
     async fn oplog_window(&self) -> StoreResult<OplogWindow> {
+        if self.keeps_no_oplog() {
+            return Err(StoreError::OplogUnknown(NO_OPLOG.into()));
+        }
         if !self.router {
             return self.oplog_window_on(&self.client).await;
         }
@@ -456,6 +510,13 @@ pub struct MongoChangeStream {
     action: String,
     /// Why the stream ended for good, once it has: every later read answers this.
     ended: Option<StoreError>,
+    profile: StreamProfile,
+    /// Cosmos DB: the first event of the next page, read to learn that the page before
+    /// it had ended; the next batch starts with it.
+    pending: Option<ChangeEvent>,
+    /// Cosmos DB: the last token this stream handed out (or started after). An empty
+    /// read's token is progress only when it is another one.
+    last_token: Option<Document>,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -478,6 +539,9 @@ impl ChangeStream for MongoChangeStream {
     /// first. A dead cursor answers `None` at once to every read, so the end is
     /// remembered and returned at once from then on, never read again.
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        if self.profile == StreamProfile::CosmosDb {
+            return self.next_pages().await;
+        }
         if let Some(ended) = &self.ended {
             return Err(ended.clone());
         }
@@ -518,7 +582,7 @@ impl ChangeStream for MongoChangeStream {
                 });
                 break;
             };
-            match stream_event(&self.ns, &document)? {
+            match stream_event(&self.ns, &document, self.profile)? {
                 StreamEvent::Change(event) => {
                     // Only the invalidate closes a stream: a change after a drop or
                     // rename means that one did not.
@@ -554,5 +618,75 @@ impl ChangeStream for MongoChangeStream {
             }
         }
         Ok(batch)
+    }
+}
+
+impl MongoChangeStream {
+    /// A batch under the Cosmos DB profile: whole pages. Every event of one Cosmos DB
+    /// page carries the same resume token, a continuation that resumes after the whole
+    /// page (Microsoft's documentation of `GetChangeStreamTokens`: "Each document
+    /// returned includes a resume token (they're all the same for each page)"). A
+    /// batch that ended inside a page would commit a token that skips the rest of it
+    /// on a restart, so a batch takes at least `batch_size` events and then goes on to
+    /// the end of the last event's page: until an event with another token (kept for
+    /// the next batch) or an empty read. With no events, the batch's token is the
+    /// driver's only if it is another one than the last handed out (a post-batch token,
+    /// should Cosmos DB send one); the same token again is no progress.
+    async fn next_pages(&mut self) -> StoreResult<ChangeBatch> {
+        if let Some(ended) = &self.ended {
+            return Err(ended.clone());
+        }
+        let mut events: Vec<ChangeEvent> = self.pending.take().into_iter().collect();
+        loop {
+            let next = next_within(&mut self.stream, self.read_bound, &self.action)
+                .await
+                .map_err(|e| {
+                    cosmos::stream_error(e.into_store_hinted(&self.action, STREAM_HINT), &self.ns)
+                })?;
+            let Some(document) = next else {
+                if !self.stream.is_alive() {
+                    let ended = StoreError::Network(format!(
+                        "{}: the server closed the change stream",
+                        self.action
+                    ));
+                    self.ended = Some(ended.clone());
+                    if events.is_empty() {
+                        return Err(ended);
+                    }
+                }
+                break;
+            };
+            let event = match stream_event(&self.ns, &document, self.profile)? {
+                StreamEvent::Change(event) => event,
+                // Not produced under this profile (its events are all changes); a
+                // stream that ends does so with NamespaceNotFound.
+                StreamEvent::Closing { .. } | StreamEvent::Invalidate { .. } => continue,
+            };
+            let same_page = events
+                .last()
+                .is_some_and(|last| last.token.as_document() == event.token.as_document());
+            if !same_page && events.len() >= self.batch_size {
+                self.pending = Some(event);
+                break;
+            }
+            events.push(event);
+        }
+        let resume_token = match events.last() {
+            Some(last) => Some(last.token.clone()),
+            None => self
+                .stream
+                .resume_token()
+                .as_ref()
+                .map(store_token)
+                .transpose()?
+                .filter(|token| self.last_token.as_ref() != Some(token.as_document())),
+        };
+        if let Some(token) = &resume_token {
+            self.last_token = Some(token.as_document().clone());
+        }
+        Ok(ChangeBatch {
+            events,
+            resume_token,
+        })
     }
 }

@@ -51,6 +51,8 @@ fn value(set: &FieldSet) -> Bson {
                 .map(|t| Bson::Document(t.as_document().clone()))
                 .unwrap_or(Bson::Null),
         ),
+        FieldSet::TokenTime(Some(at)) => literal(super::codec::date(*at)),
+        FieldSet::TokenTime(None) => "$$REMOVE".into(),
         FieldSet::ResumeAt(at) => {
             literal(at.map(|t| Bson::Timestamp(t.into())).unwrap_or(Bson::Null))
         }
@@ -242,8 +244,21 @@ mod tests {
             token: None,
             at: Some(ClusterTime::new(1_700_000_000, 1)),
         };
+        // Shaped as Microsoft documents Cosmos DB's tokens; its time recorded beside it.
+        let cosmos_token = ResumeToken::from_document(doc! {
+            "_data": bson::Binary {
+                subtype: bson::spec::BinarySubtype::Generic,
+                bytes: b"{\"V\":2,\"Rid\":\"PxUaALn0SKE=\"}".to_vec(),
+            },
+            "_kind": 1,
+        })
+        .with_recorded_time(chrono::DateTime::from_timestamp_millis(1_700_000_000_250));
         let filtered = [
             ("commit", tenure.commit(&token, Duration::from_secs(30))),
+            (
+                "commit (an Azure Cosmos DB token, its time recorded)",
+                tenure.commit(&cosmos_token, Duration::from_secs(30)),
+            ),
             ("renew", tenure.renew(Duration::from_secs(30))),
             ("release", tenure.release()),
             (

@@ -14,7 +14,7 @@ use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, Call
 use super::lease_write::{render_alternatives, render_filtered};
 use super::MongoStore;
 use crate::model::lease_field as field;
-use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite};
+use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite, StreamProfile};
 use crate::store::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing,
     Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome, Tenure,
@@ -85,13 +85,15 @@ impl MongoStore {
             });
         };
         let before = lease_from_document(&before)?;
-        let operation_time = session
-            .operation_time()
-            .map(ClusterTime::from)
-            .ok_or_else(|| StoreError::Malformed {
+        // A replica set or a router always sends it; Azure Cosmos DB may not, and the
+        // write is applied all the same.
+        let operation_time = session.operation_time().map(ClusterTime::from);
+        if operation_time.is_none() && self.profile != StreamProfile::CosmosDb {
+            return Err(StoreError::Malformed {
                 what: "findAndModify reply".into(),
-                detail: "no operationTime (is this a replica set?)".into(),
-            })?;
+                detail: "no operationTime (is this a replica set?); the swap was applied".into(),
+            });
+        }
         // The read is causally after the write (same session), but a standby may have
         // taken a released lease in between: only a document still at our version is
         // what this write left. Otherwise it is the old one with the change applied at
@@ -111,7 +113,9 @@ impl MongoStore {
             Some(after) => lease_from_document(&after)?,
             None => change.applied_to(
                 &before,
-                operation_time.to_datetime().unwrap_or_else(Utc::now),
+                operation_time
+                    .and_then(|t| t.to_datetime())
+                    .unwrap_or_else(Utc::now),
             ),
         };
         Ok(SwapOutcome::Applied {
@@ -240,11 +244,21 @@ impl LeaseStore for MongoStore {
 
     async fn watch(&self, scope: LeaseScope) -> StoreResult<MongoLeaseWatch> {
         let action = "watch the lease collection";
-        let pipeline = match &scope {
-            LeaseScope::One(resource) => {
+        let pipeline = match (self.profile, &scope) {
+            (StreamProfile::MongoDb, LeaseScope::One(resource)) => {
                 vec![doc! { "$match": { format!("documentKey.{}", field::RESOURCE): resource } }]
             }
-            LeaseScope::All => vec![],
+            (StreamProfile::MongoDb, LeaseScope::All) => vec![],
+            // The pipeline Cosmos DB requires; one lease is matched on its full document,
+            // as Microsoft's example for a single shard key matches `fullDocument.a`.
+            (StreamProfile::CosmosDb, LeaseScope::One(resource)) => {
+                super::cosmos::change_stream_pipeline(Some(
+                    doc! { format!("fullDocument.{}", field::RESOURCE): resource },
+                ))
+            }
+            (StreamProfile::CosmosDb, LeaseScope::All) => {
+                super::cosmos::change_stream_pipeline(None)
+            }
         };
         let leases = self.leases();
         let stream = bounded(self.timeout(), action, async {

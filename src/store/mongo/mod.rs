@@ -11,6 +11,7 @@
 mod audit;
 mod codec;
 mod connect;
+mod cosmos;
 mod documents;
 mod errors;
 mod feed;
@@ -32,6 +33,7 @@ pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
 pub use redact::{redact_message, redact_uri, ConnectionString};
 
+use crate::model::StreamProfile;
 use crate::store::{Namespace, StoreError};
 
 /// How much longer than the write concern's `wtimeout` the client waits for a majority
@@ -51,6 +53,8 @@ pub struct MongoStore {
     /// Connected to a mongos router: the oplog is read on each shard.
     router: bool,
     shard_clients: Arc<shards::ShardClients>,
+    /// The configured profile, else the one the host names tell.
+    profile: StreamProfile,
 }
 
 impl MongoStore {
@@ -76,6 +80,15 @@ impl MongoStore {
             .iter()
             .map(ToString::to_string)
             .collect();
+        let detected = StreamProfile::detect(&hosts);
+        let profile = settings.profile.unwrap_or(detected);
+        if profile != detected {
+            tracing::warn!(
+                configured = %profile,
+                by_host_names = %detected,
+                "the configured stream profile differs from the one the host names tell; the configured one is used"
+            );
+        }
         Ok(MongoStore {
             client: opened.client,
             settings: Arc::new(settings),
@@ -83,7 +96,13 @@ impl MongoStore {
             client_options: Arc::new(opened.options),
             router: opened.router,
             shard_clients: Arc::default(),
+            profile,
         })
+    }
+
+    /// Which kind of change streams this store opens (see [`MongoSettings::profile`]).
+    pub fn profile(&self) -> StreamProfile {
+        self.profile
     }
 
     pub fn client(&self) -> &Client {

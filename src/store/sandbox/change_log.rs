@@ -12,6 +12,8 @@ use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType};
 #[derive(Debug, Clone)]
 pub struct LogEntry {
     pub seq: u64,
+    /// The entry's cluster time (its event's `cluster_time`, which is always set here).
+    pub time: ClusterTime,
     pub event: Arc<ChangeEvent>,
     /// Its share of the byte budget.
     bytes: usize,
@@ -116,15 +118,22 @@ impl ChangeLog {
         self.dropped_through.is_some()
     }
 
-    /// Appends an event whose `cluster_time` came from `next_time`.
-    pub fn append(&mut self, event: ChangeEvent) -> u64 {
-        self.append_entry(event, None)
+    /// Appends an event at `time`, which came from `next_time` (it becomes the event's
+    /// `cluster_time`).
+    pub fn append(&mut self, time: ClusterTime, event: ChangeEvent) -> u64 {
+        self.append_entry(time, event, None)
     }
 
-    /// Appends an event, with the new name when it is a rename.
-    pub fn append_entry(&mut self, event: ChangeEvent, to: Option<Namespace>) -> u64 {
-        debug_assert!(event.cluster_time > self.last_time);
-        self.last_time = event.cluster_time;
+    /// Appends an event at `time`, with the new name when it is a rename.
+    pub fn append_entry(
+        &mut self,
+        time: ClusterTime,
+        mut event: ChangeEvent,
+        to: Option<Namespace>,
+    ) -> u64 {
+        debug_assert!(time > self.last_time);
+        event.cluster_time = Some(time);
+        self.last_time = time;
         let seq = self.next_seq;
         self.next_seq += 1;
         // Measured only under a budget: serializing every document costs.
@@ -136,6 +145,7 @@ impl ChangeLog {
         self.bytes += bytes;
         self.entries.push_back(LogEntry {
             seq,
+            time,
             event: Arc::new(event),
             to,
             bytes,
@@ -146,7 +156,7 @@ impl ChangeLog {
         {
             if let Some(dropped) = self.entries.pop_front() {
                 self.bytes -= dropped.bytes;
-                self.dropped_through = Some(dropped.event.cluster_time);
+                self.dropped_through = Some(dropped.time);
             }
         }
         seq
@@ -155,9 +165,7 @@ impl ChangeLog {
     /// First and last entry; an empty log spans only its last time.
     pub fn window(&self) -> OplogWindow {
         match (self.entries.front(), self.entries.back()) {
-            (Some(first), Some(last)) => {
-                OplogWindow::new(first.event.cluster_time, last.event.cluster_time)
-            }
+            (Some(first), Some(last)) => OplogWindow::new(first.time, last.time),
             _ => OplogWindow::new(self.last_time, self.last_time),
         }
     }
@@ -167,7 +175,7 @@ impl ChangeLog {
     /// token whose own entry fell off is lost, even if nothing after it did); a log
     /// that never rolled over loses nothing, however early the point.
     pub fn check_resumable(&self, time: ClusterTime) -> Result<(), HistoryLost> {
-        let first = self.entries.front().map(|e| e.event.cluster_time);
+        let first = self.entries.front().map(|e| e.time);
         match (self.dropped_through, first) {
             (Some(_), Some(first)) if first > time => Err(HistoryLost),
             (Some(dropped), None) if dropped >= time => Err(HistoryLost),
@@ -186,19 +194,13 @@ impl ChangeLog {
     /// The sequence number a reader resuming after `time` reads next.
     pub fn position_after(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
         self.check_resumable(time)?;
-        Ok(self.first_seq()
-            + self
-                .entries
-                .partition_point(|e| e.event.cluster_time <= time) as u64)
+        Ok(self.first_seq() + self.entries.partition_point(|e| e.time <= time) as u64)
     }
 
     /// The sequence number a reader starting at `time` (inclusive) reads next.
     pub fn position_at(&self, time: ClusterTime) -> Result<u64, HistoryLost> {
         self.check_resumable(time)?;
-        Ok(self.first_seq()
-            + self
-                .entries
-                .partition_point(|e| e.event.cluster_time < time) as u64)
+        Ok(self.first_seq() + self.entries.partition_point(|e| e.time < time) as u64)
     }
 
     /// The position after everything written so far.
@@ -245,12 +247,10 @@ impl ChangeLog {
         to: ClusterTime,
         limit: u64,
     ) -> u64 {
-        let start = self
-            .entries
-            .partition_point(|e| e.event.cluster_time < from);
+        let start = self.entries.partition_point(|e| e.time < from);
         let mut counted = 0;
         for entry in self.entries.range(start..) {
-            if counted >= limit || entry.event.cluster_time > to {
+            if counted >= limit || entry.time > to {
                 break;
             }
             if entry.event.ns == *ns && !entry.is_command() {
@@ -276,7 +276,7 @@ mod tests {
     fn event(time: ClusterTime) -> ChangeEvent {
         ChangeEvent {
             token: ResumeToken::encode(time, TokenKind::Event, 0),
-            cluster_time: time,
+            cluster_time: Some(time),
             operation: OperationType::Insert,
             ns: Namespace::new("db", "c"),
             document_key: doc! {"_id": 1},
@@ -288,7 +288,7 @@ mod tests {
         let mut log = ChangeLog::new(capacity);
         for _ in 0..count {
             let time = log.next_time(100);
-            log.append(event(time));
+            log.append(time, event(time));
         }
         log
     }
@@ -297,10 +297,10 @@ mod tests {
     fn times_strictly_increase_even_when_the_wall_clock_does_not() {
         let mut log = ChangeLog::new(10);
         let a = log.next_time(100);
-        log.append(event(a));
+        log.append(a, event(a));
         let b = log.next_time(99);
         assert!(b > a);
-        log.append(event(b));
+        log.append(b, event(b));
         assert_eq!(log.next_time(101), ClusterTime::new(101, 1));
     }
 
@@ -354,11 +354,12 @@ mod tests {
     #[test]
     fn counts_are_bounded_by_range_namespace_and_limit() {
         let mut log = filled(100, 10);
+        let at = log.next_time(100);
         let other = ChangeEvent {
             ns: Namespace::new("db", "other"),
-            ..event(log.next_time(100))
+            ..event(at)
         };
-        log.append(other);
+        log.append(at, other);
         let ns = Namespace::new("db", "c");
         let all = log.count_between(
             &ns,
@@ -391,7 +392,7 @@ mod tests {
             .read_from(
                 1,
                 2,
-                |e| match e.event.cluster_time.inc % 2 {
+                |e| match e.time.inc % 2 {
                     0 => Scan::Keep,
                     _ => Scan::Skip,
                 },
@@ -427,7 +428,7 @@ mod tests {
         for secs in 1..=5 {
             let mut event = event(ClusterTime::new(secs, 1));
             event.full_document = Some(big.clone());
-            log.append(event);
+            log.append(ClusterTime::new(secs, 1), event);
         }
         // Three 10 kB documents fit in 35 kB with their overhead, four do not.
         assert_eq!(log.window().first, ClusterTime::new(3, 1));
@@ -439,7 +440,7 @@ mod tests {
         // One entry larger than the whole budget still stays, as the newest.
         let mut huge = event(ClusterTime::new(6, 1));
         huge.full_document = Some(doc! {"blob": "x".repeat(50_000)});
-        log.append(huge);
+        log.append(ClusterTime::new(6, 1), huge);
         assert_eq!(log.window().first, ClusterTime::new(6, 1));
     }
 }

@@ -141,7 +141,7 @@ impl SandboxStream {
             limit,
             |entry| {
                 if let Some(cause) = entry.closes(ns) {
-                    closed = Some((cause, entry.event.cluster_time));
+                    closed = Some((cause, entry.time));
                     Scan::Stop
                 } else if entry.event.ns == *ns && !entry.is_command() {
                     Scan::Keep
@@ -196,7 +196,8 @@ impl SandboxStream {
         }
         let resume_token = match events.last() {
             Some(last) => {
-                self.resume_time = Some(last.cluster_time);
+                // Every sandbox event has its cluster time (the log gave it one).
+                self.resume_time = last.cluster_time.or(self.resume_time);
                 Some(last.token.clone())
             }
             None => {

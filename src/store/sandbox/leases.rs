@@ -296,7 +296,7 @@ impl SandboxStore {
         SwapOutcome::Applied {
             before,
             after: after_lease,
-            operation_time,
+            operation_time: Some(operation_time),
         }
     }
 }

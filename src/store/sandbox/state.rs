@@ -77,14 +77,17 @@ impl State {
             OperationType::Update => None,
             _ => document,
         };
-        self.log.append(ChangeEvent {
-            token: ResumeToken::encode(time, TokenKind::Event, seq),
-            cluster_time: time,
-            operation,
-            ns: ns.clone(),
-            document_key: bson::doc! {"_id": id.clone()},
-            full_document,
-        });
+        self.log.append(
+            time,
+            ChangeEvent {
+                token: ResumeToken::encode(time, TokenKind::Event, seq),
+                cluster_time: Some(time),
+                operation,
+                ns: ns.clone(),
+                document_key: bson::doc! {"_id": id.clone()},
+                full_document,
+            },
+        );
     }
 
     /// Logs a command on a collection (`drop`, `rename` with its `to`) or a database
@@ -101,9 +104,10 @@ impl State {
         let time = self.log.next_time(wall_secs);
         let seq = self.log.end();
         self.log.append_entry(
+            time,
             ChangeEvent {
                 token: ResumeToken::encode(time, TokenKind::Event, seq),
-                cluster_time: time,
+                cluster_time: Some(time),
                 operation: OperationType::Other(operation.to_string()),
                 ns,
                 document_key: Document::new(),

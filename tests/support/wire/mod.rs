@@ -5,6 +5,7 @@
 // Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
+pub mod cosmos;
 mod protocol;
 
 use std::collections::{HashMap, VecDeque};
@@ -94,6 +95,8 @@ struct State {
     mongos: std::sync::atomic::AtomicBool,
     /// A real server every unscripted command is forwarded to.
     upstream: Mutex<Option<String>>,
+    /// Reshapes every reply, the handshake's too, after `decorate` (cosmos.rs).
+    reply_shape: Mutex<Option<fn(&mut Document)>>,
 }
 
 /// A running black-pipe server on 127.0.0.1.
@@ -131,6 +134,7 @@ impl WireServer {
             max_wire_version: AtomicI32::new(21),
             mongos: std::sync::atomic::AtomicBool::new(false),
             upstream: Mutex::new(None),
+            reply_shape: Mutex::new(None),
         });
         let accept_state = state.clone();
         let task = tokio::spawn(async move {
@@ -485,6 +489,9 @@ fn decorate(state: &State, mut body: Document) -> Document {
                 },
             },
         );
+    }
+    if let Some(shape) = *state.reply_shape.lock().unwrap() {
+        shape(&mut body);
     }
     body
 }
