@@ -647,7 +647,13 @@ async fn leases_oplog_and_a_takeover_work_on_cosmos_with_the_limits_stated() {
     .await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let config_file = dir.path().join("streamward.toml");
-    std::fs::write(&config_file, "profile = \"cosmos\"\n").expect("write the config");
+    std::fs::write(
+        &config_file,
+        "profile = \"cosmos\"\n\n[rebuilds.order-rollup]\nresource = \"shop.orders\"\n\
+         db = \"shop\"\ncollection = \"orders\"\n\
+         pipeline = '[{\"$merge\": {\"into\": \"order_counts\"}}]'\n",
+    )
+    .expect("write the config");
     let uri = server.cosmos_uri();
     let run = |args: &[&str]| {
         let mut cmd = assert_cmd::Command::cargo_bin("streamward").expect("binary");
@@ -711,5 +717,16 @@ async fn leases_oplog_and_a_takeover_work_on_cosmos_with_the_limits_stated() {
     assert!(text(&out).contains("applied: takeover"), "{}", text(&out));
     let lease = store.get(RESOURCE).await.unwrap().unwrap();
     assert_eq!(lease.holder, None, "released to any standby");
+
+    // A rebuild cannot hand its listeners a time to replay from: refused, nothing written.
+    let writes_before = server.commands("findAndModify").len();
+    let out = run(&["rebuild", "order-rollup", "--execute"]).await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        text(&out).contains("Azure Cosmos DB has no cluster time"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(server.commands("findAndModify").len(), writes_before);
     listener.stop().await;
 }

@@ -29,6 +29,8 @@ pub enum RefusalKind {
     ConflictingOptions,
     /// The oplog window cannot be read, so the target cannot be checked.
     NoOplogAccess,
+    /// The deployment cannot do this action at all (a rebuild on Azure Cosmos DB).
+    NotOnThisDeployment,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +40,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub(crate) fn new(kind: RefusalKind, reason: impl Into<String>) -> Self {
+    pub fn new(kind: RefusalKind, reason: impl Into<String>) -> Self {
         Self {
             kind,
             reason: reason.into(),
