@@ -9,10 +9,9 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use http_body_util::{BodyExt, Empty};
-use hyper::body::Bytes;
 use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState, NoopHandler};
 use streamward::store::LeaseStore;
+use support::http::get;
 use support::live::live;
 
 /// The exporter binary, killed when dropped.
@@ -57,31 +56,6 @@ fn start_exporter(uri: &str, leases: &str) -> (Exporter, String) {
         .unwrap_or_else(|| panic!("no address in {first:?}"))
         .to_string();
     (Exporter(child), address)
-}
-
-/// `GET path` on `address`: the status and the body.
-async fn get(address: &str, path: &str) -> (u16, String) {
-    let stream = tokio::net::TcpStream::connect(address)
-        .await
-        .expect("connect to the exporter");
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .expect("HTTP handshake");
-    tokio::spawn(connection);
-    let request = hyper::Request::get(path)
-        .header("host", address)
-        .body(Empty::<Bytes>::new())
-        .expect("request");
-    let response = sender.send_request(request).await.expect("response");
-    let status = response.status().as_u16();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 /// `promtool check metrics` on `text`; `None` when promtool is not installed and this

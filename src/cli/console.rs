@@ -51,6 +51,9 @@ pub struct ConsoleArgs {
     /// of demo and shop, e.g. to run it on a shared cluster without touching those.
     #[arg(long, requires = "run", value_name = "DB", value_parser = parse_database)]
     pub demo_db: Option<String>,
+    /// With --run: serve the in-process listeners' metrics at http://HOST:PORT/metrics.
+    #[arg(long, requires = "run", value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -91,11 +94,17 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
         Some(db) => DemoNamespaces::in_database(db),
         None => DemoNamespaces::default(),
     };
+    // Kept to the end: dropping it stops the endpoint.
+    let served = super::exporter::serve_engine_metrics(&super::settings::MetricsArgs {
+        metrics: args.metrics.clone(),
+    })
+    .await?;
     let demo = args.run.then(|| {
         DemoRuntime::start_on(
             store.clone(),
             &DemoConfig {
                 namespaces: namespaces.clone(),
+                metrics: served.as_ref().map(|(metrics, _)| metrics.clone()),
                 ..DemoConfig::default()
             },
         )

@@ -52,6 +52,8 @@ pub struct DemoArgs {
     pub actor: ActorArgs,
     #[command(flatten)]
     pub config: ConfigArgs,
+    #[command(flatten)]
+    pub metrics: super::settings::MetricsArgs,
     /// Not offered: accepted only to say that the demo takes no cluster.
     #[arg(long, hide = true)]
     pub uri: Option<String>,
@@ -88,7 +90,10 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 }
 
 pub async fn run(args: DemoArgs, settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
-    let config = args.config()?;
+    let mut config = args.config()?;
+    // Kept to the end: dropping it stops the endpoint.
+    let served = super::exporter::serve_engine_metrics(&args.metrics).await?;
+    config.metrics = served.as_ref().map(|(metrics, _)| metrics.clone());
     if args.plain {
         return plain(args, &config, settings, out).await;
     }

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use super::cluster::{connect, Snapshot};
 use super::output::say;
 use super::settings::{ClusterArgs, ConfigArgs, Settings};
-use crate::metrics::{serve::serve, ClusterMetrics, ClusterSample};
+use crate::metrics::serve::{serve, MetricsServer};
+use crate::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
 use crate::model::ClusterTime;
 use crate::store::mongo::MongoStore;
 
@@ -34,6 +35,30 @@ pub struct ExporterArgs {
     pub cluster: ClusterArgs,
     #[command(flatten)]
     pub config: ConfigArgs,
+}
+
+/// With `--metrics ADDR`: the engine's series, served at ADDR until the returned
+/// server is dropped; the address is said on stderr and in the log.
+pub async fn serve_engine_metrics(
+    args: &super::settings::MetricsArgs,
+) -> anyhow::Result<Option<(EngineMetrics, MetricsServer)>> {
+    let Some(address) = &args.metrics else {
+        return Ok(None);
+    };
+    let metrics = EngineMetrics::new().context("making the metrics")?;
+    let server = serve(
+        address,
+        vec![metrics.registry().clone()],
+        CancellationToken::new(),
+    )
+    .await
+    .map_err(|e| anyhow::Error::new(super::exit::UsageError(e.to_string())))?;
+    tracing::info!(address = %server.address(), "serving the listeners' metrics");
+    say(format_args!(
+        "serving the listeners' metrics at http://{}/metrics",
+        server.address()
+    ));
+    Ok(Some((metrics, server)))
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {

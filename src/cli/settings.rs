@@ -58,6 +58,15 @@ pub struct ActorArgs {
     pub operator: Option<String>,
 }
 
+/// `--metrics`: the commands that run listeners in this process.
+#[derive(Debug, Clone, Args, Default)]
+pub struct MetricsArgs {
+    /// Serve the in-process listeners' metrics at http://HOST:PORT/metrics
+    /// (docs/metrics.md), e.g. 127.0.0.1:9717.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
+}
+
 /// `--config`: every command that reads settings.
 #[derive(Debug, Clone, Args, Default)]
 pub struct ConfigArgs {

@@ -11,6 +11,7 @@ use super::pets::{PetAggregates, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
 use super::{DemoNamespaces, DemoStore};
 use crate::engine::{ListenerConfig, ListenerHandle};
+use crate::metrics::EngineMetrics;
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use crate::store::StoreResult;
 
@@ -28,6 +29,8 @@ pub struct DemoConfig {
     pub mailer_delay: Option<Duration>,
     /// Where the animals, orders and derived collections live.
     pub namespaces: DemoNamespaces,
+    /// The listeners record their series here (`--metrics ADDR`).
+    pub metrics: Option<EngineMetrics>,
 }
 
 impl Default for DemoConfig {
@@ -41,7 +44,21 @@ impl Default for DemoConfig {
             batch_size: 1,
             mailer_delay: None,
             namespaces: DemoNamespaces::default(),
+            metrics: None,
         }
+    }
+}
+
+/// A listener of the demo, recording into `metrics` when there are any.
+fn spawn_listener<S: DemoStore, H: crate::engine::Handler>(
+    metrics: Option<&EngineMetrics>,
+    store: S,
+    config: ListenerConfig,
+    handler: H,
+) -> ListenerHandle {
+    match metrics {
+        Some(metrics) => ListenerHandle::spawn_with_metrics(store, config, handler, metrics),
+        None => ListenerHandle::spawn(store, config, handler),
     }
 }
 
@@ -146,7 +163,8 @@ impl<S: DemoStore> DemoRuntime<S> {
         let mut listeners = Vec::new();
         for n in 1..=config.listeners_per_resource {
             let id = format!("{host}/{}-{n}", std::process::id());
-            listeners.push(ListenerHandle::spawn(
+            listeners.push(spawn_listener(
+                config.metrics.as_ref(),
                 store.clone(),
                 listener_config(
                     config,
@@ -156,7 +174,8 @@ impl<S: DemoStore> DemoRuntime<S> {
                 ),
                 PetAggregates::writing_to(store.clone(), ns.aggregates.clone()),
             ));
-            listeners.push(ListenerHandle::spawn(
+            listeners.push(spawn_listener(
+                config.metrics.as_ref(),
                 store.clone(),
                 listener_config(
                     config,
@@ -167,7 +186,8 @@ impl<S: DemoStore> DemoRuntime<S> {
                 OrderOutbox::writing_to(store.clone(), ns.outbox.clone()),
             ));
             if let Some(delay) = config.mailer_delay {
-                listeners.push(ListenerHandle::spawn(
+                listeners.push(spawn_listener(
+                    config.metrics.as_ref(),
                     store.clone(),
                     listener_config(
                         config,

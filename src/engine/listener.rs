@@ -14,6 +14,7 @@ use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
 use chrono::{DateTime, Utc};
 
+use crate::metrics::engine::ListenerMetrics;
 use crate::model::{Fence, Lease, ResumePoint, ResumeToken, StreamProfile};
 use crate::store::{
     AcquireOutcome, AcquireRequest, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
@@ -71,6 +72,8 @@ pub struct Listener<S: Store, H: Handler> {
     shutdown: CancellationToken,
     rate: RateMeter,
     backoff: Backoff,
+    /// Where this listener's series go, when the host application asked for them.
+    metrics: Option<ListenerMetrics>,
 }
 
 /// Doubles the pause after each consecutive failure, up to a minute; a commit resets it.
@@ -105,7 +108,14 @@ impl<S: Store, H: Handler> Listener<S, H> {
             shutdown,
             rate: RateMeter::new(),
             backoff: Backoff::default(),
+            metrics: None,
         }
+    }
+
+    /// Records into `metrics` as it goes (`metrics::EngineMetrics::listener`).
+    pub fn with_metrics(mut self, metrics: ListenerMetrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// A live view of this listener's state and counters.
@@ -154,6 +164,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     TenureEnd::Refused(e) => return ListenerExit::Refused(e),
                     TenureEnd::LostLock(reason) => {
                         tracing::warn!(resource = %self.config.resource, %reason, "lost the lease");
+                        if let Some(metrics) = &self.metrics {
+                            metrics.lost_lock();
+                        }
                         self.status.send_modify(|s| {
                             s.state = ListenerState::LostLock;
                             s.lost_locks += 1;
@@ -223,6 +236,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             return TenureEnd::Failed("acquired a lease without a holder".into());
         };
         let fence = lease.fence();
+        if let Some(metrics) = &self.metrics {
+            metrics.acquired(tenure.version);
+        }
         self.status.send_modify(|s| {
             s.version = Some(tenure.version);
             s.last_committed = lease.resume_point().time();
@@ -354,6 +370,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let to_commit =
             to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
         if let Some(token) = to_commit {
+            let started = Instant::now();
             match self
                 .store
                 .commit(&p.tenure, &token, self.config.lease)
@@ -361,6 +378,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
             {
                 Ok(TenureWrite::Done) => {
                     let now = Instant::now();
+                    if let Some(metrics) = &self.metrics {
+                        metrics.committed(now - started);
+                        if count > 0 {
+                            metrics.batch_committed(count);
+                        }
+                    }
                     self.backoff.reset();
                     p.last_commit = now;
                     p.next_refresh = now + self.config.refresh_interval();
@@ -528,6 +551,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
     /// meanwhile. A failing lease watch is opened again after a pause.
     async fn wait_for_operator(&mut self, stuck: Stuck) -> Result<(), ()> {
         tracing::error!(resource = %self.config.resource, state = %stuck.state, message = %stuck.message, "listener stopped; waiting for an operator");
+        if let (Some(metrics), ListenerState::HistoryLost) = (&self.metrics, stuck.state) {
+            metrics.history_lost();
+        }
         self.status.send_modify(|s| {
             s.state = stuck.state;
             s.version = None;

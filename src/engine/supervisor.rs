@@ -5,6 +5,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::{Handler, Listener, ListenerConfig, ListenerExit, ListenerSnapshot};
+use crate::metrics::EngineMetrics;
 use crate::store::Store;
 
 /// A listener running on its own task.
@@ -18,6 +19,36 @@ impl ListenerHandle {
     pub fn spawn<S: Store, H: Handler>(store: S, config: ListenerConfig, handler: H) -> Self {
         let shutdown = CancellationToken::new();
         let listener = Listener::new(store, config, handler, shutdown.clone());
+        Self::start(listener, shutdown)
+    }
+
+    /// [`ListenerHandle::spawn`], recording this listener's series into `metrics`
+    /// (labelled by its resource and id; docs/metrics.md).
+    pub fn spawn_with_metrics<S: Store, H: Handler>(
+        store: S,
+        config: ListenerConfig,
+        handler: H,
+        metrics: &EngineMetrics,
+    ) -> Self {
+        let series = metrics.listener(&config.resource, &config.listener_id);
+        let shutdown = CancellationToken::new();
+        let listener =
+            Listener::new(store, config, handler, shutdown.clone()).with_metrics(series.clone());
+        // The state gauge follows the status the listener publishes.
+        let mut states = listener.subscribe();
+        tokio::spawn(async move {
+            loop {
+                let state = states.borrow_and_update().state;
+                series.state(state);
+                if states.changed().await.is_err() {
+                    break;
+                }
+            }
+        });
+        Self::start(listener, shutdown)
+    }
+
+    fn start<S: Store, H: Handler>(listener: Listener<S, H>, shutdown: CancellationToken) -> Self {
         let status = listener.subscribe();
         let task = tokio::spawn(listener.run());
         Self {

@@ -51,6 +51,12 @@ pub struct EngineMetrics {
     version: IntGaugeVec,
 }
 
+impl std::fmt::Debug for EngineMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EngineMetrics").finish_non_exhaustive()
+    }
+}
+
 const LABELS: [&str; 2] = ["resource", "listener"];
 
 fn counter(name: &str, help: &str) -> Result<IntCounterVec, MetricsError> {

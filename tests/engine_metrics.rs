@@ -1,0 +1,202 @@
+//! The engine's series as a host application sees them: listeners spawned with
+//! `ListenerHandle::spawn_with_metrics` on the sandbox record what they do, and the
+//! counts match what happened (the changes written, the tenures held), not what the
+//! listener says of itself.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use bson::doc;
+use streamward::engine::{Bootstrap, ListenerConfig, ListenerHandle, ListenerState, NoopHandler};
+use streamward::metrics::{encode, EngineMetrics};
+use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+use streamward::store::{DocumentStore, Namespace};
+
+fn value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listeners_events_commits_and_tenures_are_counted() {
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+    let orders = Namespace::new("shop", "orders");
+    let metrics = EngineMetrics::new().expect("metrics");
+    let config = |id: &str| {
+        let mut config = ListenerConfig::new("shop.orders", id, orders.clone());
+        config.bootstrap = Bootstrap::Now;
+        config.max_batch_wait = Duration::from_millis(50);
+        config.batch_size = 10;
+        config
+    };
+    let first =
+        ListenerHandle::spawn_with_metrics(store.clone(), config("w1"), NoopHandler, &metrics);
+    until("w1 streams", || {
+        first.snapshot().state == ListenerState::Streaming
+    })
+    .await;
+    for i in 0..25 {
+        store
+            .put(&orders, doc! { "_id": i, "status": "placed" })
+            .await
+            .expect("write an order");
+    }
+    until("25 events committed", || first.snapshot().events == 25).await;
+    let standby =
+        ListenerHandle::spawn_with_metrics(store.clone(), config("w2"), NoopHandler, &metrics);
+    until("w2 stands by", || {
+        standby.snapshot().state == ListenerState::Standby
+    })
+    .await;
+    first.stop().await;
+    until("w2 takes over", || {
+        standby.snapshot().state == ListenerState::Streaming
+    })
+    .await;
+    store
+        .put(&orders, doc! { "_id": 100, "status": "placed" })
+        .await
+        .expect("write an order");
+    until("w2 handles it", || standby.snapshot().events == 1).await;
+
+    let text = encode(metrics.registry()).expect("encode");
+    let w1 = |name: &str| format!("{name}{{listener=\"w1\",resource=\"shop.orders\"}}");
+    let w2 = |name: &str| format!("{name}{{listener=\"w2\",resource=\"shop.orders\"}}");
+    assert_eq!(
+        value(&text, &w1("streamward_listener_events_total")),
+        Some(25.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, &w2("streamward_listener_events_total")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, &w1("streamward_listener_acquires_total")),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, &w2("streamward_listener_acquires_total")),
+        Some(1.0),
+        "{text}"
+    );
+    let version = |who: &str| {
+        value(
+            &text,
+            &format!("streamward_listener_fencing_version{{listener=\"{who}\",resource=\"shop.orders\"}}"),
+        )
+    };
+    assert!(
+        version("w2") > version("w1"),
+        "a new holder, a new version: {text}"
+    );
+    let batches = value(&text, &w1("streamward_listener_batches_total")).expect("batches");
+    assert!(
+        (3.0..=25.0).contains(&batches),
+        "25 events in batches of at most 10: {batches}"
+    );
+    let commits = value(&text, &w1("streamward_listener_commits_total")).expect("commits");
+    assert_eq!(
+        value(
+            &text,
+            &w1("streamward_listener_commit_duration_seconds_count")
+        ),
+        Some(commits),
+        "every commit timed"
+    );
+    assert!(commits >= batches, "{text}");
+    assert_eq!(
+        value(
+            &text,
+            "streamward_listener_state{listener=\"w1\",resource=\"shop.orders\",state=\"stopped\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            "streamward_listener_state{listener=\"w2\",resource=\"shop.orders\",state=\"streaming\"}"
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    standby.stop().await;
+}
+
+/// `streamward demo --metrics ADDR`, as a user runs it: the endpoint says where it is,
+/// serves the demo listeners' series, and they count the demo's changes.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_demo_serves_its_listeners_metrics() {
+    let home = tempfile::tempdir().expect("a home");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_streamward"))
+        .args([
+            "demo",
+            "--plain",
+            "--duration",
+            "60s",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .env("HOME", home.path())
+        .env("XDG_STATE_HOME", home.path())
+        .env("XDG_CONFIG_HOME", home.path())
+        .current_dir(home.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the demo");
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().expect("stderr"))
+        .read_line(&mut first)
+        .expect("the demo says where its metrics are");
+    let address = first
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split("/metrics").next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_string();
+    let started = Instant::now();
+    let text = loop {
+        let (status, text) = support::http::get(&address, "/metrics").await;
+        assert_eq!(status, 200, "{text}");
+        let events: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("streamward_listener_events_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        if events >= 10.0 {
+            break text;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{text}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    for resource in ["pet-aggregates", "shop.orders"] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("streamward_listener_state{")
+                    && l.contains(&format!("resource=\"{resource}\""))
+                    && l.contains("state=\"streaming\"")
+                    && l.ends_with(" 1")),
+            "a {resource} listener streams:\n{text}"
+        );
+    }
+}
