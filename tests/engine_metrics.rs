@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -162,16 +161,7 @@ async fn the_demo_serves_its_listeners_metrics() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the demo");
-    let mut first = String::new();
-    BufReader::new(child.stderr.take().expect("stderr"))
-        .read_line(&mut first)
-        .expect("the demo says where its metrics are");
-    let address = first
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
+    let address = support::http::served_address(&mut child);
     let started = Instant::now();
     let text = loop {
         let (status, text) = support::http::get(&address, "/metrics").await;

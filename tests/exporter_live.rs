@@ -5,13 +5,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState, NoopHandler};
 use streamward::store::LeaseStore;
-use support::http::get;
+use support::http::{get, promtool, served_address};
 use support::live::live;
 
 /// The exporter binary, killed when dropped.
@@ -44,58 +43,8 @@ fn start_exporter(uri: &str, leases: &str) -> (Exporter, String) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the exporter");
-    let stderr = child.stderr.take().expect("stderr");
-    let mut first = String::new();
-    BufReader::new(stderr)
-        .read_line(&mut first)
-        .expect("the exporter says where it serves");
-    let address = first
-        .split("http://")
-        .nth(1)
-        .and_then(|rest| rest.split("/metrics").next())
-        .unwrap_or_else(|| panic!("no address in {first:?}"))
-        .to_string();
+    let address = served_address(&mut child);
     (Exporter(child), address)
-}
-
-/// `promtool check metrics` on `text`; `None` when promtool is not installed and this
-/// run may skip it (outside `scripts/test.sh` and CI).
-fn promtool_check(text: &str) -> Option<(bool, String)> {
-    use std::io::Write;
-    let spawned = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match spawned {
-        Ok(child) => child,
-        Err(e) => {
-            let required = std::env::var("STREAMWARD_REQUIRE_LIVE").is_ok_and(|v| v == "1")
-                || std::env::var("CI").is_ok_and(|v| v == "true");
-            assert!(
-                !required,
-                "promtool is needed here (Debian's prometheus package): {e}"
-            );
-            eprintln!("promtool check skipped: {e}");
-            return None;
-        }
-    };
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(text.as_bytes())
-        .expect("feed promtool");
-    let out = child.wait_with_output().expect("promtool ran");
-    Some((
-        out.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        ),
-    ))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -156,7 +105,7 @@ async fn the_exporter_serves_the_real_clusters_leases_and_promtool_accepts_them(
             .expect("the window");
         assert!(window > 0.0, "{text}");
 
-        if let Some((accepted, said)) = promtool_check(&text) {
+        if let Some((accepted, said)) = promtool(&["check", "metrics"], Some(&text)) {
             assert!(accepted, "promtool check metrics refused:\n{said}\n{text}");
         }
         let (status, _) = get(&address, "/elsewhere").await;

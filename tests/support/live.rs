@@ -12,6 +12,13 @@ pub const URI_VAR: &str = "STREAMWARD_TEST_URI";
 /// A replica set with a 1 MB oplog, for history that really falls off.
 pub const SMALL_OPLOG_URI_VAR: &str = "STREAMWARD_TEST_URI_SMALL_OPLOG";
 
+/// Whether a test that lacks what it needs must fail rather than skip: under CI
+/// (`CI=true`) or `scripts/test.sh` (`STREAMWARD_REQUIRE_LIVE=1`).
+pub fn skipping_is_forbidden() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("STREAMWARD_REQUIRE_LIVE").is_ok_and(|v| v == "1")
+}
+
 /// The URI in `var`, or `None` after saying the test is skipped. Where a skip would
 /// prove nothing (`CI=true`, or `STREAMWARD_REQUIRE_LIVE=1` from `scripts/test.sh`) a
 /// missing URI fails the test instead.
@@ -19,10 +26,8 @@ pub fn live_uri(test: &str, var: &str) -> Option<String> {
     if let Ok(uri) = std::env::var(var) {
         return Some(uri);
     }
-    let required = std::env::var("CI").is_ok_and(|v| v == "true")
-        || std::env::var("STREAMWARD_REQUIRE_LIVE").is_ok_and(|v| v == "1");
     assert!(
-        !required,
+        !skipping_is_forbidden(),
         "{test}: {var} is not set, and a live test may not skip here (CI or STREAMWARD_REQUIRE_LIVE): run scripts/test.sh"
     );
     eprintln!("{test} skipped: {var} is not set (run scripts/test.sh for the live suites)");
