@@ -6,11 +6,14 @@
 //! chunks ("truncate markers", once "stones") of at least `max / n` bytes, where
 //! `n = clamp(max / 16 MiB, 10, 100)`: a new chunk starts on the insert that brings the
 //! current one to that size. When the *complete* chunks together hold more than the
-//! configured maximum, the oldest chunk is removed whole, once the checkpoint that
-//! follows has been taken (the `syncdelay` interval, 60 s by default), and never while
-//! its newest entry is younger than a configured minimum retention period. So a full
-//! oplog holds between about `max − chunk` and `max + chunk` bytes (seen on a real 6.0.5
-//! with a 1 MiB oplog: 957–976 kB, the first entry moving in steps of ~45 entries), and:
+//! configured maximum, the oldest chunk is removed whole — by a thread that the insert
+//! completing a chunk wakes, and only behind the last checkpoint (the `syncdelay`
+//! interval, 60 s by default), and never while the chunk's newest entry is younger than a
+//! configured minimum retention period. So a steadily written oplog holds between about
+//! `max − chunk` and `max + chunk` bytes (seen on a real 6.0.5 with a 1 MiB oplog:
+//! 957–976 kB, the first entry moving in steps of ~45 entries); after a burst it can
+//! hold far more until writes resume (seen: 2.4 MB for minutes with no writes, back under
+//! 1 MB once the next ~100 kB chunk was written). And:
 //!
 //! * **an oplog that is not yet full drops nothing**: no chunk goes before the complete
 //!   chunks exceed `max`, so at least `max − size` bytes must be written first;
@@ -18,9 +21,10 @@
 //!   the first non-no-op entry) when the chunk holding its own entry — the last non-no-op
 //!   entry at or before it, here called *its entry* — is removed. Every entry of that
 //!   chunk before its entry sums to less than one chunk, so that needs more than
-//!   `max − chunk` bytes at or after its entry; and it surely happens, one checkpoint
-//!   later, once more than `max + chunk` bytes are at or after it (the chunk being
-//!   filled holds less than one chunk).
+//!   `max − chunk` bytes at or after its entry; and it surely happens once more than
+//!   `max + chunk` bytes are at or after it (the chunk being filled holds less than one
+//!   chunk), a checkpoint has passed, and one more chunk has been written to wake the
+//!   truncation.
 //!
 //! # Why bytes and not the first entry's speed
 //!
@@ -69,7 +73,7 @@
 //!   bytes before the resume point (the whole oplog when not counted): for a stalled
 //!   listener `(max + chunk − size + older) ÷ fill_low`; for a moving one the bytes
 //!   after its position must exceed `max + chunk` on their own; then one checkpoint
-//!   interval for the truncation to run. A fill rate that may drop to zero, or a listener
+//!   interval and one more chunk written at the lowest rate for the truncation to run. A fill rate that may drop to zero, or a listener
 //!   that may outpace the oplog, makes the latest **never**: it may never be lost.
 //!   Unknown when the inputs cannot bound it (an unknown listener may be moving).
 //!
@@ -477,7 +481,11 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
                 last: clock.last,
                 present: clock.present.max(clock.token + 1.0),
             };
-            let surely = model.latest(older, p.high, &ahead).map(|t| t + delay);
+            // Then a checkpoint, and a chunk completed to wake the truncation.
+            let chunk_written = model.chunk / model.fill.low.max(f64::MIN_POSITIVE);
+            let surely = model
+                .latest(older, p.high, &ahead)
+                .map(|t| t + delay + chunk_written);
             match inputs.min_retention {
                 None => {
                     notes.add(
@@ -488,10 +496,10 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
                 }
                 Some(r) if r.is_zero() => Some(surely),
                 // Its chunk is kept `r` after the chunk's newest entry, which is written
-                // within one chunk of bytes; a moving listener's chunk is not known.
+                // within one chunk of bytes; then one more chunk wakes the truncation. A
+                // moving listener's chunk is not known.
                 Some(r) if p.high <= 0.0 => {
-                    let chunk_written = model.chunk / model.fill.low.max(f64::MIN_POSITIVE);
-                    Some(surely.map(|t| t.max(r.as_secs_f64() + chunk_written + delay)))
+                    Some(surely.map(|t| t.max(r.as_secs_f64() + 2.0 * chunk_written + delay)))
                 }
                 Some(_) => None,
             }
@@ -509,7 +517,7 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
     if inputs.checkpoint_interval.is_none() && matches!(latest, Some(Some(_))) {
         notes.add(
             LossInput::CheckpointInterval,
-            "the latest allows mongod's default 60 s for the truncation to run",
+            "the latest allows mongod's default 60 s between checkpoints",
         );
     }
 

@@ -1,8 +1,9 @@
 //! A simulated oplog for the time-to-loss property test: capped by bytes and truncated the
-//! way mongod (WiredTiger, 4.4–8.0) does it — in whole chunks of at least
-//! [`truncation_chunk`] bytes, the oldest one removed while the complete chunks hold more
-//! than the maximum, and only at a checkpoint — with a periodic no-op every 10 s of
-//! silence, as the primary writes them.
+//! way mongod 6.0 (WiredTiger) does it — in whole chunks of at least [`truncation_chunk`]
+//! bytes, the oldest one removed while the complete chunks hold more than the maximum,
+//! only when an insert completes a chunk (that wakes the truncation) and only for chunks
+//! the last checkpoint covers — with a periodic no-op every 10 s of silence, as the
+//! primary writes them.
 //!
 //! History times are seconds from the start of the simulation; an entry written at `t`
 //! has the cluster time `(BASE + ⌊t⌋, n)`.
@@ -35,6 +36,9 @@ pub struct SimOplog {
     chunk: u64,
     checkpoint_every: f64,
     next_checkpoint: f64,
+    /// Bytes written when the last checkpoint was taken: chunks ending here or before
+    /// may go.
+    checkpointed: u64,
     entries: VecDeque<Entry>,
     /// Complete chunks, oldest first: (bytes, offset just past their last entry).
     chunks: VecDeque<(u64, u64)>,
@@ -52,6 +56,7 @@ impl SimOplog {
             chunk: truncation_chunk(max),
             checkpoint_every,
             next_checkpoint: checkpoint_every,
+            checkpointed: 0,
             entries: VecDeque::new(),
             chunks: VecDeque::new(),
             partial: 0,
@@ -89,37 +94,45 @@ impl SimOplog {
         });
         self.written += bytes;
         self.size += bytes;
-        // A chunk is complete on the insert that brings it to the minimum.
+        // A chunk is complete on the insert that brings it to the minimum; that wakes
+        // the truncation.
         self.partial += bytes;
         if self.partial >= self.chunk {
             self.chunks.push_back((self.partial, self.written));
             self.partial = 0;
+            self.truncate();
         }
     }
 
-    /// The checkpoint [`SimOplog::tick`] at `t` will run, if one is due.
-    pub fn checkpoint_due(&self, t: f64) -> Option<f64> {
-        (t >= self.next_checkpoint).then_some(self.next_checkpoint)
+    /// Removes the oldest chunks while the complete ones exceed the maximum, as far as
+    /// the last checkpoint reaches.
+    fn truncate(&mut self) {
+        while self.chunks.iter().map(|(b, _)| b).sum::<u64>() > self.max {
+            match self.chunks.front() {
+                Some((_, end)) if *end <= self.checkpointed => {}
+                _ => break,
+            }
+            let Some((_, end)) = self.chunks.pop_front() else {
+                break;
+            };
+            while self.entries.front().is_some_and(|e| e.offset < end) {
+                if let Some(e) = self.entries.pop_front() {
+                    self.size -= e.bytes;
+                }
+            }
+        }
     }
 
-    /// Advances the server's own activity to `t`: the periodic no-op and the checkpoint
-    /// that lets the oldest chunks go.
+    /// Advances the server's own activity to `t`: the periodic no-op and the checkpoints.
     pub fn tick(&mut self, t: f64) {
         if t - self.last_write_at >= NOOP_EVERY {
             self.write(t, NOOP_BYTES, true);
         }
-        while t >= self.next_checkpoint {
-            self.next_checkpoint += self.checkpoint_every;
-            while self.chunks.iter().map(|(b, _)| b).sum::<u64>() > self.max {
-                let Some((_, end)) = self.chunks.pop_front() else {
-                    break;
-                };
-                while self.entries.front().is_some_and(|e| e.offset < end) {
-                    if let Some(e) = self.entries.pop_front() {
-                        self.size -= e.bytes;
-                    }
-                }
+        if t >= self.next_checkpoint {
+            while t >= self.next_checkpoint {
+                self.next_checkpoint += self.checkpoint_every;
             }
+            self.checkpointed = self.written;
         }
     }
 
