@@ -16,6 +16,7 @@ mod errors;
 mod feed;
 mod lease_write;
 mod leases;
+mod oplog_stats;
 mod redact;
 mod shards;
 pub mod version;
