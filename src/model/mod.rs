@@ -9,6 +9,7 @@ mod oplog_window;
 mod profile;
 mod resume_token;
 pub mod text;
+mod time_to_loss;
 mod topology;
 
 pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
@@ -20,6 +21,11 @@ pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
+pub use time_to_loss::{
+    predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,
+    LossTime, Missing, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate,
+    DEFAULT_CHECKPOINT_INTERVAL, MAX_ENTRY_BYTES,
+};
 pub use topology::{
     Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,
 };

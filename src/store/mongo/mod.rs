@@ -17,6 +17,7 @@ mod errors;
 mod feed;
 mod lease_write;
 mod leases;
+mod oplog_stats;
 mod redact;
 mod shards;
 pub mod version;

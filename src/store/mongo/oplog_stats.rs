@@ -1,0 +1,386 @@
+//! The oplog's own figures for the time-to-loss prediction ([`crate::model::LossInputs`]):
+//! size, maximum, entries and bytes written (`$collStats` on `local.oplog.rs`), the
+//! checkpoint interval (`getParameter syncdelay`) and the minimum retention period
+//! (`serverStatus`), and the bytes of history before a resume point.
+//!
+//! Privileges, checked on a real 6.0.5 with authentication: `clusterMonitor` may do all
+//! of it (the `collStats` command, the `$collStats` stage, an aggregation on the oplog,
+//! `getParameter`); `readAnyDatabase` none of it (code 13: it does not cover `local`).
+//! `$collStats` is used rather than the `collStats` command, which 6.2 deprecates.
+
+use bson::{doc, Bson, Document};
+use mongodb::Client;
+
+use super::codec::integer;
+use super::errors::with_one_retry;
+use super::MongoStore;
+use crate::model::{ClusterTime, HistoryBefore, OplogStats};
+use crate::store::{StoreError, StoreResult};
+
+const STATS_HINT: &str =
+    "the clusterMonitor role (collStats and read on local.oplog.rs; readAnyDatabase does not cover local)";
+/// 26 NamespaceNotFound: no `local.oplog.rs` (a standalone server).
+const NAMESPACE_NOT_FOUND: i32 = 26;
+/// WiredTiger's key of an oplog entry: its timestamp as a 64-bit record id, packed in 9
+/// bytes for any value of 2^56 or more (every timestamp after mid-1970). Its cursor
+/// statistics count keys and values together; the values are the entries' BSON, what
+/// the oplog's size counts (seen on a real 6.0.5: size = key-and-value bytes − 9 × inserts
+/// on a fresh server).
+const KEY_BYTES: u64 = 9;
+
+impl MongoStore {
+    /// Size, maximum, entry count and bytes written of the oplog, with the checkpoint
+    /// interval and minimum retention period when the server says them (`None` when it
+    /// does not, or this user may not ask). Errors: `NotPermitted` naming clusterMonitor;
+    /// `OplogUnknown` through mongos (each shard has its own oplog) or on a server
+    /// without one.
+    pub async fn oplog_stats(&self) -> StoreResult<OplogStats> {
+        if self.router {
+            return Err(StoreError::OplogUnknown(
+                "through mongos each shard has its own oplog: read its statistics on the shard"
+                    .into(),
+            ));
+        }
+        self.oplog_stats_on(&self.client).await
+    }
+
+    pub(super) async fn oplog_stats_on(&self, client: &Client) -> StoreResult<OplogStats> {
+        use futures_util::TryStreamExt;
+        let action = "read the oplog's statistics ($collStats on local.oplog.rs)";
+        let oplog = client.database("local").collection::<Document>("oplog.rs");
+        let pipeline = vec![doc! { "$collStats": { "storageStats": {} } }];
+        let replies: Vec<Document> = with_one_retry(self.timeout(), action, || async {
+            oplog
+                .aggregate(pipeline.clone())
+                .max_time(self.timeout())
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| match e.into_store_hinted(action, STATS_HINT) {
+            StoreError::Command {
+                code: NAMESPACE_NOT_FOUND,
+                ..
+            } => StoreError::OplogUnknown(
+                "the server has no local.oplog.rs: it is not a replica set member".into(),
+            ),
+            other => other,
+        })?;
+        let reply = replies.first().ok_or_else(|| StoreError::Malformed {
+            what: "$collStats reply".into(),
+            detail: "no document".into(),
+        })?;
+        let mut stats = stats_from_reply(reply)?;
+        stats.checkpoint_interval = self.checkpoint_interval(client).await;
+        stats.min_retention = self.min_retention(client).await;
+        Ok(stats)
+    }
+
+    /// `getParameter syncdelay`: how often the server takes a checkpoint.
+    async fn checkpoint_interval(&self, client: &Client) -> Option<std::time::Duration> {
+        let action = "read the checkpoint interval (getParameter syncdelay)";
+        let admin = client.database("admin");
+        let command = doc! { "getParameter": 1, "syncdelay": 1 };
+        let reply = with_one_retry(self.timeout(), action, || {
+            std::future::IntoFuture::into_future(admin.run_command(command.clone()))
+        })
+        .await;
+        match reply {
+            Ok(reply) => checkpoint_interval_from_reply(&reply),
+            Err(e) => {
+                tracing::debug!(error = %e.into_store(action), "checkpoint interval unknown");
+                None
+            }
+        }
+    }
+
+    /// `serverStatus` (its `oplogTruncation` section): the minimum retention period.
+    async fn min_retention(&self, client: &Client) -> Option<std::time::Duration> {
+        let action = "read the oplog's minimum retention (serverStatus)";
+        let admin = client.database("admin");
+        // Only the one section is wanted: leave out the large ones.
+        let command = doc! {
+            "serverStatus": 1, "oplogTruncation": 1, "wiredTiger": 0, "metrics": 0, "locks": 0,
+            "tcmalloc": 0, "repl": 0, "opcounters": 0, "network": 0, "connections": 0,
+        };
+        let reply = with_one_retry(self.timeout(), action, || {
+            std::future::IntoFuture::into_future(admin.run_command(command.clone()))
+        })
+        .await;
+        match reply {
+            Ok(reply) => min_retention_from_reply(&reply),
+            Err(e) => {
+                tracing::debug!(error = %e.into_store(action), "minimum retention unknown");
+                None
+            }
+        }
+    }
+
+    /// The bytes of retained history before the resume point `at`: the entries older
+    /// than its entry (the last non-no-op entry at or before it), counting at most
+    /// `limit` entries from the oldest (then a lower bound, `complete: false`). Two
+    /// aggregations on a `ts` range of `local.oplog.rs`, bounded by `maxTimeMS`; only
+    /// sums cross the network. Read the oplog's statistics *before* this: history the
+    /// server drops in between then makes the prediction err early, not late.
+    pub async fn oplog_history_before(
+        &self,
+        at: ClusterTime,
+        limit: u32,
+    ) -> StoreResult<HistoryBefore> {
+        if self.router {
+            return Err(StoreError::OplogUnknown(
+                "through mongos each shard has its own oplog: count its history on the shard"
+                    .into(),
+            ));
+        }
+        self.oplog_history_before_on(&self.client, at, limit).await
+    }
+
+    pub(super) async fn oplog_history_before_on(
+        &self,
+        client: &Client,
+        at: ClusterTime,
+        limit: u32,
+    ) -> StoreResult<HistoryBefore> {
+        let limit = i64::from(limit.max(1));
+        let bytes = doc! { "$sum": { "$bsonSize": "$$ROOT" } };
+        let counted = self
+            .sum_oplog(
+                client,
+                vec![
+                    doc! { "$match": { "ts": { "$lte": bson::Timestamp::from(at) } } },
+                    doc! { "$limit": limit },
+                    doc! { "$group": {
+                        "_id": null,
+                        "bytes": bytes.clone(),
+                        "n": { "$sum": 1 },
+                        "entry": { "$max": { "$cond": [{ "$ne": ["$op", "n"] }, "$ts", null] } },
+                        "last": { "$max": "$ts" },
+                    } },
+                ],
+            )
+            .await?;
+        let Some(counted) = counted else {
+            // Nothing at or before it.
+            return Ok(HistoryBefore {
+                older_bytes: 0,
+                entry: None,
+                complete: true,
+            });
+        };
+        let total = unsigned(&counted, "bytes")?;
+        let complete = unsigned(&counted, "n")? < limit as u64;
+        let (Some(Bson::Timestamp(entry)), Some(Bson::Timestamp(last))) =
+            (counted.get("entry"), counted.get("last"))
+        else {
+            // Only no-ops: nothing to resume from there.
+            return Ok(HistoryBefore {
+                older_bytes: 0,
+                entry: None,
+                complete,
+            });
+        };
+        // What is at or after its entry among those counted.
+        let tail = self
+            .sum_oplog(
+                client,
+                vec![
+                    doc! { "$match": { "ts": { "$gte": *entry, "$lte": *last } } },
+                    doc! { "$group": { "_id": null, "bytes": bytes, "first": { "$min": "$ts" } } },
+                ],
+            )
+            .await?;
+        match tail {
+            Some(tail) if tail.get("first") == Some(&Bson::Timestamp(*entry)) => {
+                Ok(HistoryBefore {
+                    older_bytes: total.saturating_sub(unsigned(&tail, "bytes")?),
+                    entry: Some(ClusterTime::from(*entry)),
+                    complete,
+                })
+            }
+            // Its entry went between the two reads: nothing of it is left.
+            _ => Ok(HistoryBefore {
+                older_bytes: 0,
+                entry: None,
+                complete: true,
+            }),
+        }
+    }
+
+    /// One aggregation on `local.oplog.rs` ending in a `$group`: its document, if any.
+    async fn sum_oplog(
+        &self,
+        client: &Client,
+        pipeline: Vec<Document>,
+    ) -> StoreResult<Option<Document>> {
+        use futures_util::TryStreamExt;
+        let action = "sum the oplog's history (local.oplog.rs)";
+        let oplog = client.database("local").collection::<Document>("oplog.rs");
+        let replies: Vec<Document> = with_one_retry(self.timeout(), action, || async {
+            oplog
+                .aggregate(pipeline.clone())
+                .max_time(self.timeout())
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(action, STATS_HINT))?;
+        Ok(replies.into_iter().next())
+    }
+}
+
+fn unsigned(document: &Document, field: &str) -> StoreResult<u64> {
+    let value = document.get(field).ok_or_else(|| StoreError::Malformed {
+        what: "oplog statistics".into(),
+        detail: format!("field {field}: missing"),
+    })?;
+    Ok(u64::try_from(integer("oplog statistics", value, field)?).unwrap_or(0))
+}
+
+/// Size, maximum, count and bytes written from a `$collStats` reply's `storageStats`.
+fn stats_from_reply(reply: &Document) -> StoreResult<OplogStats> {
+    let malformed = |detail: String| StoreError::Malformed {
+        what: "$collStats reply".into(),
+        detail,
+    };
+    let storage = reply
+        .get_document("storageStats")
+        .map_err(|e| malformed(format!("field storageStats: {e}")))?;
+    if !storage.get_bool("capped").unwrap_or(false) || storage.get("maxSize").is_none() {
+        return Err(malformed(
+            "local.oplog.rs is not capped by size (no maxSize)".into(),
+        ));
+    }
+    let cursor = storage
+        .get_document("wiredTiger")
+        .and_then(|wt| wt.get_document("cursor"))
+        .ok();
+    let written = cursor.and_then(|cursor| {
+        let field = |name: &str| {
+            cursor
+                .get(name)
+                .and_then(|v| integer("WiredTiger statistics", v, name).ok())
+                .and_then(|v| u64::try_from(v).ok())
+        };
+        let bytes = field("insert key and value bytes")?;
+        let inserts = field("insert calls")?;
+        Some(bytes.saturating_sub(inserts.saturating_mul(KEY_BYTES)))
+    });
+    Ok(OplogStats {
+        size_bytes: unsigned(storage, "size")?,
+        max_bytes: unsigned(storage, "maxSize")?,
+        entries: unsigned(storage, "count")?,
+        written_bytes: written,
+        checkpoint_interval: None,
+        min_retention: None,
+    })
+}
+
+/// `syncdelay` in seconds; zero (checkpoints off) or anything odd says nothing.
+fn checkpoint_interval_from_reply(reply: &Document) -> Option<std::time::Duration> {
+    let secs = match reply.get("syncdelay")? {
+        Bson::Double(s) => *s,
+        Bson::Int32(s) => f64::from(*s),
+        Bson::Int64(s) => *s as f64,
+        _ => return None,
+    };
+    (secs.is_finite() && secs > 0.0)
+        .then(|| std::time::Duration::try_from_secs_f64(secs).ok())
+        .flatten()
+}
+
+/// `oplogTruncation.oplogMinRetentionHours`; the section without the field means none
+/// is configured (the server lists it only when set); no section: unknown.
+fn min_retention_from_reply(reply: &Document) -> Option<std::time::Duration> {
+    let section = reply.get_document("oplogTruncation").ok()?;
+    let hours = match section.get("oplogMinRetentionHours") {
+        None => 0.0,
+        Some(Bson::Double(h)) => *h,
+        Some(Bson::Int32(h)) => f64::from(*h),
+        Some(Bson::Int64(h)) => *h as f64,
+        Some(_) => return None,
+    };
+    if !hours.is_finite() || hours < 0.0 {
+        return None;
+    }
+    std::time::Duration::try_from_secs_f64(hours * 3600.0).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As a real 6.0.5 answered for a 1 MiB oplog (trimmed).
+    fn coll_stats(cursor: Document) -> Document {
+        doc! {
+            "ns": "local.oplog.rs",
+            "storageStats": {
+                "size": 4078, "count": 20, "avgObjSize": 203, "storageSize": 36864,
+                "capped": true, "max": 0, "maxSize": 1048576,
+                "wiredTiger": { "cursor": cursor },
+            },
+        }
+    }
+
+    #[test]
+    fn stats_come_from_collstats_with_the_keys_taken_off_the_bytes_written() {
+        let reply = coll_stats(doc! {
+            "insert calls": 20_i64, "insert key and value bytes": 4258_i64, "remove calls": 0_i64,
+        });
+        let stats = stats_from_reply(&reply).unwrap();
+        assert_eq!(stats.size_bytes, 4078);
+        assert_eq!(stats.max_bytes, 1_048_576);
+        assert_eq!(stats.entries, 20);
+        assert_eq!(
+            stats.written_bytes,
+            Some(4078),
+            "nothing truncated yet: all of it"
+        );
+
+        let without = coll_stats(doc! { "insert calls": 20_i64 });
+        assert_eq!(stats_from_reply(&without).unwrap().written_bytes, None);
+    }
+
+    #[test]
+    fn an_oplog_without_a_maximum_is_malformed() {
+        let mut reply = coll_stats(doc! {});
+        let storage = reply.get_document_mut("storageStats").unwrap();
+        storage.remove("maxSize");
+        let e = stats_from_reply(&reply).unwrap_err();
+        assert!(e.to_string().contains("no maxSize"), "{e}");
+        let e = stats_from_reply(&doc! { "ns": "local.oplog.rs" }).unwrap_err();
+        assert!(matches!(e, StoreError::Malformed { .. }), "{e}");
+    }
+
+    #[test]
+    fn checkpoint_interval_and_minimum_retention() {
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(
+            checkpoint_interval_from_reply(&doc! { "syncdelay": 60.0, "ok": 1.0 }),
+            Some(secs(60))
+        );
+        assert_eq!(
+            checkpoint_interval_from_reply(&doc! { "syncdelay": 0.0 }),
+            None
+        );
+        assert_eq!(checkpoint_interval_from_reply(&doc! { "ok": 1.0 }), None);
+
+        let status = |section: Document| doc! { "oplogTruncation": section };
+        assert_eq!(
+            min_retention_from_reply(&status(doc! { "truncateCount": 31_i64 })),
+            Some(secs(0)),
+            "listed only when set"
+        );
+        assert_eq!(
+            min_retention_from_reply(&status(doc! { "oplogMinRetentionHours": 1.5 })),
+            Some(secs(5400))
+        );
+        assert_eq!(min_retention_from_reply(&doc! { "ok": 1.0 }), None);
+        assert_eq!(
+            min_retention_from_reply(&status(doc! { "oplogMinRetentionHours": -1.0 })),
+            None
+        );
+    }
+}
