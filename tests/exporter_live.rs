@@ -105,6 +105,23 @@ async fn the_exporter_serves_the_real_clusters_leases_and_promtool_accepts_them(
             .expect("the window");
         assert!(window > 0.0, "{text}");
 
+        // The time to loss of the lease (the first read already predicts, widest).
+        let started = Instant::now();
+        let text = loop {
+            let (_, text) = get(&address, "/metrics").await;
+            if text.lines().any(|l| {
+                l.starts_with(
+                    "streamward_lease_history_loss_earliest_seconds{resource=\"shop.orders\"} ",
+                )
+            }) {
+                break text;
+            }
+            assert!(started.elapsed() < Duration::from_secs(20), "{text}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        };
+        for line in text.lines().filter(|l| l.contains("history_loss")) {
+            eprintln!("{line}");
+        }
         if let Some((accepted, said)) = promtool(&["check", "metrics"], Some(&text)) {
             assert!(accepted, "promtool check metrics refused:\n{said}\n{text}");
         }

@@ -2,6 +2,7 @@
 //! `leases --watch` prints again whenever a lease changes hands or status; `leases
 //! --check` is for cron and monitors: exit 6 when a lease needs attention.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -14,10 +15,11 @@ use super::exit::{OplogUnknown, Unhealthy, Unreachable};
 use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
 use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
+use crate::console::probe::loss_figures;
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
-    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogAccess,
-    OplogWindow, Topology,
+    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTracker,
+    OplogAccess, OplogWindow, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
@@ -101,6 +103,26 @@ impl Snapshot {
             topology,
             now,
         })
+    }
+
+    /// Adds this read to `tracker` and predicts each lease's time to loss from it (the
+    /// oplog's figures and the history before each resume point are read now).
+    pub(super) async fn time_to_loss(
+        &self,
+        store: &MongoStore,
+        tracker: &mut LossTracker,
+    ) -> HashMap<String, TimeToLoss> {
+        let (stats, history) = loss_figures(store, &self.leases).await;
+        tracker.record(self.now, self.window.as_ref(), stats.as_ref(), &self.leases);
+        self.leases
+            .iter()
+            .filter_map(|lease| {
+                let before = history.get(&lease.resource).copied();
+                tracker
+                    .predict(self.now, lease, self.window, stats.as_ref(), before)
+                    .map(|loss| (lease.resource.clone(), loss))
+            })
+            .collect()
     }
 
     /// Said on stderr when the oplog cannot be read: what the cluster is and what follows.

@@ -13,7 +13,7 @@ use super::output::say;
 use super::settings::{ClusterArgs, ConfigArgs, Settings};
 use crate::metrics::serve::{serve, MetricsServer};
 use crate::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
-use crate::model::ClusterTime;
+use crate::model::{ClusterTime, LossTracker};
 use crate::store::mongo::MongoStore;
 
 /// Where the endpoint listens unless told otherwise: this host only.
@@ -85,6 +85,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
     let mut ticker = tokio::time::interval(args.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut previous: Option<(ClusterTime, Instant)> = None;
+    let mut tracker = LossTracker::default();
     let ended = tokio::signal::ctrl_c();
     tokio::pin!(ended);
     let terminated = super::console::terminate_signal();
@@ -99,7 +100,9 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
             Ok(snapshot) => {
                 let ops_per_sec =
                     write_rate(&store, snapshot.window.map(|w| w.last), &mut previous).await;
+                let loss = snapshot.time_to_loss(&store, &mut tracker).await;
                 metrics.record(&ClusterSample {
+                    loss: &loss,
                     leases: &snapshot.leases,
                     malformed: snapshot.malformed.len(),
                     window: snapshot.window,

@@ -5,11 +5,15 @@
 //! `status` (the nine statuses) or by `shard` (one per shard) and nothing else, so the
 //! number of series grows with the leases and shards only.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use prometheus::{Gauge, GaugeVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::MetricsError;
-use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow, Topology};
+use crate::model::{
+    HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime, OplogWindow, TimeToLoss, Topology,
+};
 
 /// What one read of the cluster found.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +29,8 @@ pub struct ClusterSample<'a> {
     /// Oplog entries written per second since the previous read.
     pub ops_per_sec: Option<f64>,
     pub thresholds: &'a HealthThresholds,
+    /// The time to loss of each lease that has one (by resource).
+    pub loss: &'a HashMap<String, TimeToLoss>,
 }
 
 /// The series of the cluster view, registered in their own registry.
@@ -38,6 +44,8 @@ pub struct ClusterMetrics {
     holder: IntGaugeVec,
     status: IntGaugeVec,
     since_commit: GaugeVec,
+    loss_earliest: GaugeVec,
+    loss_latest: GaugeVec,
     leases: IntGauge,
     malformed: IntGauge,
     window: Gauge,
@@ -130,6 +138,18 @@ impl ClusterMetrics {
                 "Seconds since the lease's last commit, by the server's clock.",
                 resource,
             )?,
+            loss_earliest: gauge_vec(
+                r,
+                "streamward_lease_history_loss_earliest_seconds",
+                "The earliest the lease's resume point may leave the oplog, from now, at the rates seen (0: lost already; +Inf: not at these rates).",
+                resource,
+            )?,
+            loss_latest: gauge_vec(
+                r,
+                "streamward_lease_history_loss_latest_seconds",
+                "By when the lease's resume point has surely left the oplog at the rates seen (+Inf: it may never); absent when unknown.",
+                resource,
+            )?,
             leases: int_gauge(r, "streamward_leases", "Readable leases in the lease collection.")?,
             malformed: int_gauge(
                 r,
@@ -182,6 +202,8 @@ impl ClusterMetrics {
             &self.headroom,
             &self.headroom_ratio,
             &self.since_commit,
+            &self.loss_earliest,
+            &self.loss_latest,
         ] {
             vec.reset();
         }
@@ -218,6 +240,16 @@ impl ClusterMetrics {
                 self.status
                     .with_label_values(&[resource, status.label()])
                     .set(i64::from(status == health.status));
+            }
+            if let Some(loss) = sample.loss.get(&lease.resource) {
+                self.loss_earliest
+                    .with_label_values(&[resource])
+                    .set(loss_seconds(loss.earliest));
+                if let Some(latest) = loss.latest {
+                    self.loss_latest
+                        .with_label_values(&[resource])
+                        .set(loss_seconds(latest));
+                }
             }
             if let Some(committed) = lease.committed_at {
                 let since = (sample.now - committed).to_std().unwrap_or_default();
@@ -256,6 +288,15 @@ impl ClusterMetrics {
     /// the last successful read said (`..._last_read_timestamp_seconds` says when).
     pub fn record_failure(&self) {
         self.up.set(0);
+    }
+}
+
+/// A loss time as a gauge: 0 when lost already, +Inf for never.
+fn loss_seconds(at: LossTime) -> f64 {
+    match at {
+        LossTime::AlreadyLost => 0.0,
+        LossTime::In(after) => after.as_secs_f64(),
+        LossTime::Never => f64::INFINITY,
     }
 }
 
@@ -307,6 +348,14 @@ mod tests {
             now: now(),
             ops_per_sec: Some(12.5),
             thresholds: &thresholds,
+            loss: &HashMap::from([(
+                "shop.orders".to_string(),
+                TimeToLoss {
+                    earliest: LossTime::In(std::time::Duration::from_secs(900)),
+                    latest: Some(LossTime::Never),
+                    missing: Vec::new(),
+                },
+            )]),
         });
         let text = encode(metrics.registry()).unwrap();
         for line in [
@@ -317,6 +366,9 @@ mod tests {
             "streamward_lease_status{resource=\"shop.orders\",status=\"BEHIND\"} 1",
             "streamward_lease_status{resource=\"shop.orders\",status=\"OK\"} 0",
             "streamward_lease_seconds_since_commit{resource=\"shop.orders\"} 3",
+            "streamward_lease_history_loss_earliest_seconds{resource=\"shop.orders\"} 900",
+            // Never: +Inf, which the crate writes `inf` (Prometheus and promtool read it).
+            "streamward_lease_history_loss_latest_seconds{resource=\"shop.orders\"} inf",
             "streamward_oplog_window_seconds 3600",
             "streamward_oplog_window_known 1",
             "streamward_oplog_entries_per_second 12.5",
@@ -334,7 +386,19 @@ mod tests {
         let metrics = ClusterMetrics::new().unwrap();
         let thresholds = HealthThresholds::default();
         let count = |leases: &[Lease], ops: f64| {
+            let loss: HashMap<String, TimeToLoss> = leases
+                .iter()
+                .map(|l| {
+                    let prediction = TimeToLoss {
+                        earliest: LossTime::In(std::time::Duration::from_secs(ops as u64)),
+                        latest: None,
+                        missing: Vec::new(),
+                    };
+                    (l.resource.clone(), prediction)
+                })
+                .collect();
             metrics.record(&ClusterSample {
+                loss: &loss,
                 leases,
                 malformed: 0,
                 window: Some(window()),
@@ -348,7 +412,7 @@ mod tests {
         let per_cluster = count(&[], 1.0);
         let one = count(&[lease("a", 5)], 2.0);
         let per_lease = one - per_cluster;
-        assert_eq!(per_lease, 6 + LeaseStatus::ALL.len(), "series per lease");
+        assert_eq!(per_lease, 7 + LeaseStatus::ALL.len(), "series per lease");
         for (i, ago) in [1, 50, 4000, 100_000].into_iter().enumerate() {
             let mut other = lease("a", ago);
             other.version = 100 + i as i64;
@@ -377,6 +441,7 @@ mod tests {
             now: now(),
             ops_per_sec: None,
             thresholds: &thresholds,
+            loss: &HashMap::new(),
         });
         metrics.record_failure();
         let text = encode(metrics.registry()).unwrap();

@@ -23,8 +23,8 @@ pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
 pub use time_to_loss::{
     predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,
-    LossTime, Missing, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate,
-    DEFAULT_CHECKPOINT_INTERVAL, MAX_ENTRY_BYTES,
+    LossTime, LossTracker, Missing, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate,
+    DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, MAX_ENTRY_BYTES,
 };
 pub use topology::{
     Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,

@@ -801,6 +801,9 @@ impl OplogRates {
     }
 }
 
+mod tracker;
+pub use tracker::{LossTracker, LOSS_RATE_SPAN};
+
 #[cfg(test)]
 mod sim;
 

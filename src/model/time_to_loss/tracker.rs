@@ -1,0 +1,201 @@
+//! The samples a prediction needs, kept between reads: the oplog's rates
+//! ([`OplogRates`]) and each held lease's progress, so a caller that reads the cluster
+//! every few seconds (the console, the exporter, `leases --watch`) asks one thing.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{HistoryBefore, LossInputs, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate};
+use crate::model::{Lease, OplogWindow};
+
+/// Rates are measured over this trailing span.
+pub const LOSS_RATE_SPAN: Duration = Duration::from_secs(300);
+
+#[derive(Debug, Clone)]
+pub struct LossTracker {
+    span: Duration,
+    oplog: OplogRates,
+    /// Per held lease: its resume point's time, in seconds, over time.
+    progress: HashMap<String, TrailingRate>,
+}
+
+impl Default for LossTracker {
+    fn default() -> Self {
+        Self::new(LOSS_RATE_SPAN)
+    }
+}
+
+impl LossTracker {
+    pub fn new(span: Duration) -> Self {
+        Self {
+            span,
+            oplog: OplogRates::new(span),
+            progress: HashMap::new(),
+        }
+    }
+
+    /// One read of the cluster: the window and the oplog's figures as read at `now`
+    /// (the server's clock), and the leases.
+    pub fn record(
+        &mut self,
+        now: DateTime<Utc>,
+        window: Option<&OplogWindow>,
+        stats: Option<&OplogStats>,
+        leases: &[Lease],
+    ) {
+        self.oplog.record(now, window, stats);
+        self.progress
+            .retain(|resource, _| leases.iter().any(|l| &l.resource == resource));
+        for lease in leases {
+            let time = lease.resume_point().time();
+            match (lease.live_holder(now), time) {
+                (Some(_), Some(time)) => self
+                    .progress
+                    .entry(lease.resource.clone())
+                    .or_insert_with(|| TrailingRate::quantized(self.span, 1.0))
+                    .record(now, f64::from(time.secs)),
+                // Nobody moves it: it stands still until someone holds it.
+                _ => {
+                    self.progress.remove(&lease.resource);
+                }
+            }
+        }
+    }
+
+    /// When `lease`'s resume point may leave the oplog, with `history` the bytes before
+    /// it (read after `stats`); `None` when it has no known time.
+    pub fn predict(
+        &self,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        window: Option<OplogWindow>,
+        stats: Option<&OplogStats>,
+        history: Option<HistoryBefore>,
+    ) -> Option<TimeToLoss> {
+        let resume_at = lease.resume_point().time()?;
+        let progress = match lease.live_holder(now) {
+            None => Rate::exactly(0.0),
+            Some(_) => self
+                .progress
+                .get(&lease.resource)
+                .and_then(TrailingRate::rate),
+        };
+        Some(
+            LossInputs::new(now, resume_at)
+                .with_oplog(window, stats, &self.oplog)
+                .with_progress(progress)
+                .with_history_before(history)
+                .predict(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterTime, LossTime};
+    use chrono::TimeZone;
+
+    fn at(secs: i64) -> DateTime<Utc> {
+        Utc.timestamp_opt(1_800_000_000 + secs, 0).unwrap()
+    }
+
+    fn stats(size: u64, written: u64) -> OplogStats {
+        OplogStats {
+            size_bytes: size,
+            max_bytes: 1_000_000,
+            entries: size / 100,
+            written_bytes: Some(written),
+            checkpoint_interval: Some(Duration::from_secs(60)),
+            min_retention: Some(Duration::ZERO),
+        }
+    }
+
+    fn lease(holder: Option<&str>, token_secs: i64, now: DateTime<Utc>) -> Lease {
+        let mut lease = Lease::vacant("r");
+        lease.holder = holder.map(str::to_string);
+        lease.expires_at = Some(now + chrono::TimeDelta::seconds(30));
+        lease.resume_at = Some(ClusterTime::new(
+            u32::try_from(1_800_000_000 + token_secs).unwrap(),
+            1,
+        ));
+        lease
+    }
+
+    /// A stalled lease on a full oplog written at 10 kB/s with 400 kB before its point:
+    /// lost in about (400 kB − one chunk) ÷ 10 kB/s at the earliest; a lease nobody holds
+    /// is stalled by definition, without progress samples.
+    #[test]
+    fn successive_reads_give_the_rates_a_prediction_needs() {
+        let mut tracker = LossTracker::default();
+        let window = |t: i64| {
+            OplogWindow::new(
+                ClusterTime::new(u32::try_from(1_800_000_000 + t - 100).unwrap(), 1),
+                ClusterTime::new(u32::try_from(1_800_000_000 + t).unwrap(), 1),
+            )
+        };
+        let history = HistoryBefore {
+            older_bytes: 400_000,
+            entry: None,
+            complete: true,
+        };
+        let before = tracker.predict(
+            at(0),
+            &lease(None, 10, at(0)),
+            Some(window(0)),
+            Some(&stats(1_000_000, 5_000_000)),
+            Some(history),
+        );
+        assert!(
+            before
+                .as_ref()
+                .is_some_and(|p| p.is_missing(crate::model::LossInput::FillRate)),
+            "one read has no fill rate: {before:?}"
+        );
+        for i in 0..=6 {
+            let now = at(i * 10);
+            let leases = [lease(None, 10, now)];
+            tracker.record(
+                now,
+                Some(&window(i * 10)),
+                Some(&stats(1_000_000, 5_000_000 + (i as u64) * 100_000)),
+                &leases,
+            );
+        }
+        let now = at(60);
+        let predicted = tracker
+            .predict(
+                now,
+                &lease(None, 10, now),
+                Some(window(60)),
+                Some(&stats(1_000_000, 5_600_000)),
+                Some(history),
+            )
+            .expect("a prediction");
+        assert!(
+            !predicted.is_missing(crate::model::LossInput::FillRate),
+            "{predicted:?}"
+        );
+        assert!(
+            !predicted.is_missing(crate::model::LossInput::Progress),
+            "{predicted:?}"
+        );
+        let LossTime::In(earliest) = predicted.earliest else {
+            panic!("{predicted:?}");
+        };
+        // (400 kB − a 100 kB chunk) at 10 kB/s.
+        assert!(
+            (25..=35).contains(&earliest.as_secs()),
+            "{earliest:?} from {predicted:?}"
+        );
+        // A lease with no time has no prediction.
+        let mut unknown = lease(None, 0, now);
+        unknown.resume_at = None;
+        assert_eq!(
+            tracker.predict(now, &unknown, Some(window(60)), None, None),
+            None
+        );
+    }
+}
