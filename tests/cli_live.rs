@@ -122,6 +122,14 @@ async fn leases_and_oplog_describe_the_real_cluster() {
             token.time().map(|t| u64::from(t.secs)),
             "the token time is decoded from the real token"
         );
+        // The time to loss, from two reads of the real oplog's figures a second apart;
+        // the test set's oplog is far from full, so nothing is lost soon.
+        let loss = &row["timeToLoss"];
+        assert!(loss["text"].is_string(), "{row}");
+        match &loss["earliestSecs"] {
+            Value::String(never) => assert_eq!(never, "never", "{loss}"),
+            secs => assert!(secs.as_u64().is_some_and(|s| s > 3600), "{loss}"),
+        }
 
         let mut cmd = streamward(&live);
         cmd.arg("oplog");

@@ -18,8 +18,8 @@ use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::console::probe::loss_figures;
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
-    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTracker,
-    OplogAccess, OplogWindow, TimeToLoss, Topology,
+    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime,
+    LossTracker, OplogAccess, OplogWindow, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
@@ -79,6 +79,8 @@ pub(super) struct Snapshot {
     pub(super) window: Option<OplogWindow>,
     /// What the cluster is; says why the window is unknown when it is.
     pub(super) topology: Topology,
+    /// Each lease's time to loss, once predicted ([`Snapshot::predict_loss`]).
+    pub(super) loss: HashMap<String, TimeToLoss>,
     pub(super) now: DateTime<Utc>,
 }
 
@@ -102,7 +104,13 @@ impl Snapshot {
             window,
             topology,
             now,
+            loss: HashMap::new(),
         })
+    }
+
+    /// [`Snapshot::time_to_loss`], kept with the snapshot for its table and JSON.
+    async fn predict_loss(&mut self, store: &MongoStore, tracker: &mut LossTracker) {
+        self.loss = self.time_to_loss(store, tracker).await;
     }
 
     /// Adds this read to `tracker` and predicts each lease's time to loss from it (the
@@ -142,9 +150,15 @@ impl Snapshot {
         leases: &[&Lease],
         malformed: bool,
     ) -> Vec<Value> {
-        let shown = leases
-            .iter()
-            .map(|l| lease_json(l, self.window.as_ref(), self.now, thresholds));
+        let shown = leases.iter().map(|l| {
+            lease_json(
+                l,
+                self.window.as_ref(),
+                self.now,
+                thresholds,
+                self.loss.get(&l.resource),
+            )
+        });
         let unreadable = self
             .malformed
             .iter()
@@ -156,7 +170,10 @@ impl Snapshot {
     fn table(&self, thresholds: &HealthThresholds, leases: &[&Lease]) -> String {
         let rows: Vec<LeaseRow> = leases
             .iter()
-            .map(|l| LeaseRow::new(l, self.window.as_ref(), self.now, thresholds))
+            .map(|l| {
+                LeaseRow::new(l, self.window.as_ref(), self.now, thresholds)
+                    .with_loss(self.loss.get(&l.resource))
+            })
             .collect();
         let owned: Vec<Lease> = leases.iter().map(|l| (*l).clone()).collect();
         format!("{}{}", render_leases(&rows), render_invalidations(&owned))
@@ -184,6 +201,9 @@ impl Snapshot {
         seen
     }
 }
+
+/// Between the two reads of a one-shot `leases`, for the rates of its time to loss.
+const LOSS_SAMPLE_GAP: Duration = Duration::from_secs(1);
 
 /// The statuses `--check` fails on.
 const NEEDS_ATTENTION: [LeaseStatus; 5] = [
@@ -213,9 +233,18 @@ pub async fn leases(
     if args.watch {
         return watch(&store, settings, args.interval, out).await;
     }
-    let snapshot = Snapshot::read(&store, settings).await?;
+    let mut snapshot = Snapshot::read(&store, settings).await?;
     if args.check {
         return check(&snapshot, settings, out);
+    }
+    if snapshot.window.is_some() && !snapshot.leases.is_empty() {
+        // Rates need two reads: the time to loss is predicted from a second read, one
+        // second after the first (LOSS_SAMPLE_GAP).
+        let mut tracker = LossTracker::default();
+        snapshot.predict_loss(&store, &mut tracker).await;
+        tokio::time::sleep(LOSS_SAMPLE_GAP).await;
+        snapshot = Snapshot::read(&store, settings).await?;
+        snapshot.predict_loss(&store, &mut tracker).await;
     }
     snapshot.note_window_unknown();
     let thresholds = settings.thresholds;
@@ -315,6 +344,7 @@ async fn watch(
     let mut shown: Option<Vec<String>> = None;
     let mut failing: Option<String> = None;
     let mut noted = false;
+    let mut tracker = LossTracker::default();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let ctrl_c = tokio::signal::ctrl_c();
@@ -325,7 +355,7 @@ async fn watch(
             _ = &mut ctrl_c => return Ok(()),
             _ = ticker.tick() => {}
         }
-        let snapshot = match Snapshot::read(store, settings).await {
+        let mut snapshot = match Snapshot::read(store, settings).await {
             Ok(snapshot) => snapshot,
             Err(error) => {
                 let message = super::output::error_message(&error);
@@ -343,6 +373,7 @@ async fn watch(
         if failing.take().is_some() {
             say("note: reading the leases again");
         }
+        snapshot.predict_loss(store, &mut tracker).await;
         if !noted {
             snapshot.note_window_unknown();
             noted = true;
@@ -389,6 +420,7 @@ fn lease_json(
     window: Option<&OplogWindow>,
     now: DateTime<Utc>,
     thresholds: &HealthThresholds,
+    loss: Option<&TimeToLoss>,
 ) -> Value {
     let health = LeaseHealth::assess(lease, window, now, thresholds);
     let mut json = describe::lease_json(lease);
@@ -401,11 +433,28 @@ fn lease_json(
             ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),
             ("headroomShare", json!(health.headroom_share)),
             ("status", json!(health.status.label())),
+            ("timeToLoss", loss.map_or(Value::Null, loss_json)),
         ] {
             fields.insert(key.into(), value);
         }
     }
     json
+}
+
+/// A time to loss in JSON: its text, each estimate in seconds (0: lost; `null` latest:
+/// unknown; `"never"`), and the inputs that were missing with what that did.
+fn loss_json(loss: &TimeToLoss) -> Value {
+    let secs = |at: LossTime| match at {
+        LossTime::AlreadyLost => json!(0),
+        LossTime::In(after) => json!(after.as_secs()),
+        LossTime::Never => json!("never"),
+    };
+    json!({
+        "text": loss.to_string(),
+        "earliestSecs": secs(loss.earliest),
+        "latestSecs": loss.latest.map_or(Value::Null, secs),
+        "missing": loss.missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
+    })
 }
 
 pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {

@@ -6,7 +6,7 @@ use crate::engine::ListenerSnapshot;
 use crate::model::text::{
     clip, escape_control, pad_to, relative_time, short_duration, CELL_MAX_CHARS,
 };
-use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow};
+use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow, TimeToLoss};
 
 /// One lease, as its table row shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,8 @@ pub struct LeaseRow {
     pub token_time: String,
     pub lag: String,
     pub headroom: String,
+    /// The time to loss, `-` where none was predicted.
+    pub loss: String,
     pub status: String,
 }
 
@@ -57,11 +59,20 @@ impl LeaseRow {
                 (Some(h), Some(share)) => format!("{} ({:.0}%)", short_duration(h), share * 100.0),
                 _ => dash(),
             },
+            loss: dash(),
             status: health.status.to_string(),
         }
     }
 
-    fn cells(&self) -> [&str; 9] {
+    /// With the time to loss predicted for the lease.
+    pub fn with_loss(mut self, loss: Option<&TimeToLoss>) -> Self {
+        if let Some(loss) = loss {
+            self.loss = loss.to_string();
+        }
+        self
+    }
+
+    fn cells(&self) -> [&str; 10] {
         [
             &self.resource,
             &self.kind,
@@ -71,12 +82,13 @@ impl LeaseRow {
             &self.token_time,
             &self.lag,
             &self.headroom,
+            &self.loss,
             &self.status,
         ]
     }
 }
 
-const LEASE_HEADERS: [&str; 9] = [
+const LEASE_HEADERS: [&str; 10] = [
     "RESOURCE",
     "KIND",
     "HOLDER",
@@ -85,6 +97,7 @@ const LEASE_HEADERS: [&str; 9] = [
     "TOKEN TIME",
     "LAG",
     "HEADROOM",
+    "LOSS IN",
     "STATUS",
 ];
 
@@ -121,7 +134,7 @@ pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) 
 }
 
 pub fn render_leases(rows: &[LeaseRow]) -> String {
-    let cells: Vec<[String; 9]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
+    let cells: Vec<[String; 10]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
     render_columns(LEASE_HEADERS, &cells)
 }
 
