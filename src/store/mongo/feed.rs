@@ -281,6 +281,28 @@ impl MongoStore {
 
     /// One `aggregate` on `local.oplog.rs`: `$match filter`, `$limit`, `$count`, bounded
     /// server-side by `maxTimeMS`; only the count crosses the network.
+    /// One aggregation on `local.oplog.rs` through `client`, bounded on the server by
+    /// `maxTimeMS` and retried once as every read is; the caller says what its failure
+    /// means.
+    pub(super) async fn aggregate_oplog(
+        &self,
+        client: &Client,
+        pipeline: Vec<Document>,
+        action: &str,
+    ) -> Result<Vec<Document>, super::errors::CallError> {
+        use futures_util::TryStreamExt;
+        let oplog = client.database("local").collection::<Document>("oplog.rs");
+        with_one_retry(self.timeout(), action, || async {
+            oplog
+                .aggregate(pipeline.clone())
+                .max_time(self.timeout())
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+    }
+
     /// [`MongoStore::count_oplog_on`] on this replica set, or summed over the shards
     /// through a router (each shard counted up to `limit`, the sum capped at it).
     async fn count_oplog(&self, filter: Document, limit: u64, action: &str) -> StoreResult<u64> {
@@ -318,23 +340,15 @@ impl MongoStore {
         limit: u64,
         action: &str,
     ) -> StoreResult<u64> {
-        use futures_util::TryStreamExt;
-        let oplog = client.database("local").collection::<Document>("oplog.rs");
         let pipeline = vec![
             doc! { "$match": filter },
             doc! { "$limit": i64::try_from(limit.max(1)).unwrap_or(i64::MAX) },
             doc! { "$count": "n" },
         ];
-        let replies: Vec<Document> = with_one_retry(self.timeout(), action, || async {
-            oplog
-                .aggregate(pipeline.clone())
-                .max_time(self.timeout())
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| e.into_store_hinted(action, OPLOG_HINT))?;
+        let replies = self
+            .aggregate_oplog(client, pipeline, action)
+            .await
+            .map_err(|e| e.into_store_hinted(action, OPLOG_HINT))?;
         match replies.first() {
             None => Ok(0),
             Some(reply) => {

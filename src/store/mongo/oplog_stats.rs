@@ -45,28 +45,20 @@ impl MongoStore {
     }
 
     pub(super) async fn oplog_stats_on(&self, client: &Client) -> StoreResult<OplogStats> {
-        use futures_util::TryStreamExt;
         let action = "read the oplog's statistics ($collStats on local.oplog.rs)";
-        let oplog = client.database("local").collection::<Document>("oplog.rs");
         let pipeline = vec![doc! { "$collStats": { "storageStats": {} } }];
-        let replies: Vec<Document> = with_one_retry(self.timeout(), action, || async {
-            oplog
-                .aggregate(pipeline.clone())
-                .max_time(self.timeout())
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| match e.into_store_hinted(action, STATS_HINT) {
-            StoreError::Command {
-                code: NAMESPACE_NOT_FOUND,
-                ..
-            } => StoreError::OplogUnknown(
-                "the server has no local.oplog.rs: it is not a replica set member".into(),
-            ),
-            other => other,
-        })?;
+        let replies = self
+            .aggregate_oplog(client, pipeline, action)
+            .await
+            .map_err(|e| match e.into_store_hinted(action, STATS_HINT) {
+                StoreError::Command {
+                    code: NAMESPACE_NOT_FOUND,
+                    ..
+                } => StoreError::OplogUnknown(
+                    "the server has no local.oplog.rs: it is not a replica set member".into(),
+                ),
+                other => other,
+            })?;
         let reply = replies.first().ok_or_else(|| StoreError::Malformed {
             what: "$collStats reply".into(),
             detail: "no document".into(),
@@ -214,19 +206,11 @@ impl MongoStore {
         client: &Client,
         pipeline: Vec<Document>,
     ) -> StoreResult<Option<Document>> {
-        use futures_util::TryStreamExt;
         let action = "sum the oplog's history (local.oplog.rs)";
-        let oplog = client.database("local").collection::<Document>("oplog.rs");
-        let replies: Vec<Document> = with_one_retry(self.timeout(), action, || async {
-            oplog
-                .aggregate(pipeline.clone())
-                .max_time(self.timeout())
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| e.into_store_hinted(action, STATS_HINT))?;
+        let replies = self
+            .aggregate_oplog(client, pipeline, action)
+            .await
+            .map_err(|e| e.into_store_hinted(action, STATS_HINT))?;
         Ok(replies.into_iter().next())
     }
 }
