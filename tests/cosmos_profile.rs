@@ -701,6 +701,27 @@ async fn leases_oplog_and_a_takeover_work_on_cosmos_with_the_limits_stated() {
             .all(|c| c.get_str("$db") != Ok("local")),
         "nothing asked of a local database Cosmos DB does not have"
     );
+    // Nor for the time to loss (the exporter's and `leases --watch`'s reads).
+    assert!(matches!(
+        store.oplog_stats().await,
+        Err(StoreError::NoOplog(_))
+    ));
+    assert!(matches!(
+        store
+            .oplog_history_before(ClusterTime::new(1_800_000_000, 1), 10)
+            .await,
+        Err(StoreError::NoOplog(_))
+    ));
+    let on_local: Vec<String> = server
+        .received()
+        .into_iter()
+        .filter(|r| r.body.get_str("$db") == Ok("local"))
+        .map(|r| r.name)
+        .collect();
+    assert!(
+        on_local.is_empty(),
+        "no command of any kind on local: {on_local:?}"
+    );
 
     let out = run(&[
         "takeover",

@@ -220,8 +220,8 @@ impl Topology {
                 format!("the oplog is per shard and could not be read ({why}): {no_window}")
             }
             (Deployment::CosmosDb, _) => format!(
-                "Cosmos DB has no oplog: {no_window}; its change streams resume by token only \
-                 and carry no deletes"
+                "Cosmos DB has no oplog: {no_window}; a request-unit account's change streams \
+                 resume by token only and carry no deletes (docs/cosmos.md)"
             ),
             (Deployment::Standalone, _) => "a standalone server has no oplog and no change \
                  streams: listeners need a replica set (a single-member one will do)"

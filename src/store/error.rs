@@ -65,10 +65,13 @@ pub enum StoreError {
         id: String,
         found: Option<crate::model::AuditState>,
     },
-    /// The oplog window cannot be known through this connection, for a reason other
-    /// than a privilege (a shard of a sharded cluster that cannot be read).
+    /// The oplog window cannot be known just now, for a reason other than a privilege
+    /// (a shard of a sharded cluster that cannot be reached): it may come back.
     #[error("the oplog window cannot be read: {0}")]
     OplogUnknown(String),
+    /// The deployment keeps no oplog at all (Azure Cosmos DB): nothing is sent to try.
+    #[error("there is no oplog to read: {0}")]
+    NoOplog(String),
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,
@@ -91,6 +94,7 @@ impl StoreError {
             StoreError::NotPermitted { .. }
                 | StoreError::Command { code: 20, .. }
                 | StoreError::OplogUnknown(_)
+                | StoreError::NoOplog(_)
         )
     }
 

@@ -4,15 +4,12 @@
 
 use bson::{doc, Document};
 
+use super::errors::NAMESPACE_NOT_FOUND;
 use crate::store::{InvalidationCause, Namespace, StoreError};
 
 /// The operations a Cosmos DB change stream must `$match` (no others are supported:
 /// "the delete operation or other events are not yet supported").
 const OPERATIONS: [&str; 3] = ["insert", "update", "replace"];
-
-/// NamespaceNotFound: what Cosmos DB answers a change stream on a collection that was
-/// dropped or never existed, in place of an `invalidate` event.
-pub const NAMESPACE_NOT_FOUND: i32 = 26;
 
 /// The pipeline every Cosmos DB change stream must have after `$changeStream`: a
 /// `$match` on `operationType`, then a `$project` of `_id`, `fullDocument`, `ns` and

@@ -40,6 +40,9 @@ const TOKEN_NOT_FOUND: &str = "resume token was not found";
 /// In the 260 message, as a real 6.0 says it: "Attempting to resume a change stream
 /// using 'resumeAfter' is not allowed from an invalidate notification".
 const FROM_INVALIDATE: &str = "from an invalidate notification";
+/// 26 NamespaceNotFound: `$collStats` on a server without an oplog; what Cosmos DB
+/// answers a change stream on a collection that was dropped or never existed.
+pub const NAMESPACE_NOT_FOUND: i32 = 26;
 pub const DUPLICATE_KEY: i32 = 11000;
 pub const UNAUTHORIZED: i32 = 13;
 pub const AUTHENTICATION_FAILED: i32 = 18;

@@ -14,8 +14,8 @@ use super::cosmos;
 use super::errors::{bounded, next_within, with_one_retry};
 use super::MongoStore;
 use crate::model::{
-    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, ShardWindows, StreamProfile,
-    Topology,
+    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, ShardOplog, ShardWindows,
+    StreamProfile, Topology,
 };
 use crate::store::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
@@ -79,17 +79,7 @@ fn store_token(token: &mongodb::change_stream::event::ResumeToken) -> StoreResul
     }
 }
 
-/// Why there is no window on Azure Cosmos DB.
-const NO_OPLOG: &str = "Azure Cosmos DB keeps no oplog";
-
 impl MongoStore {
-    /// Azure Cosmos DB (by the configured profile or the host names): there is no
-    /// oplog to read, and nothing is sent to try.
-    fn keeps_no_oplog(&self) -> bool {
-        self.profile == StreamProfile::CosmosDb
-            || Deployment::detect(None, None, &self.hosts) == Deployment::CosmosDb
-    }
-
     /// What this connection reaches (`hello` and the host names) and whether its oplog
     /// can be read; the window too when it can. The oplog is read only on a replica set:
     /// through mongos, on Cosmos DB or on a standalone server there is none to read.
@@ -101,7 +91,7 @@ impl MongoStore {
         })
         .await
         .map_err(|e| e.into_store(action))?;
-        let deployment = if self.keeps_no_oplog() {
+        let deployment = if self.no_oplog {
             Deployment::CosmosDb
         } else {
             Deployment::detect(
@@ -279,8 +269,6 @@ impl MongoStore {
         .await
     }
 
-    /// One `aggregate` on `local.oplog.rs`: `$match filter`, `$limit`, `$count`, bounded
-    /// server-side by `maxTimeMS`; only the count crosses the network.
     /// One aggregation on `local.oplog.rs` through `client`, bounded on the server by
     /// `maxTimeMS` and retried once as every read is; the caller says what its failure
     /// means.
@@ -306,9 +294,7 @@ impl MongoStore {
     /// [`MongoStore::count_oplog_on`] on this replica set, or summed over the shards
     /// through a router (each shard counted up to `limit`, the sum capped at it).
     async fn count_oplog(&self, filter: Document, limit: u64, action: &str) -> StoreResult<u64> {
-        if self.keeps_no_oplog() {
-            return Err(StoreError::OplogUnknown(NO_OPLOG.into()));
-        }
+        self.oplog_kept()?;
         if !self.router {
             return self
                 .count_oplog_on(&self.client, filter, limit, action)
@@ -320,14 +306,7 @@ impl MongoStore {
             let counted = self
                 .count_oplog_on(&client, filter.clone(), limit, &on_shard)
                 .await
-                .map_err(|e| match e {
-                    // One shard out of reach leaves the count unknown, as its window.
-                    StoreError::Unreachable(detail) => StoreError::OplogUnknown(format!(
-                        "shard {shard}: cannot reach the shard: {}",
-                        StoreError::unreachable_reason(&detail)
-                    )),
-                    other => other,
-                })?;
+                .map_err(|e| super::shards::on_shard(&shard, e))?;
             total = total.saturating_add(counted);
         }
         Ok(total.min(limit.max(1)))
@@ -453,13 +432,26 @@ impl ChangeFeed for MongoStore {
     /// holds ([`ShardWindows::covered`]), or `OplogUnknown` naming the shard that could
     /// not be read.
     async fn oplog_window(&self) -> StoreResult<OplogWindow> {
-        if self.keeps_no_oplog() {
-            return Err(StoreError::OplogUnknown(NO_OPLOG.into()));
-        }
+        self.oplog_kept()?;
         if !self.router {
             return self.oplog_window_on(&self.client).await;
         }
-        let shards = self.shard_oplogs().await?;
+        let mut shards = Vec::new();
+        for (shard, window) in self.shard_reads().await? {
+            // A refusal stays one (a listener is refused, not left retrying); a shard
+            // out of reach leaves the window unknown for now.
+            let window = match window {
+                Err(e @ (StoreError::NotPermitted { .. } | StoreError::Authentication(_))) => {
+                    return Err(e)
+                }
+                other => other.map_err(super::shards::shard_error_text),
+            };
+            shards.push(ShardOplog {
+                name: shard.name,
+                hosts: shard.hosts,
+                window,
+            });
+        }
         ShardWindows(&shards)
             .covered()
             .map_err(StoreError::OplogUnknown)
@@ -499,9 +491,12 @@ impl MongoStore {
         to: ClusterTime,
         limit: u64,
     ) -> StoreResult<u64> {
+        // Chunk migrations write to the shards' oplogs too (`fromMigrate`); change
+        // streams never deliver them, so they are not changes to count.
         let filter = doc! {
             "ns": ns.to_string(),
             "ts": { "$gte": bson::Timestamp::from(from), "$lte": bson::Timestamp::from(to) },
+            "fromMigrate": { "$ne": true },
         };
         self.count_oplog(
             filter,

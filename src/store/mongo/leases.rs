@@ -88,7 +88,7 @@ impl MongoStore {
         // A replica set or a router always sends it; Azure Cosmos DB may not, and the
         // write is applied all the same.
         let operation_time = session.operation_time().map(ClusterTime::from);
-        if operation_time.is_none() && self.profile != StreamProfile::CosmosDb {
+        if operation_time.is_none() && !self.no_oplog {
             return Err(StoreError::Malformed {
                 what: "findAndModify reply".into(),
                 detail: "no operationTime (is this a replica set?); the swap was applied".into(),

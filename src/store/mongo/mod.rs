@@ -34,7 +34,7 @@ pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;
 pub use redact::{redact_message, redact_uri, ConnectionString};
 
-use crate::model::StreamProfile;
+use crate::model::{Deployment, StreamProfile};
 use crate::store::{Namespace, StoreError};
 
 /// How much longer than the write concern's `wtimeout` the client waits for a majority
@@ -56,6 +56,9 @@ pub struct MongoStore {
     shard_clients: Arc<shards::ShardClients>,
     /// The configured profile, else the one the host names tell.
     profile: StreamProfile,
+    /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
+    /// oplog, and nothing is sent to read one.
+    no_oplog: bool,
 }
 
 impl MongoStore {
@@ -90,6 +93,8 @@ impl MongoStore {
                 "the configured stream profile differs from the one the host names tell; the configured one is used"
             );
         }
+        let no_oplog = profile == StreamProfile::CosmosDb
+            || Deployment::detect(None, None, &hosts) == Deployment::CosmosDb;
         Ok(MongoStore {
             client: opened.client,
             settings: Arc::new(settings),
@@ -98,6 +103,7 @@ impl MongoStore {
             router: opened.router,
             shard_clients: Arc::default(),
             profile,
+            no_oplog,
         })
     }
 
@@ -125,6 +131,14 @@ impl MongoStore {
     /// The cluster's URI with any password replaced, safe to show.
     pub fn redacted_uri(&self) -> String {
         self.settings.uri.redacted()
+    }
+
+    /// `Err(NoOplog)` where the deployment keeps none: every oplog read asks this first.
+    fn oplog_kept(&self) -> Result<(), StoreError> {
+        if self.no_oplog {
+            return Err(StoreError::NoOplog("Azure Cosmos DB keeps no oplog".into()));
+        }
+        Ok(())
     }
 
     fn timeout(&self) -> Duration {

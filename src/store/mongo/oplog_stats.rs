@@ -12,7 +12,7 @@ use bson::{doc, Bson, Document};
 use mongodb::Client;
 
 use super::codec::integer;
-use super::errors::with_one_retry;
+use super::errors::{with_one_retry, NAMESPACE_NOT_FOUND};
 use super::MongoStore;
 use crate::model::{ClusterTime, HistoryBefore, OplogStats};
 use crate::store::{StoreError, StoreResult};
@@ -20,7 +20,6 @@ use crate::store::{StoreError, StoreResult};
 const STATS_HINT: &str =
     "the clusterMonitor role (collStats and read on local.oplog.rs; readAnyDatabase does not cover local)";
 /// 26 NamespaceNotFound: no `local.oplog.rs` (a standalone server).
-const NAMESPACE_NOT_FOUND: i32 = 26;
 /// WiredTiger's key of an oplog entry: its timestamp as a 64-bit record id, packed in 9
 /// bytes for any value of 2^56 or more (every timestamp after mid-1970). Its cursor
 /// statistics count keys and values together; the values are the entries' BSON, what
@@ -35,6 +34,7 @@ impl MongoStore {
     /// `OplogUnknown` through mongos (each shard has its own oplog) or on a server
     /// without one.
     pub async fn oplog_stats(&self) -> StoreResult<OplogStats> {
+        self.oplog_kept()?;
         if self.router {
             return Err(StoreError::OplogUnknown(
                 "through mongos each shard has its own oplog: read its statistics on the shard"
@@ -120,6 +120,7 @@ impl MongoStore {
         at: ClusterTime,
         limit: u32,
     ) -> StoreResult<HistoryBefore> {
+        self.oplog_kept()?;
         if self.router {
             return Err(StoreError::OplogUnknown(
                 "through mongos each shard has its own oplog: count its history on the shard"

@@ -10,15 +10,15 @@ use mongodb::Client;
 
 use super::errors::with_one_retry;
 use super::MongoStore;
-use crate::model::ShardOplog;
+use crate::model::{OplogWindow, ShardOplog};
 use crate::store::{StoreError, StoreResult};
 
 const LIST_SHARDS_HINT: &str = "the clusterMonitor role, which grants listShards";
 
-/// Clients to each shard, made on first use and kept for the store's life.
+/// Clients to each shard by its `_id`, with the hosts they were made for.
 #[derive(Debug, Default)]
 pub(super) struct ShardClients {
-    by_hosts: tokio::sync::Mutex<HashMap<String, Client>>,
+    by_name: tokio::sync::Mutex<HashMap<String, (String, Client)>>,
 }
 
 /// One entry of `listShards`: its `_id` and `host` (`set/host:port,…`).
@@ -68,55 +68,104 @@ impl MongoStore {
     /// Every shard with its window, read concurrently; a shard that cannot be read is
     /// listed with the reason, and the others are still read.
     pub async fn shard_oplogs(&self) -> StoreResult<Vec<ShardOplog>> {
+        Ok(self
+            .shard_reads()
+            .await?
+            .into_iter()
+            .map(|(shard, window)| ShardOplog {
+                window: window.map_err(shard_error_text),
+                name: shard.name,
+                hosts: shard.hosts,
+            })
+            .collect())
+    }
+
+    /// Each shard and the result of reading its window, the error kept whole: a shard
+    /// that refuses (a missing shard-local user or privilege) is not one out of reach.
+    pub(super) async fn shard_reads(
+        &self,
+    ) -> StoreResult<Vec<(ShardEntry, StoreResult<OplogWindow>)>> {
         let shards = self.list_shards().await?;
         let reads = shards.into_iter().map(|shard| async move {
-            let window = match self.shard_client(&shard.hosts).await {
+            let window = match self.shard_client(&shard).await {
                 Ok(client) => self.oplog_window_on(&client).await,
                 Err(e) => Err(e),
             };
-            ShardOplog {
-                window: window.map_err(|e| match e {
-                    StoreError::Unreachable(detail) => {
-                        tracing::warn!(shard = %shard.name, %detail, "cannot reach a shard");
-                        format!(
-                            "cannot reach the shard: {}",
-                            StoreError::unreachable_reason(&detail)
-                        )
-                    }
-                    other => other.to_string(),
-                }),
-                name: shard.name,
-                hosts: shard.hosts,
-            }
+            let window = window.map_err(|e| on_shard(&shard.name, e));
+            (shard, window)
         });
         Ok(futures_util::future::join_all(reads).await)
     }
 
-    /// A client for the shard at `hosts`, from the router's options.
-    pub(super) async fn shard_client(&self, hosts: &str) -> StoreResult<Client> {
-        let mut clients = self.shard_clients.by_hosts.lock().await;
-        if let Some(client) = clients.get(hosts) {
-            return Ok(client.clone());
+    /// A client for `shard`, from the router's options; made again when the shard's
+    /// hosts changed (a reconfigured replica set), so no stale client stays behind.
+    pub(super) async fn shard_client(&self, shard: &ShardEntry) -> StoreResult<Client> {
+        let mut clients = self.shard_clients.by_name.lock().await;
+        if let Some((hosts, client)) = clients.get(&shard.name) {
+            if *hosts == shard.hosts {
+                return Ok(client.clone());
+            }
         }
-        let options = shard_options(&self.client_options, hosts)?;
+        let options = shard_options(&self.client_options, &shard.hosts)?;
         let client = Client::with_options(options).map_err(|e| {
             StoreError::InvalidArgument(format!(
-                "cannot connect to shard {hosts}: {}",
+                "cannot connect to shard {}: {}",
+                shard.hosts,
                 super::redact_message(&e.to_string())
             ))
         })?;
-        clients.insert(hosts.to_string(), client.clone());
+        clients.insert(shard.name.clone(), (shard.hosts.clone(), client.clone()));
         Ok(client)
     }
 
-    /// Clients to every shard, for a read that must see each shard's oplog.
+    /// Clients to every shard now listed, for a read that must see each shard's oplog;
+    /// clients of shards no longer listed are dropped.
     pub(super) async fn shard_clients(&self) -> StoreResult<Vec<(String, Client)>> {
+        let shards = self.list_shards().await?;
+        self.shard_clients
+            .by_name
+            .lock()
+            .await
+            .retain(|name, _| shards.iter().any(|s| &s.name == name));
         let mut clients = Vec::new();
-        for shard in self.list_shards().await? {
-            let client = self.shard_client(&shard.hosts).await?;
+        for shard in shards {
+            let client = self.shard_client(&shard).await?;
             clients.push((shard.name, client));
         }
         Ok(clients)
+    }
+}
+
+/// What a shard's listing says of a failed read: the reason, not the wrapper.
+pub(super) fn shard_error_text(error: StoreError) -> String {
+    match error {
+        StoreError::OplogUnknown(why) => why,
+        other => other.to_string(),
+    }
+}
+
+/// A failed read on shard `name`: out of reach becomes `OplogUnknown` in a few words
+/// (it may come back; the driver's account goes to the log); a refusal keeps its kind
+/// and names the shard; anything else is unchanged.
+pub(super) fn on_shard(name: &str, error: StoreError) -> StoreError {
+    match error {
+        StoreError::Unreachable(detail) => {
+            tracing::warn!(shard = %name, %detail, "cannot reach a shard");
+            StoreError::OplogUnknown(format!(
+                "cannot reach shard {name}: {}",
+                StoreError::unreachable_reason(&detail)
+            ))
+        }
+        StoreError::NotPermitted {
+            action,
+            detail,
+            hint,
+        } => StoreError::NotPermitted {
+            action: format!("{action} on shard {name}"),
+            detail,
+            hint: format!("{hint}, as a shard-local user on that shard"),
+        },
+        other => other,
     }
 }
 
@@ -154,6 +203,33 @@ pub(super) fn shard_options(router: &ClientOptions, hosts: &str) -> StoreResult<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A shard out of reach may come back (the window is unknown for now); one that
+    /// refuses does not, and says which shard and what to grant there.
+    #[test]
+    fn a_shards_refusal_stays_a_refusal_and_its_absence_is_unknown_for_now() {
+        let gone = on_shard(
+            "s1",
+            StoreError::Unreachable("Server selection timeout: Connection refused".into()),
+        );
+        assert_eq!(
+            shard_error_text(gone),
+            "cannot reach shard s1: connection refused"
+        );
+        let refused = on_shard(
+            "s1",
+            StoreError::NotPermitted {
+                action: "read the oplog (local.oplog.rs)".into(),
+                detail: "not authorized".into(),
+                hint: "the clusterMonitor role".into(),
+            },
+        );
+        assert!(refused.oplog_unreadable());
+        assert!(!matches!(refused, StoreError::OplogUnknown(_)));
+        let text = refused.to_string();
+        assert!(text.contains("on shard s1"), "{text}");
+        assert!(text.contains("shard-local user"), "{text}");
+    }
 
     #[tokio::test]
     async fn a_shard_is_reached_with_the_routers_credentials_and_tls() {
