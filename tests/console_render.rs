@@ -315,8 +315,6 @@ fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
     });
 }
 
-/// Attached through a mongos: the title names the deployment, the oplog line says what
-/// follows instead of a window, and the lease table still lists the leases.
 /// Through mongos the oplog view lists every shard with its window, names the shard
 /// that limits the window, points out a quiet one and says why one was not read.
 #[test]
@@ -376,6 +374,8 @@ fn the_oplog_view_lists_the_shards_with_their_windows() {
     }
 }
 
+/// Attached through a mongos: the title names the deployment, the oplog line says what
+/// follows instead of a window, and the lease table still lists the leases.
 #[test]
 fn the_header_names_the_topology_and_what_follows() {
     for (width, height) in [(80, 24), (120, 40)] {
@@ -592,6 +592,7 @@ fn takeover_plan() -> streamward::ops::Plan {
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
         thresholds: streamward::model::HealthThresholds::default(),
+        profile: Default::default(),
     };
     streamward::ops::plan(
         &streamward::ops::ActionRequest::Takeover {
@@ -716,6 +717,7 @@ fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
         thresholds: streamward::model::HealthThresholds::default(),
+        profile: Default::default(),
     }
 }
 

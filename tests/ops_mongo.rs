@@ -385,6 +385,43 @@ async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing_to_the_lease() {
     assert_eq!(lease.lock().unwrap().get_str("listenerId"), Ok("w2"));
 }
 
+/// The swap is refused by a node no longer primary (nothing ran), and by the time it
+/// is sent again a standby has moved the lease two versions on: the lease changed since
+/// the plan (exit 4, plan again), not an error whose outcome is unknown.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_swap_refused_as_not_primary_then_finding_the_lease_moved_on_is_a_change() {
+    let server = WireServer::start().await;
+    let (lease, audit) = cluster(&server, live_lease(), |lease| {
+        lease.insert("version", 14_i64);
+        lease.insert("listenerId", "w2");
+    });
+    server.script(
+        "findAndModify",
+        [Action::error(10107, "NotWritablePrimary", "not primary")],
+    );
+    let mut cmd = streamward();
+    cmd.args([
+        "takeover",
+        "shop.orders",
+        "--execute",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.code(4);
+    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    assert!(
+        err.contains("shop.orders changed since it was planned (planned against version 12, now version 14 held by w2)"),
+        "{err}"
+    );
+    assert_eq!(
+        writes(&server),
+        ["insert", "findAndModify", "findAndModify", "update"],
+        "refused, sent again (matched nothing), the record finalized"
+    );
+    assert_eq!(only_record(&audit).get_str("state"), Ok("not applied"));
+    assert_eq!(lease.lock().unwrap().get_i64("version"), Ok(14));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dry_run_reads_and_counts_but_sends_no_write() {
     let server = WireServer::start().await;

@@ -628,19 +628,6 @@ pub async fn rebuild(
         out,
     )?;
     let store = super::cluster::connect(settings).await?;
-    if store.profile() == crate::model::StreamProfile::CosmosDb {
-        if settings.output == OutputFormat::Json {
-            print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
-        }
-        return Err(OpsError::Refused(ops::Refusal::new(
-            ops::RefusalKind::NotOnThisDeployment,
-            "a rebuild hands its listeners back the cluster time of its bulk swap to replay \
-             from, and Azure Cosmos DB has no cluster time and no start at a time; there, \
-             recompute with the listeners stopped, then move their resume point with \
-             `rewind --to-token` to a token committed before (docs/cosmos.md)",
-        ))
-        .into());
-    }
     let definition = settings.rebuilds.get(&args.name).map(|r| {
         (
             &r.definition,
@@ -749,6 +736,7 @@ mod tests {
                             handover_lease: options.handover_lease,
                             bulk_lease: options.bulk_lease,
                             thresholds: options.thresholds,
+                            profile: Default::default(),
                         };
                         all.push((facts, defined));
                     }

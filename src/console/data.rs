@@ -33,6 +33,9 @@ pub enum DataEvent {
         /// Entries written per second since the previous read, when it could be counted.
         ops_per_sec: Option<f64>,
     },
+    /// The server's clock, read where the oplog cannot be (lag, EXPIRED and UNCLAIMED
+    /// are judged by it, as `leases` judges them).
+    ServerClock(DateTime<Utc>),
     /// The replica set members, or why they cannot be read (e.g. a missing role).
     Members(Result<Vec<MemberRow>, String>),
     /// What the cluster is and whether its oplog can be read.

@@ -196,7 +196,15 @@ async fn read_window<S: ClusterProbe>(
         }
         reads = reads.wrapping_add(1);
         if !oplog_readable {
-            // The header says why from the topology; reading would only fail again.
+            // The header says why from the topology; reading would only fail again. The
+            // server's clock still judges lag, EXPIRED and UNCLAIMED.
+            let sent = match store.server_now().await {
+                Ok(server_now) => send(&events, DataEvent::ServerClock(server_now)).await,
+                Err(error) => report(&events, DataSource::Oplog, &error).await,
+            };
+            if sent.is_err() {
+                return;
+            }
             continue;
         }
         let read = async {

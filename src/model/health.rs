@@ -135,8 +135,9 @@ impl LeaseHealth {
         };
         let lag = token_time.map(|t| match window {
             Some(w) => w.last.saturating_since(t),
-            // A caught-up listener's token keeps up with the cluster's clock (its
-            // heartbeat commits move it), so this is lag too, to the second.
+            // On MongoDB a caught-up listener's token keeps up with the cluster's clock
+            // (its heartbeat commits move it), so this is lag too, to the second. On
+            // Cosmos DB the time is the newest document's: a quiet stream grows it.
             None => t
                 .to_datetime()
                 .and_then(|at| (now - at).to_std().ok())

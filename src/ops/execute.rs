@@ -198,12 +198,14 @@ pub(super) async fn swap_resolved<S: OperatorStore>(
                 "{why}; sent again, it found the lease as this write leaves it"
             )),
         }),
-        // Gone, or moved on past the version this write would have made: whether the
-        // first one applied cannot be told.
+        // Gone, or moved on past the version this write would have made: whether a
+        // first attempt whose reply was lost applied cannot be told. One refused as not
+        // primary did not apply: the lease simply changed (below).
         Ok(SwapOutcome::Changed { current, .. })
-            if current
-                .as_ref()
-                .is_none_or(|c| c.version > change.expected_version + 1) =>
+            if !first.is_not_primary()
+                && current
+                    .as_ref()
+                    .is_none_or(|c| c.version > change.expected_version + 1) =>
         {
             Err(first)
         }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{AuditRecord, ClusterTime, HealthThresholds, Lease, OplogWindow};
+use crate::model::{AuditRecord, ClusterTime, HealthThresholds, Lease, OplogWindow, StreamProfile};
 use crate::store::Namespace;
 
 /// The changes between two points of one namespace's history.
@@ -66,6 +66,9 @@ pub struct PlanFacts {
     pub bulk_lease: Duration,
     /// The status rules the console and `leases` apply, so a plan says what they say.
     pub thresholds: HealthThresholds,
+    /// What the listeners' change streams can do: on Azure Cosmos DB a stream starts
+    /// only at now or after a token, never at a time.
+    pub profile: StreamProfile,
 }
 
 /// Settings for [`super::gather`] that come from the caller, not the store.

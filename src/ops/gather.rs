@@ -45,6 +45,7 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         handover_lease: options.handover_lease,
         bulk_lease: options.bulk_lease,
         thresholds: options.thresholds,
+        profile: store.profile(),
     };
     if let Some(range) = affected_range(request, &facts) {
         let limit = options.count_limit.max(1);

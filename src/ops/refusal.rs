@@ -40,7 +40,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    pub fn new(kind: RefusalKind, reason: impl Into<String>) -> Self {
+    pub(crate) fn new(kind: RefusalKind, reason: impl Into<String>) -> Self {
         Self {
             kind,
             reason: reason.into(),

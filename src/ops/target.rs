@@ -6,7 +6,7 @@ use super::refusal::{Refusal, RefusalKind};
 use super::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
 use super::resume::{movement, point_of, NewResume};
 use crate::model::text::short_duration;
-use crate::model::{ClusterTime, Lease, OplogWindow};
+use crate::model::{ClusterTime, Lease, OplogWindow, StreamProfile};
 use crate::store::Namespace;
 
 pub(crate) fn require_window(
@@ -56,6 +56,17 @@ pub(crate) fn resume_target(
     match request {
         ActionRequest::Rewind { to, .. } => {
             let window = facts.window.as_ref();
+            if facts.profile == StreamProfile::CosmosDb
+                && matches!(to, RewindTarget::Time(_) | RewindTarget::By(_))
+            {
+                return Err(Refusal::new(
+                    RefusalKind::NotOnThisDeployment,
+                    "an Azure Cosmos DB change stream starts at now or after a token, never \
+                     at a time, so a listener could not open from it: rewind --to-token \
+                     TOKEN (a token committed before: the audit records keep the one before \
+                     each action; docs/cosmos.md)",
+                ));
+            }
             match to {
                 RewindTarget::Time(spec) => {
                     let time = spec.cluster_time();
@@ -86,6 +97,10 @@ pub(crate) fn resume_target(
                     Ok(Some((None, Some(time))))
                 }
                 RewindTarget::Token(token) => {
+                    // A Cosmos DB token tells no time, and there is no window to check.
+                    if facts.profile == StreamProfile::CosmosDb && token.time().is_none() {
+                        return Ok(Some((Some(token.clone()), None)));
+                    }
                     let Some(time) = token.time() else {
                         return Err(Refusal::new(
                             RefusalKind::UndecodableToken,

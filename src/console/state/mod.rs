@@ -312,6 +312,12 @@ impl ConsoleState {
                 self.history
                     .record(window.length().as_secs(), ops_per_sec, &self.leases);
             }
+            DataEvent::ServerClock(server_now) => {
+                self.server_offset = server_now - local_now;
+                if !self.frozen {
+                    self.reassess();
+                }
+            }
             DataEvent::Members(members) => self.members = members,
             DataEvent::Topology(topology) => {
                 if topology.oplog != OplogAccess::Readable {

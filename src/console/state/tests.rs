@@ -386,6 +386,7 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
         thresholds: crate::model::HealthThresholds::default(),
+        profile: Default::default(),
     }
 }
 
@@ -1295,4 +1296,32 @@ fn enter_on_cancel_after_the_name_says_nothing_was_written_and_how_to_apply() {
             "{keys:?}"
         );
     }
+}
+
+/// Where the oplog cannot be read the feed still sends the server's clock: a lease the
+/// operator's clock thinks live is free for the taking by the server's (for 110 s:
+/// UNCLAIMED), as `leases` says.
+#[test]
+fn without_the_oplog_the_servers_clock_still_judges_the_leases() {
+    let mut state = state();
+    state.apply(
+        DataEvent::LeaseSnapshot((vec![lease("shop.orders", 3)]).into()),
+        now(),
+    );
+    let status = |state: &ConsoleState| {
+        state
+            .leases
+            .rows(0, usize::MAX)
+            .next()
+            .map(|e| e.health.status)
+    };
+    assert_eq!(status(&state), Some(crate::model::LeaseStatus::Ok));
+    // The server is two minutes ahead of this machine: the lease (10 s left by the
+    // local clock) expired 110 s ago.
+    state.apply(
+        DataEvent::ServerClock(now() + chrono::Duration::seconds(120)),
+        now(),
+    );
+    assert_eq!(state.server_now(), now() + chrono::Duration::seconds(120));
+    assert_eq!(status(&state), Some(crate::model::LeaseStatus::Unclaimed));
 }

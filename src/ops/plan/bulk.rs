@@ -4,12 +4,21 @@ use std::time::Duration;
 
 use super::guards::{fence_effect, holder_warning};
 use super::{change, Decision, PlanEffect};
-use crate::model::{Lease, LockKind};
+use crate::model::{Lease, LockKind, StreamProfile};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::resume::describe_point;
 
 pub(super) fn rebuild(lease: &Lease, name: &str, facts: &PlanFacts) -> Result<Decision, Refusal> {
+    if facts.profile == StreamProfile::CosmosDb {
+        return Err(Refusal::new(
+            RefusalKind::NotOnThisDeployment,
+            "a rebuild hands its listeners back the cluster time of its bulk swap to replay \
+             from, and Azure Cosmos DB has no cluster time and no start at a time; there, \
+             recompute with the listeners stopped, then move their resume point with \
+             `rewind --to-token` to a token committed before (docs/cosmos.md)",
+        ));
+    }
     let target = facts.rebuild.as_ref().ok_or_else(|| {
         Refusal::new(
             RefusalKind::NoRebuildDefinition,

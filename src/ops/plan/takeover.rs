@@ -22,12 +22,19 @@ pub(super) fn takeover(
     let confirmation = fence_effect(lease, facts.now, &mut effect);
     // Releasing or holding a lease nobody takes changes nothing for its processing;
     // handing it to a named listener is the one takeover that can help.
-    if let (None, Some(unclaimed)) = (to, facts.thresholds.unclaimed_for(lease, facts.now)) {
+    let unclaimed = facts.thresholds.unclaimed_for(lease, facts.now);
+    if let (None, Some(unclaimed)) = (to, unclaimed) {
         warnings.push(unclaimed_explanation(
             &escape_control(&lease.resource),
             unclaimed,
         ));
     }
+    // Who picks the lease up after a release or a hold: a standby, if one is waiting.
+    let taker = if unclaimed.is_some() {
+        "a standby would take it over, but none is waiting"
+    } else {
+        "any standby takes it over"
+    };
     let mut c = match (to, hold) {
         (Some(_), Some(_)) => {
             return Err(Refusal::new(
@@ -38,7 +45,7 @@ pub(super) fn takeover(
         (None, None) => {
             effect
                 .lines
-                .push("releases the lease now: any standby takes it over".into());
+                .push(format!("releases the lease now: {taker}"));
             change(lease, None, Duration::ZERO)
         }
         (Some(listener), None) => {
@@ -55,7 +62,7 @@ pub(super) fn takeover(
         }
         (None, Some(hold)) => {
             effect.lines.push(format!(
-                "{} holds it for {}: processing pauses until then, after which any standby takes it over",
+                "{} holds it for {}: processing pauses until then, after which {taker}",
                 facts.operator,
                 short_duration(hold)
             ));

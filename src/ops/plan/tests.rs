@@ -70,6 +70,7 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
         thresholds: crate::model::HealthThresholds::default(),
+        profile: Default::default(),
     }
 }
 
@@ -280,11 +281,26 @@ fn takeover_of_a_lease_nobody_took_says_no_standby_is_running() {
             "{:?}",
             p.warnings
         );
+        // And the effect does not promise a standby that is not there.
+        assert!(
+            p.effect
+                .lines
+                .iter()
+                .any(|l| l.ends_with("a standby would take it over, but none is waiting")),
+            "{:?}",
+            p.effect.lines
+        );
+        assert!(!p.effect.lines.iter().any(|l| l.contains("any standby")));
     }
     // Expired a moment ago: a standby may be about to take it; nothing to say.
     let mut lease = live_lease();
     lease.expires_at = Some(wall(3600 - 5));
     let p = plan(&takeover(None, None), &facts(Some(lease)));
+    assert!(p
+        .effect
+        .lines
+        .iter()
+        .any(|l| l == "releases the lease now: any standby takes it over"));
     assert!(
         !p.warnings.iter().any(|w| w.contains("nobody took it")),
         "{:?}",
@@ -1050,4 +1066,46 @@ fn moving_an_invalidated_lease_to_before_the_closed_stream_warns_it_meets_it_aga
     accepted(&now);
     assert!(!now.warnings.iter().any(|w| w.contains("meets it again")));
     assert_eq!(now.after.as_ref().unwrap().invalidated, None);
+}
+
+/// On Azure Cosmos DB a stream starts at now or after a token: a rewind to a time (or
+/// back by a duration) and a rebuild (which hands back a time) are refused in planning,
+/// whoever asks (the binary or the console); a rewind to a token, which tells no time
+/// there, is planned unchecked.
+#[test]
+fn on_cosmos_db_only_token_moves_are_planned() {
+    let mut f = facts(Some(live_lease()));
+    f.window = None;
+    f.profile = crate::model::StreamProfile::CosmosDb;
+    f.rebuild = Some(rebuild_target());
+    for to in [
+        RewindTarget::Time(TimeSpec::Cluster(at(1000))),
+        RewindTarget::By(Duration::from_secs(60)),
+    ] {
+        let p = plan(&rewind(to.clone()), &f);
+        assert_eq!(refusal(&p), RefusalKind::NotOnThisDeployment, "{to:?}");
+        assert!(p.refusal.unwrap().reason.contains("--to-token"));
+    }
+    let rebuild = ActionRequest::Rebuild {
+        name: "orders-rollup".into(),
+    };
+    assert_eq!(
+        refusal(&plan(&rebuild, &f)),
+        RefusalKind::NotOnThisDeployment
+    );
+    let cosmos_token = ResumeToken::from_document(doc! {"_data": "AeARBpQ/AAAA"});
+    let p = plan(&rewind(RewindTarget::Token(cosmos_token.clone())), &f);
+    assert_eq!(
+        accepted(&p).resume,
+        ResumeChange::Set {
+            token: Some(cosmos_token.clone()),
+            at: None
+        }
+    );
+    // The same token on MongoDB cannot be checked, and is refused as before.
+    f.profile = crate::model::StreamProfile::MongoDb;
+    assert_eq!(
+        refusal(&plan(&rewind(RewindTarget::Token(cosmos_token)), &f)),
+        RefusalKind::UndecodableToken
+    );
 }
