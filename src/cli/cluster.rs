@@ -15,11 +15,10 @@ use super::exit::{OplogUnknown, Unhealthy, Unreachable};
 use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
 use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
-use crate::console::probe::loss_figures;
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
     ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime,
-    LossTracker, OplogAccess, OplogWindow, TimeToLoss, Topology,
+    LossTracker, OplogAccess, OplogStats, OplogWindow, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
@@ -113,24 +112,52 @@ impl Snapshot {
         self.loss = self.time_to_loss(store, tracker).await;
     }
 
-    /// Adds this read to `tracker` and predicts each lease's time to loss from it (the
-    /// oplog's figures and the history before each resume point are read now).
+    /// Adds this read's oplog figures to `tracker` (what the next read's rates start
+    /// from) and returns them; `None` where they cannot be read (a missing privilege,
+    /// a router, no oplog), which leaves the time to loss unknown.
+    async fn sample_oplog(
+        &self,
+        store: &MongoStore,
+        tracker: &mut LossTracker,
+    ) -> Option<OplogStats> {
+        let stats = store.oplog_stats().await.ok();
+        tracker.record(self.now, self.window.as_ref(), stats.as_ref(), &self.leases);
+        stats
+    }
+
+    /// Adds this read to `tracker` and predicts each lease's time to loss from it: the
+    /// oplog's figures, then (once the tracker has rates) the history before each resume
+    /// point, read after the figures so history dropped in between errs early, not late.
     pub(super) async fn time_to_loss(
         &self,
         store: &MongoStore,
         tracker: &mut LossTracker,
     ) -> HashMap<String, TimeToLoss> {
-        let (stats, history) = loss_figures(store, &self.leases).await;
-        tracker.record(self.now, self.window.as_ref(), stats.as_ref(), &self.leases);
-        self.leases
-            .iter()
-            .filter_map(|lease| {
-                let before = history.get(&lease.resource).copied();
-                tracker
-                    .predict(self.now, lease, self.window, stats.as_ref(), before)
-                    .map(|loss| (lease.resource.clone(), loss))
-            })
-            .collect()
+        let Some(stats) = self.sample_oplog(store, tracker).await else {
+            return HashMap::new();
+        };
+        let mut predicted = HashMap::new();
+        for lease in &self.leases {
+            let Some(at) = lease.resume_point().time() else {
+                continue;
+            };
+            // Not counted before the tracker can predict (its first read).
+            if tracker
+                .predict(self.now, lease, self.window, Some(&stats), None)
+                .is_none()
+            {
+                continue;
+            }
+            let before = store
+                .oplog_history_before(at, HISTORY_COUNT_LIMIT)
+                .await
+                .ok();
+            if let Some(loss) = tracker.predict(self.now, lease, self.window, Some(&stats), before)
+            {
+                predicted.insert(lease.resource.clone(), loss);
+            }
+        }
+        predicted
     }
 
     /// Said on stderr when the oplog cannot be read: what the cluster is and what follows.
@@ -205,6 +232,10 @@ impl Snapshot {
 /// Between the two reads of a one-shot `leases`, for the rates of its time to loss.
 const LOSS_SAMPLE_GAP: Duration = Duration::from_secs(1);
 
+/// Entries summed per lease when counting the history before its resume point; past
+/// it the count is a lower bound, which only makes the earliest estimate earlier.
+const HISTORY_COUNT_LIMIT: u32 = 100_000;
+
 /// The statuses `--check` fails on.
 const NEEDS_ATTENTION: [LeaseStatus; 5] = [
     LeaseStatus::AtRisk,
@@ -241,7 +272,7 @@ pub async fn leases(
         // Rates need two reads: the time to loss is predicted from a second read, one
         // second after the first (LOSS_SAMPLE_GAP).
         let mut tracker = LossTracker::default();
-        snapshot.predict_loss(&store, &mut tracker).await;
+        snapshot.sample_oplog(&store, &mut tracker).await;
         tokio::time::sleep(LOSS_SAMPLE_GAP).await;
         snapshot = Snapshot::read(&store, settings).await?;
         snapshot.predict_loss(&store, &mut tracker).await;

@@ -4,9 +4,7 @@
 use std::future::Future;
 
 use super::data::MemberRow;
-use std::collections::HashMap;
-
-use crate::model::{ClusterTime, HistoryBefore, Lease, OplogStats, OplogWindow, Topology};
+use crate::model::{ClusterTime, OplogWindow, Topology};
 use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
 use crate::store::{OpsStore, StoreResult};
@@ -28,41 +26,6 @@ pub trait ClusterProbe: OpsStore {
 
     /// Oplog entries written after `after`, at most [`OPS_COUNT_LIMIT`].
     fn entries_after(&self, after: ClusterTime) -> impl Future<Output = StoreResult<u64>> + Send;
-
-    /// The oplog's size, maximum and bytes written, for the time to loss.
-    fn oplog_stats(&self) -> impl Future<Output = StoreResult<OplogStats>> + Send;
-
-    /// The history held before `at` (at most [`HISTORY_COUNT_LIMIT`] entries counted).
-    fn history_before(
-        &self,
-        at: ClusterTime,
-    ) -> impl Future<Output = StoreResult<HistoryBefore>> + Send;
-}
-
-/// Entries summed per lease when counting the history before its resume point; past
-/// it the count is a lower bound, which only makes the earliest estimate earlier.
-pub const HISTORY_COUNT_LIMIT: u32 = 100_000;
-
-/// What one read of the cluster adds for the time to loss: the oplog's figures, and
-/// the history before each lease's resume point (read after the figures, so history
-/// dropped in between makes the estimate early, not late). What cannot be read is left
-/// out, and the prediction names it as missing.
-pub async fn loss_figures<P: ClusterProbe>(
-    probe: &P,
-    leases: &[Lease],
-) -> (Option<OplogStats>, HashMap<String, HistoryBefore>) {
-    let stats = probe.oplog_stats().await.ok();
-    let mut history = HashMap::new();
-    if stats.is_some() {
-        for lease in leases {
-            if let Some(at) = lease.resume_point().time() {
-                if let Ok(before) = probe.history_before(at).await {
-                    history.insert(lease.resource.clone(), before);
-                }
-            }
-        }
-    }
-    (stats, history)
 }
 
 impl ClusterProbe for SandboxStore {
@@ -90,14 +53,6 @@ impl ClusterProbe for SandboxStore {
             u64::from(OPS_COUNT_LIMIT),
         ))
     }
-
-    async fn oplog_stats(&self) -> StoreResult<OplogStats> {
-        Ok(SandboxStore::oplog_stats(self))
-    }
-
-    async fn history_before(&self, at: ClusterTime) -> StoreResult<HistoryBefore> {
-        Ok(SandboxStore::oplog_history_before(self, at))
-    }
 }
 
 impl ClusterProbe for MongoStore {
@@ -124,13 +79,5 @@ impl ClusterProbe for MongoStore {
 
     async fn entries_after(&self, after: ClusterTime) -> StoreResult<u64> {
         self.oplog_entries_after(after, OPS_COUNT_LIMIT).await
-    }
-
-    async fn oplog_stats(&self) -> StoreResult<OplogStats> {
-        MongoStore::oplog_stats(self).await
-    }
-
-    async fn history_before(&self, at: ClusterTime) -> StoreResult<HistoryBefore> {
-        self.oplog_history_before(at, HISTORY_COUNT_LIMIT).await
     }
 }

@@ -5,7 +5,8 @@
 //! `status` (the nine statuses) or by `shard` (one per shard) and nothing else, so the
 //! number of series grows with the leases and shards only.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use prometheus::{Gauge, GaugeVec, IntGauge, IntGaugeVec, Opts, Registry};
@@ -54,6 +55,14 @@ pub struct ClusterMetrics {
     ops_rate: Gauge,
     up: IntGauge,
     last_read: Gauge,
+    /// The leases and shards the series were last set for.
+    shown: Arc<Mutex<Shown>>,
+}
+
+#[derive(Debug, Default)]
+struct Shown {
+    leases: BTreeSet<String>,
+    shards: BTreeSet<String>,
 }
 
 fn gauge_vec(
@@ -188,6 +197,7 @@ impl ClusterMetrics {
                 "When the last successful read of the cluster was taken, as Unix time.",
             )?,
             registry,
+            shown: Arc::default(),
         })
     }
 
@@ -195,40 +205,36 @@ impl ClusterMetrics {
         &self.registry
     }
 
-    /// Replaces every series with what `sample` says: a lease gone is a series gone.
+    /// Sets every series to what `sample` says. A series is never cleared and refilled
+    /// (a scrape in between would see it missing): values are overwritten in place,
+    /// one that became unknown is removed, and a lease or shard gone takes its series.
     pub fn record(&self, sample: &ClusterSample<'_>) {
-        for vec in [
-            &self.lag,
-            &self.headroom,
-            &self.headroom_ratio,
-            &self.since_commit,
-            &self.loss_earliest,
-            &self.loss_latest,
-        ] {
-            vec.reset();
+        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        let now_resources: BTreeSet<String> =
+            sample.leases.iter().map(|l| l.resource.clone()).collect();
+        for gone in shown.leases.difference(&now_resources) {
+            self.forget_lease(gone);
         }
-        for vec in [&self.version, &self.holder, &self.status] {
-            vec.reset();
-        }
-        self.shard_window.reset();
         for lease in sample.leases {
             let resource = lease.resource.as_str();
             let health =
                 LeaseHealth::assess(lease, sample.window.as_ref(), sample.now, sample.thresholds);
-            if let Some(lag) = health.lag {
-                self.lag
-                    .with_label_values(&[resource])
-                    .set(lag.as_secs_f64());
-            }
-            if let Some(headroom) = health.headroom {
-                self.headroom
-                    .with_label_values(&[resource])
-                    .set(headroom.as_secs_f64());
-            }
-            if let Some(share) = health.headroom_share {
-                self.headroom_ratio
-                    .with_label_values(&[resource])
-                    .set(share);
+            let loss = sample.loss.get(&lease.resource);
+            let since_commit = lease
+                .committed_at
+                .map(|at| (sample.now - at).to_std().unwrap_or_default().as_secs_f64());
+            for (vec, value) in [
+                (&self.lag, health.lag.map(|d| d.as_secs_f64())),
+                (&self.headroom, health.headroom.map(|d| d.as_secs_f64())),
+                (&self.headroom_ratio, health.headroom_share),
+                (&self.since_commit, since_commit),
+                (&self.loss_earliest, loss.map(|l| loss_seconds(l.earliest))),
+                (
+                    &self.loss_latest,
+                    loss.and_then(|l| l.latest).map(loss_seconds),
+                ),
+            ] {
+                set_or_remove(vec, resource, value);
             }
             self.version
                 .with_label_values(&[resource])
@@ -241,23 +247,27 @@ impl ClusterMetrics {
                     .with_label_values(&[resource, status.label()])
                     .set(i64::from(status == health.status));
             }
-            if let Some(loss) = sample.loss.get(&lease.resource) {
-                self.loss_earliest
-                    .with_label_values(&[resource])
-                    .set(loss_seconds(loss.earliest));
-                if let Some(latest) = loss.latest {
-                    self.loss_latest
-                        .with_label_values(&[resource])
-                        .set(loss_seconds(latest));
-                }
-            }
-            if let Some(committed) = lease.committed_at {
-                let since = (sample.now - committed).to_std().unwrap_or_default();
-                self.since_commit
-                    .with_label_values(&[resource])
-                    .set(since.as_secs_f64());
-            }
         }
+        shown.leases = now_resources;
+        let shards: BTreeSet<String> = sample
+            .topology
+            .map(|t| t.shards.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        for gone in shown.shards.difference(&shards) {
+            let _ = self.shard_window.remove_label_values(&[gone.as_str()]);
+        }
+        for shard in sample
+            .topology
+            .map(|t| t.shards.as_slice())
+            .unwrap_or_default()
+        {
+            let length = shard.window.as_ref().ok().map(|w| w.length().as_secs_f64());
+            set_or_remove(&self.shard_window, &shard.name, length);
+        }
+        shown.shards = shards;
         self.leases
             .set(i64::try_from(sample.leases.len()).unwrap_or(i64::MAX));
         self.malformed
@@ -265,29 +275,52 @@ impl ClusterMetrics {
         self.window_known.set(i64::from(sample.window.is_some()));
         self.window
             .set(sample.window.map_or(0.0, |w| w.length().as_secs_f64()));
-        for shard in sample
-            .topology
-            .map(|t| t.shards.as_slice())
-            .unwrap_or_default()
-        {
-            if let Ok(window) = &shard.window {
-                self.shard_window
-                    .with_label_values(&[shard.name.as_str()])
-                    .set(window.length().as_secs_f64());
-            }
-        }
-        if let Some(rate) = sample.ops_per_sec.filter(|r| r.is_finite()) {
-            self.ops_rate.set(rate);
-        }
+        // NaN, not the last figure, when the rate could not be counted this time.
+        self.ops_rate.set(
+            sample
+                .ops_per_sec
+                .filter(|r| r.is_finite())
+                .unwrap_or(f64::NAN),
+        );
         self.up.set(1);
         self.last_read
             .set(sample.now.timestamp_millis() as f64 / 1000.0);
+    }
+
+    /// Removes every series of `resource`.
+    fn forget_lease(&self, resource: &str) {
+        for vec in [
+            &self.lag,
+            &self.headroom,
+            &self.headroom_ratio,
+            &self.since_commit,
+            &self.loss_earliest,
+            &self.loss_latest,
+        ] {
+            let _ = vec.remove_label_values(&[resource]);
+        }
+        let _ = self.version.remove_label_values(&[resource]);
+        let _ = self.holder.remove_label_values(&[resource]);
+        for status in LeaseStatus::ALL {
+            let _ = self.status.remove_label_values(&[resource, status.label()]);
+        }
     }
 
     /// The last read failed: `streamward_cluster_up` is 0; the other series keep what
     /// the last successful read said (`..._last_read_timestamp_seconds` says when).
     pub fn record_failure(&self) {
         self.up.set(0);
+    }
+}
+
+/// `value` as the series of `label`, or no series when it is unknown.
+fn set_or_remove(vec: &GaugeVec, label: &str, value: Option<f64>) {
+    match value {
+        Some(value) => vec.with_label_values(&[label]).set(value),
+        // Absent already is fine.
+        None => {
+            let _ = vec.remove_label_values(&[label]);
+        }
     }
 }
 

@@ -71,8 +71,6 @@ pub struct ChangeLog {
     /// more than this, whatever their number.
     byte_budget: usize,
     bytes: usize,
-    /// Bytes appended since the log began (under a byte budget).
-    written_bytes: u64,
     next_seq: u64,
     /// The time of the newest entry that fell off, if any did.
     dropped_through: Option<ClusterTime>,
@@ -96,7 +94,6 @@ impl ChangeLog {
             capacity: capacity.max(1),
             byte_budget,
             bytes: 0,
-            written_bytes: 0,
             next_seq: 1,
             dropped_through: None,
             last_time: ClusterTime::default(),
@@ -146,7 +143,6 @@ impl ChangeLog {
             entry_bytes(&event)
         };
         self.bytes += bytes;
-        self.written_bytes += bytes as u64;
         self.entries.push_back(LogEntry {
             seq,
             time,
@@ -164,34 +160,6 @@ impl ChangeLog {
             }
         }
         seq
-    }
-
-    /// The log's figures as an oplog's: held and maximum in bytes when it is capped by
-    /// bytes, else in entries (one unit each, its cap the entry capacity); written is
-    /// the same unit since the log began.
-    pub fn stats(&self) -> (u64, u64, u64) {
-        let entries = self.entries.len() as u64;
-        if self.byte_budget == usize::MAX {
-            (entries, self.capacity as u64, self.next_seq - 1)
-        } else {
-            let written: u64 = self.written_bytes;
-            (self.bytes as u64, self.byte_budget as u64, written)
-        }
-    }
-
-    /// Units (as [`ChangeLog::stats`]) held before the last entry at or before `at`,
-    /// and that entry's time.
-    pub fn held_before(&self, at: ClusterTime) -> (u64, Option<ClusterTime>) {
-        let own = self.entries.iter().rposition(|e| e.time <= at);
-        let Some(own) = own else {
-            return (0, None);
-        };
-        let units = if self.byte_budget == usize::MAX {
-            own as u64
-        } else {
-            self.entries.iter().take(own).map(|e| e.bytes as u64).sum()
-        };
-        (units, self.entries.get(own).map(|e| e.time))
     }
 
     /// First and last entry; an empty log spans only its last time.

@@ -219,32 +219,6 @@ impl SandboxStore {
     }
 
     /// How many changes the log holds now (at most its capacity). Not counted as a call.
-    /// The change log's figures as an oplog's (`MongoStore::oplog_stats`): bytes when
-    /// the sandbox is capped by bytes, else entries as the unit.
-    pub fn oplog_stats(&self) -> crate::model::OplogStats {
-        let state = self.lock();
-        let (size, max, written) = state.log.stats();
-        crate::model::OplogStats {
-            size_bytes: size,
-            max_bytes: max,
-            entries: state.log.end() - state.log.first_seq(),
-            written_bytes: Some(written),
-            // Entries leave one by one, at once: no checkpoint to wait for.
-            checkpoint_interval: Some(std::time::Duration::ZERO),
-            min_retention: Some(std::time::Duration::ZERO),
-        }
-    }
-
-    /// What the change log holds before `at` (`MongoStore::oplog_history_before`).
-    pub fn oplog_history_before(&self, at: ClusterTime) -> crate::model::HistoryBefore {
-        let (older, entry) = self.lock().log.held_before(at);
-        crate::model::HistoryBefore {
-            older_bytes: older,
-            entry,
-            complete: true,
-        }
-    }
-
     pub fn log_len(&self) -> u64 {
         let state = self.lock();
         state.log.end() - state.log.first_seq()
