@@ -33,9 +33,9 @@ pub struct LeasesArgs {
     /// How often --watch reads the leases.
     #[arg(long, default_value = "2s", value_name = "DURATION", requires = "watch", value_parser = parse_interval)]
     pub interval: Duration,
-    /// For cron and monitors: list only the leases that are AT RISK, LOST, INVALIDATED,
-    /// STUCK BULK or UNCLAIMED (or unreadable) and exit 6 if there is one; exit 0 if none.
-    #[arg(long)]
+    /// For cron and monitors: list only the leases that need attention (or are
+    /// unreadable) and exit 6 if there is one; exit 0 if none.
+    #[arg(long, help = check_help())]
     pub check: bool,
     #[command(flatten)]
     pub common: ReaderArgs,
@@ -244,6 +244,15 @@ const NEEDS_ATTENTION: [LeaseStatus; 5] = [
     LeaseStatus::StuckBulk,
     LeaseStatus::Unclaimed,
 ];
+
+/// `--check`'s help, naming the statuses it fails on from [`NEEDS_ATTENTION`].
+fn check_help() -> String {
+    format!(
+        "For cron and monitors: list only the leases that are {} (or unreadable) and exit 6 \
+         if there is one; exit 0 if none",
+        needs_attention_list()
+    )
+}
 
 /// "AT RISK, LOST, …, STUCK BULK or UNCLAIMED".
 fn needs_attention_list() -> String {
@@ -663,4 +672,18 @@ pub fn render_oplog(
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The help says what `--check` fails on from the one list it fails on.
+    #[test]
+    fn the_check_help_names_every_status_it_fails_on() {
+        let help = check_help();
+        for status in NEEDS_ATTENTION {
+            assert!(help.contains(status.label()), "{status:?} in {help}");
+        }
+    }
 }

@@ -6,7 +6,9 @@ use crate::engine::ListenerSnapshot;
 use crate::model::text::{
     clip, escape_control, pad_to, relative_time, short_duration, CELL_MAX_CHARS,
 };
-use crate::model::{HealthThresholds, Lease, LeaseHealth, OplogWindow, TimeToLoss};
+use crate::model::{
+    token_time_cell, HealthThresholds, Lease, LeaseHealth, OplogWindow, TimeToLoss,
+};
 
 /// One lease, as its table row shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,13 +49,10 @@ impl LeaseRow {
             expires: lease
                 .expires_at
                 .map_or_else(dash, |at| relative_time(at, now)),
-            token_time: match (&lease.resume_token, health.token_time) {
-                (None, _) if lease.resume_at.is_none() => "oldest".into(),
-                (_, Some(time)) => time
-                    .to_datetime()
-                    .map_or_else(|| time.to_string(), |t| t.format("%H:%M:%S").to_string()),
-                (_, None) => "undecodable".into(),
-            },
+            token_time: token_time_cell(lease, health.token_time, |time| {
+                time.to_datetime()
+                    .map_or_else(|| time.to_string(), |t| t.format("%H:%M:%S").to_string())
+            }),
             lag: health.lag.map_or_else(dash, short_duration),
             headroom: match (health.headroom, health.headroom_share) {
                 (Some(h), Some(share)) => format!("{} ({:.0}%)", short_duration(h), share * 100.0),

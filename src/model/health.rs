@@ -103,6 +103,21 @@ impl fmt::Display for LeaseStatus {
     }
 }
 
+/// The token-time cell of a lease table (`leases` and the console): `oldest` for a
+/// lease that starts at the oldest entry, its time as `clock` writes it, or
+/// `undecodable` for a token that tells no time.
+pub fn token_time_cell(
+    lease: &Lease,
+    token_time: Option<ClusterTime>,
+    clock: impl Fn(ClusterTime) -> String,
+) -> String {
+    match (&lease.resume_token, token_time) {
+        (None, _) if lease.resume_at.is_none() => "oldest".into(),
+        (_, Some(time)) => clock(time),
+        (_, None) => "undecodable".into(),
+    }
+}
+
 /// Everything the console shows about one lease's position in history.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LeaseHealth {

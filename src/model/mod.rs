@@ -14,7 +14,9 @@ mod topology;
 
 pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
 pub use cluster_time::ClusterTime;
-pub use health::{unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus};
+pub use health::{
+    token_time_cell, unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus,
+};
 pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};

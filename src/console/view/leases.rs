@@ -11,6 +11,7 @@ use crate::console::layout;
 use crate::console::state::{visible_start, Column, ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, relative_time};
+use crate::model::token_time_cell;
 
 /// Widths of the fixed columns; resource and holder share what is left.
 fn width_of(column: Column, wide: bool) -> u16 {
@@ -281,11 +282,11 @@ fn row<'a>(
                     .committed_at
                     .map_or_else(|| DASH.to_string(), |at| relative_time(at, now)),
             )),
-            Column::TokenTime => Cell::from(text(match (&lease.resume_token, health.token_time) {
-                (None, _) if lease.resume_at.is_none() => "oldest".into(),
-                (_, Some(time)) => cluster_clock(time),
-                (_, None) => "corrupt".into(),
-            })),
+            Column::TokenTime => Cell::from(text(token_time_cell(
+                lease,
+                health.token_time,
+                cluster_clock,
+            ))),
             Column::Lag => Cell::from(Line::from(text(duration(health.lag))).right_aligned()),
             Column::Headroom => match health.headroom_share {
                 Some(share) => {
