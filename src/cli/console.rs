@@ -95,10 +95,7 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
         None => DemoNamespaces::default(),
     };
     // Kept to the end: dropping it stops the endpoint.
-    let served = super::exporter::serve_engine_metrics(&super::settings::MetricsArgs {
-        metrics: args.metrics.clone(),
-    })
-    .await?;
+    let served = super::exporter::serve_engine_metrics(args.metrics.as_deref()).await?;
     let demo = args.run.then(|| {
         DemoRuntime::start_on(
             store.clone(),

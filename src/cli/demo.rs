@@ -92,7 +92,7 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 pub async fn run(args: DemoArgs, settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut config = args.config()?;
     // Kept to the end: dropping it stops the endpoint.
-    let served = super::exporter::serve_engine_metrics(&args.metrics).await?;
+    let served = super::exporter::serve_engine_metrics(args.metrics.metrics.as_deref()).await?;
     config.metrics = served.as_ref().map(|(metrics, _)| metrics.clone());
     if args.plain {
         return plain(args, &config, settings, out).await;

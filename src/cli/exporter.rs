@@ -40,9 +40,9 @@ pub struct ExporterArgs {
 /// With `--metrics ADDR`: the engine's series, served at ADDR until the returned
 /// server is dropped; the address is said on stderr and in the log.
 pub async fn serve_engine_metrics(
-    args: &super::settings::MetricsArgs,
+    address: Option<&str>,
 ) -> anyhow::Result<Option<(EngineMetrics, MetricsServer)>> {
-    let Some(address) = &args.metrics else {
+    let Some(address) = address else {
         return Ok(None);
     };
     let metrics = EngineMetrics::new().context("making the metrics")?;

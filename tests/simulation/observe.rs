@@ -72,8 +72,14 @@ impl DocumentStore for Recorder {
         Ok(deleted)
     }
 
+    /// Recorded like [`Recorder::delete_one`]: the changes the deletes made.
     async fn delete_where(&self, ns: &Namespace, field: &str, value: &Bson) -> StoreResult<u64> {
-        self.inner.delete_where(ns, field, value).await
+        let mut tap = self.tap(ns).await?;
+        let deleted = self.inner.delete_where(ns, field, value).await?;
+        if deleted > 0 {
+            self.record(ns, &mut tap).await?;
+        }
+        Ok(deleted)
     }
 
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {

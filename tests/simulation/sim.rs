@@ -118,6 +118,8 @@ impl Sim {
             WorkloadConfig {
                 seed,
                 max_animals: 25,
+                // Few enough that orders are retired within a run: deletes take part.
+                orders_kept: 3,
                 ..WorkloadConfig::default()
             },
         );
