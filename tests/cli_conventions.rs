@@ -230,8 +230,21 @@ fn each_command_offers_only_the_options_that_apply() {
 async fn options_before_the_command_apply_to_every_command() {
     let server = WireServer::start().await;
     script_cluster(&server, || vec![lease("shop.orders", LAST - 14)]);
-    // (`oplog` needs replSetGetStatus, which this scripted server does not answer.)
+    // One primary, as a real 6.0.5 single-node set answers replSetGetStatus (the
+    // fields `oplog` reads).
+    server.on("replSetGetStatus", |_| {
+        let at = bson::Timestamp {
+            time: LAST,
+            increment: 1,
+        };
+        Action::ok(doc! { "set": "rs0", "members": [{
+            "_id": 0, "name": "127.0.0.1:27017", "health": 1.0, "state": 1,
+            "stateStr": "PRIMARY", "optime": { "ts": at, "t": 1_i64 },
+            "optimeDate": bson::DateTime::from_millis(i64::from(LAST) * 1000),
+        }] })
+    });
     for (command, read_only) in [
+        (&["oplog"][..], true),
         (&["leases"][..], true),
         (&["audit"], true),
         (&["takeover", "shop.orders"], false),
