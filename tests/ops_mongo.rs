@@ -189,6 +189,20 @@ fn only_record(audit: &Shared<Vec<Document>>) -> Document {
     records[0].clone()
 }
 
+/// `takeover shop.orders --execute` that finds the lease changed: exit 4, its stderr.
+async fn changed_takeover(server: &WireServer) -> String {
+    let mut cmd = streamward();
+    cmd.args([
+        "takeover",
+        "shop.orders",
+        "--execute",
+        "--uri",
+        &server.uri(),
+    ]);
+    let assert = run(cmd).await.code(4);
+    String::from_utf8_lossy(&assert.get_output().stderr).into_owned()
+}
+
 fn writes(server: &WireServer) -> Vec<String> {
     server
         .received()
@@ -353,16 +367,7 @@ async fn a_compare_and_swap_conflict_exits_4_and_writes_nothing_to_the_lease() {
         lease.insert("version", 13_i64);
         lease.insert("listenerId", "w2");
     });
-    let mut cmd = streamward();
-    cmd.args([
-        "takeover",
-        "shop.orders",
-        "--execute",
-        "--uri",
-        &server.uri(),
-    ]);
-    let assert = run(cmd).await.code(4);
-    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    let err = changed_takeover(&server).await;
     assert!(
         err.contains("shop.orders changed since it was planned (planned against version 12, now version 13 held by w2): nothing was written to the lease; plan again (audit record "),
         "{err}"
@@ -399,16 +404,7 @@ async fn a_swap_refused_as_not_primary_then_finding_the_lease_moved_on_is_a_chan
         "findAndModify",
         [Action::error(10107, "NotWritablePrimary", "not primary")],
     );
-    let mut cmd = streamward();
-    cmd.args([
-        "takeover",
-        "shop.orders",
-        "--execute",
-        "--uri",
-        &server.uri(),
-    ]);
-    let assert = run(cmd).await.code(4);
-    let err = String::from_utf8(assert.get_output().stderr.clone()).unwrap();
+    let err = changed_takeover(&server).await;
     assert!(
         err.contains("shop.orders changed since it was planned (planned against version 12, now version 14 held by w2)"),
         "{err}"
