@@ -9,9 +9,10 @@ mod support;
 
 use streamward::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
 use streamward::model::{
-    ClusterTime, Deployment, HealthThresholds, Lease, LossTime, OplogAccess, OplogWindow,
-    ShardOplog, TimeToLoss, Topology,
+    ClusterTime, Deployment, HealthThresholds, Lease, LossTime, OplogAccess, OplogStats,
+    OplogWindow, Rate, ShardOplog, TimeToLoss, Topology, LOSS_WARNING_WITHIN,
 };
+use streamward::store::LossReading;
 use support::http::promtool;
 
 const RULES: &str = "docs/alerts/streamward.rules.yml";
@@ -30,6 +31,18 @@ fn the_rules_unit_tests_pass() {
     if let Some((ok, said)) = promtool(&["test", "rules", TESTS], None) {
         assert!(ok, "{said}");
     }
+}
+
+/// The console warns about a time to loss below the threshold the shipped alert pages on.
+#[test]
+fn the_console_warns_where_the_loss_alert_pages() {
+    let rules = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(RULES))
+        .expect("the rules");
+    let expected = format!(
+        "streamward_lease_history_loss_earliest_seconds < {}",
+        LOSS_WARNING_WITHIN.as_secs()
+    );
+    assert!(rules.contains(&expected), "{expected} in {RULES}");
 }
 
 /// A rule that names a series nobody exports never fires, and a panel shows nothing:
@@ -83,14 +96,27 @@ fn every_series_the_rules_and_the_dashboard_name_is_exported() {
         now,
         ops_per_sec: Some(1.0),
         thresholds: &HealthThresholds::default(),
-        loss: &std::collections::HashMap::from([(
-            "r".to_string(),
-            TimeToLoss {
-                earliest: LossTime::In(std::time::Duration::from_secs(600)),
-                latest: None,
-                missing: Vec::new(),
-            },
-        )]),
+        loss: &LossReading {
+            predicted: std::collections::HashMap::from([(
+                "r".to_string(),
+                TimeToLoss {
+                    earliest: LossTime::In(std::time::Duration::from_secs(600)),
+                    latest: None,
+                    missing: Vec::new(),
+                },
+            )]),
+            unknown: None,
+            oplog: Some(OplogStats {
+                size_bytes: 1,
+                max_bytes: 2,
+                entries: 1,
+                written_bytes: Some(1),
+                checkpoint_interval: None,
+                min_retention: None,
+                largest_entry_bytes: None,
+            }),
+            fill_rate: Rate::between(1.0, 2.0),
+        },
     });
     let engine = EngineMetrics::new().expect("engine metrics");
     let listener = engine.listener("r", "w");

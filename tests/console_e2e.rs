@@ -685,8 +685,8 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
         &sandbox,
         &[
             "demo",
-            "--log-capacity",
-            "5000",
+            "--oplog-size",
+            "1MiB",
             "--rotate-after",
             "0s",
             "--operator",

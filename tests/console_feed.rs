@@ -15,8 +15,11 @@ use tokio_util::sync::CancellationToken;
 use streamward::console::data::{DataEvent, DataSource};
 use streamward::console::feed::{self, FeedIntervals};
 use streamward::model::LockKind;
+use streamward::model::{ResumeToken, TokenKind};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use streamward::store::{AcquireRequest, DocumentStore, LeaseStore, Namespace};
+use streamward::store::{
+    AcquireOutcome, AcquireRequest, ChangeFeed, DocumentStore, LeaseStore, Namespace, Tenure,
+};
 use support::wire::{Action, WireServer};
 
 fn fast() -> FeedIntervals {
@@ -25,6 +28,7 @@ fn fast() -> FeedIntervals {
         members_every: 2,
         audit: Duration::from_millis(100),
         listeners: Duration::from_millis(50),
+        loss: Duration::from_millis(50),
         retry: Duration::from_millis(100),
     }
 }
@@ -137,6 +141,109 @@ async fn sandbox_leases_are_pushed_and_listed_once() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(store.calls().list.load(Ordering::SeqCst), 1);
     assert_eq!(store.calls().watch.load(Ordering::SeqCst), 1);
+    cancel.cancel();
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// Takes `resource` for `listener` and commits the newest position: a lease with a
+/// resume point in the log.
+async fn hold_committed(store: SandboxStore, resource: &'static str, listener: &'static str) {
+    let AcquireOutcome::Acquired(lease) =
+        store.acquire(&request(resource, listener)).await.unwrap()
+    else {
+        panic!("{resource} is free");
+    };
+    let position = store.oplog_window().await.unwrap().last;
+    let token = ResumeToken::encode(position, TokenKind::Event, 0);
+    let tenure = Tenure::of(&lease).unwrap();
+    store
+        .commit(&tenure, &token, Duration::from_secs(30))
+        .await
+        .unwrap();
+}
+
+/// The time to loss: predicted from the second read of the oplog's figures for the
+/// leases the watch delivered (listed once all the same), following a lease taken after
+/// the first read; a log bounded by its number of entries says why there is none.
+#[tokio::test]
+async fn sandbox_time_to_loss_is_predicted_for_the_watched_leases() {
+    let store = SandboxStore::new(
+        SandboxConfig {
+            log_capacity: usize::MAX,
+            log_bytes: 1024 * 1024,
+            ..SandboxConfig::default()
+        },
+        Clock::System,
+    );
+    hold_committed(store.clone(), "shop.orders", "a").await;
+    let ns = Namespace::new("shop", "orders");
+    let (tx, mut events) = mpsc::channel(256);
+    let cancel = CancellationToken::new();
+    let tasks = feed::spawn(store.clone(), None, fast(), tx, cancel.clone());
+    let writer = tokio::spawn({
+        let store = store.clone();
+        let ns = ns.clone();
+        async move {
+            for i in 0..i64::MAX {
+                store
+                    .put(&ns, doc! { "_id": i % 50, "n": i })
+                    .await
+                    .unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    });
+    let mut first = true;
+    let predicted = until(
+        &mut events,
+        Duration::from_secs(10),
+        "a time to loss for both leases",
+        |e| match e {
+            DataEvent::TimeToLoss { reading, .. } => {
+                assert_eq!(reading.unknown, None, "{reading:?}");
+                if first {
+                    first = false;
+                    assert!(reading.predicted.is_empty(), "one read has no fill rate");
+                }
+                (reading.predicted.len() == 2).then(|| reading.predicted.clone())
+            }
+            DataEvent::LeaseSnapshot(_) => {
+                // A lease taken after the watch's first list: delivered by the watch.
+                tokio::spawn(hold_committed(store.clone(), "pet-aggregates", "b"));
+                None
+            }
+            _ => None,
+        },
+    )
+    .await;
+    assert!(predicted.contains_key("shop.orders"), "{predicted:?}");
+    assert!(predicted.contains_key("pet-aggregates"), "{predicted:?}");
+    assert_eq!(store.calls().list.load(Ordering::SeqCst), 1, "never polled");
+    cancel.cancel();
+    writer.abort();
+    for task in tasks {
+        task.await.unwrap();
+    }
+
+    // Bounded by entries, not bytes: no prediction, and the reason.
+    let counted = SandboxStore::new(SandboxConfig::default(), Clock::System);
+    counted.acquire(&request("shop.orders", "a")).await.unwrap();
+    let (tx, mut events) = mpsc::channel(256);
+    let cancel = CancellationToken::new();
+    let tasks = feed::spawn(counted, None, fast(), tx, cancel.clone());
+    let why = until(
+        &mut events,
+        Duration::from_secs(5),
+        "a reason",
+        |e| match e {
+            DataEvent::TimeToLoss { reading, .. } => reading.unknown.clone(),
+            _ => None,
+        },
+    )
+    .await;
+    assert!(why.contains("bounded by its number of entries"), "{why}");
     cancel.cancel();
     for task in tasks {
         task.await.unwrap();

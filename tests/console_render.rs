@@ -15,9 +15,11 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, AuditState, ClusterTime, Deployment, Invalidation, Lease, LockKind, OplogAccess,
-    OplogWindow, ResumeToken, ShardOplog, TokenKind, Topology, WatchTarget,
+    AuditRecord, AuditState, ClusterTime, Deployment, Invalidation, Lease, LockKind, LossInput,
+    LossTime, Missing, OplogAccess, OplogStats, OplogWindow, Rate, ResumeToken, ShardOplog,
+    TimeToLoss, TokenKind, Topology, WatchTarget,
 };
+use streamward::store::LossReading;
 
 fn now() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 22, 3, 14, 0).unwrap()
@@ -235,7 +237,75 @@ fn state(mode: Mode) -> ConsoleState {
         );
     }
     state.apply(DataEvent::Audit((audit()).into()), now());
+    state.apply(
+        DataEvent::TimeToLoss {
+            read_at: now(),
+            reading: losses(),
+        },
+        now(),
+    );
     state
+}
+
+/// Predictions for some of the leases: one soon (a warning), one far, one never, one
+/// lost, one with missing inputs; the rest have none.
+fn losses() -> LossReading {
+    let minutes = |m: u64| LossTime::In(Duration::from_secs(m * 60));
+    let predicted = [
+        ("shop.mailer", minutes(12), Some(minutes(31)), vec![]),
+        (
+            "shop.orders",
+            LossTime::Never,
+            Some(LossTime::Never),
+            vec![],
+        ),
+        (
+            "pet-aggregates",
+            minutes(95),
+            None,
+            vec![Missing {
+                input: LossInput::Progress,
+                effect: "the earliest takes the listener as stalled; it may be moving, so there \
+                         is no latest"
+                    .into(),
+            }],
+        ),
+        (
+            "legacy.feed",
+            LossTime::AlreadyLost,
+            Some(LossTime::AlreadyLost),
+            vec![],
+        ),
+    ]
+    .into_iter()
+    .map(|(resource, earliest, latest, missing)| {
+        (
+            resource.to_string(),
+            TimeToLoss {
+                earliest,
+                latest,
+                missing,
+            },
+        )
+    })
+    .collect();
+    LossReading {
+        predicted,
+        unknown: None,
+        oplog: Some(OplogStats {
+            size_bytes: 50 * 1024 * 1024 - 123_456,
+            max_bytes: 50 * 1024 * 1024,
+            entries: 180_000,
+            written_bytes: Some(9_000_000_000),
+            checkpoint_interval: Some(Duration::from_secs(60)),
+            min_retention: Some(Duration::ZERO),
+            largest_entry_bytes: None,
+        }),
+        fill_rate: Some(Rate {
+            low: 12_000.0,
+            high: 18_500.0,
+        }),
+    }
 }
 
 fn press(state: &mut ConsoleState, code: KeyCode) {
@@ -313,6 +383,41 @@ fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
         press(state, KeyCode::Enter);
         press(state, KeyCode::Enter);
     });
+}
+
+/// The time to loss in the detail view, counted down since it was predicted: the
+/// range, and each input that was missing with what it did to the estimate; and why
+/// there is none where the oplog's figures cannot be read.
+#[test]
+fn detail_of_a_lease_says_when_its_history_may_be_lost() {
+    snapshot_both_sizes("detail_time_to_loss", |state| {
+        state.execute_command_line("filter pet-aggregates");
+        press(state, KeyCode::Enter);
+        press(state, KeyCode::Enter);
+    });
+    let mut state = state(Mode::Attached);
+    state.apply(
+        DataEvent::TimeToLoss {
+            read_at: now(),
+            reading: LossReading {
+                unknown: Some(
+                    "not permitted to read the oplog's statistics: needs the clusterMonitor role"
+                        .into(),
+                ),
+                ..LossReading::default()
+            },
+        },
+        now(),
+    );
+    state.execute_command_line("filter shop.mailer");
+    press(&mut state, KeyCode::Enter);
+    press(&mut state, KeyCode::Enter);
+    let text = screen(&mut state, 120, 40);
+    assert!(
+        text.contains("loss in     unknown: not permitted to read the oplog's"),
+        "{text}"
+    );
+    assert!(text.contains("clusterMonitor role"), "{text}");
 }
 
 /// Through mongos the oplog view lists every shard with its window, names the shard
@@ -694,8 +799,11 @@ fn a_wider_terminal_never_shows_less_of_a_name() {
                 _ => {}
             }
         }
-        if width >= 118 {
-            assert!(text.contains("KIND") && text.contains("COMMIT"), "{width}");
+        if width >= 128 {
+            assert!(
+                text.contains("KIND") && text.contains("COMMIT") && text.contains("LOSS IN"),
+                "{width}"
+            );
         }
     }
     assert!(whole_since.iter().all(Option::is_some));

@@ -95,6 +95,7 @@ async fn the_optional_figures_are_left_out_when_refused() {
             written_bytes: Some(2_000_000),
             checkpoint_interval: None,
             min_retention: None,
+            largest_entry_bytes: None,
         }
     );
 }
@@ -425,4 +426,89 @@ async fn a_prediction_brackets_the_real_loss_on_a_small_oplog() {
         }
     })
     .await;
+}
+
+/// The sandbox's oplog agrees with the model the real server is judged by: a stalled
+/// resume point on a byte-sized sandbox log, written at a steady rate on a virtual
+/// clock, falls off between the earliest and the latest predicted — through the same
+/// read the console, `leases` and the exporter use.
+#[tokio::test(start_paused = true)]
+async fn the_sandbox_oplog_drops_a_stalled_point_within_the_predicted_range() {
+    use streamward::model::{Lease, LossTracker};
+    use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+    use streamward::store::{read_time_to_loss, DocumentStore, LeaseStore, Namespace};
+
+    let epoch = chrono::DateTime::parse_from_rfc3339("2026-11-24T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    let store = SandboxStore::new(
+        SandboxConfig {
+            log_capacity: usize::MAX,
+            log_bytes: 1024 * 1024,
+            ..SandboxConfig::default()
+        },
+        Clock::virtual_from(epoch),
+    );
+    // One ~1.3 kB entry every 25 ms: ~50 kB/s, a turnover of about 20 s.
+    async fn write(store: &SandboxStore, n: &mut i64) {
+        *n += 1;
+        let document = doc! { "_id": *n, "blob": "s".repeat(1_000) };
+        store
+            .put(&Namespace::new("shop", "padding"), document)
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let mut n = 0;
+    while !store.has_dropped_history() {
+        write(&store, &mut n).await;
+    }
+    let token = store.oplog_window().await.unwrap().last;
+    let mut lease = Lease::vacant("stalled");
+    lease.resume_at = Some(token);
+    let leases = [lease];
+
+    let mut tracker = LossTracker::default();
+    let mut predicted = None;
+    for sample in 0..7 {
+        for _ in 0..(if sample > 0 { 40 } else { 0 }) {
+            write(&store, &mut n).await;
+        }
+        let now = store.server_now().await.unwrap();
+        let window = store.oplog_window().await.ok();
+        let reading = read_time_to_loss(&store, &mut tracker, now, window, &leases).await;
+        assert_eq!(reading.unknown, None);
+        predicted = reading.predicted.get("stalled").cloned().map(|p| (p, now));
+    }
+    let (ttl, predicted_at) = predicted.expect("a prediction after seven reads");
+    assert!(
+        ttl.missing.is_empty(),
+        "every input known: {:?}",
+        ttl.missing
+    );
+
+    let mut lost_at = None;
+    for _ in 0..4_000 {
+        write(&store, &mut n).await;
+        if store.oplog_window().await.unwrap().first > token {
+            lost_at = Some(store.server_now().await.unwrap());
+            break;
+        }
+    }
+    let lost_after = (lost_at.expect("the stalled point fell off") - predicted_at)
+        .to_std()
+        .unwrap();
+    let (LossTime::In(earliest), Some(LossTime::In(latest))) = (ttl.earliest, ttl.latest) else {
+        panic!("a stalled point on a busy log: {ttl:?}");
+    };
+    println!("sandbox: predicted {earliest:?}–{latest:?}, lost after {lost_after:?}");
+    assert!(
+        earliest <= lost_after,
+        "lost after {lost_after:?}, before the earliest {earliest:?}"
+    );
+    // One write's step of slack: the loss is seen after the write that caused it.
+    assert!(
+        lost_after <= latest + Duration::from_millis(25),
+        "still there after the latest {latest:?}: lost after {lost_after:?}"
+    );
 }

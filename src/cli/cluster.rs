@@ -18,11 +18,13 @@ use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
     ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime,
-    LossTracker, OplogAccess, OplogStats, OplogWindow, TimeToLoss, Topology,
+    LossTracker, OplogAccess, OplogWindow, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
-use crate::store::{ChangeFeed, LeaseStore, MalformedDocument, StoreError};
+use crate::store::{
+    read_time_to_loss, ChangeFeed, LeaseStore, LossReading, MalformedDocument, StoreError,
+};
 
 #[derive(Debug, Args)]
 pub struct LeasesArgs {
@@ -109,55 +111,17 @@ impl Snapshot {
 
     /// [`Snapshot::time_to_loss`], kept with the snapshot for its table and JSON.
     async fn predict_loss(&mut self, store: &MongoStore, tracker: &mut LossTracker) {
-        self.loss = self.time_to_loss(store, tracker).await;
+        self.loss = self.time_to_loss(store, tracker).await.predicted;
     }
 
-    /// Adds this read's oplog figures to `tracker` (what the next read's rates start
-    /// from) and returns them; `None` where they cannot be read (a missing privilege,
-    /// a router, no oplog), which leaves the time to loss unknown.
-    async fn sample_oplog(
-        &self,
-        store: &MongoStore,
-        tracker: &mut LossTracker,
-    ) -> Option<OplogStats> {
-        let stats = store.oplog_stats().await.ok();
-        tracker.record(self.now, self.window.as_ref(), stats.as_ref(), &self.leases);
-        stats
-    }
-
-    /// Adds this read to `tracker` and predicts each lease's time to loss from it: the
-    /// oplog's figures, then (once the tracker has rates) the history before each resume
-    /// point, read after the figures so history dropped in between errs early, not late.
+    /// Adds this read to `tracker` and predicts each lease's time to loss from it
+    /// ([`read_time_to_loss`]); nothing is predicted on the tracker's first read.
     pub(super) async fn time_to_loss(
         &self,
         store: &MongoStore,
         tracker: &mut LossTracker,
-    ) -> HashMap<String, TimeToLoss> {
-        let Some(stats) = self.sample_oplog(store, tracker).await else {
-            return HashMap::new();
-        };
-        let mut predicted = HashMap::new();
-        for lease in &self.leases {
-            let Some(at) = lease.resume_point().time() else {
-                continue;
-            };
-            // Not counted before the tracker can predict (its first read).
-            if tracker
-                .predict(self.now, lease, self.window, Some(&stats), None)
-                .is_none()
-            {
-                continue;
-            }
-            let before = store
-                .oplog_history_before(at, HISTORY_COUNT_LIMIT)
-                .await
-                .ok();
-            if let Some(loss) = tracker.predict(self.now, lease, self.window, Some(&stats), before)
-            {
-                predicted.insert(lease.resource.clone(), loss);
-            }
-        }
-        predicted
+    ) -> LossReading {
+        read_time_to_loss(store, tracker, self.now, self.window, &self.leases).await
     }
 
     /// Said on stderr when the oplog cannot be read: what the cluster is and what follows.
@@ -232,10 +196,6 @@ impl Snapshot {
 /// Between the two reads of a one-shot `leases`, for the rates of its time to loss.
 const LOSS_SAMPLE_GAP: Duration = Duration::from_secs(1);
 
-/// Entries summed per lease when counting the history before its resume point; past
-/// it the count is a lower bound, which only makes the earliest estimate earlier.
-const HISTORY_COUNT_LIMIT: u32 = 100_000;
-
 /// The statuses `--check` fails on.
 const NEEDS_ATTENTION: [LeaseStatus; 5] = [
     LeaseStatus::AtRisk,
@@ -281,7 +241,7 @@ pub async fn leases(
         // Rates need two reads: the time to loss is predicted from a second read, one
         // second after the first (LOSS_SAMPLE_GAP).
         let mut tracker = LossTracker::default();
-        snapshot.sample_oplog(&store, &mut tracker).await;
+        snapshot.time_to_loss(&store, &mut tracker).await;
         tokio::time::sleep(LOSS_SAMPLE_GAP).await;
         snapshot = Snapshot::read(&store, settings).await?;
         snapshot.predict_loss(&store, &mut tracker).await;

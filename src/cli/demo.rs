@@ -11,7 +11,7 @@ use super::lease_table::{render_leases, render_listeners, LeaseRow};
 use super::settings::{ActorArgs, ConfigArgs, Settings};
 use crate::console::state::Mode;
 use crate::demo::rebuild::PetRebuild;
-use crate::demo::runtime::{DemoConfig, DemoRuntime};
+use crate::demo::runtime::{DemoConfig, DemoRuntime, DEMO_OPLOG_MIB};
 use crate::demo::workload::WorkloadConfig;
 use crate::model::text::short_duration;
 use crate::model::HealthThresholds;
@@ -39,10 +39,11 @@ pub struct DemoArgs {
     /// Holders release after this long so leases move between listeners ("0s" disables).
     #[arg(long, default_value = "20s", value_parser = humantime::parse_duration)]
     pub rotate_after: Duration,
-    /// Changes the sandbox's log keeps before the oldest fall off; a small value
-    /// (e.g. 500) makes the window move so AT RISK and LOST show within a minute.
-    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(10..))]
-    pub log_capacity: u64,
+    /// How much the sandbox's oplog holds before its oldest changes fall off, like
+    /// `--oplogSize` of mongod (e.g. 64MiB, 512KiB). A small one (1MiB) makes the window
+    /// move so AT RISK, LOST and the time to loss show within a minute or two.
+    #[arg(long, default_value = format!("{DEMO_OPLOG_MIB}MiB"), value_name = "SIZE", value_parser = super::limits::oplog_size)]
+    pub oplog_size: u64,
     /// Each message of the shop.mailer resource takes this long, so it falls behind
     /// ("0s" leaves the mailer out).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
@@ -67,8 +68,8 @@ impl DemoArgs {
                 rate_per_sec: self.rate,
                 ..WorkloadConfig::default()
             },
-            log_capacity: usize::try_from(self.log_capacity)
-                .context("--log-capacity is too large")?,
+            oplog_bytes: usize::try_from(self.oplog_size)
+                .context("--oplog-size is too large for this machine")?,
             rotate_after: (!self.rotate_after.is_zero()).then_some(self.rotate_after),
             mailer_delay: (!self.mailer_delay.is_zero()).then_some(self.mailer_delay),
             ..DemoConfig::default()

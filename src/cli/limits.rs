@@ -60,9 +60,45 @@ pub fn rebuild_timeout(text: &str) -> Result<Duration, String> {
     duration_at_most(text, REBUILD_TIMEOUT_MAX)
 }
 
+/// The demo sandbox's `--oplog-size`: room for a few hundred changes at least, and
+/// at most what a laptop keeps in memory without noticing.
+pub const OPLOG_SIZE_MIN: u64 = 64 * 1024;
+pub const OPLOG_SIZE_MAX: u64 = 1024 * 1024 * 1024;
+
+/// A size in bytes (`24MiB`, `512 KiB`, `1000000`) within the demo's bounds.
+pub fn oplog_size(text: &str) -> Result<u64, String> {
+    let size: bytesize::ByteSize = text
+        .trim()
+        .parse()
+        .map_err(|e| format!("{text:?} is not a size such as 24MiB or 512KiB ({e})"))?;
+    let bytes = size.as_u64();
+    if !(OPLOG_SIZE_MIN..=OPLOG_SIZE_MAX).contains(&bytes) {
+        return Err(format!(
+            "{text} is outside {} to {}",
+            bytesize::ByteSize(OPLOG_SIZE_MIN).display().iec(),
+            bytesize::ByteSize(OPLOG_SIZE_MAX).display().iec()
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn oplog_sizes_take_units_and_stay_within_bounds() {
+        assert_eq!(oplog_size("24MiB"), Ok(24 * 1024 * 1024));
+        assert_eq!(oplog_size("512 KiB"), Ok(512 * 1024));
+        assert_eq!(oplog_size("100000"), Ok(100_000));
+        let small = oplog_size("1KiB").unwrap_err();
+        assert!(small.contains("outside 64.0 KiB to 1.0 GiB"), "{small}");
+        assert!(oplog_size("99999999999GiB").is_err());
+        let junk = oplog_size("lots").unwrap_err();
+        assert!(junk.contains("not a size"), "{junk}");
+        assert!(oplog_size("-5MiB").is_err());
+        assert!(oplog_size("NaNMiB").is_err());
+    }
 
     #[test]
     fn names_are_bounded_and_not_empty() {

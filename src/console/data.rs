@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, Lease, OplogWindow};
-use crate::store::{Listing, MalformedDocument};
+use crate::store::{Listing, LossReading, MalformedDocument};
 
 /// One message from a data task. The console applies them in arrival order.
 /// Why the plan of `request` could not be made (a dialog opened since for another
@@ -32,6 +32,11 @@ pub enum DataEvent {
         server_now: DateTime<Utc>,
         /// Entries written per second since the previous read, when it could be counted.
         ops_per_sec: Option<f64>,
+    },
+    /// Each lease's time to loss, predicted at `read_at` (the server's clock).
+    TimeToLoss {
+        read_at: DateTime<Utc>,
+        reading: LossReading,
     },
     /// The server's clock, read where the oplog cannot be (lag, EXPIRED and UNCLAIMED
     /// are judged by it, as `leases` judges them).

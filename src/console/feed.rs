@@ -3,7 +3,8 @@
 //! the oplog window, members and audit log are read periodically. A task that
 //! loses its source reports it and retries; the UI never waits on any of this.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -14,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::data::{DataEvent, DataSource};
 use super::probe::ClusterProbe;
 use crate::engine::ListenerSnapshot;
-use crate::model::{ClusterTime, Deployment, OplogAccess};
-use crate::store::{AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
+use crate::model::{ClusterTime, Deployment, Lease, LossTracker, OplogAccess};
+use crate::store::{read_time_to_loss, AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
 
 /// How often each source is read, and how soon a failed one is retried.
 #[derive(Debug, Clone, Copy)]
@@ -25,6 +26,8 @@ pub struct FeedIntervals {
     pub members_every: u32,
     pub audit: Duration,
     pub listeners: Duration,
+    /// How often each lease's time to loss is predicted (two reads give the first).
+    pub loss: Duration,
     pub retry: Duration,
 }
 
@@ -35,6 +38,7 @@ impl Default for FeedIntervals {
             members_every: 5,
             audit: Duration::from_secs(2),
             listeners: Duration::from_millis(500),
+            loss: Duration::from_secs(5),
             retry: Duration::from_secs(2),
         }
     }
@@ -53,14 +57,19 @@ pub fn spawn<S: ClusterProbe>(
     events: mpsc::Sender<DataEvent>,
     cancel: CancellationToken,
 ) -> Vec<JoinHandle<()>> {
+    let known = KnownLeases::default();
     let mut tasks = vec![
         tokio::spawn(until_cancelled(
             cancel.clone(),
-            watch_leases(store.clone(), intervals, events.clone()),
+            watch_leases(store.clone(), intervals, events.clone(), known.clone()),
         )),
         tokio::spawn(until_cancelled(
             cancel.clone(),
             read_window(store.clone(), intervals, events.clone()),
+        )),
+        tokio::spawn(until_cancelled(
+            cancel.clone(),
+            predict_loss(store.clone(), intervals, events.clone(), known),
         )),
         tokio::spawn(until_cancelled(
             cancel.clone(),
@@ -122,13 +131,38 @@ impl From<Gone> for Stop {
     }
 }
 
+/// The leases as the watch last delivered them, for the tasks that need them all now
+/// and then (the time to loss): kept by the watch, so the leases are never polled.
+#[derive(Debug, Clone, Default)]
+struct KnownLeases(Arc<Mutex<HashMap<String, Lease>>>);
+
+impl KnownLeases {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Lease>> {
+        // A map of plain values: whatever a panicking holder left is still a map.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn replace(&self, leases: &[Lease]) {
+        let mut known = self.lock();
+        known.clear();
+        known.extend(leases.iter().map(|l| (l.resource.clone(), l.clone())));
+    }
+
+    fn all(&self) -> Vec<Lease> {
+        self.lock().values().cloned().collect()
+    }
+}
+
 async fn watch_leases<S: LeaseStore>(
     store: S,
     intervals: FeedIntervals,
     events: mpsc::Sender<DataEvent>,
+    known: KnownLeases,
 ) {
     loop {
-        match follow_leases(&store, &events).await {
+        match follow_leases(&store, &events, &known).await {
             Stop::Gone => return,
             Stop::Failed(error) => {
                 tracing::warn!(%error, "lease watch lost; retrying");
@@ -142,16 +176,25 @@ async fn watch_leases<S: LeaseStore>(
 }
 
 /// Opens the watch first and lists second, so no change falls between the two.
-async fn follow_leases<S: LeaseStore>(store: &S, events: &mpsc::Sender<DataEvent>) -> Stop {
+async fn follow_leases<S: LeaseStore>(
+    store: &S,
+    events: &mpsc::Sender<DataEvent>,
+    known: &KnownLeases,
+) -> Stop {
     let run = async {
         let mut watch = store.watch(LeaseScope::All).await?;
         let leases = store.list().await?;
+        known.replace(&leases.items);
         send(events, DataEvent::LeaseSnapshot(leases)).await?;
         loop {
             let change = watch.changed().await?;
             if let Some(lease) = change.lease {
+                known.lock().insert(lease.resource.clone(), lease.clone());
                 send(events, DataEvent::LeaseChanged(Box::new(lease))).await?;
             } else if let Some(malformed) = change.malformed {
+                if let Some(id) = &malformed.id {
+                    known.lock().remove(id);
+                }
                 send(events, DataEvent::LeaseMalformed(malformed)).await?;
             }
         }
@@ -240,6 +283,44 @@ async fn read_window<S: ClusterProbe>(
             Err(error) => report(&events, DataSource::Oplog, &error).await,
         };
         if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// Predicts each lease's time to loss (the leases as the watch delivered them) from its
+/// own reads of the window and the oplog's figures, keeping the rates between reads
+/// ([`LossTracker`]).
+async fn predict_loss<S: ClusterProbe>(
+    store: S,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+    known: KnownLeases,
+) {
+    let mut ticker = tokio::time::interval(intervals.loss);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut tracker = LossTracker::default();
+    loop {
+        ticker.tick().await;
+        let read = async {
+            // Unreadable, the figures say why below.
+            let window = store.oplog_window().await.ok();
+            let read_at = store.server_now().await?;
+            Ok::<_, StoreError>((window, read_at))
+        };
+        let event = match read.await {
+            Ok((window, read_at)) => DataEvent::TimeToLoss {
+                read_at,
+                reading: read_time_to_loss(&store, &mut tracker, read_at, window, &known.all())
+                    .await,
+            },
+            // The window read reports the failure.
+            Err(error) => {
+                tracing::debug!(%error, "time to loss not predicted");
+                continue;
+            }
+        };
+        if send(&events, event).await.is_err() {
             return;
         }
     }

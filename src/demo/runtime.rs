@@ -19,8 +19,8 @@ use crate::store::StoreResult;
 pub struct DemoConfig {
     pub listeners_per_resource: usize,
     pub workload: WorkloadConfig,
-    /// Changes the sandbox log keeps: small enough that the window visibly moves.
-    pub log_capacity: usize,
+    /// Bytes the sandbox's oplog keeps ([`DEMO_OPLOG_BYTES`] by default).
+    pub oplog_bytes: usize,
     pub lease: Duration,
     /// Holders hand over after this long, so leases move between listeners.
     pub rotate_after: Option<Duration>,
@@ -38,7 +38,7 @@ impl Default for DemoConfig {
         Self {
             listeners_per_resource: 3,
             workload: WorkloadConfig::default(),
-            log_capacity: 50_000,
+            oplog_bytes: DEMO_OPLOG_BYTES,
             lease: Duration::from_secs(10),
             rotate_after: Some(Duration::from_secs(20)),
             batch_size: 1,
@@ -88,17 +88,20 @@ pub struct DemoCensus {
     pub log_entries: u64,
 }
 
-/// The demo sandbox's log holds at most this much, like an oplog sized in megabytes,
-/// so a demo left running all night stays within its memory.
-pub const DEMO_LOG_BYTES: usize = 48 * 1024 * 1024;
+/// The demo sandbox's oplog holds at most this much by default (about 50,000 of the
+/// demo's changes), like an oplog sized in megabytes: a demo left running all night
+/// stays within its memory, and its figures predict the time to loss as MongoDB's do.
+pub const DEMO_OPLOG_BYTES: usize = DEMO_OPLOG_MIB * 1024 * 1024;
+pub const DEMO_OPLOG_MIB: usize = 12;
 
 impl DemoRuntime<SandboxStore> {
     /// Starts everything on a new sandbox on the wall clock. Must run inside a tokio runtime.
     pub fn start(config: &DemoConfig) -> Self {
         let store = SandboxStore::new(
             SandboxConfig {
-                log_capacity: config.log_capacity,
-                log_bytes: DEMO_LOG_BYTES,
+                // Sized in bytes alone, as an oplog is.
+                log_capacity: usize::MAX,
+                log_bytes: config.oplog_bytes,
                 ..SandboxConfig::default()
             },
             Clock::System,

@@ -1,11 +1,12 @@
 //! The cluster as `streamward exporter` sees it, as Prometheus series: per lease lag,
 //! headroom, fencing version, holder, status and time since the last commit; per
-//! cluster the oplog window (per shard through mongos), its write rate and whether the
-//! last read succeeded. Every series is labelled by `resource` (one per lease), by
-//! `status` (the nine statuses) or by `shard` (one per shard) and nothing else, so the
-//! number of series grows with the leases and shards only.
+//! cluster the oplog window (per shard through mongos), its write rate, size and fill
+//! rate, and whether the last read succeeded. Every series is labelled by `resource` (one
+//! per lease), by `status` (the nine statuses), by `shard` (one per shard) or by `bound`
+//! (low, high) and nothing else, so the number of series grows with the leases and
+//! shards only.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
@@ -13,8 +14,9 @@ use prometheus::{Gauge, GaugeVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use super::MetricsError;
 use crate::model::{
-    HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime, OplogWindow, TimeToLoss, Topology,
+    HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime, OplogWindow, Topology,
 };
+use crate::store::LossReading;
 
 /// What one read of the cluster found.
 #[derive(Debug, Clone, Copy)]
@@ -30,8 +32,8 @@ pub struct ClusterSample<'a> {
     /// Oplog entries written per second since the previous read.
     pub ops_per_sec: Option<f64>,
     pub thresholds: &'a HealthThresholds,
-    /// The time to loss of each lease that has one (by resource).
-    pub loss: &'a HashMap<String, TimeToLoss>,
+    /// The time to loss of each lease that has one, and the oplog's figures it came from.
+    pub loss: &'a LossReading,
 }
 
 /// The series of the cluster view, registered in their own registry.
@@ -53,6 +55,9 @@ pub struct ClusterMetrics {
     window_known: IntGauge,
     shard_window: GaugeVec,
     ops_rate: Gauge,
+    oplog_size: Gauge,
+    oplog_max: Gauge,
+    fill_rate: GaugeVec,
     up: IntGauge,
     last_read: Gauge,
     /// The leases and shards the series were last set for.
@@ -186,6 +191,22 @@ impl ClusterMetrics {
                 "streamward_oplog_entries_per_second",
                 "Oplog entries written per second between the last two reads.",
             )?,
+            oplog_size: gauge(
+                r,
+                "streamward_oplog_size_bytes",
+                "Bytes of entries the oplog holds (NaN when its statistics cannot be read).",
+            )?,
+            oplog_max: gauge(
+                r,
+                "streamward_oplog_max_bytes",
+                "The oplog's configured maximum size (NaN when its statistics cannot be read).",
+            )?,
+            fill_rate: gauge_vec(
+                r,
+                "streamward_oplog_fill_bytes_per_second",
+                "Bytes written to the oplog per second: the lowest (bound=low) and highest (bound=high) over the last 5 minutes of reads.",
+                &["bound"],
+            )?,
             up: int_gauge(
                 r,
                 "streamward_cluster_up",
@@ -219,7 +240,7 @@ impl ClusterMetrics {
             let resource = lease.resource.as_str();
             let health =
                 LeaseHealth::assess(lease, sample.window.as_ref(), sample.now, sample.thresholds);
-            let loss = sample.loss.get(&lease.resource);
+            let loss = sample.loss.predicted.get(&lease.resource);
             let since_commit = lease
                 .committed_at
                 .map(|at| (sample.now - at).to_std().unwrap_or_default().as_secs_f64());
@@ -282,6 +303,14 @@ impl ClusterMetrics {
                 .filter(|r| r.is_finite())
                 .unwrap_or(f64::NAN),
         );
+        let stats = sample.loss.oplog.as_ref();
+        self.oplog_size
+            .set(stats.map_or(f64::NAN, |s| s.size_bytes as f64));
+        self.oplog_max
+            .set(stats.map_or(f64::NAN, |s| s.max_bytes as f64));
+        let fill = sample.loss.fill_rate;
+        set_or_remove(&self.fill_rate, "low", fill.map(|r| r.low));
+        set_or_remove(&self.fill_rate, "high", fill.map(|r| r.high));
         self.up.set(1);
         self.last_read
             .set(sample.now.timestamp_millis() as f64 / 1000.0);
@@ -337,8 +366,26 @@ fn loss_seconds(at: LossTime) -> f64 {
 mod tests {
     use super::*;
     use crate::metrics::encode;
-    use crate::model::{ClusterTime, ResumeToken, TokenKind};
+    use crate::model::{ClusterTime, OplogStats, Rate, ResumeToken, TimeToLoss, TokenKind};
     use chrono::TimeZone;
+    use std::collections::HashMap;
+
+    fn reading(predicted: HashMap<String, TimeToLoss>) -> LossReading {
+        LossReading {
+            predicted,
+            unknown: None,
+            oplog: Some(OplogStats {
+                size_bytes: 990_000,
+                max_bytes: 1_048_576,
+                entries: 4_000,
+                written_bytes: Some(50_000_000),
+                checkpoint_interval: None,
+                min_retention: None,
+                largest_entry_bytes: None,
+            }),
+            fill_rate: Rate::between(40_000.0, 52_500.0),
+        }
+    }
 
     fn now() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2026, 11, 23, 12, 0, 0).unwrap()
@@ -381,14 +428,14 @@ mod tests {
             now: now(),
             ops_per_sec: Some(12.5),
             thresholds: &thresholds,
-            loss: &HashMap::from([(
+            loss: &reading(HashMap::from([(
                 "shop.orders".to_string(),
                 TimeToLoss {
                     earliest: LossTime::In(std::time::Duration::from_secs(900)),
                     latest: Some(LossTime::Never),
                     missing: Vec::new(),
                 },
-            )]),
+            )])),
         });
         let text = encode(metrics.registry()).unwrap();
         for line in [
@@ -405,6 +452,10 @@ mod tests {
             "streamward_oplog_window_seconds 3600",
             "streamward_oplog_window_known 1",
             "streamward_oplog_entries_per_second 12.5",
+            "streamward_oplog_size_bytes 990000",
+            "streamward_oplog_max_bytes 1048576",
+            "streamward_oplog_fill_bytes_per_second{bound=\"low\"} 40000",
+            "streamward_oplog_fill_bytes_per_second{bound=\"high\"} 52500",
             "streamward_cluster_up 1",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
@@ -431,7 +482,7 @@ mod tests {
                 })
                 .collect();
             metrics.record(&ClusterSample {
-                loss: &loss,
+                loss: &reading(loss),
                 leases,
                 malformed: 0,
                 window: Some(window()),
@@ -474,7 +525,7 @@ mod tests {
             now: now(),
             ops_per_sec: None,
             thresholds: &thresholds,
-            loss: &HashMap::new(),
+            loss: &LossReading::default(),
         });
         metrics.record_failure();
         let text = encode(metrics.registry()).unwrap();

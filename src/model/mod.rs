@@ -26,7 +26,7 @@ pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, T
 pub use time_to_loss::{
     predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,
     LossTime, LossTracker, Missing, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate,
-    DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, MAX_ENTRY_BYTES,
+    DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, LOSS_WARNING_WITHIN, MAX_ENTRY_BYTES,
 };
 pub use topology::{
     Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,

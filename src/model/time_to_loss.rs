@@ -97,6 +97,10 @@ use super::{ClusterTime, OplogWindow};
 /// the default for [`LossInputs::largest_entry`].
 pub const MAX_ENTRY_BYTES: u64 = 16 * 1024 * 1024 + 16 * 1024;
 
+/// A resume point that may be lost sooner than this is shown as a warning (the console)
+/// and pages (`StreamwardHistoryLossPredicted` in docs/alerts/streamward.rules.yml).
+pub const LOSS_WARNING_WITHIN: Duration = Duration::from_secs(30 * 60);
+
 /// mongod's default checkpoint interval (`syncdelay`): the oplog is truncated only
 /// behind a checkpoint, so a removal can wait this long.
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(60);
@@ -157,6 +161,9 @@ pub struct OplogStats {
     pub checkpoint_interval: Option<Duration>,
     /// The configured minimum retention period (zero when none); `None` when not known.
     pub min_retention: Option<Duration>,
+    /// The largest entry the oplog can hold, when known better than the server's limit
+    /// ([`MAX_ENTRY_BYTES`]); MongoDB does not say it.
+    pub largest_entry_bytes: Option<u64>,
 }
 
 /// Bytes of retained history before a resume point (see the module doc).
@@ -229,6 +236,7 @@ impl LossInputs {
             self.oplog_max_bytes = Some(stats.max_bytes);
             self.checkpoint_interval = stats.checkpoint_interval;
             self.min_retention = stats.min_retention;
+            self.largest_entry = stats.largest_entry_bytes;
         }
         self.fill_rate = rates.fill_rate();
         self.first_advance = rates.first_advance();
@@ -330,6 +338,45 @@ pub struct TimeToLoss {
 }
 
 impl TimeToLoss {
+    /// The same prediction seen `elapsed` after it was made: each time in it that much
+    /// nearer (at most down to "now").
+    pub fn after(&self, elapsed: Duration) -> TimeToLoss {
+        let nearer = |time: LossTime| match time {
+            LossTime::In(d) => LossTime::In(d.saturating_sub(elapsed)),
+            other => other,
+        };
+        TimeToLoss {
+            earliest: nearer(self.earliest),
+            latest: self.latest.map(nearer),
+            missing: self.missing.clone(),
+        }
+    }
+
+    /// As a narrow table cell shows it: `12m–31m`, `45s–never`, `1h–?`, `lost`; each
+    /// time in its largest unit, rounded down (at most 9 characters).
+    pub fn compact(&self) -> String {
+        let coarse = |time: LossTime| match time {
+            LossTime::AlreadyLost => "lost".to_string(),
+            LossTime::Never => "never".to_string(),
+            LossTime::In(d) if d.is_zero() => "now".to_string(),
+            LossTime::In(d) => {
+                let secs = d.as_secs();
+                match secs {
+                    0..=59 => format!("{secs}s"),
+                    60..=3_599 => format!("{}m", secs / 60),
+                    3_600..=86_399 => format!("{}h", secs / 3_600),
+                    _ => format!("{}d", (secs / 86_400).min(999)),
+                }
+            }
+        };
+        match (self.earliest, self.latest) {
+            (LossTime::AlreadyLost | LossTime::Never, _) => coarse(self.earliest),
+            (earliest, Some(latest)) if coarse(latest) == coarse(earliest) => coarse(earliest),
+            (earliest, Some(latest)) => format!("{}–{}", coarse(earliest), coarse(latest)),
+            (earliest, None) => format!("{}–?", coarse(earliest)),
+        }
+    }
+
     /// Whether `input` was missing.
     pub fn is_missing(&self, input: LossInput) -> bool {
         self.missing.iter().any(|m| m.input == input)

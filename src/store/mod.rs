@@ -9,6 +9,7 @@ mod leases;
 mod listing;
 pub mod mongo;
 mod namespace;
+mod oplog_figures;
 pub mod sandbox;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
@@ -27,6 +28,7 @@ pub use leases::{
 };
 pub use listing::{Listing, MalformedDocument};
 pub use namespace::Namespace;
+pub use oplog_figures::{read_time_to_loss, LossReading, OplogFigures, HISTORY_COUNT_LIMIT};
 
 /// Everything a listener needs from one database: its leases and a change feed.
 /// Handlers bring their own document access ([`DocumentStore`] or anything else).

@@ -29,9 +29,12 @@ pub use table::{
 
 use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};
 use crate::engine::ListenerSnapshot;
-use crate::model::{AuditRecord, HealthThresholds, Lease, OplogAccess, OplogWindow, Topology};
+use crate::model::{
+    AuditRecord, HealthThresholds, Lease, OplogAccess, OplogStats, OplogWindow, Rate, TimeToLoss,
+    Topology,
+};
 use crate::ops::ActionKind;
-use crate::store::MalformedDocument;
+use crate::store::{LossReading, MalformedDocument};
 
 /// Statuses are re-assessed at least this often, so expiries show without data.
 const REASSESS_AFTER: Duration = Duration::from_millis(900);
@@ -179,6 +182,15 @@ pub struct ConsoleState {
     pending_changes: HashMap<String, Option<Lease>>,
     pub window: Option<OplogWindow>,
     pub ops_per_sec: Option<f64>,
+    /// When (the server's clock) the time to loss in the table was predicted.
+    loss_read_at: Option<DateTime<Utc>>,
+    /// Why no time to loss could be predicted, when the oplog's figures cannot be read.
+    pub loss_unknown: Option<String>,
+    /// The oplog's size and maximum, and how fast it fills, as of the last prediction.
+    pub oplog_stats: Option<OplogStats>,
+    pub fill_rate: Option<Rate>,
+    /// A prediction that arrived while frozen, applied on unfreeze.
+    pending_losses: Option<(DateTime<Utc>, LossReading)>,
     /// Server clock minus local clock, from the last oplog read.
     server_offset: chrono::Duration,
     pub members: Result<Vec<MemberRow>, String>,
@@ -227,6 +239,11 @@ impl ConsoleState {
             }),
             frozen: false,
             pending_snapshot: None,
+            loss_read_at: None,
+            loss_unknown: None,
+            oplog_stats: None,
+            fill_rate: None,
+            pending_losses: None,
             pending_changes: HashMap::new(),
             window: None,
             ops_per_sec: None,
@@ -311,6 +328,13 @@ impl ConsoleState {
                 }
                 self.history
                     .record(window.length().as_secs(), ops_per_sec, &self.leases);
+            }
+            DataEvent::TimeToLoss { read_at, reading } => {
+                if self.frozen {
+                    self.pending_losses = Some((read_at, reading));
+                } else {
+                    self.apply_losses(read_at, reading);
+                }
             }
             DataEvent::ServerClock(server_now) => {
                 self.server_offset = server_now - local_now;
@@ -490,8 +514,29 @@ impl ConsoleState {
                     None => self.leases.remove(&resource, now),
                 }
             }
+            if let Some((read_at, reading)) = self.pending_losses.take() {
+                self.apply_losses(read_at, reading);
+            }
             self.reassess();
         }
+    }
+
+    fn apply_losses(&mut self, read_at: DateTime<Utc>, reading: LossReading) {
+        self.leases.set_losses(&reading.predicted);
+        self.loss_read_at = Some(read_at);
+        self.loss_unknown = reading.unknown;
+        self.oplog_stats = reading.oplog;
+        self.fill_rate = reading.fill_rate;
+    }
+
+    /// `entry`'s time to loss as of now: the last prediction, counted down since.
+    pub fn time_to_loss(&self, entry: &LeaseEntry) -> Option<TimeToLoss> {
+        let loss = entry.loss.as_ref()?;
+        let elapsed = self
+            .loss_read_at
+            .and_then(|at| (self.server_now() - at).to_std().ok())
+            .unwrap_or_default();
+        Some(loss.after(elapsed))
     }
 
     /// Lease changes held back while frozen.

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow};
+use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow, TimeToLoss};
 
 /// Holder and version changes kept per lease for the detail view.
 const CHANGES_KEPT: usize = 32;
@@ -23,11 +23,12 @@ pub enum Column {
     TokenTime,
     Lag,
     Headroom,
+    LossIn,
     Status,
 }
 
 impl Column {
-    pub const ALL: [Column; 10] = [
+    pub const ALL: [Column; 11] = [
         Column::Resource,
         Column::Kind,
         Column::Holder,
@@ -37,6 +38,7 @@ impl Column {
         Column::TokenTime,
         Column::Lag,
         Column::Headroom,
+        Column::LossIn,
         Column::Status,
     ];
 
@@ -51,6 +53,7 @@ impl Column {
             Column::TokenTime => "TOKEN",
             Column::Lag => "LAG",
             Column::Headroom => "HEADROOM",
+            Column::LossIn => "LOSS IN",
             Column::Status => "STATUS",
         }
     }
@@ -60,7 +63,9 @@ impl Column {
         let name = name.to_ascii_lowercase();
         Column::ALL.into_iter().find(|c| {
             let label = c.label().to_ascii_lowercase();
-            label == name || (name == "version" && *c == Column::Version)
+            label == name
+                || (name == "version" && *c == Column::Version)
+                || (name == "loss" && *c == Column::LossIn)
         })
     }
 
@@ -83,6 +88,9 @@ pub struct LeaseEntry {
     pub lease: Lease,
     pub health: LeaseHealth,
     pub changes: VecDeque<HolderChange>,
+    /// The time to loss as of the last prediction ([`LeaseTable::set_losses`]); `None`
+    /// until one was made for it.
+    pub loss: Option<TimeToLoss>,
 }
 
 /// A substring filter over resource, holder, kind and status; `!` in front inverts it.
@@ -263,13 +271,13 @@ impl LeaseTable {
             .collect();
         self.by_resource.clear();
         for lease in leases {
-            let changes = match previous.remove(&lease.resource) {
+            let (changes, loss) = match previous.remove(&lease.resource) {
                 Some(old) => {
                     let mut changes = old.changes;
                     note_change(&mut changes, &old.lease, &lease, seen_at);
-                    changes
+                    (changes, old.loss)
                 }
-                None => VecDeque::new(),
+                None => (VecDeque::new(), None),
             };
             let health = self.assess(&lease);
             self.by_resource
@@ -278,6 +286,7 @@ impl LeaseTable {
                 lease,
                 health,
                 changes,
+                loss,
             });
         }
         self.recount();
@@ -330,6 +339,7 @@ impl LeaseTable {
                     lease,
                     health,
                     changes: VecDeque::new(),
+                    loss: None,
                 });
                 index
             }
@@ -363,6 +373,18 @@ impl LeaseTable {
             order.sort_by(|&a, &b| self.compare(a, b));
             self.order = order;
         } else {
+            self.rebuild_order();
+        }
+        self.reselect(keep.as_deref());
+    }
+
+    /// Every lease's time to loss from one prediction; a lease it leaves out has none.
+    pub fn set_losses(&mut self, predicted: &HashMap<String, TimeToLoss>) {
+        let keep = self.selected_resource();
+        for entry in &mut self.entries {
+            entry.loss = predicted.get(&entry.lease.resource).cloned();
+        }
+        if self.sort == Column::LossIn {
             self.rebuild_order();
         }
         self.reselect(keep.as_deref());
@@ -510,6 +532,11 @@ impl LeaseTable {
                 .headroom_share
                 .partial_cmp(&y.health.headroom_share)
                 .unwrap_or(Ordering::Equal),
+            // Soonest first; leases without a prediction last.
+            Column::LossIn => {
+                let key = |e: &LeaseEntry| (e.loss.is_none(), e.loss.as_ref().map(|l| l.earliest));
+                key(x).cmp(&key(y))
+            }
             Column::Status => x.health.status.cmp(&y.health.status),
         };
         let ordering = by_column.then_with(|| x.lease.resource.cmp(&y.lease.resource));

@@ -1325,3 +1325,89 @@ fn without_the_oplog_the_servers_clock_still_judges_the_leases() {
     assert_eq!(state.server_now(), now() + chrono::Duration::seconds(120));
     assert_eq!(status(&state), Some(crate::model::LeaseStatus::Unclaimed));
 }
+
+fn losses(predicted: &[(&str, u64)]) -> DataEvent {
+    use crate::model::{LossTime, TimeToLoss};
+    DataEvent::TimeToLoss {
+        read_at: now(),
+        reading: crate::store::LossReading {
+            predicted: predicted
+                .iter()
+                .map(|&(resource, secs)| {
+                    let at = LossTime::In(Duration::from_secs(secs));
+                    (
+                        resource.to_string(),
+                        TimeToLoss {
+                            earliest: at,
+                            latest: Some(LossTime::Never),
+                            missing: Vec::new(),
+                        },
+                    )
+                })
+                .collect(),
+            ..crate::store::LossReading::default()
+        },
+    }
+}
+
+fn earliest(state: &ConsoleState, resource: &str) -> Option<crate::model::LossTime> {
+    let entry = state.leases.get(resource)?;
+    state.time_to_loss(entry).map(|l| l.earliest)
+}
+
+/// The time to loss sorts soonest first (leases without one last), counts down with
+/// the server's clock, survives lease changes, and waits while frozen.
+#[test]
+fn time_to_loss_sorts_counts_down_and_waits_while_frozen() {
+    use crate::model::LossTime;
+    let mut state = loaded();
+    state.apply(
+        losses(&[("shop.users", 600), ("pet-aggregates", 90)]),
+        now(),
+    );
+    state.execute_command_line("sort loss");
+    assert_eq!(state.leases.sort(), (Column::LossIn, false));
+    assert_eq!(
+        shown(&state),
+        ["pet-aggregates", "shop.users", "shop.orders"]
+    );
+
+    // Thirty seconds later by the server's clock.
+    let later = now() + chrono::Duration::seconds(30);
+    let t = now().timestamp() as u32;
+    state.apply(
+        DataEvent::Window {
+            window: OplogWindow::new(ClusterTime::new(t - 570, 1), ClusterTime::new(t + 30, 1)),
+            server_now: later,
+            ops_per_sec: Some(20.0),
+        },
+        now(),
+    );
+    assert_eq!(
+        earliest(&state, "pet-aggregates"),
+        Some(LossTime::In(Duration::from_secs(60)))
+    );
+    // A commit changes the lease, not its prediction.
+    let mut moved = lease("pet-aggregates", 7);
+    moved.resume_at = Some(ClusterTime::new(t + 29, 1));
+    state.apply(DataEvent::LeaseChanged(Box::new(moved)), now());
+    assert_eq!(
+        earliest(&state, "pet-aggregates"),
+        Some(LossTime::In(Duration::from_secs(60)))
+    );
+
+    state.set_frozen(true);
+    state.apply(losses(&[("shop.orders", 10)]), now());
+    assert_eq!(earliest(&state, "shop.orders"), None, "held while frozen");
+    assert_eq!(shown(&state)[0], "pet-aggregates");
+    state.set_frozen(false);
+    assert_eq!(
+        shown(&state),
+        ["shop.orders", "pet-aggregates", "shop.users"]
+    );
+    assert_eq!(
+        earliest(&state, "pet-aggregates"),
+        None,
+        "not in the new prediction"
+    );
+}

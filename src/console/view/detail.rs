@@ -10,7 +10,9 @@ use super::format::{cluster_clock, duration, status_style, DASH};
 use crate::console::state::{ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
 use crate::model::text::{clock_and_relative, escape_control};
-use crate::model::{unclaimed_explanation, LeaseStatus, ResumeToken, TokenVersion};
+use crate::model::{
+    unclaimed_explanation, LeaseStatus, LossTime, ResumeToken, TokenVersion, LOSS_WARNING_WITHIN,
+};
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let Some(entry) = state.leases.selected() else {
@@ -164,6 +166,49 @@ fn token_lines<'a>(token: Option<&ResumeToken>, width: usize, theme: &Theme) -> 
         .collect()
 }
 
+/// When the resume point may leave the oplog, with the inputs that were missing; or
+/// why there is no prediction.
+fn loss_lines<'a>(entry: &LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
+    let Some(loss) = state.time_to_loss(entry) else {
+        let why = if entry.lease.resume_point().time().is_none() {
+            "no prediction: the resume point has no time to place in the oplog".to_string()
+        } else if let Some(unknown) = &state.loss_unknown {
+            format!("unknown: {}", escape_control(unknown))
+        } else {
+            "measuring (needs 2 reads)".to_string()
+        };
+        return vec![Line::from(vec![
+            Span::styled(format!("{:<12}", "loss in"), theme.muted),
+            Span::styled(why, theme.muted),
+        ])];
+    };
+    let style = match loss.earliest {
+        LossTime::AlreadyLost => status_style(LeaseStatus::Lost, theme),
+        LossTime::In(soon) if soon < LOSS_WARNING_WITHIN => theme.warn,
+        _ => theme.base,
+    };
+    let range = match (loss.earliest, loss.latest) {
+        (LossTime::AlreadyLost, _) => "lost: its entry has left the oplog".to_string(),
+        (LossTime::Never, _) => "never at the rates seen (it keeps up with the oplog)".to_string(),
+        (earliest, Some(LossTime::Never)) => {
+            format!("earliest {earliest}, latest never (at the slowest rates seen it stays)")
+        }
+        (earliest, Some(latest)) => format!("earliest {earliest}, latest {latest}"),
+        (earliest, None) => format!("earliest {earliest}, latest unknown"),
+    };
+    let mut lines = vec![Line::from(vec![
+        Span::styled(format!("{:<12}", "loss in"), theme.muted),
+        Span::styled(range, style),
+    ])];
+    for missing in &loss.missing {
+        lines.push(Line::from(vec![
+            Span::raw(" ".repeat(12)),
+            Span::styled(missing.to_string(), theme.muted),
+        ]));
+    }
+    lines
+}
+
 fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
     let lease = &entry.lease;
     let health = &entry.health;
@@ -204,11 +249,12 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
             },
             theme,
         ),
-        Line::from(vec![
-            Span::styled(format!("{:<12}", "status"), theme.muted),
-            Span::styled(health.status.label(), status_style(health.status, theme)),
-        ]),
     ];
+    lines.extend(loss_lines(entry, state, theme));
+    lines.push(Line::from(vec![
+        Span::styled(format!("{:<12}", "status"), theme.muted),
+        Span::styled(health.status.label(), status_style(health.status, theme)),
+    ]));
     if health.status == LeaseStatus::Unclaimed {
         if let Some(unclaimed) = state.thresholds.unclaimed_for(lease, state.server_now()) {
             lines.push(Line::from(vec![

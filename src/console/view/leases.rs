@@ -11,7 +11,7 @@ use crate::console::layout;
 use crate::console::state::{visible_start, Column, ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, relative_time};
-use crate::model::token_time_cell;
+use crate::model::{token_time_cell, LeaseStatus, LossTime, LOSS_WARNING_WITHIN};
 
 /// Widths of the fixed columns; resource and holder share what is left.
 fn width_of(column: Column, wide: bool) -> u16 {
@@ -25,6 +25,8 @@ fn width_of(column: Column, wide: bool) -> u16 {
         Column::Lag => 8,
         Column::Headroom if wide => 17,
         Column::Headroom => 10,
+        // `59m–never` ([`crate::model::TimeToLoss::compact`]).
+        Column::LossIn => 9,
         // The longest label, INVALIDATED.
         Column::Status => 11,
         Column::Resource | Column::Holder => 0,
@@ -59,7 +61,8 @@ impl ColumnLayout {
 /// The columns for a table `width` cells wide whose visible resources and holders
 /// are `resource` and `holder` cells long at most.
 ///
-/// The optional columns (token time, kind, last commit, then the wide headroom bar)
+/// The optional columns (time to loss, token time, kind, last commit, then the wide
+/// headroom bar)
 /// are added, in that order, only while resource and holder still get all they ask
 /// for (up to [`NAME_CAP`]); until then they share what the base columns leave. So a
 /// wider terminal never shows less of a resource or a holder than a narrower one, and
@@ -79,15 +82,29 @@ pub fn columns_for(width: u16, resource: u16, holder: u16) -> ColumnLayout {
         Column::Status,
     ];
     // Each step adds to the one before; the last one that fits wins.
-    let steps: [(&[Column], bool); 5] = [
+    let steps: [(&[Column], bool); 6] = [
         (&[], false),
-        (&[Column::TokenTime], false),
-        (&[Column::TokenTime, Column::Kind], false),
+        (&[Column::LossIn], false),
+        (&[Column::LossIn, Column::TokenTime], false),
+        (&[Column::LossIn, Column::TokenTime, Column::Kind], false),
         (
-            &[Column::TokenTime, Column::Kind, Column::LastCommit],
+            &[
+                Column::LossIn,
+                Column::TokenTime,
+                Column::Kind,
+                Column::LastCommit,
+            ],
             false,
         ),
-        (&[Column::TokenTime, Column::Kind, Column::LastCommit], true),
+        (
+            &[
+                Column::LossIn,
+                Column::TokenTime,
+                Column::Kind,
+                Column::LastCommit,
+            ],
+            true,
+        ),
     ];
     let free_for_names = |extra: &[Column], wide: bool| -> i32 {
         let shown: Vec<Column> = Column::ALL
@@ -297,6 +314,17 @@ fn row<'a>(
                         Span::styled(empty, theme.gauge_empty),
                         Span::raw(format!("{:>4}", format!("{:.0}%", share * 100.0))),
                     ]))
+                }
+                None => Cell::from(Span::styled(DASH, theme.muted)),
+            },
+            Column::LossIn => match state.time_to_loss(entry) {
+                Some(loss) => {
+                    let style = match loss.earliest {
+                        LossTime::AlreadyLost => status_style(LeaseStatus::Lost, theme),
+                        LossTime::In(soon) if soon < LOSS_WARNING_WITHIN => theme.warn,
+                        _ => Style::default(),
+                    };
+                    Cell::from(Span::styled(text(loss.compact()), style))
                 }
                 None => Cell::from(Span::styled(DASH, theme.muted)),
             },

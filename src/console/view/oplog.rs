@@ -12,6 +12,32 @@ use crate::console::theme::Theme;
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{OplogAccess, Topology};
 
+/// The oplog's size against its maximum and how fast it fills, once read (the time to
+/// loss is predicted from them).
+fn figures_line<'a>(state: &ConsoleState, theme: &Theme) -> Option<Line<'a>> {
+    let stats = state.oplog_stats.as_ref()?;
+    let size = |bytes: u64| bytesize::ByteSize(bytes).display().iec().to_string();
+    let share = stats.size_bytes as f64 / stats.max_bytes.max(1) as f64 * 100.0;
+    let fill = match state.fill_rate {
+        Some(r) if (r.high - r.low) < 1.0 => format!("{}/s", size(r.low as u64)),
+        Some(r) => format!("{}–{}/s", size(r.low as u64), size(r.high as u64)),
+        None => "-".to_string(),
+    };
+    Some(Line::from(vec![
+        Span::styled("size ", theme.muted),
+        Span::styled(
+            format!(
+                "{} of {} ({share:.0}%)",
+                size(stats.size_bytes),
+                size(stats.max_bytes)
+            ),
+            theme.base,
+        ),
+        Span::styled("  filling ", theme.muted),
+        Span::styled(fill, theme.base),
+    ]))
+}
+
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
     let block = Block::default()
         .borders(Borders::ALL)
@@ -29,8 +55,10 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
         .as_ref()
         .map(|t| shard_lines(t, usize::from(inner.width), theme))
         .unwrap_or_default();
+    // With the window: an oplog that cannot be read has no figures either.
+    let figures = figures_line(state, theme).filter(|_| unreadable.is_none());
     // Enough rows for the topology's sentence wrapped, at most six.
-    let facts_rows = unreadable.map_or(1, |t| {
+    let facts_rows = unreadable.map_or(1 + u16::from(figures.is_some()), |t| {
         let chars = u16::try_from(t.to_string().chars().count()).unwrap_or(u16::MAX);
         (chars / inner.width.max(1) + 2).min(6)
     });
@@ -79,7 +107,9 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
             None => Line::styled("the oplog window has not been read yet", theme.muted),
         },
     };
-    frame.render_widget(Paragraph::new(facts_line).wrap(Wrap { trim: true }), facts);
+    let mut facts_lines = vec![facts_line];
+    facts_lines.extend(figures);
+    frame.render_widget(Paragraph::new(facts_lines).wrap(Wrap { trim: true }), facts);
     frame.render_widget(Paragraph::new(shards), shards_area);
     spark(
         frame,

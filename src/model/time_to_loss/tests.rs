@@ -343,6 +343,7 @@ fn oplog_rates_use_the_written_counter_or_an_oplog_never_full() {
         written_bytes: written,
         checkpoint_interval: None,
         min_retention: None,
+        largest_entry_bytes: None,
     };
     let window = OplogWindow::new(at(10), at(20));
     let mut rates = OplogRates::new(Duration::from_secs(60));
@@ -816,4 +817,44 @@ fn a_listener_catching_up_in_the_simulation_is_never_lost() {
         .map(|(t, _)| *t)
         .collect();
     assert!(never.contains(&220.0), "{predictions:?}");
+}
+
+#[test]
+fn a_prediction_counts_down_and_fits_a_narrow_cell() {
+    let mins = |m: u64| LossTime::In(Duration::from_secs(m * 60));
+    let ttl = TimeToLoss {
+        earliest: mins(12),
+        latest: Some(mins(31)),
+        missing: Vec::new(),
+    };
+    assert_eq!(ttl.compact(), "12m–31m");
+    let later = ttl.after(Duration::from_secs(11 * 60 + 30));
+    assert_eq!(later.earliest, LossTime::In(Duration::from_secs(30)));
+    assert_eq!(later.compact(), "30s–19m");
+    let past = ttl.after(Duration::from_secs(3_600));
+    assert_eq!(
+        past.earliest,
+        LossTime::In(Duration::ZERO),
+        "never below now"
+    );
+    assert_eq!(past.compact(), "now");
+    let never = TimeToLoss {
+        earliest: LossTime::Never,
+        latest: Some(LossTime::Never),
+        missing: Vec::new(),
+    };
+    assert_eq!(never.after(Duration::from_secs(99)), never);
+    let open = TimeToLoss {
+        earliest: LossTime::In(Duration::from_secs(86_400 * 5000)),
+        latest: None,
+        missing: Vec::new(),
+    };
+    assert_eq!(open.compact(), "999d–?");
+    let widest = TimeToLoss {
+        earliest: mins(59),
+        latest: Some(LossTime::Never),
+        missing: Vec::new(),
+    };
+    assert_eq!(widest.compact(), "59m–never");
+    assert!(widest.compact().chars().count() <= 9);
 }

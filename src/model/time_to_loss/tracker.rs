@@ -64,6 +64,11 @@ impl LossTracker {
         }
     }
 
+    /// Bytes per second written to the oplog over the span, once two reads gave it.
+    pub fn fill_rate(&self) -> Option<Rate> {
+        self.oplog.fill_rate()
+    }
+
     /// When `lease`'s resume point may leave the oplog, with `history` the bytes before
     /// it (read after `stats`); `None` when it has no known time, or before the oplog's
     /// figures and its fill rate are known (two reads): without them the earliest
@@ -114,6 +119,7 @@ mod tests {
             written_bytes: Some(written),
             checkpoint_interval: Some(Duration::from_secs(60)),
             min_retention: Some(Duration::ZERO),
+            largest_entry_bytes: None,
         }
     }
 

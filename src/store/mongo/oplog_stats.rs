@@ -216,6 +216,20 @@ impl MongoStore {
     }
 }
 
+impl crate::store::OplogFigures for MongoStore {
+    async fn oplog_stats(&self) -> StoreResult<OplogStats> {
+        MongoStore::oplog_stats(self).await
+    }
+
+    async fn oplog_history_before(
+        &self,
+        at: ClusterTime,
+        limit: u32,
+    ) -> StoreResult<HistoryBefore> {
+        MongoStore::oplog_history_before(self, at, limit).await
+    }
+}
+
 fn unsigned(document: &Document, field: &str) -> StoreResult<u64> {
     let value = document.get(field).ok_or_else(|| StoreError::Malformed {
         what: "oplog statistics".into(),
@@ -260,6 +274,7 @@ fn stats_from_reply(reply: &Document) -> StoreResult<OplogStats> {
         written_bytes: written,
         checkpoint_interval: None,
         min_retention: None,
+        largest_entry_bytes: None,
     })
 }
 

@@ -4,8 +4,9 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
 
-use crate::model::{ClusterTime, OplogWindow};
+use crate::model::{ClusterTime, HistoryBefore, OplogStats, OplogWindow};
 use crate::store::{ChangeEvent, InvalidationCause, Namespace, OperationType};
 
 /// An entry and its position in the log.
@@ -17,6 +18,8 @@ pub struct LogEntry {
     pub event: Arc<ChangeEvent>,
     /// Its share of the byte budget.
     bytes: usize,
+    /// Bytes written to the log before this entry (its position in the byte stream).
+    written_before: u64,
     /// For a `rename`: the new name (the server's `to`).
     pub to: Option<Namespace>,
 }
@@ -71,6 +74,10 @@ pub struct ChangeLog {
     /// more than this, whatever their number.
     byte_budget: usize,
     bytes: usize,
+    /// Bytes ever written (under a byte budget), like the oplog's WiredTiger counter.
+    written: u64,
+    /// The largest entry ever written (under a byte budget).
+    largest: usize,
     next_seq: u64,
     /// The time of the newest entry that fell off, if any did.
     dropped_through: Option<ClusterTime>,
@@ -94,6 +101,8 @@ impl ChangeLog {
             capacity: capacity.max(1),
             byte_budget,
             bytes: 0,
+            written: 0,
+            largest: 0,
             next_seq: 1,
             dropped_through: None,
             last_time: ClusterTime::default(),
@@ -143,12 +152,16 @@ impl ChangeLog {
             entry_bytes(&event)
         };
         self.bytes += bytes;
+        let written_before = self.written;
+        self.written += bytes as u64;
+        self.largest = self.largest.max(bytes);
         self.entries.push_back(LogEntry {
             seq,
             time,
             event: Arc::new(event),
             to,
             bytes,
+            written_before,
         });
         // The newest entry always stays, however large.
         while self.entries.len() > self.capacity
@@ -263,6 +276,46 @@ impl ChangeLog {
     /// The sequence number of the oldest entry still held.
     pub fn first_seq(&self) -> u64 {
         self.entries.front().map_or(self.next_seq, |e| e.seq)
+    }
+
+    /// The log's figures as the oplog's statistics give them, when it is sized in bytes
+    /// alone (a count bound would drop history the byte figures cannot foresee).
+    /// Entries fall off at once when the budget is passed: no checkpoint to wait for,
+    /// no minimum retention.
+    pub fn stats(&self) -> Option<OplogStats> {
+        if self.capacity != usize::MAX || self.byte_budget == usize::MAX {
+            return None;
+        }
+        Some(OplogStats {
+            size_bytes: self.bytes as u64,
+            max_bytes: self.byte_budget as u64,
+            entries: self.entries.len() as u64,
+            written_bytes: Some(self.written),
+            checkpoint_interval: Some(Duration::ZERO),
+            min_retention: Some(Duration::ZERO),
+            largest_entry_bytes: Some(self.largest as u64),
+        })
+    }
+
+    /// The bytes of the entries older than the resume point `at`'s entry (the last
+    /// entry at or before it), as `MongoStore::oplog_history_before` counts them.
+    pub fn history_before(&self, at: ClusterTime) -> HistoryBefore {
+        let held = self.entries.partition_point(|e| e.time <= at);
+        let (Some(first), Some(entry)) = (
+            self.entries.front(),
+            held.checked_sub(1).and_then(|i| self.entries.get(i)),
+        ) else {
+            return HistoryBefore {
+                older_bytes: 0,
+                entry: None,
+                complete: true,
+            };
+        };
+        HistoryBefore {
+            older_bytes: entry.written_before - first.written_before,
+            entry: Some(entry.time),
+            complete: true,
+        }
     }
 }
 

@@ -243,6 +243,28 @@ impl ChangeStream for SandboxStream {
     }
 }
 
+impl crate::store::OplogFigures for SandboxStore {
+    async fn oplog_stats(&self) -> StoreResult<crate::model::OplogStats> {
+        self.require_oplog()?;
+        self.lock().log.stats().ok_or_else(|| {
+            StoreError::OplogUnknown(
+                "the sandbox's log is bounded by its number of entries, not by bytes (the demo's \
+                 --oplog-size sizes it in bytes)"
+                    .into(),
+            )
+        })
+    }
+
+    async fn oplog_history_before(
+        &self,
+        at: ClusterTime,
+        _limit: u32,
+    ) -> StoreResult<crate::model::HistoryBefore> {
+        self.require_oplog()?;
+        Ok(self.lock().log.history_before(at))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::{Arc, Mutex};
