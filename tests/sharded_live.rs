@@ -586,3 +586,124 @@ async fn the_console_through_the_router_shows_the_shards() {
     }
     let _ = std::fs::remove_dir_all(&home);
 }
+
+/// Through the router the time to loss is predicted from each shard's own oplog (its
+/// window, figures and the history before the point there, read on the shard) and a
+/// point is lost once it is lost on any shard; with a shard out of reach it is unknown,
+/// with the reason, never guessed.
+#[tokio::test(flavor = "multi_thread")]
+async fn time_to_loss_through_the_router_is_the_soonest_of_the_shards() {
+    use streamward::model::{Lease, LossTime, LossTracker};
+    use streamward::store::{read_time_to_loss, LeaseStore, OplogFigures};
+
+    let Some(cluster) = cluster("sharded_loss", &[]).await else {
+        return;
+    };
+    let store = cluster.through_router().await;
+    let (before, parts, _) = cluster.windows_around(store.oplog_parts()).await;
+    let parts = parts.expect("every shard's figures");
+    let names: Vec<Option<&str>> = parts.iter().map(|p| p.shard.as_deref()).collect();
+    assert_eq!(names, [Some("shardA"), Some("shardB")]);
+    for (i, part) in parts.iter().enumerate() {
+        assert_eq!(part.window.first, before[i].first, "the shard's own window");
+        let direct = [&cluster.a, &cluster.b][i]
+            .oplog_stats()
+            .await
+            .expect("stats");
+        assert_eq!(
+            part.stats.max_bytes, direct.max_bytes,
+            "the shard's own figures"
+        );
+    }
+
+    // A stalled point at the newest entry both shards hold, and one at the earlier of
+    // the two first entries: kept by one shard only, so lost already.
+    let covered = store.oplog_window().await.expect("covered window");
+    let mut stalled = Lease::vacant("stalled");
+    stalled.resume_at = Some(covered.last);
+    let mut leases = vec![stalled];
+    let earlier_first = before[0].first.min(before[1].first);
+    let one_shard_only = before[0].first != before[1].first;
+    if one_shard_only {
+        let mut half = Lease::vacant("half-lost");
+        half.resume_at = Some(earlier_first);
+        leases.push(half);
+    }
+    let mut tracker = LossTracker::default();
+    let first = read_time_to_loss(
+        &store,
+        &mut tracker,
+        store.server_now().await.unwrap(),
+        &leases,
+    )
+    .await;
+    assert_eq!(first.unknown, None, "{first:?}");
+    assert!(first.predicted.is_empty(), "one read has no fill rate");
+    // Shard A is written to between the reads, shard B is not: the stalled point can
+    // be lost on A only, so A's finite estimate is the one that counts.
+    let padding = cluster
+        .a
+        .client()
+        .database(&cluster.db)
+        .collection::<bson::Document>("padding");
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < Duration::from_secs(1) {
+        padding
+            .insert_one(doc! { "_id": i, "blob": "p".repeat(1_000) })
+            .await
+            .expect("write to shard A");
+        i += 1;
+    }
+    let second = read_time_to_loss(
+        &store,
+        &mut tracker,
+        store.server_now().await.unwrap(),
+        &leases,
+    )
+    .await;
+    assert_eq!(second.unknown, None, "{second:?}");
+    assert_eq!(
+        second.oplog, None,
+        "a sharded cluster's figures are per shard"
+    );
+    let stalled = second.predicted.get("stalled").expect("a prediction");
+    assert!(
+        matches!(stalled.earliest, LossTime::In(_)),
+        "shard A is written to, so it can be lost there: {stalled:?}"
+    );
+    eprintln!(
+        "through the router, a stalled point at the newest entry: {stalled} \
+         ({i} writes on shard A in the second between the reads)"
+    );
+    if one_shard_only {
+        let half = second.predicted.get("half-lost").expect("a prediction");
+        assert_eq!(
+            half.earliest,
+            LossTime::AlreadyLost,
+            "lost on one shard: {half:?}"
+        );
+    }
+
+    // A shard out of reach: unknown, with why.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = dead.local_addr().expect("addr").port();
+    drop(dead);
+    let gone = format!("shardC/127.0.0.1:{port}");
+    let Some(three) = self::cluster("sharded_loss_dead", &[("shardC", gone.as_str())]).await else {
+        return;
+    };
+    let store = three.through_router().await;
+    let mut tracker = LossTracker::default();
+    let reading = read_time_to_loss(
+        &store,
+        &mut tracker,
+        store.server_now().await.unwrap(),
+        &leases,
+    )
+    .await;
+    let why = reading.unknown.expect("unknown with a shard out of reach");
+    assert!(why.contains("cannot reach shard shardC"), "{why}");
+    assert!(reading.predicted.is_empty());
+    cluster.drop_db().await;
+}

@@ -475,8 +475,7 @@ async fn the_sandbox_oplog_drops_a_stalled_point_within_the_predicted_range() {
             write(&store, &mut n).await;
         }
         let now = store.server_now().await.unwrap();
-        let window = store.oplog_window().await.ok();
-        let reading = read_time_to_loss(&store, &mut tracker, now, window, &leases).await;
+        let reading = read_time_to_loss(&store, &mut tracker, now, &leases).await;
         assert_eq!(reading.unknown, None);
         predicted = reading.predicted.get("stalled").cloned().map(|p| (p, now));
     }

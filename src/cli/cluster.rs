@@ -121,7 +121,7 @@ impl Snapshot {
         store: &MongoStore,
         tracker: &mut LossTracker,
     ) -> LossReading {
-        read_time_to_loss(store, tracker, self.now, self.window, &self.leases).await
+        read_time_to_loss(store, tracker, self.now, &self.leases).await
     }
 
     /// Said on stderr when the oplog cannot be read: what the cluster is and what follows.

@@ -289,7 +289,7 @@ async fn read_window<S: ClusterProbe>(
 }
 
 /// Predicts each lease's time to loss (the leases as the watch delivered them) from its
-/// own reads of the window and the oplog's figures, keeping the rates between reads
+/// own reads of the oplogs' windows and figures, keeping the rates between reads
 /// ([`LossTracker`]).
 async fn predict_loss<S: ClusterProbe>(
     store: S,
@@ -302,17 +302,10 @@ async fn predict_loss<S: ClusterProbe>(
     let mut tracker = LossTracker::default();
     loop {
         ticker.tick().await;
-        let read = async {
-            // Unreadable, the figures say why below.
-            let window = store.oplog_window().await.ok();
-            let read_at = store.server_now().await?;
-            Ok::<_, StoreError>((window, read_at))
-        };
-        let event = match read.await {
-            Ok((window, read_at)) => DataEvent::TimeToLoss {
+        let event = match store.server_now().await {
+            Ok(read_at) => DataEvent::TimeToLoss {
                 read_at,
-                reading: read_time_to_loss(&store, &mut tracker, read_at, window, &known.all())
-                    .await,
+                reading: read_time_to_loss(&store, &mut tracker, read_at, &known.all()).await,
             },
             // The window read reports the failure.
             Err(error) => {

@@ -377,6 +377,29 @@ impl TimeToLoss {
         }
     }
 
+    /// A resume point needed on several oplogs (each shard's) is lost once it is lost on
+    /// any: the soonest earliest, and the soonest latest known (each bounds the loss from
+    /// above); the missing inputs of all, each once. `None` for no predictions.
+    pub fn soonest(predictions: impl IntoIterator<Item = TimeToLoss>) -> Option<TimeToLoss> {
+        predictions.into_iter().reduce(|a, b| {
+            let latest = match (a.latest, b.latest) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (known, None) | (None, known) => known,
+            };
+            let mut missing = a.missing;
+            for m in b.missing {
+                if !missing.iter().any(|seen| seen.input == m.input) {
+                    missing.push(m);
+                }
+            }
+            TimeToLoss {
+                earliest: a.earliest.min(b.earliest),
+                latest,
+                missing,
+            }
+        })
+    }
+
     /// Whether `input` was missing.
     pub fn is_missing(&self, input: LossInput) -> bool {
         self.missing.iter().any(|m| m.input == input)

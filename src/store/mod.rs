@@ -28,7 +28,9 @@ pub use leases::{
 };
 pub use listing::{Listing, MalformedDocument};
 pub use namespace::Namespace;
-pub use oplog_figures::{read_time_to_loss, LossReading, OplogFigures, HISTORY_COUNT_LIMIT};
+pub use oplog_figures::{
+    read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,
+};
 
 /// Everything a listener needs from one database: its leases and a change feed.
 /// Handlers bring their own document access ([`DocumentStore`] or anything else).

@@ -858,3 +858,39 @@ fn a_prediction_counts_down_and_fits_a_narrow_cell() {
     assert_eq!(widest.compact(), "59m–never");
     assert!(widest.compact().chars().count() <= 9);
 }
+
+#[test]
+fn a_point_needed_on_several_shards_is_lost_with_the_first() {
+    let secs = |s: u64| LossTime::In(Duration::from_secs(s));
+    let ttl = |earliest, latest, missing: Vec<LossInput>| TimeToLoss {
+        earliest,
+        latest,
+        missing: missing
+            .into_iter()
+            .map(|input| Missing {
+                input,
+                effect: "x".into(),
+            })
+            .collect(),
+    };
+    let combined = TimeToLoss::soonest([
+        ttl(secs(600), Some(secs(900)), vec![LossInput::Progress]),
+        ttl(
+            secs(300),
+            None,
+            vec![LossInput::Progress, LossInput::HistoryBefore],
+        ),
+        ttl(LossTime::Never, Some(LossTime::Never), vec![]),
+    ])
+    .unwrap();
+    assert_eq!(combined.earliest, secs(300));
+    assert_eq!(combined.latest, Some(secs(900)), "a known latest bounds it");
+    assert_eq!(combined.missing.len(), 2, "{combined:?}");
+    let lost = TimeToLoss::soonest([
+        ttl(secs(600), Some(secs(900)), vec![]),
+        ttl(LossTime::AlreadyLost, Some(LossTime::AlreadyLost), vec![]),
+    ])
+    .unwrap();
+    assert_eq!(lost.earliest, LossTime::AlreadyLost);
+    assert_eq!(TimeToLoss::soonest([]), None);
+}

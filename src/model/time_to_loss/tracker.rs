@@ -16,7 +16,8 @@ pub const LOSS_RATE_SPAN: Duration = Duration::from_secs(300);
 #[derive(Debug, Clone)]
 pub struct LossTracker {
     span: Duration,
-    oplog: OplogRates,
+    /// Per oplog: the replica set's (`None`), or each shard's by name.
+    oplogs: HashMap<Option<String>, OplogRates>,
     /// Per held lease: its resume point's time, in seconds, over time.
     progress: HashMap<String, TrailingRate>,
 }
@@ -31,12 +32,12 @@ impl LossTracker {
     pub fn new(span: Duration) -> Self {
         Self {
             span,
-            oplog: OplogRates::new(span),
+            oplogs: HashMap::new(),
             progress: HashMap::new(),
         }
     }
 
-    /// One read of the cluster: the window and the oplog's figures as read at `now`
+    /// One read of a replica set: the window and the oplog's figures as read at `now`
     /// (the server's clock), and the leases.
     pub fn record(
         &mut self,
@@ -45,7 +46,33 @@ impl LossTracker {
         stats: Option<&OplogStats>,
         leases: &[Lease],
     ) {
-        self.oplog.record(now, window, stats);
+        self.record_oplog(None, now, window, stats);
+        self.record_progress(now, leases);
+    }
+
+    /// One read of one oplog: the replica set's (`shard` `None`) or a shard's.
+    pub fn record_oplog(
+        &mut self,
+        shard: Option<&str>,
+        now: DateTime<Utc>,
+        window: Option<&OplogWindow>,
+        stats: Option<&OplogStats>,
+    ) {
+        self.oplogs
+            .entry(shard.map(str::to_string))
+            .or_insert_with(|| OplogRates::new(self.span))
+            .record(now, window, stats);
+    }
+
+    /// Forgets the oplogs not among `shards` (a shard removed from the cluster).
+    pub fn keep_oplogs<'a>(&mut self, shards: impl IntoIterator<Item = Option<&'a str>>) {
+        let kept: Vec<Option<&str>> = shards.into_iter().collect();
+        self.oplogs
+            .retain(|shard, _| kept.contains(&shard.as_deref()));
+    }
+
+    /// The leases as read at `now`: each held one's resume point over time.
+    pub fn record_progress(&mut self, now: DateTime<Utc>, leases: &[Lease]) {
         self.progress
             .retain(|resource, _| leases.iter().any(|l| &l.resource == resource));
         for lease in leases {
@@ -64,15 +91,21 @@ impl LossTracker {
         }
     }
 
-    /// Bytes per second written to the oplog over the span, once two reads gave it.
+    /// Bytes per second written to the replica set's oplog over the span, once two
+    /// reads gave it.
     pub fn fill_rate(&self) -> Option<Rate> {
-        self.oplog.fill_rate()
+        self.fill_rate_of(None)
     }
 
-    /// When `lease`'s resume point may leave the oplog, with `history` the bytes before
-    /// it (read after `stats`); `None` when it has no known time, or before the oplog's
-    /// figures and its fill rate are known (two reads): without them the earliest
-    /// could only be "now", which says nothing about the lease and would page on it.
+    /// Bytes per second written to one oplog (a shard's by name) over the span.
+    pub fn fill_rate_of(&self, shard: Option<&str>) -> Option<Rate> {
+        self.oplogs
+            .get(&shard.map(str::to_string))
+            .and_then(OplogRates::fill_rate)
+    }
+
+    /// When `lease`'s resume point may leave the replica set's oplog
+    /// ([`LossTracker::predict_on`]).
     pub fn predict(
         &self,
         now: DateTime<Utc>,
@@ -81,9 +114,27 @@ impl LossTracker {
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
     ) -> Option<TimeToLoss> {
+        self.predict_on(None, now, lease, window, stats, history)
+    }
+
+    /// When `lease`'s resume point may leave one oplog (`shard` `None`: the replica
+    /// set's), with `history` the bytes before it there (read after `stats`); `None` when
+    /// it has no known time, or before the oplog's figures and its fill rate are known
+    /// (two reads): without them the earliest could only be "now", which says nothing
+    /// about the lease and would page on it.
+    pub fn predict_on(
+        &self,
+        shard: Option<&str>,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        window: Option<OplogWindow>,
+        stats: Option<&OplogStats>,
+        history: Option<HistoryBefore>,
+    ) -> Option<TimeToLoss> {
         let resume_at = lease.resume_point().time()?;
         stats?;
-        self.oplog.fill_rate()?;
+        let oplog = self.oplogs.get(&shard.map(str::to_string))?;
+        oplog.fill_rate()?;
         let progress = match lease.live_holder(now) {
             None => Rate::exactly(0.0),
             Some(_) => self
@@ -93,7 +144,7 @@ impl LossTracker {
         };
         Some(
             LossInputs::new(now, resume_at)
-                .with_oplog(window, stats, &self.oplog)
+                .with_oplog(window, stats, oplog)
                 .with_progress(progress)
                 .with_history_before(history)
                 .predict(),

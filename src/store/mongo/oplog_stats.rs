@@ -13,9 +13,10 @@ use mongodb::Client;
 
 use super::codec::integer;
 use super::errors::{with_one_retry, NAMESPACE_NOT_FOUND};
+use super::shards::on_shard;
 use super::MongoStore;
 use crate::model::{ClusterTime, HistoryBefore, OplogStats};
-use crate::store::{StoreError, StoreResult};
+use crate::store::{OplogPart, StoreError, StoreResult};
 
 const STATS_HINT: &str =
     "the clusterMonitor role (collStats and read on local.oplog.rs; readAnyDatabase does not cover local)";
@@ -217,16 +218,62 @@ impl MongoStore {
 }
 
 impl crate::store::OplogFigures for MongoStore {
-    async fn oplog_stats(&self) -> StoreResult<OplogStats> {
-        MongoStore::oplog_stats(self).await
+    /// A replica set's oplog; through a mongos every shard's, read concurrently on the
+    /// shards' own clients.
+    async fn oplog_parts(&self) -> StoreResult<Vec<OplogPart>> {
+        self.oplog_kept()?;
+        if !self.router {
+            let stats = self.oplog_stats_on(&self.client).await?;
+            let window = self.oplog_window_on(&self.client).await?;
+            return Ok(vec![OplogPart {
+                shard: None,
+                window,
+                stats,
+            }]);
+        }
+        let reads = self
+            .shard_clients()
+            .await?
+            .into_iter()
+            .map(|(name, client)| async move {
+                let read = async {
+                    let stats = self.oplog_stats_on(&client).await?;
+                    let window = self.oplog_window_on(&client).await?;
+                    Ok::<_, StoreError>((stats, window))
+                };
+                match read.await {
+                    Ok((stats, window)) => Ok(OplogPart {
+                        shard: Some(name),
+                        window,
+                        stats,
+                    }),
+                    Err(e) => Err(on_shard(&name, e)),
+                }
+            });
+        futures_util::future::join_all(reads)
+            .await
+            .into_iter()
+            .collect()
     }
 
     async fn oplog_history_before(
         &self,
+        shard: Option<&str>,
         at: ClusterTime,
         limit: u32,
     ) -> StoreResult<HistoryBefore> {
-        MongoStore::oplog_history_before(self, at, limit).await
+        match shard {
+            None => MongoStore::oplog_history_before(self, at, limit).await,
+            Some(name) => {
+                self.oplog_kept()?;
+                let client = self.cached_shard_client(name).await.ok_or_else(|| {
+                    StoreError::OplogUnknown(format!("shard {name} is no longer listed"))
+                })?;
+                self.oplog_history_before_on(&client, at, limit)
+                    .await
+                    .map_err(|e| on_shard(name, e))
+            }
+        }
     }
 }
 

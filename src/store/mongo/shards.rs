@@ -118,6 +118,12 @@ impl MongoStore {
         Ok(client)
     }
 
+    /// The client made for shard `name` by the last listing, if it was listed.
+    pub(super) async fn cached_shard_client(&self, name: &str) -> Option<Client> {
+        let clients = self.shard_clients.by_name.lock().await;
+        clients.get(name).map(|(_, client)| client.clone())
+    }
+
     /// Clients to every shard now listed, for a read that must see each shard's oplog;
     /// clients of shards no longer listed are dropped.
     pub(super) async fn shard_clients(&self) -> StoreResult<Vec<(String, Client)>> {

@@ -244,19 +244,26 @@ impl ChangeStream for SandboxStream {
 }
 
 impl crate::store::OplogFigures for SandboxStore {
-    async fn oplog_stats(&self) -> StoreResult<crate::model::OplogStats> {
+    async fn oplog_parts(&self) -> StoreResult<Vec<crate::store::OplogPart>> {
         self.require_oplog()?;
-        self.lock().log.stats().ok_or_else(|| {
+        let state = self.lock();
+        let stats = state.log.stats().ok_or_else(|| {
             StoreError::OplogUnknown(
                 "the sandbox's log is bounded by its number of entries, not by bytes (the demo's \
                  --oplog-size sizes it in bytes)"
                     .into(),
             )
-        })
+        })?;
+        Ok(vec![crate::store::OplogPart {
+            shard: None,
+            window: state.log.window(),
+            stats,
+        }])
     }
 
     async fn oplog_history_before(
         &self,
+        _shard: Option<&str>,
         at: ClusterTime,
         _limit: u32,
     ) -> StoreResult<crate::model::HistoryBefore> {
