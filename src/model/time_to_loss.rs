@@ -274,7 +274,7 @@ impl fmt::Display for LossTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LossTime::AlreadyLost => f.write_str("lost"),
-            LossTime::In(d) if d.is_zero() => f.write_str("now"),
+            LossTime::In(d) if d.as_secs() == 0 => f.write_str("now"),
             LossTime::In(d) => f.write_str(&super::text::short_duration(*d)),
             LossTime::Never => f.write_str("never"),
         }
@@ -358,7 +358,8 @@ impl TimeToLoss {
         let coarse = |time: LossTime| match time {
             LossTime::AlreadyLost => "lost".to_string(),
             LossTime::Never => "never".to_string(),
-            LossTime::In(d) if d.is_zero() => "now".to_string(),
+            // Under a second is "now", as the detail view's figure rounds to it.
+            LossTime::In(d) if d.as_secs() == 0 => "now".to_string(),
             LossTime::In(d) => {
                 let secs = d.as_secs();
                 match secs {

@@ -838,6 +838,8 @@ fn a_prediction_counts_down_and_fits_a_narrow_cell() {
         "never below now"
     );
     assert_eq!(past.compact(), "now");
+    let almost = ttl.after(Duration::from_millis(12 * 60_000 - 400));
+    assert_eq!(almost.compact(), "now–19m", "under a second is now");
     let never = TimeToLoss {
         earliest: LossTime::Never,
         latest: Some(LossTime::Never),
