@@ -55,7 +55,7 @@ pub struct TakeoverArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").required(true).args(["to", "by", "to_token"])))]
+#[command(group(ArgGroup::new("target").required(true).args(["to", "by", "to_token", "to_checkpoint"])))]
 pub struct RewindArgs {
     /// The lease (resource) to act on.
     #[arg(value_parser = limits::name)]
@@ -69,6 +69,9 @@ pub struct RewindArgs {
     /// Resume after this token (its _data hex, or {"_data": "…"}).
     #[arg(long, value_name = "TOKEN", value_parser = ops::parse_token)]
     pub to_token: Option<crate::model::ResumeToken>,
+    /// Resume after checkpoint N, 1 the newest (`streamward checkpoints RESOURCE` lists them).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub to_checkpoint: Option<u32>,
     #[command(flatten)]
     pub options: ActionOptions,
     #[command(flatten)]
@@ -149,7 +152,7 @@ impl RewindArgs {
             (None, Some(by), None) => RewindTarget::By(by),
             (None, None, Some(token)) => RewindTarget::Token(token.clone()),
             _ => anyhow::bail!(exit::UsageError(
-                "rewind takes exactly one of --to, --by, --to-token".into()
+                "rewind takes exactly one of --to, --by, --to-token, --to-checkpoint".into()
             )),
         };
         Ok(ActionRequest::Rewind {
@@ -610,6 +613,35 @@ pub async fn action(
         request,
         &ActionSettings::from(settings),
         options,
+        out,
+    )
+    .await
+}
+
+/// `rewind RESOURCE --to-checkpoint N`: a rewind to checkpoint `n`'s token, said
+/// before its plan; planned, confirmed and audited as any token rewind.
+pub async fn rewind_to_checkpoint(
+    settings: &Settings,
+    args: &RewindArgs,
+    n: u32,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let token_rewind = |token| ActionRequest::Rewind {
+        resource: args.resource.clone(),
+        to: RewindTarget::Token(token),
+    };
+    let store = super::cluster::connect(settings).await?;
+    let checkpoint = super::checkpoints::nth(&store, &args.resource, n).await?;
+    let request = token_rewind(checkpoint.token.clone());
+    refused_early(settings, &request, out)?;
+    if settings.output == OutputFormat::Table {
+        writeln!(out, "{}", super::checkpoints::describe(n, &checkpoint))?;
+    }
+    run_action(
+        &store,
+        request,
+        &ActionSettings::from(settings),
+        &args.options,
         out,
     )
     .await

@@ -4,6 +4,7 @@
 //! The same options typed before the command's name are accepted for every command, as
 //! settings for the whole run (like the config file's keys); typed after it they win.
 
+mod checkpoints;
 pub mod cluster;
 pub mod console;
 pub mod demo;
@@ -85,6 +86,8 @@ pub enum Command {
     Undo(guarded::UndoArgs),
     /// List the most recent operator actions.
     Audit(guarded::AuditArgs),
+    /// List a resource's checkpoints: the resume points its listeners committed, newest first.
+    Checkpoints(checkpoints::CheckpointsArgs),
     /// Print a shell completion script, e.g. `streamward completions bash > /etc/bash_completion.d/streamward`.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or write one per command into a directory (--dir).
@@ -145,6 +148,7 @@ impl Command {
                 global.config(&args.config);
             }
             Command::Audit(args) => global.reader(&args.common),
+            Command::Checkpoints(args) => global.reader(&args.common),
             Command::Takeover(args) => global.acting(&args.common),
             Command::Rewind(args) => global.acting(&args.common),
             Command::Reset(args) => global.acting(&args.common),
@@ -250,9 +254,10 @@ async fn dispatch(
         Command::Takeover(args) => {
             guarded::action(settings, args.request(), &args.options, out).await
         }
-        Command::Rewind(args) => {
-            guarded::action(settings, args.request()?, &args.options, out).await
-        }
+        Command::Rewind(args) => match args.to_checkpoint {
+            Some(n) => guarded::rewind_to_checkpoint(settings, &args, n, out).await,
+            None => guarded::action(settings, args.request()?, &args.options, out).await,
+        },
         Command::Reset(args) => guarded::action(settings, args.request(), &args.options, out).await,
         Command::Rebuild(args) => guarded::rebuild(settings, &args, out).await,
         Command::AbortBulk(args) => {
@@ -268,6 +273,7 @@ async fn dispatch(
             guarded::action(settings, request, &args.options, out).await
         }
         Command::Audit(args) => guarded::audit(settings, &args, out).await,
+        Command::Checkpoints(args) => checkpoints::list(settings, &args, out).await,
         Command::Completions(_) | Command::Man(_) => Ok(()),
     }
 }

@@ -54,6 +54,12 @@ pub struct ListenerConfig {
     /// and token time are then measured from. `None`: those are unknown, and shown so.
     /// Unused where tokens tell their time (MongoDB).
     pub document_time_field: Option<String>,
+    /// After a commit, record it as a checkpoint when the last one is at least this
+    /// old (the first commit of a tenure always is): at most one extra write per
+    /// interval, never one per batch. `None`: no checkpoints.
+    pub checkpoint_every: Option<Duration>,
+    /// Checkpoints kept per resource; older ones are deleted as new ones are recorded.
+    pub checkpoints_kept: u32,
 }
 
 impl ListenerConfig {
@@ -77,6 +83,8 @@ impl ListenerConfig {
             retry_backoff: Duration::from_secs(1),
             read_ahead: true,
             document_time_field: None,
+            checkpoint_every: Some(Duration::from_secs(60)),
+            checkpoints_kept: crate::store::CHECKPOINTS_KEPT,
         }
     }
 

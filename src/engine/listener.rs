@@ -39,6 +39,39 @@ struct Progress {
     next_refresh: Instant,
     last_commit: Instant,
     committed: Option<ResumeToken>,
+    /// When this tenure last recorded a checkpoint.
+    last_checkpoint: Option<Instant>,
+}
+
+/// Records `token`, just committed, as a checkpoint when one is due. A checkpoint is a
+/// way back for an operator, not part of the commit: failing to record one is logged
+/// and the stream goes on.
+async fn checkpoint_if_due<S: Store>(
+    store: &S,
+    config: &ListenerConfig,
+    p: &mut Progress,
+    token: &ResumeToken,
+    now: Instant,
+) {
+    let Some(every) = config.checkpoint_every else {
+        return;
+    };
+    if p.last_checkpoint
+        .is_some_and(|last| now.duration_since(last) < every)
+    {
+        return;
+    }
+    p.last_checkpoint = Some(now);
+    if let Err(error) = store
+        .record_checkpoint(&p.tenure, token, config.checkpoints_kept)
+        .await
+    {
+        tracing::warn!(
+            resource = %config.resource,
+            %error,
+            "could not record a checkpoint; the stream goes on"
+        );
+    }
 }
 
 /// How one tenure (holding one version of the lease) ended.
@@ -275,6 +308,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             next_refresh: now + self.config.refresh_interval(),
             last_commit: now,
             committed: lease.resume_token.clone(),
+            last_checkpoint: None,
         };
         let mut batch = tokio::select! {
             biased;
@@ -388,6 +422,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     p.last_commit = now;
                     p.next_refresh = now + self.config.refresh_interval();
                     let time = token.time();
+                    checkpoint_if_due(&self.store, &self.config, p, &token, now).await;
                     p.committed = Some(token);
                     // Events count once their commit landed: a fenced-out batch is not progress.
                     let rate = self.rate.record(count as u64);

@@ -1,6 +1,7 @@
 //! Pure types and arithmetic: no I/O, no async.
 
 mod audit;
+mod checkpoint;
 mod cluster_time;
 mod health;
 mod lease;
@@ -13,6 +14,7 @@ mod time_to_loss;
 mod topology;
 
 pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
+pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
 pub use health::{
     token_time_cell, unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus,

@@ -9,6 +9,8 @@ pub enum RefusalKind {
     ReadOnly,
     UnknownResource,
     UnknownAuditRecord,
+    /// `rewind --to-checkpoint N` names a checkpoint the resource does not have.
+    UnknownCheckpoint,
     NoRebuildDefinition,
     /// The target is not in the oplog window.
     OutsideWindow,

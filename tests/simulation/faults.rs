@@ -40,10 +40,10 @@ use streamward::model::{AuditRecord, ClusterTime, Invalidation, Lease, OplogWind
 use streamward::store::sandbox::{SandboxLeaseWatch, SandboxStore, SandboxStream};
 use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, ChangeBatch, ChangeEvent,
-    ChangeFeed, ChangeStream, DocumentStore, FeedOptions, FencedMemberWrites, LeaseChange,
-    LeaseScope, LeaseStore, LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore,
-    StartPoint, StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite, WriteFence,
-    WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+    ChangeFeed, ChangeStream, CheckpointStore, DocumentStore, FeedOptions, FencedMemberWrites,
+    LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing, Namespace, OperatorChange,
+    OperatorStore, StartPoint, StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
+    WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -697,6 +697,27 @@ impl ChangeFeed for FaultyStore {
     async fn cluster_time(&self) -> StoreResult<ClusterTime> {
         self.plain("cluster_time", Kind::Read, self.inner.cluster_time())
             .await
+    }
+}
+
+/// Checkpoints pass through: a failed one is only logged by the listener, so it has no
+/// part in the invariants checked here.
+impl CheckpointStore for FaultyStore {
+    async fn record_checkpoint(
+        &self,
+        tenure: &Tenure,
+        token: &ResumeToken,
+        kept: u32,
+    ) -> StoreResult<()> {
+        self.inner.record_checkpoint(tenure, token, kept).await
+    }
+
+    async fn checkpoints(
+        &self,
+        resource: &str,
+        limit: u32,
+    ) -> StoreResult<streamward::store::Listing<streamward::model::Checkpoint>> {
+        self.inner.checkpoints(resource, limit).await
     }
 }
 

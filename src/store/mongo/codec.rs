@@ -14,7 +14,7 @@ use crate::store::{
     StoreError,
 };
 
-fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
+pub(super) fn malformed(what: &str, field: &str, detail: impl std::fmt::Display) -> StoreError {
     StoreError::Malformed {
         what: what.to_string(),
         detail: format!("field {field}: {detail}"),
@@ -33,7 +33,11 @@ fn optional<'a>(document: &'a Document, field: &str) -> Option<&'a Bson> {
     }
 }
 
-fn opt_string(what: &str, document: &Document, field: &str) -> Result<Option<String>, StoreError> {
+pub(super) fn opt_string(
+    what: &str,
+    document: &Document,
+    field: &str,
+) -> Result<Option<String>, StoreError> {
     match optional(document, field) {
         None => Ok(None),
         Some(Bson::String(s)) => Ok(Some(s.clone())),
@@ -45,7 +49,7 @@ fn opt_string(what: &str, document: &Document, field: &str) -> Result<Option<Str
     }
 }
 
-fn opt_date(
+pub(super) fn opt_date(
     what: &str,
     document: &Document,
     field: &str,
@@ -61,7 +65,7 @@ fn opt_date(
     }
 }
 
-fn opt_document<'a>(
+pub(super) fn opt_document<'a>(
     what: &str,
     document: &'a Document,
     field: &str,

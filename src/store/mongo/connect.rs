@@ -56,6 +56,11 @@ impl MongoSettings {
     pub fn audit(&self) -> Namespace {
         Namespace::new(self.leases.db.clone(), "audit")
     }
+
+    /// Where the resources' checkpoints are kept: beside the leases.
+    pub fn checkpoints(&self) -> Namespace {
+        Namespace::new(self.leases.db.clone(), "checkpoints")
+    }
 }
 
 impl Default for MongoSettings {

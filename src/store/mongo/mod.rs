@@ -9,6 +9,7 @@
 //! holder and version, audit writes on the record's `_id` and state.
 
 mod audit;
+mod checkpoints;
 mod codec;
 mod connect;
 mod cosmos;
@@ -54,6 +55,8 @@ pub struct MongoStore {
     /// Connected to a mongos router: the oplog is read on each shard.
     router: bool,
     shard_clients: Arc<shards::ShardClients>,
+    /// Set once the checkpoints' index was asked for (made or refused): asked once.
+    checkpoint_index: Arc<tokio::sync::OnceCell<()>>,
     /// The configured profile, else the one the host names tell.
     profile: StreamProfile,
     /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
@@ -102,6 +105,7 @@ impl MongoStore {
             client_options: Arc::new(opened.options),
             router: opened.router,
             shard_clients: Arc::default(),
+            checkpoint_index: Arc::default(),
             profile,
             no_oplog,
         })

@@ -2,6 +2,7 @@
 //! on them, in process, fast, and deterministic under a virtual clock.
 
 mod change_log;
+mod checkpoints;
 mod clock;
 mod documents;
 mod feed;
@@ -58,6 +59,7 @@ pub struct CallCounts {
     pub get: AtomicU64,
     pub list: AtomicU64,
     pub watch: AtomicU64,
+    pub record_checkpoint: AtomicU64,
     pub server_now: AtomicU64,
     pub operator_swap: AtomicU64,
     pub audit_writes: AtomicU64,

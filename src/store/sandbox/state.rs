@@ -15,6 +15,8 @@ pub struct State {
     pub log: ChangeLog,
     pub leases: BTreeMap<String, Lease>,
     pub audit: Vec<AuditRecord>,
+    /// Per resource, its checkpoints, oldest first.
+    pub checkpoints: HashMap<String, std::collections::VecDeque<crate::model::Checkpoint>>,
     pub history: Option<Vec<HistoryEntry>>,
 }
 
@@ -25,6 +27,7 @@ impl State {
             log,
             leases: BTreeMap::new(),
             audit: Vec::new(),
+            checkpoints: HashMap::new(),
             history: record_history.then(Vec::new),
         }
     }
