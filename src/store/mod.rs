@@ -5,6 +5,7 @@ mod audit;
 mod documents;
 mod error;
 mod feed;
+mod increments;
 mod leases;
 mod listing;
 pub mod mongo;
@@ -21,6 +22,10 @@ pub use error::{StoreError, StoreResult};
 pub use feed::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, InvalidationCause,
     OperationType, StartPoint,
+};
+pub use increments::{
+    check_token, Counter, FoldOutcome, IncrementStore, PendingDocument, PendingIncrement,
+    MAX_TOKEN_BYTES,
 };
 pub use leases::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
