@@ -10,6 +10,7 @@ pub mod demo;
 pub mod exit;
 pub mod exporter;
 pub mod guarded;
+pub mod increments;
 pub mod lease_table;
 pub mod limits;
 pub mod output;
@@ -85,6 +86,8 @@ pub enum Command {
     Undo(guarded::UndoArgs),
     /// List the most recent operator actions.
     Audit(guarded::AuditArgs),
+    /// The two-step idempotent increment's cleanup (fold).
+    Increments(increments::IncrementsArgs),
     /// Print a shell completion script, e.g. `streamward completions bash > /etc/bash_completion.d/streamward`.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or write one per command into a directory (--dir).
@@ -151,6 +154,7 @@ impl Command {
             Command::Rebuild(args) => global.acting(&args.common),
             Command::AbortBulk(args) => global.acting(&args.common),
             Command::Undo(args) => global.acting(&args.common),
+            Command::Increments(args) => global.acting(args.acting()),
             Command::Completions(_) | Command::Man(_) => {}
         }
     }
@@ -268,6 +272,7 @@ async fn dispatch(
             guarded::action(settings, request, &args.options, out).await
         }
         Command::Audit(args) => guarded::audit(settings, &args, out).await,
+        Command::Increments(args) => increments::run(settings, &args, out).await,
         Command::Completions(_) | Command::Man(_) => Ok(()),
     }
 }

@@ -14,7 +14,7 @@ use crate::store::{
 };
 
 /// The audit record's action name.
-pub const FOLD_ACTION: &str = "fold-increments";
+pub const FOLD_ACTION: &str = crate::model::FOLD_INCREMENTS_ACTION;
 
 /// What a fold would do, as read: every document with pending increments.
 #[derive(Debug, Clone, PartialEq)]
