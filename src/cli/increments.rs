@@ -109,7 +109,13 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let IncrementsCommand::Fold(args) = &args.command;
-    refuse_read_only(settings.read_only)?;
+    if let Err(refused) = refuse_read_only(settings.read_only) {
+        // As the guarded actions tell it: nothing was read, nothing written.
+        if settings.output == OutputFormat::Json {
+            print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
+        }
+        return Err(refused);
+    }
     let counter = args.counter()?;
     let store = super::cluster::connect(settings).await?;
     let fold = FoldSettings {
