@@ -11,6 +11,7 @@ pub mod demo;
 pub mod exit;
 pub mod exporter;
 pub mod guarded;
+pub mod increments;
 pub mod lease_table;
 pub mod limits;
 pub mod output;
@@ -88,6 +89,8 @@ pub enum Command {
     Audit(guarded::AuditArgs),
     /// List a resource's checkpoints: the resume points its listeners committed, newest first.
     Checkpoints(checkpoints::CheckpointsArgs),
+    /// The two-step idempotent increment's cleanup (fold).
+    Increments(increments::IncrementsArgs),
     /// Print a shell completion script, e.g. `streamward completions bash > /etc/bash_completion.d/streamward`.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or write one per command into a directory (--dir).
@@ -155,6 +158,7 @@ impl Command {
             Command::Rebuild(args) => global.acting(&args.common),
             Command::AbortBulk(args) => global.acting(&args.common),
             Command::Undo(args) => global.acting(&args.common),
+            Command::Increments(args) => global.acting(args.acting()),
             Command::Completions(_) | Command::Man(_) => {}
         }
     }
@@ -274,6 +278,7 @@ async fn dispatch(
         }
         Command::Audit(args) => guarded::audit(settings, &args, out).await,
         Command::Checkpoints(args) => checkpoints::list(settings, &args, out).await,
+        Command::Increments(args) => increments::run(settings, &args, out).await,
         Command::Completions(_) | Command::Man(_) => Ok(()),
     }
 }

@@ -3,6 +3,7 @@
 mod config;
 pub mod fenced;
 mod handler;
+mod increment;
 mod listener;
 mod standby;
 mod status;
@@ -10,6 +11,7 @@ mod supervisor;
 
 pub use config::{Bootstrap, ListenerConfig};
 pub use handler::{Handler, HandlerError, NoopHandler};
+pub use increment::{event_token, increment_once, Increment};
 pub use listener::{Listener, ListenerExit};
 pub use status::{ListenerSnapshot, ListenerState, RateMeter};
 pub use supervisor::ListenerHandle;

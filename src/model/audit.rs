@@ -7,6 +7,10 @@ use chrono::{DateTime, Utc};
 
 use super::{Lease, LockKind};
 
+/// The action name of the increments' cleanup (`streamward increments fold`), whose
+/// record names a collection, not a lease.
+pub const FOLD_INCREMENTS_ACTION: &str = "fold-increments";
+
 /// Where an action's record stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AuditState {
@@ -174,6 +178,11 @@ impl PendingVerdict {
     /// What it means and what to do, for the operator.
     pub fn recovery(&self, record: &AuditRecord, now: Option<&Lease>) -> String {
         let resource = &record.resource;
+        if record.action == FOLD_INCREMENTS_ACTION {
+            return format!(
+                "not finalized: the fold of {resource} stopped; each step names a document it meant to fold (the last may or may not have been), and a fold is conditional on what it read, so run `streamward increments fold` again to fold what is still pending"
+            );
+        }
         let version = now.map_or_else(
             || "missing".to_string(),
             |l| format!("version {}", l.version),

@@ -13,7 +13,9 @@ pub mod text;
 mod time_to_loss;
 mod topology;
 
-pub use audit::{AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict};
+pub use audit::{
+    AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict, FOLD_INCREMENTS_ACTION,
+};
 pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
 pub use health::{

@@ -18,6 +18,7 @@ pub mod describe;
 mod error;
 mod execute;
 mod facts;
+mod fold_increments;
 mod gather;
 mod pipeline;
 mod plan;
@@ -30,6 +31,10 @@ mod target;
 pub use error::OpsError;
 pub use execute::{apply_audited, audit_context, execute, Executed, OperatorOutcome};
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
+pub use fold_increments::{
+    fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
+    FOLD_ACTION,
+};
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;
 pub use plan::{plan, predict_after, refuse_before_reading, Captured, Plan, PlanEffect};

@@ -6,6 +6,7 @@ mod checkpoints;
 mod documents;
 mod error;
 mod feed;
+mod increments;
 mod leases;
 mod listing;
 pub mod mongo;
@@ -23,6 +24,10 @@ pub use error::{StoreError, StoreResult};
 pub use feed::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, InvalidationCause,
     OperationType, StartPoint,
+};
+pub use increments::{
+    check_token, Counter, FoldOutcome, IncrementStore, PendingDocument, PendingIncrement,
+    MAX_TOKEN_BYTES,
 };
 pub use leases::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,

@@ -124,7 +124,12 @@ impl FenceIn {
 }
 
 impl MongoStore {
-    fn document_error(&self, error: CallError, action: &str, ns: &Namespace) -> StoreError {
+    pub(super) fn document_error(
+        &self,
+        error: CallError,
+        action: &str,
+        ns: &Namespace,
+    ) -> StoreError {
         error.into_store_hinted(action, &format!("readWrite on the {} database", ns.db))
     }
 

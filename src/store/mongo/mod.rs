@@ -16,6 +16,7 @@ mod cosmos;
 mod documents;
 mod errors;
 mod feed;
+mod increments;
 mod lease_write;
 mod leases;
 mod oplog_stats;

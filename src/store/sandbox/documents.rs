@@ -71,7 +71,7 @@ fn pipeline_admits(stored: StoredFence) -> bool {
 
 /// MongoDB's order of `_id` values: by type (numbers, strings, documents, …), then
 /// by value within a type; numbers of different types by value.
-fn id_order(a: &Bson, b: &Bson) -> Ordering {
+pub(super) fn id_order(a: &Bson, b: &Bson) -> Ordering {
     fn rank(value: &Bson) -> u8 {
         match value {
             Bson::MinKey => 0,

@@ -7,6 +7,7 @@ mod clock;
 mod documents;
 mod feed;
 mod history;
+mod increments;
 mod leases;
 mod state;
 

@@ -1,0 +1,371 @@
+//! `streamward increments fold`: the cleanup of the two-step increment
+//! (docs/increments.md). A dry run by default that lists what it would fold;
+//! `--execute` folds, audited. Generic over the store, so tests run it on the sandbox.
+
+use std::io::Write;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+
+use super::exit::UsageError;
+use super::lease_table::render_columns;
+use super::settings::{ActingArgs, OutputFormat, Settings};
+use crate::model::text::escape_control;
+use crate::ops::{
+    self, FoldError, FoldPlan, FoldReport, OpsError, Refusal, RefusalKind, FOLD_ACTION,
+};
+use crate::store::{AuditContext, AuditLog, Counter, IncrementStore, Namespace, StoreError};
+
+#[derive(Debug, Args)]
+pub struct IncrementsArgs {
+    #[command(subcommand)]
+    pub command: IncrementsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum IncrementsCommand {
+    /// Add the pending tokens of interrupted increments to their counters and clear
+    /// them. Run it only where nothing writes to the counter any more.
+    Fold(FoldArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct FoldArgs {
+    /// The collection of the counted documents.
+    #[arg(long, value_name = "DB.COLL")]
+    pub ns: Namespace,
+    /// The counter field (a top-level field).
+    #[arg(long, value_name = "FIELD")]
+    pub field: String,
+    /// Where the pending tokens are kept [default: FIELD_pending].
+    #[arg(long, value_name = "FIELD")]
+    pub pending_field: Option<String>,
+    /// Where the applied tokens are kept [default: FIELD_applied].
+    #[arg(long, value_name = "FIELD")]
+    pub applied_field: Option<String>,
+    /// How many applied tokens a document keeps (as the writers keep them) [default: 100].
+    #[arg(long, value_name = "N")]
+    pub remembered: Option<u16>,
+    /// Fold. Without it the command is a dry run: it lists what it would fold and writes nothing.
+    #[arg(long)]
+    pub execute: bool,
+    /// Why, for the audit record (at most 1,024 characters).
+    #[arg(long, value_parser = super::limits::reason)]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub common: ActingArgs,
+}
+
+impl IncrementsArgs {
+    pub fn acting(&self) -> &ActingArgs {
+        match &self.command {
+            IncrementsCommand::Fold(args) => &args.common,
+        }
+    }
+}
+
+impl FoldArgs {
+    /// The counter the options name; a usage error when a field name is not plain.
+    pub fn counter(&self) -> anyhow::Result<Counter> {
+        let usage = |e: StoreError| anyhow::Error::new(UsageError(e.to_string()));
+        let mut counter = Counter::new(&self.field).map_err(usage)?;
+        if let Some(pending) = &self.pending_field {
+            counter = counter.with_pending_field(pending).map_err(usage)?;
+        }
+        if let Some(applied) = &self.applied_field {
+            counter = counter.with_applied_field(applied).map_err(usage)?;
+        }
+        if let Some(count) = self.remembered {
+            counter = counter.remembering(count).map_err(usage)?;
+        }
+        Ok(counter)
+    }
+}
+
+/// What `fold` needs from the settings.
+#[derive(Debug, Clone)]
+pub struct FoldSettings {
+    pub operator: String,
+    pub output: OutputFormat,
+}
+
+fn refuse_read_only(read_only: bool) -> anyhow::Result<()> {
+    if read_only {
+        return Err(OpsError::Refused(Refusal::new(
+            RefusalKind::ReadOnly,
+            format!(
+                "read-only mode: {FOLD_ACTION} is not allowed (drop --read-only / read_only = false to act)"
+            ),
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// Runs `increments` against `--uri`.
+pub async fn run(
+    settings: &Settings,
+    args: &IncrementsArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let IncrementsCommand::Fold(args) = &args.command;
+    if let Err(refused) = refuse_read_only(settings.read_only) {
+        // As the guarded actions tell it: nothing was read, nothing written.
+        if settings.output == OutputFormat::Json {
+            print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
+        }
+        return Err(refused);
+    }
+    let counter = args.counter()?;
+    let store = super::cluster::connect(settings).await?;
+    let fold = FoldSettings {
+        operator: settings.operator.clone(),
+        output: settings.output,
+    };
+    run_fold(&store, args, &counter, &fold, out).await
+}
+
+fn shown_id(id: &bson::Bson) -> String {
+    escape_control(&id.clone().into_relaxed_extjson().to_string())
+}
+
+/// A sum as JSON: a number while it fits one.
+fn json_sum(total: i128) -> serde_json::Value {
+    i64::try_from(total).map_or_else(|_| total.to_string().into(), Into::into)
+}
+
+fn plan_json(plan: &FoldPlan) -> serde_json::Value {
+    serde_json::json!({
+        "ns": plan.ns.to_string(),
+        "field": plan.counter.field(),
+        "pendingField": plan.counter.pending_field(),
+        "appliedField": plan.counter.applied_field(),
+        "documents": plan.documents.iter().map(|d| serde_json::json!({
+            "_id": d.id.clone().into_relaxed_extjson(),
+            "tokens": d.pending.iter().map(|p| serde_json::json!({"t": p.token, "n": p.amount})).collect::<Vec<_>>(),
+            "total": json_sum(d.pending.iter().map(|p| i128::from(p.amount)).sum()),
+        })).collect::<Vec<_>>(),
+        "tokens": plan.tokens(),
+        "total": json_sum(plan.total()),
+    })
+}
+
+fn report_json(report: &FoldReport) -> serde_json::Value {
+    let (documents, tokens, total) = report.folded();
+    serde_json::json!({
+        "folded": { "documents": documents, "tokens": tokens, "total": json_sum(total) },
+        "alreadyCounted": report.already_counted(),
+        "changed": report.changed(),
+        "summary": report.to_string(),
+        "auditId": report.audit_id,
+    })
+}
+
+fn print_plan(out: &mut dyn Write, plan: &FoldPlan) -> anyhow::Result<()> {
+    if plan.documents.is_empty() {
+        writeln!(
+            out,
+            "no pending increments of {} in {} ({}): nothing to fold",
+            plan.counter.field(),
+            plan.ns,
+            plan.counter.pending_field()
+        )?;
+        return Ok(());
+    }
+    let rows: Vec<[String; 3]> = plan
+        .documents
+        .iter()
+        .map(|d| {
+            let total: i128 = d.pending.iter().map(|p| i128::from(p.amount)).sum();
+            [
+                shown_id(&d.id),
+                d.pending.len().to_string(),
+                format!("{total:+}"),
+            ]
+        })
+        .collect();
+    write!(out, "{}", render_columns(["_ID", "TOKENS", "TOTAL"], &rows))?;
+    writeln!(
+        out,
+        "{} documents of {} hold {} pending increments of {} (total {:+}).\n\
+         Fold only where nothing writes to this counter any more (docs/increments.md).",
+        plan.documents.len(),
+        plan.ns,
+        plan.tokens(),
+        plan.counter.field(),
+        plan.total()
+    )?;
+    Ok(())
+}
+
+/// Reads what is pending and prints it; with `--execute` folds it, audited.
+pub async fn run_fold<S: IncrementStore + AuditLog>(
+    store: &S,
+    args: &FoldArgs,
+    counter: &Counter,
+    settings: &FoldSettings,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let plan = ops::plan_fold(store, &args.ns, counter)
+        .await
+        .with_context(|| format!("reading the pending increments of {}", args.ns))?;
+    let json = settings.output == OutputFormat::Json;
+    if !json {
+        print_plan(out, &plan)?;
+    }
+    if !args.execute || plan.documents.is_empty() {
+        if json {
+            print_json(
+                out,
+                serde_json::json!({ "plan": plan_json(&plan), "written": false }),
+            )?;
+        } else if !plan.documents.is_empty() {
+            writeln!(out, "\nnothing written; re-run with --execute to fold")?;
+        }
+        return Ok(());
+    }
+    let context = AuditContext {
+        operator: settings.operator.clone(),
+        action: FOLD_ACTION.into(),
+        reason: args.reason.clone(),
+    };
+    match ops::fold_pending_increments(store, &plan, context).await {
+        Ok(report) => {
+            if json {
+                print_json(
+                    out,
+                    serde_json::json!({
+                        "plan": plan_json(&plan),
+                        "written": report.folded().0 > 0,
+                        "outcome": report_json(&report),
+                    }),
+                )?;
+            } else {
+                writeln!(
+                    out,
+                    "\n{report} (audit record {})",
+                    report.audit_id.as_deref().unwrap_or("-")
+                )?;
+            }
+            Ok(())
+        }
+        Err(error) => {
+            if json {
+                let (written, outcome) = match &error {
+                    FoldError::NotStarted { .. } => (serde_json::json!(false), None),
+                    FoldError::Stopped { report, cause, .. } => (
+                        if cause.write_may_have_applied() {
+                            serde_json::Value::Null
+                        } else {
+                            (report.folded().0 > 0).into()
+                        },
+                        Some(report_json(report)),
+                    ),
+                    FoldError::AuditUnfinished { report, .. } => {
+                        ((report.folded().0 > 0).into(), Some(report_json(report)))
+                    }
+                };
+                print_json(
+                    out,
+                    serde_json::json!({ "plan": plan_json(&plan), "written": written, "outcome": outcome }),
+                )?;
+            }
+            Err(error.into())
+        }
+    }
+}
+
+fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use bson::{doc, Bson};
+
+    use super::*;
+    use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+    use crate::store::DocumentStore;
+
+    fn args(execute: bool) -> FoldArgs {
+        FoldArgs {
+            ns: Namespace::new("shop", "counts"),
+            field: "n".into(),
+            pending_field: None,
+            applied_field: None,
+            remembered: None,
+            execute,
+            reason: Some("after the outage".into()),
+            common: ActingArgs::default(),
+        }
+    }
+
+    async fn run(store: &SandboxStore, args: &FoldArgs, output: OutputFormat) -> (String, bool) {
+        let settings = FoldSettings {
+            operator: "ann".into(),
+            output,
+        };
+        let mut out = Vec::new();
+        let counter = args.counter().unwrap();
+        let ok = run_fold(store, args, &counter, &settings, &mut out)
+            .await
+            .is_ok();
+        (String::from_utf8(out).unwrap(), ok)
+    }
+
+    #[tokio::test]
+    async fn a_dry_run_lists_what_it_would_fold_and_writes_nothing() {
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+        let ns = Namespace::new("shop", "counts");
+        store
+            .put(&ns, doc! {"_id": "p1", "n": 1, "n_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 3_i64}]})
+            .await
+            .unwrap();
+        let (text, ok) = run(&store, &args(false), OutputFormat::Table).await;
+        assert!(ok);
+        assert!(text.contains("\"p1\""), "{text}");
+        assert!(
+            text.contains("1 documents of shop.counts hold 2 pending increments of n (total +5)"),
+            "{text}"
+        );
+        assert!(text.contains("nothing written"), "{text}");
+        assert_eq!(store.calls().operator_writes(), 0);
+        let (json, _) = run(&store, &args(false), OutputFormat::Json).await;
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(value["written"], false);
+        assert_eq!(value["plan"]["total"], 5);
+
+        let (text, ok) = run(&store, &args(true), OutputFormat::Table).await;
+        assert!(ok, "{text}");
+        assert!(
+            text.contains("folded 2 pending increments (total +5) into 1 documents"),
+            "{text}"
+        );
+        let stored = store
+            .find_one(&ns, &Bson::from("p1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.get("n"), Some(&Bson::Int64(6)));
+        let records = store.audit_log(5).await.unwrap().items;
+        assert_eq!(records[0].action, FOLD_ACTION);
+        assert_eq!(records[0].reason.as_deref(), Some("after the outage"));
+    }
+
+    #[test]
+    fn read_only_refuses_and_bad_fields_are_usage_errors() {
+        let refused = refuse_read_only(true).unwrap_err();
+        assert_eq!(
+            super::super::exit::code_of(&refused),
+            super::super::exit::REFUSED
+        );
+        let mut bad = args(false);
+        bad.field = "a.b".into();
+        let error = bad.counter().unwrap_err();
+        assert_eq!(
+            super::super::exit::code_of(&error),
+            super::super::exit::USAGE
+        );
+    }
+}
