@@ -18,7 +18,8 @@ use streamward::model::LockKind;
 use streamward::model::{ResumeToken, TokenKind};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::{
-    AcquireOutcome, AcquireRequest, ChangeFeed, DocumentStore, LeaseStore, Namespace, Tenure,
+    AcquireOutcome, AcquireRequest, ChangeFeed, CheckpointStore, DocumentStore, LeaseStore,
+    Namespace, Tenure,
 };
 use support::wire::{Action, WireServer};
 
@@ -248,6 +249,69 @@ async fn sandbox_time_to_loss_is_predicted_for_the_watched_leases() {
     for task in tasks {
         task.await.unwrap();
     }
+}
+
+/// The checkpoints of the lease the detail view shows: read when it opens on one,
+/// again for another lease at once, and not at all while it is closed.
+#[tokio::test]
+async fn checkpoints_follow_the_lease_in_the_detail_view() {
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+    for (resource, listener) in [("shop.orders", "a"), ("pet-aggregates", "b")] {
+        let AcquireOutcome::Acquired(lease) =
+            store.acquire(&request(resource, listener)).await.unwrap()
+        else {
+            panic!("{resource} is free");
+        };
+        let tenure = Tenure::of(&lease).unwrap();
+        for secs in [1, 2] {
+            let token = ResumeToken::encode(
+                streamward::model::ClusterTime::new(1_800_000_000 + secs, 1),
+                TokenKind::Event,
+                0,
+            );
+            store.record_checkpoint(&tenure, &token, 10).await.unwrap();
+        }
+    }
+    let (tx, mut events) = mpsc::channel(16);
+    let (detail, shown) = tokio::sync::watch::channel(None);
+    let cancel = CancellationToken::new();
+    let task = feed::spawn_checkpoints(store.clone(), fast(), tx, shown, cancel.clone());
+    // Closed: nothing is read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(events.try_recv().is_err(), "nothing read while closed");
+
+    detail.send_replace(Some("shop.orders".to_string()));
+    let (resource, count) = until(
+        &mut events,
+        Duration::from_secs(5),
+        "checkpoints",
+        |e| match e {
+            DataEvent::Checkpoints { resource, read } => {
+                Some((resource.clone(), read.as_ref().unwrap().items.len()))
+            }
+            _ => None,
+        },
+    )
+    .await;
+    assert_eq!((resource.as_str(), count), ("shop.orders", 2));
+    detail.send_replace(Some("pet-aggregates".to_string()));
+    until(
+        &mut events,
+        Duration::from_secs(5),
+        "the other lease's",
+        |e| match e {
+            DataEvent::Checkpoints { resource, read } if resource == "pet-aggregates" => {
+                let items = &read.as_ref().unwrap().items;
+                assert_eq!(items[0].holder, "b");
+                assert!(items[0].at >= items[1].at, "newest first");
+                Some(())
+            }
+            _ => None,
+        },
+    )
+    .await;
+    cancel.cancel();
+    task.await.unwrap();
 }
 
 #[tokio::test]

@@ -247,6 +247,24 @@ fn state(mode: Mode) -> ConsoleState {
     state
 }
 
+/// Two checkpoints of `resource`, the newer first.
+fn checkpoints(resource: &str) -> Vec<streamward::model::Checkpoint> {
+    [(60, 3), (3660, 2)]
+        .into_iter()
+        .map(|(ago_secs, version)| streamward::model::Checkpoint {
+            resource: resource.into(),
+            at: ago(ago_secs),
+            token: ResumeToken::encode(
+                ClusterTime::new(secs(now()) - ago_secs as u32, 1),
+                TokenKind::Event,
+                0,
+            ),
+            version,
+            holder: format!("app-1/42{version}-pets"),
+        })
+        .collect()
+}
+
 /// Predictions for some of the leases: one soon (a warning), one far, one never, one
 /// lost, one with missing inputs; the rest have none.
 fn losses() -> LossReading {
@@ -391,6 +409,13 @@ fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
 #[test]
 fn detail_of_a_lease_says_when_its_history_may_be_lost() {
     snapshot_both_sizes("detail_time_to_loss", |state| {
+        state.apply(
+            DataEvent::Checkpoints {
+                resource: "pet-aggregates".into(),
+                read: Ok(checkpoints("pet-aggregates").into()),
+            },
+            now(),
+        );
         state.execute_command_line("filter pet-aggregates");
         press(state, KeyCode::Enter);
         press(state, KeyCode::Enter);

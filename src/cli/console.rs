@@ -194,14 +194,22 @@ where
         rebuilds: rebuild_names,
     });
     let cancel = CancellationToken::new();
-    let tasks = feed::spawn(
+    let (detail, shown_in_detail) = tokio::sync::watch::channel(None);
+    let mut tasks = vec![feed::spawn_checkpoints(
+        store.clone(),
+        FeedIntervals::default(),
+        events.clone(),
+        shown_in_detail,
+        cancel.clone(),
+    )];
+    tasks.extend(feed::spawn(
         store,
         listeners,
         FeedIntervals::default(),
         events,
         cancel.clone(),
-    );
-    let result = drive(state, theme, !view.no_mouse, data, actions).await;
+    ));
+    let result = drive(state, theme, !view.no_mouse, data, actions, detail).await;
     cancel.cancel();
     for task in tasks {
         let _ = task.await;
@@ -223,6 +231,7 @@ async fn drive(
     mouse: bool,
     data: mpsc::Receiver<DataEvent>,
     actions: Option<mpsc::Sender<ActionCommand>>,
+    detail: tokio::sync::watch::Sender<Option<String>>,
 ) -> anyhow::Result<()> {
     let mut guard = TerminalGuard::enter(mouse).context("setting up the terminal")?;
     let mut context = AppContext {
@@ -231,6 +240,7 @@ async fn drive(
         no_color: theme.no_color,
         actions,
         set_mouse: terminal::set_mouse,
+        detail,
     };
     let ended = tokio::select! {
         ended = app::run(&mut guard.terminal, &mut state, &mut context, EventStream::new(), data) => ended.map(|_| ()),

@@ -34,6 +34,8 @@ pub struct AppContext<M: FnMut(bool) -> std::io::Result<()>> {
     /// Where confirmed actions go (`None` in read-only mode: nothing is ever sent).
     pub actions: Option<mpsc::Sender<ActionCommand>>,
     pub set_mouse: M,
+    /// The resource the detail view shows, for the task that reads its checkpoints.
+    pub detail: tokio::sync::watch::Sender<Option<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +100,7 @@ where
                     }
                 }
                 redraw_at = Some(Instant::now());
+                follow_detail(state, context);
             }
             received = data.recv(), if data_open => {
                 match received {
@@ -107,6 +110,7 @@ where
                             state.apply(more, Utc::now());
                         }
                         redraw_at.get_or_insert(last_draw + FRAME);
+                        follow_detail(state, context);
                     }
                     None => data_open = false,
                 }
@@ -118,6 +122,21 @@ where
             _ = tokio::time::sleep_until(frame_due), if redraw_at.is_some() => {}
         }
     }
+}
+
+/// Tells the checkpoint task which lease the detail view shows now (if it changed).
+fn follow_detail<M: FnMut(bool) -> std::io::Result<()>>(
+    state: &ConsoleState,
+    context: &AppContext<M>,
+) {
+    let shown = state.detail_resource();
+    context.detail.send_if_modified(|current| {
+        let changed = *current != shown;
+        if changed {
+            current.clone_from(&shown);
+        }
+        changed
+    });
 }
 
 fn apply_effect<M: FnMut(bool) -> std::io::Result<()>>(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
-use crate::model::{AuditRecord, Lease, OplogWindow};
+use crate::model::{AuditRecord, Checkpoint, Lease, OplogWindow};
 use crate::store::{Listing, LossReading, MalformedDocument};
 
 /// One message from a data task. The console applies them in arrival order.
@@ -37,6 +37,12 @@ pub enum DataEvent {
     TimeToLoss {
         read_at: DateTime<Utc>,
         reading: LossReading,
+    },
+    /// The checkpoints of the lease the detail view shows, newest first, or why they
+    /// cannot be read.
+    Checkpoints {
+        resource: String,
+        read: Result<Listing<Checkpoint>, String>,
     },
     /// The server's clock, read where the oplog cannot be (lag, EXPIRED and UNCLAIMED
     /// are judged by it, as `leases` judges them).

@@ -319,6 +319,44 @@ async fn predict_loss<S: ClusterProbe>(
     }
 }
 
+/// Checkpoints shown per lease in the detail view.
+pub const CHECKPOINTS_SHOWN: u32 = 20;
+
+/// Reads the checkpoints of the lease the detail view shows (`detail`), when it opens on
+/// one and then every `intervals.audit` while it stays; nothing while it is closed.
+pub fn spawn_checkpoints<S: ClusterProbe>(
+    store: S,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+    mut detail: tokio::sync::watch::Receiver<Option<String>>,
+    cancel: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(until_cancelled(cancel, async move {
+        loop {
+            let shown = detail.borrow_and_update().clone();
+            if let Some(resource) = shown {
+                let read = store
+                    .checkpoints(&resource, CHECKPOINTS_SHOWN)
+                    .await
+                    .map_err(|e| e.to_string());
+                if send(&events, DataEvent::Checkpoints { resource, read })
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                // Again after a while, or at once for another lease.
+                tokio::select! {
+                    changed = detail.changed() => if changed.is_err() { return },
+                    () = tokio::time::sleep(intervals.audit) => {}
+                }
+            } else if detail.changed().await.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
 async fn read_audit<S: AuditLog>(
     store: S,
     intervals: FeedIntervals,

@@ -7,12 +7,12 @@ use super::data::MemberRow;
 use crate::model::{ClusterTime, OplogWindow, Topology};
 use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
-use crate::store::{OplogFigures, OpsStore, StoreResult};
+use crate::store::{CheckpointStore, OplogFigures, OpsStore, StoreResult};
 
 /// Entries counted per oplog read at most; beyond that the rate shows as a lower bound.
 pub const OPS_COUNT_LIMIT: u32 = 100_000;
 
-pub trait ClusterProbe: OpsStore + OplogFigures {
+pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore {
     /// Where the console is connected, safe to print (no password).
     fn describe(&self) -> String;
 

@@ -42,6 +42,14 @@ const REASSESS_AFTER: Duration = Duration::from_millis(900);
 /// How long a notice stays in the footer (the next key press also clears it).
 pub const NOTICE_FOR: Duration = Duration::from_secs(10);
 
+/// Checkpoints read for one lease: newest first with how many documents could not be
+/// read, or why none could.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShownCheckpoints {
+    pub resource: String,
+    pub read: Result<(Vec<crate::model::Checkpoint>, usize), String>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Embedded sandbox with in-process listeners and a workload.
@@ -189,6 +197,8 @@ pub struct ConsoleState {
     /// The oplog's size and maximum, and how fast it fills, as of the last prediction.
     pub oplog_stats: Option<OplogStats>,
     pub fill_rate: Option<Rate>,
+    /// The checkpoints of the lease last shown in the detail view.
+    pub checkpoints: Option<ShownCheckpoints>,
     /// A prediction that arrived while frozen, applied on unfreeze.
     pending_losses: Option<(DateTime<Utc>, LossReading)>,
     /// Server clock minus local clock, from the last oplog read.
@@ -244,6 +254,7 @@ impl ConsoleState {
             oplog_stats: None,
             fill_rate: None,
             pending_losses: None,
+            checkpoints: None,
             pending_changes: HashMap::new(),
             window: None,
             ops_per_sec: None,
@@ -335,6 +346,13 @@ impl ConsoleState {
                 } else {
                     self.apply_losses(read_at, reading);
                 }
+            }
+            DataEvent::Checkpoints { resource, read } => {
+                self.checkpoints = Some(ShownCheckpoints {
+                    resource,
+                    read: read.map(|listing| (listing.items, listing.malformed.len())),
+                });
+                return;
             }
             DataEvent::ServerClock(server_now) => {
                 self.server_offset = server_now - local_now;
@@ -527,6 +545,13 @@ impl ConsoleState {
         self.loss_unknown = reading.unknown;
         self.oplog_stats = reading.oplog;
         self.fill_rate = reading.fill_rate;
+    }
+
+    /// The lease the detail view shows, if it is open.
+    pub fn detail_resource(&self) -> Option<String> {
+        (self.view == View::Detail)
+            .then(|| self.leases.selected().map(|e| e.lease.resource.clone()))
+            .flatten()
     }
 
     /// `entry`'s time to loss as of now: the last prediction, counted down since.

@@ -209,6 +209,61 @@ fn loss_lines<'a>(entry: &LeaseEntry, state: &ConsoleState, theme: &Theme) -> Ve
     lines
 }
 
+/// The lease's checkpoints, newest first and numbered as `rewind --to-checkpoint N`
+/// takes them, or why they are not shown.
+fn checkpoint_lines<'a>(resource: &str, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
+    let mut lines = vec![
+        Line::raw(""),
+        Line::styled("Checkpoints (rewind --to-checkpoint N)", theme.title),
+    ];
+    let shown = state
+        .checkpoints
+        .as_ref()
+        .filter(|c| c.resource == resource);
+    match shown.map(|c| &c.read) {
+        None => lines.push(Line::styled("  reading…", theme.muted)),
+        Some(Err(error)) => lines.push(Line::styled(
+            format!("  cannot read them: {}", escape_control(error)),
+            theme.warn,
+        )),
+        Some(Ok((checkpoints, malformed))) => {
+            if checkpoints.is_empty() {
+                lines.push(Line::styled(
+                    "  none yet (listeners record one per minute by default)",
+                    theme.muted,
+                ));
+            }
+            for (n, checkpoint) in checkpoints.iter().enumerate() {
+                lines.push(Line::from(vec![
+                    Span::styled(format!("  {:>2} ", n + 1), theme.accent),
+                    Span::styled(
+                        format!("{} ", checkpoint.at.format("%H:%M:%S")),
+                        theme.muted,
+                    ),
+                    Span::styled(format!("v{:<5} ", checkpoint.version), theme.accent),
+                    Span::styled(
+                        checkpoint
+                            .token_time()
+                            .map_or_else(|| DASH.to_string(), cluster_clock),
+                        theme.base,
+                    ),
+                    Span::styled(
+                        format!("  {}", escape_control(&checkpoint.holder)),
+                        theme.muted,
+                    ),
+                ]));
+            }
+            if *malformed > 0 {
+                lines.push(Line::styled(
+                    format!("  {malformed} unreadable checkpoint document(s) not shown"),
+                    theme.warn,
+                ));
+            }
+        }
+    }
+    lines
+}
+
 fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
     let lease = &entry.lease;
     let health = &entry.health;
@@ -307,6 +362,7 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
             }
         }
     }
+    lines.extend(checkpoint_lines(&entry.lease.resource, state, theme));
     lines.push(Line::raw(""));
     lines.push(Line::styled(
         "Holder changes seen while watching",
