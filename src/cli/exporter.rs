@@ -5,23 +5,18 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::cluster::{connect, Snapshot};
 use super::output::say;
 use super::settings::{ClusterArgs, ConfigArgs, Settings};
+use crate::console::probe::WriteRate;
 use crate::metrics::serve::{serve, MetricsServer};
 use crate::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
-use crate::model::{ClusterTime, LossTracker};
-use crate::store::mongo::MongoStore;
+use crate::model::LossTracker;
 
 /// Where the endpoint listens unless told otherwise: this host only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9716";
-
-/// Oplog entries counted at most per read for the write rate (a bound on the read's
-/// cost; a faster cluster shows this many per interval).
-const RATE_COUNT_LIMIT: u32 = 1_000_000;
 
 #[derive(Debug, Args)]
 pub struct ExporterArgs {
@@ -84,7 +79,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
     ));
     let mut ticker = tokio::time::interval(args.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut previous: Option<(ClusterTime, Instant)> = None;
+    let mut rate = WriteRate::default();
     let mut tracker = LossTracker::default();
     let ended = tokio::signal::ctrl_c();
     tokio::pin!(ended);
@@ -98,8 +93,11 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
         }
         match Snapshot::read(&store, settings).await {
             Ok(snapshot) => {
-                let ops_per_sec =
-                    write_rate(&store, snapshot.window.map(|w| w.last), &mut previous).await;
+                // NaN, not the last figure, when the rate could not be counted this time.
+                let ops_per_sec = match snapshot.window {
+                    Some(window) => rate.sample(&store, window.last).await.unwrap_or(None),
+                    None => None,
+                };
                 let loss = snapshot.time_to_loss(&store, &mut tracker).await;
                 metrics.record(&ClusterSample {
                     loss: &loss,
@@ -121,26 +119,4 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
     }
     stop.cancel();
     Ok(())
-}
-
-/// Oplog entries per second since the previous read, from the entries after its last.
-async fn write_rate(
-    store: &MongoStore,
-    last: Option<ClusterTime>,
-    previous: &mut Option<(ClusterTime, Instant)>,
-) -> Option<f64> {
-    let last = last?;
-    let rate = match *previous {
-        Some((before, at)) if last > before => {
-            let elapsed = at.elapsed().as_secs_f64();
-            match store.oplog_entries_after(before, RATE_COUNT_LIMIT).await {
-                Ok(entries) if elapsed > 0.0 => Some(entries as f64 / elapsed),
-                _ => None,
-            }
-        }
-        Some(_) => Some(0.0),
-        None => None,
-    };
-    *previous = Some((last, Instant::now()));
-    rate
 }

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::data::{DataEvent, DataSource};
-use super::probe::ClusterProbe;
+use super::probe::{ClusterProbe, WriteRate};
 use crate::engine::ListenerSnapshot;
-use crate::model::{ClusterTime, Deployment, Lease, LossTracker, OplogAccess};
+use crate::model::{Deployment, Lease, LossTracker, OplogAccess};
 use crate::store::{read_time_to_loss, AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
 
 /// How often each source is read, and how soon a failed one is retried.
@@ -212,7 +211,7 @@ async fn read_window<S: ClusterProbe>(
 ) {
     let mut ticker = tokio::time::interval(intervals.window);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut previous: Option<(ClusterTime, Instant)> = None;
+    let mut rate = WriteRate::default();
     let mut reads: u32 = 0;
     let mut oplog_readable = true;
     let mut router = false;
@@ -256,20 +255,11 @@ async fn read_window<S: ClusterProbe>(
                 None => store.oplog_window().await?,
             };
             let server_now = store.server_now().await?;
-            let ops_per_sec = match previous {
-                Some((last, at)) if window.last > last => {
-                    let entries = store.entries_after(last).await?;
-                    let elapsed = at.elapsed().as_secs_f64();
-                    (elapsed > 0.0).then(|| entries as f64 / elapsed)
-                }
-                Some(_) => Some(0.0),
-                None => None,
-            };
+            let ops_per_sec = rate.sample(&store, window.last).await?;
             Ok::<_, StoreError>((window, server_now, ops_per_sec))
         };
         let sent = match read.await {
             Ok((window, server_now, ops_per_sec)) => {
-                previous = Some((window.last, Instant::now()));
                 send(
                     &events,
                     DataEvent::Window {

@@ -9,8 +9,9 @@ use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
 use crate::store::{CheckpointStore, OplogFigures, OpsStore, StoreResult};
 
-/// Entries counted per oplog read at most; beyond that the rate shows as a lower bound.
-pub const OPS_COUNT_LIMIT: u32 = 100_000;
+/// Entries counted per oplog read at most; beyond that the rate shows as a lower bound
+/// (a bound on the read's cost: the exporter reads every 15 s by default).
+pub const OPS_COUNT_LIMIT: u32 = 1_000_000;
 
 pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore {
     /// Where the console is connected, safe to print (no password).
@@ -26,6 +27,35 @@ pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore {
 
     /// Oplog entries written after `after`, at most [`OPS_COUNT_LIMIT`].
     fn entries_after(&self, after: ClusterTime) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+/// Oplog entries written per second between successive reads, from the entries after
+/// the previous read's newest one: what the console's header and the exporter show.
+#[derive(Debug, Default)]
+pub struct WriteRate {
+    previous: Option<(ClusterTime, tokio::time::Instant)>,
+}
+
+impl WriteRate {
+    /// The rate since the previous sample, now that the newest entry is `last`; `None`
+    /// on the first sample. Counting the entries is the one read.
+    pub async fn sample<S: ClusterProbe>(
+        &mut self,
+        store: &S,
+        last: ClusterTime,
+    ) -> StoreResult<Option<f64>> {
+        let rate = match self.previous {
+            Some((before, at)) if last > before => {
+                let entries = store.entries_after(before).await?;
+                let elapsed = at.elapsed().as_secs_f64();
+                (elapsed > 0.0).then(|| entries as f64 / elapsed)
+            }
+            Some(_) => Some(0.0),
+            None => None,
+        };
+        self.previous = Some((last, tokio::time::Instant::now()));
+        Ok(rate)
+    }
 }
 
 impl ClusterProbe for SandboxStore {
