@@ -106,6 +106,7 @@ fn every_series_the_rules_and_the_dashboard_name_is_exported() {
                 },
             )]),
             unknown: None,
+            unpredicted: Default::default(),
             oplog: Some(OplogStats {
                 size_bytes: 1,
                 max_bytes: 2,

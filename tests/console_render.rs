@@ -310,6 +310,7 @@ fn losses() -> LossReading {
     LossReading {
         predicted,
         unknown: None,
+        unpredicted: Default::default(),
         oplog: Some(OplogStats {
             size_bytes: 50 * 1024 * 1024 - 123_456,
             max_bytes: 50 * 1024 * 1024,

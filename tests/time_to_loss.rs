@@ -13,7 +13,7 @@ use chrono::Utc;
 use futures_util::TryStreamExt;
 use streamward::model::{ClusterTime, LossInputs, LossTime, OplogRates, OplogStats, Rate};
 use streamward::store::mongo::MongoStore;
-use streamward::store::{ChangeFeed, StoreError};
+use streamward::store::{ChangeFeed, OplogFigures, StoreError};
 use support::live::{live_small_oplog, LiveDb};
 use support::wire::{Action, WireServer};
 
@@ -271,6 +271,37 @@ async fn the_oplog_statistics_say_what_the_server_holds() {
         let partly = store.oplog_history_before(token, 3).await.unwrap();
         assert!(!partly.complete);
         assert!(partly.older_bytes <= counted.older_bytes);
+        // Counted from the newest end (what the time to loss uses): a point three
+        // quarters along, with a limit the entries after it stay under and the ones
+        // before it pass, is counted exactly but for what was written meanwhile (a
+        // few no-ops at most), and never more than the count from the oldest entry.
+        let mut checked = false;
+        for _ in 0..10 {
+            let (stats, _) = settled(store).await;
+            let held = entries(store).await;
+            let point = held[held.len() * 3 / 4].0;
+            let limit = u32::try_from(held.len() / 2).unwrap();
+            let from_the_end =
+                OplogFigures::oplog_history_before(store, None, point, stats.size_bytes, limit)
+                    .await
+                    .unwrap();
+            let exact = store.oplog_history_before(point, 1_000_000).await.unwrap();
+            let from_oldest = store.oplog_history_before(point, limit).await.unwrap();
+            if entries(store).await.first() != held.first() {
+                continue; // truncated meanwhile
+            }
+            assert!(!from_oldest.complete, "more than {limit} entries before it");
+            assert!(from_the_end.complete, "{from_the_end:?}");
+            assert_eq!(from_the_end.entry, exact.entry);
+            assert!(
+                from_the_end.older_bytes <= exact.older_bytes
+                    && exact.older_bytes - from_the_end.older_bytes < 2_000,
+                "from the end {from_the_end:?}, exact {exact:?}"
+            );
+            checked = true;
+            break;
+        }
+        assert!(checked, "the oplog never stood still");
         let before_all = store
             .oplog_history_before(ClusterTime::new(window.first.secs - 1, 0), 1000)
             .await

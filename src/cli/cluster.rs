@@ -2,7 +2,6 @@
 //! `leases --watch` prints again whenever a lease changes hands or status; `leases
 //! --check` is for cron and monitors: exit 6 when a lease needs attention.
 
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -81,7 +80,7 @@ pub(super) struct Snapshot {
     /// What the cluster is; says why the window is unknown when it is.
     pub(super) topology: Topology,
     /// Each lease's time to loss, once predicted ([`Snapshot::predict_loss`]).
-    pub(super) loss: HashMap<String, TimeToLoss>,
+    pub(super) loss: LossReading,
     pub(super) now: DateTime<Utc>,
 }
 
@@ -105,13 +104,13 @@ impl Snapshot {
             window,
             topology,
             now,
-            loss: HashMap::new(),
+            loss: LossReading::default(),
         })
     }
 
     /// [`Snapshot::time_to_loss`], kept with the snapshot for its table and JSON.
     async fn predict_loss(&mut self, store: &MongoStore, tracker: &mut LossTracker) {
-        self.loss = self.time_to_loss(store, tracker).await.predicted;
+        self.loss = self.time_to_loss(store, tracker).await;
     }
 
     /// Adds this read to `tracker` and predicts each lease's time to loss from it
@@ -141,15 +140,9 @@ impl Snapshot {
         leases: &[&Lease],
         malformed: bool,
     ) -> Vec<Value> {
-        let shown = leases.iter().map(|l| {
-            lease_json(
-                l,
-                self.window.as_ref(),
-                self.now,
-                thresholds,
-                self.loss.get(&l.resource),
-            )
-        });
+        let shown = leases
+            .iter()
+            .map(|l| lease_json(l, self.window.as_ref(), self.now, thresholds, &self.loss));
         let unreadable = self
             .malformed
             .iter()
@@ -163,7 +156,7 @@ impl Snapshot {
             .iter()
             .map(|l| {
                 LeaseRow::new(l, self.window.as_ref(), self.now, thresholds)
-                    .with_loss(self.loss.get(&l.resource))
+                    .with_loss(self.loss.predicted.get(&l.resource))
             })
             .collect();
         let owned: Vec<Lease> = leases.iter().map(|l| (*l).clone()).collect();
@@ -420,8 +413,18 @@ fn lease_json(
     window: Option<&OplogWindow>,
     now: DateTime<Utc>,
     thresholds: &HealthThresholds,
-    loss: Option<&TimeToLoss>,
+    loss: &LossReading,
 ) -> Value {
+    let predicted = loss.predicted.get(&lease.resource);
+    // Why there is none, where a lease with a resume point was not predicted.
+    let unknown = match predicted {
+        Some(_) => None,
+        None => loss
+            .unpredicted
+            .get(&lease.resource)
+            .or(loss.unknown.as_ref())
+            .filter(|_| lease.resume_point().time().is_some()),
+    };
     let health = LeaseHealth::assess(lease, window, now, thresholds);
     let mut json = describe::lease_json(lease);
     if let Some(fields) = json.as_object_mut() {
@@ -433,7 +436,8 @@ fn lease_json(
             ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),
             ("headroomShare", json!(health.headroom_share)),
             ("status", json!(health.status.label())),
-            ("timeToLoss", loss.map_or(Value::Null, loss_json)),
+            ("timeToLoss", predicted.map_or(Value::Null, loss_json)),
+            ("timeToLossUnknown", json!(unknown)),
         ] {
             fields.insert(key.into(), value);
         }

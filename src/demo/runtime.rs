@@ -88,7 +88,7 @@ pub struct DemoCensus {
     pub log_entries: u64,
 }
 
-/// The demo sandbox's oplog holds at most this much by default (about 50,000 of the
+/// The demo sandbox's oplog holds at most this much by default (about 46,000 of the
 /// demo's changes), like an oplog sized in megabytes: a demo left running all night
 /// stays within its memory, and its figures predict the time to loss as MongoDB's do.
 pub const DEMO_OPLOG_BYTES: usize = DEMO_OPLOG_MIB * 1024 * 1024;

@@ -374,6 +374,7 @@ mod tests {
         LossReading {
             predicted,
             unknown: None,
+            unpredicted: HashMap::new(),
             oplog: Some(OplogStats {
                 size_bytes: 990_000,
                 max_bytes: 1_048_576,

@@ -29,8 +29,9 @@ pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
 pub use time_to_loss::{
     predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,
-    LossTime, LossTracker, Missing, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate,
-    DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, LOSS_WARNING_WITHIN, MAX_ENTRY_BYTES,
+    LossTime, LossTracker, Missing, NotReady, OplogRates, OplogStats, Rate, TimeToLoss,
+    TrailingRate, DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, LOSS_WARNING_WITHIN,
+    MAX_ENTRY_BYTES,
 };
 pub use topology::{
     Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,

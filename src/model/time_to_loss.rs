@@ -37,7 +37,7 @@
 //! (`tests::the_first_entrys_speed_misleads_after_a_burst` builds such an oplog and the
 //! speed-based figure comes out later than the real loss). So the prediction counts
 //! bytes: how many bytes of retained history are older than the resume point's entry
-//! ([`HistoryBefore`], one bounded `$bsonSize` sum on the oplog,
+//! ([`HistoryBefore`], bounded `$bsonSize` sums on the oplog,
 //! `MongoStore::oplog_history_before`). The first entry's observed movement is used
 //! only where no byte figures exist (a fallback for the latest estimate).
 //!
@@ -270,6 +270,49 @@ pub enum LossTime {
     Never,
 }
 
+impl LossTime {
+    /// The same time seen `elapsed` later: that much nearer, at most down to "now".
+    pub fn after(self, elapsed: Duration) -> LossTime {
+        match self {
+            LossTime::In(d) => LossTime::In(d.saturating_sub(elapsed)),
+            other => other,
+        }
+    }
+
+    /// In its largest unit, rounded down: `45s`, `12m`, `3h`, `2d` (at most `99d`).
+    fn coarse(self) -> String {
+        match self {
+            LossTime::AlreadyLost => "lost".to_string(),
+            LossTime::Never => "never".to_string(),
+            LossTime::In(d) => match d.as_secs() {
+                // Under a second is "now", as the detail view's figure rounds to it.
+                0 => "now".to_string(),
+                secs @ 1..=59 => format!("{secs}s"),
+                secs @ 60..=3_599 => format!("{}m", secs / 60),
+                secs @ 3_600..=86_399 => format!("{}h", secs / 3_600),
+                secs => format!("{}d", (secs / 86_400).min(99)),
+            },
+        }
+    }
+
+    /// A range as a narrow table cell shows it: `12m–31m`, `45s–never`, `1h–?`,
+    /// `lost`; at most 9 characters.
+    pub fn compact_range(earliest: LossTime, latest: Option<LossTime>) -> String {
+        match (earliest, latest) {
+            (LossTime::AlreadyLost | LossTime::Never, _) => earliest.coarse(),
+            (earliest, Some(latest)) => {
+                let (from, to) = (earliest.coarse(), latest.coarse());
+                if from == to {
+                    from
+                } else {
+                    format!("{from}–{to}")
+                }
+            }
+            (earliest, None) => format!("{}–?", earliest.coarse()),
+        }
+    }
+}
+
 impl fmt::Display for LossTime {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -294,6 +337,8 @@ pub enum LossInput {
     LargestEntry,
     CheckpointInterval,
     MinRetention,
+    /// The oplog holds well over its maximum: truncation may be held back.
+    Truncation,
 }
 
 impl LossInput {
@@ -309,6 +354,7 @@ impl LossInput {
             LossInput::LargestEntry => "largest entry size",
             LossInput::CheckpointInterval => "checkpoint interval",
             LossInput::MinRetention => "minimum retention period",
+            LossInput::Truncation => "oplog truncation",
         }
     }
 }
@@ -341,41 +387,16 @@ impl TimeToLoss {
     /// The same prediction seen `elapsed` after it was made: each time in it that much
     /// nearer (at most down to "now").
     pub fn after(&self, elapsed: Duration) -> TimeToLoss {
-        let nearer = |time: LossTime| match time {
-            LossTime::In(d) => LossTime::In(d.saturating_sub(elapsed)),
-            other => other,
-        };
         TimeToLoss {
-            earliest: nearer(self.earliest),
-            latest: self.latest.map(nearer),
+            earliest: self.earliest.after(elapsed),
+            latest: self.latest.map(|l| l.after(elapsed)),
             missing: self.missing.clone(),
         }
     }
 
-    /// As a narrow table cell shows it: `12m–31m`, `45s–never`, `1h–?`, `lost`; each
-    /// time in its largest unit, rounded down (at most 9 characters).
+    /// As a narrow table cell shows it ([`LossTime::compact_range`]).
     pub fn compact(&self) -> String {
-        let coarse = |time: LossTime| match time {
-            LossTime::AlreadyLost => "lost".to_string(),
-            LossTime::Never => "never".to_string(),
-            // Under a second is "now", as the detail view's figure rounds to it.
-            LossTime::In(d) if d.as_secs() == 0 => "now".to_string(),
-            LossTime::In(d) => {
-                let secs = d.as_secs();
-                match secs {
-                    0..=59 => format!("{secs}s"),
-                    60..=3_599 => format!("{}m", secs / 60),
-                    3_600..=86_399 => format!("{}h", secs / 3_600),
-                    _ => format!("{}d", (secs / 86_400).min(999)),
-                }
-            }
-        };
-        match (self.earliest, self.latest) {
-            (LossTime::AlreadyLost | LossTime::Never, _) => coarse(self.earliest),
-            (earliest, Some(latest)) if coarse(latest) == coarse(earliest) => coarse(earliest),
-            (earliest, Some(latest)) => format!("{}–{}", coarse(earliest), coarse(latest)),
-            (earliest, None) => format!("{}–?", coarse(earliest)),
-        }
+        LossTime::compact_range(self.earliest, self.latest)
     }
 
     /// A resume point needed on several oplogs (each shard's) is lost once it is lost on
@@ -538,9 +559,23 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
         }
     }
 
+    // An oplog well over its maximum may be kept from truncating (since 4.4 nothing past
+    // the majority commit point goes, e.g. with a secondary down; a backup cursor pins it
+    // too): then nothing says by when the point surely goes.
+    let truncation_held = bytes
+        .as_ref()
+        .is_some_and(|m| m.size > m.max + 2.0 * m.chunk);
+    if truncation_held {
+        notes.add(
+            LossInput::Truncation,
+            "the oplog holds more than its maximum and two chunks: the server may be keeping \
+             history (a majority commit point behind, a backup cursor), so there is no latest",
+        );
+    }
     // Latest: `None` unknown, `Some(None)` never.
     let latest: Option<Option<f64>> = match (&bytes, progress) {
         (_, None) => None,
+        (Some(_), Some(_)) if truncation_held => None,
         (Some(model), Some(p)) => {
             let older = match history_before {
                 Some(h) if h.complete => h.older_bytes as f64,
@@ -828,6 +863,8 @@ impl TrailingRate {
 pub struct OplogRates {
     written: TrailingRate,
     first: TrailingRate,
+    /// Samples recorded.
+    reads: u64,
 }
 
 impl OplogRates {
@@ -835,6 +872,7 @@ impl OplogRates {
         Self {
             written: TrailingRate::new(span),
             first: TrailingRate::quantized(span, 1.0),
+            reads: 0,
         }
     }
 
@@ -847,6 +885,7 @@ impl OplogRates {
         window: Option<&OplogWindow>,
         stats: Option<&OplogStats>,
     ) {
+        self.reads += 1;
         match stats {
             Some(OplogStats {
                 written_bytes: Some(written),
@@ -867,13 +906,18 @@ impl OplogRates {
         self.written.rate()
     }
 
+    /// How many samples were recorded.
+    pub fn reads(&self) -> u64 {
+        self.reads
+    }
+
     pub fn first_advance(&self) -> Option<Rate> {
         self.first.rate()
     }
 }
 
 mod tracker;
-pub use tracker::{LossTracker, LOSS_RATE_SPAN};
+pub use tracker::{LossTracker, NotReady, LOSS_RATE_SPAN};
 
 #[cfg(test)]
 mod sim;

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::StoreResult;
 use crate::model::{
-    ClusterTime, HistoryBefore, Lease, LossTracker, OplogStats, OplogWindow, Rate, TimeToLoss,
+    ClusterTime, HistoryBefore, Lease, LossTracker, NotReady, OplogStats, OplogWindow, Rate,
+    TimeToLoss,
 };
 
 /// Entries summed per lease when counting the history before its resume point; past
@@ -32,11 +33,13 @@ pub trait OplogFigures: Send + Sync {
     fn oplog_parts(&self) -> impl Future<Output = StoreResult<Vec<OplogPart>>> + Send;
 
     /// The bytes of retained history before the resume point `at` in one oplog (`shard`
-    /// `None`: the replica set's), counting at most `limit` entries.
+    /// `None`: the replica set's), with `size_before` that oplog's size as read before
+    /// this; counting at most `limit` entries (`complete: false` past it).
     fn oplog_history_before(
         &self,
         shard: Option<&str>,
         at: ClusterTime,
+        size_before: u64,
         limit: u32,
     ) -> impl Future<Output = StoreResult<HistoryBefore>> + Send;
 }
@@ -46,8 +49,12 @@ pub trait OplogFigures: Send + Sync {
 pub struct LossReading {
     /// Per resource, for the leases that could be predicted.
     pub predicted: HashMap<String, TimeToLoss>,
-    /// Why nothing could be predicted: the oplog's figures could not be read.
+    /// Why nothing could be predicted: the oplog's figures could not be read, or give
+    /// no fill rate. `None` with nothing predicted: measuring (the first read).
     pub unknown: Option<String>,
+    /// Per resource, why a lease with a resume point was not predicted: its history
+    /// could not be counted (a missing figure is never read as "lost now").
+    pub unpredicted: HashMap<String, String>,
     /// The oplog's figures the prediction was made from.
     pub oplog: Option<OplogStats>,
     /// Bytes per second written to the oplog, lowest and highest over the tracker's span.
@@ -57,7 +64,8 @@ pub struct LossReading {
 /// Adds this read (at `now`, the server's clock) to `tracker` and predicts each lease's
 /// time to loss: every oplog's window and figures first, then, once the tracker has
 /// rates (its second read), the history before each resume point in each oplog, read
-/// after the figures so history dropped in between errs early, not late. Through a
+/// after the figures (counted from the newest end, the bytes written meanwhile make it
+/// err early, not late). Through a
 /// mongos a point is lost once it is lost on any shard ([`TimeToLoss::soonest`]).
 pub async fn read_time_to_loss<S: OplogFigures>(
     store: &S,
@@ -84,47 +92,280 @@ pub async fn read_time_to_loss<S: OplogFigures>(
             Some(&part.stats),
         );
     }
-    let mut predicted = HashMap::new();
-    'leases: for lease in leases {
+    // The cluster's figures where there is one oplog; a sharded cluster's are per shard.
+    let mut reading = match parts.as_slice() {
+        [part] if part.shard.is_none() => LossReading {
+            oplog: Some(part.stats),
+            fill_rate: tracker.fill_rate(),
+            ..LossReading::default()
+        },
+        _ => LossReading::default(),
+    };
+    for part in &parts {
+        match tracker.ready_on(part.shard.as_deref()) {
+            Ok(()) => {}
+            Err(NotReady::Measuring) => return reading,
+            Err(not_ready) => {
+                reading.unknown = Some(match &part.shard {
+                    Some(shard) => format!("shard {shard}: {not_ready}"),
+                    None => not_ready.to_string(),
+                });
+                return reading;
+            }
+        }
+    }
+    // Every history first, then the figures again: what the oplog dropped meanwhile
+    // is taken off every count, so none errs late.
+    let mut counted = Vec::new();
+    for lease in leases {
         let Some(at) = lease.resume_point().time() else {
             continue;
         };
-        let mut each = Vec::with_capacity(parts.len());
-        for part in &parts {
-            let shard = part.shard.as_deref();
-            let predict = |history| {
-                tracker.predict_on(
-                    shard,
-                    now,
-                    lease,
-                    Some(part.window),
-                    Some(&part.stats),
-                    history,
-                )
-            };
-            // Not counted before the tracker can predict (its first read).
-            if predict(None).is_none() {
-                continue 'leases;
+        match count_history(store, at, &parts).await {
+            Ok(histories) => counted.push((lease, histories)),
+            Err(why) => {
+                reading.unpredicted.insert(lease.resource.clone(), why);
             }
-            let before = store
-                .oplog_history_before(shard, at, HISTORY_COUNT_LIMIT)
-                .await
-                .ok();
-            each.extend(predict(before));
-        }
-        if let Some(loss) = TimeToLoss::soonest(each) {
-            predicted.insert(lease.resource.clone(), loss);
         }
     }
-    // The cluster's figures where there is one oplog; a sharded cluster's are per shard.
-    let (oplog, fill_rate) = match parts.as_slice() {
-        [part] if part.shard.is_none() => (Some(part.stats), tracker.fill_rate()),
-        _ => (None, None),
+    if counted.is_empty() {
+        return reading;
+    }
+    let dropped = match store.oplog_parts().await {
+        Ok(after) => dropped_since(&parts, &after),
+        Err(error) => {
+            reading.unknown = Some(error.to_string());
+            return reading;
+        }
     };
-    LossReading {
-        predicted,
-        unknown: None,
-        oplog,
-        fill_rate,
+    for (lease, histories) in counted {
+        let each =
+            parts
+                .iter()
+                .zip(histories)
+                .zip(&dropped)
+                .filter_map(|((part, history), dropped)| {
+                    let history = HistoryBefore {
+                        older_bytes: history.older_bytes.saturating_sub(*dropped),
+                        ..history
+                    };
+                    tracker.predict_on(
+                        part.shard.as_deref(),
+                        now,
+                        lease,
+                        Some(part.window),
+                        Some(&part.stats),
+                        Some(history),
+                    )
+                });
+        match TimeToLoss::soonest(each) {
+            Some(loss) => {
+                reading.predicted.insert(lease.resource.clone(), loss);
+            }
+            None => {
+                reading
+                    .unpredicted
+                    .insert(lease.resource.clone(), "no prediction".into());
+            }
+        }
+    }
+    reading
+}
+
+/// The bytes before `at` in each oplog of `parts`, in their order. A history that
+/// cannot be counted (a failed read, or more than [`HISTORY_COUNT_LIMIT`] entries on
+/// either side of the point) leaves the lease unpredicted, with why.
+async fn count_history<S: OplogFigures>(
+    store: &S,
+    at: ClusterTime,
+    parts: &[OplogPart],
+) -> Result<Vec<HistoryBefore>, String> {
+    let mut histories = Vec::with_capacity(parts.len());
+    for part in parts {
+        let history = store
+            .oplog_history_before(
+                part.shard.as_deref(),
+                at,
+                part.stats.size_bytes,
+                HISTORY_COUNT_LIMIT,
+            )
+            .await
+            .map_err(|e| {
+                format!("the history before its resume point could not be counted: {e}")
+            })?;
+        if !history.complete {
+            return Err(format!(
+                "more than {HISTORY_COUNT_LIMIT} oplog entries lie on either side of its resume \
+                 point, too many to count at every read"
+            ));
+        }
+        histories.push(history);
+    }
+    Ok(histories)
+}
+
+/// Per oplog of `before`, the bytes it dropped by the time of `after`: its size then,
+/// plus what was written since, less its size now (zero where the bytes written are
+/// not reported: the fill rate is then measured only while the oplog is under half
+/// full, when it drops nothing). An oplog missing from `after` dropped everything.
+fn dropped_since(before: &[OplogPart], after: &[OplogPart]) -> Vec<u64> {
+    before
+        .iter()
+        .map(|b| {
+            let Some(a) = after.iter().find(|a| a.shard == b.shard) else {
+                return b.stats.size_bytes;
+            };
+            match (b.stats.written_bytes, a.stats.written_bytes) {
+                (Some(w1), Some(w2)) => {
+                    (b.stats.size_bytes + w2.saturating_sub(w1)).saturating_sub(a.stats.size_bytes)
+                }
+                _ => 0,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use chrono::TimeZone;
+
+    use super::*;
+    use crate::store::StoreError;
+
+    /// One oplog whose size and bytes written grow by `step` per read, which drops
+    /// `dropped` bytes from its front after the second read (while the histories of that
+    /// read are counted), and a history count as scripted.
+    struct Scripted {
+        reads: Mutex<u64>,
+        step: u64,
+        dropped: u64,
+        history: fn(ClusterTime) -> StoreResult<HistoryBefore>,
+    }
+
+    fn at(secs: u32) -> ClusterTime {
+        ClusterTime::new(1_800_000_000 + secs, 1)
+    }
+
+    impl OplogFigures for Scripted {
+        async fn oplog_parts(&self) -> StoreResult<Vec<OplogPart>> {
+            let mut reads = self.reads.lock().unwrap();
+            *reads += 1;
+            let n = *reads;
+            Ok(vec![OplogPart {
+                shard: None,
+                window: OplogWindow::new(at(0), at(100 * n as u32)),
+                stats: OplogStats {
+                    size_bytes: 1_000_000 + self.step * n - if n >= 3 { self.dropped } else { 0 },
+                    max_bytes: 1_000_000,
+                    entries: 1_000,
+                    written_bytes: Some(10_000_000 + self.step * n),
+                    checkpoint_interval: Some(Duration::ZERO),
+                    min_retention: Some(Duration::ZERO),
+                    largest_entry_bytes: Some(1_000),
+                },
+            }])
+        }
+
+        async fn oplog_history_before(
+            &self,
+            _shard: Option<&str>,
+            at: ClusterTime,
+            _size_before: u64,
+            _limit: u32,
+        ) -> StoreResult<HistoryBefore> {
+            (self.history)(at)
+        }
+    }
+
+    fn lease(resource: &str, secs: u32) -> Lease {
+        let mut lease = Lease::vacant(resource);
+        lease.resume_at = Some(at(secs));
+        lease
+    }
+
+    async fn two_reads(store: &Scripted, leases: &[Lease]) -> LossReading {
+        let mut tracker = LossTracker::default();
+        let first = Utc.timestamp_opt(1_800_000_100, 0).unwrap();
+        let measuring = read_time_to_loss(store, &mut tracker, first, leases).await;
+        assert_eq!(measuring.unknown, None);
+        assert!(measuring.predicted.is_empty() && measuring.unpredicted.is_empty());
+        read_time_to_loss(
+            store,
+            &mut tracker,
+            first + chrono::TimeDelta::seconds(10),
+            leases,
+        )
+        .await
+    }
+
+    /// A history that could not be counted whole, or not at all, leaves the lease
+    /// unpredicted with why: never a prediction made as if nothing were before it
+    /// ("lost now", which would page).
+    #[tokio::test]
+    async fn an_uncounted_history_is_no_prediction_not_lost_now() {
+        let store = Scripted {
+            reads: Mutex::new(0),
+            step: 50_000,
+            dropped: 0,
+            history: |at| match at.secs % 3 {
+                0 => Ok(HistoryBefore {
+                    older_bytes: 600_000,
+                    entry: Some(at),
+                    complete: true,
+                }),
+                1 => Ok(HistoryBefore {
+                    older_bytes: 1_000,
+                    entry: None,
+                    complete: false,
+                }),
+                _ => Err(StoreError::OplogUnknown("timed out".into())),
+            },
+        };
+        let reading = two_reads(
+            &store,
+            &[
+                lease("counted", 30),
+                lease("too-far", 31),
+                lease("failed", 32),
+            ],
+        )
+        .await;
+        assert!(reading.predicted.contains_key("counted"), "{reading:?}");
+        assert!(!reading.predicted.contains_key("too-far"));
+        assert!(!reading.predicted.contains_key("failed"));
+        assert!(reading.unpredicted["too-far"].contains("more than 100000"));
+        assert!(reading.unpredicted["failed"].contains("timed out"));
+    }
+
+    /// What the oplog dropped while the histories were counted is taken off them: the
+    /// same lease, with 40 kB dropped per read, is predicted no later than without.
+    #[tokio::test]
+    async fn bytes_dropped_during_the_read_make_the_estimate_earlier() {
+        let history = |at| {
+            Ok(HistoryBefore {
+                older_bytes: 600_000,
+                entry: Some(at),
+                complete: true,
+            })
+        };
+        let steady = Scripted {
+            reads: Mutex::new(0),
+            step: 50_000,
+            dropped: 0,
+            history,
+        };
+        let dropping = Scripted {
+            reads: Mutex::new(0),
+            step: 50_000,
+            dropped: 40_000,
+            history,
+        };
+        let leases = [lease("r", 30)];
+        let steady = two_reads(&steady, &leases).await.predicted["r"].earliest;
+        let dropping = two_reads(&dropping, &leases).await.predicted["r"].earliest;
+        assert!(dropping < steady, "{dropping:?} vs {steady:?}");
     }
 }

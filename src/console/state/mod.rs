@@ -30,8 +30,8 @@ pub use table::{
 use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};
 use crate::engine::ListenerSnapshot;
 use crate::model::{
-    AuditRecord, HealthThresholds, Lease, OplogAccess, OplogStats, OplogWindow, Rate, TimeToLoss,
-    Topology,
+    AuditRecord, HealthThresholds, Lease, LossTime, OplogAccess, OplogStats, OplogWindow, Rate,
+    TimeToLoss, Topology,
 };
 use crate::ops::ActionKind;
 use crate::store::{LossReading, MalformedDocument};
@@ -194,6 +194,8 @@ pub struct ConsoleState {
     loss_read_at: Option<DateTime<Utc>>,
     /// Why no time to loss could be predicted, when the oplog's figures cannot be read.
     pub loss_unknown: Option<String>,
+    /// Per resource, why its time to loss was not predicted.
+    pub loss_unpredicted: HashMap<String, String>,
     /// The oplog's size and maximum, and how fast it fills, as of the last prediction.
     pub oplog_stats: Option<OplogStats>,
     pub fill_rate: Option<Rate>,
@@ -251,6 +253,7 @@ impl ConsoleState {
             pending_snapshot: None,
             loss_read_at: None,
             loss_unknown: None,
+            loss_unpredicted: HashMap::new(),
             oplog_stats: None,
             fill_rate: None,
             pending_losses: None,
@@ -543,6 +546,7 @@ impl ConsoleState {
         self.leases.set_losses(&reading.predicted);
         self.loss_read_at = Some(read_at);
         self.loss_unknown = reading.unknown;
+        self.loss_unpredicted = reading.unpredicted;
         self.oplog_stats = reading.oplog;
         self.fill_rate = reading.fill_rate;
     }
@@ -556,12 +560,24 @@ impl ConsoleState {
 
     /// `entry`'s time to loss as of now: the last prediction, counted down since.
     pub fn time_to_loss(&self, entry: &LeaseEntry) -> Option<TimeToLoss> {
+        Some(entry.loss.as_ref()?.after(self.since_loss_read()))
+    }
+
+    /// `entry`'s earliest and latest as of now (what a table cell needs, without the
+    /// missing inputs).
+    pub fn loss_range(&self, entry: &LeaseEntry) -> Option<(LossTime, Option<LossTime>)> {
         let loss = entry.loss.as_ref()?;
-        let elapsed = self
-            .loss_read_at
+        let elapsed = self.since_loss_read();
+        Some((
+            loss.earliest.after(elapsed),
+            loss.latest.map(|l| l.after(elapsed)),
+        ))
+    }
+
+    fn since_loss_read(&self) -> Duration {
+        self.loss_read_at
             .and_then(|at| (self.server_now() - at).to_std().ok())
-            .unwrap_or_default();
-        Some(loss.after(elapsed))
+            .unwrap_or_default()
     }
 
     /// Lease changes held back while frozen.

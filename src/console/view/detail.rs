@@ -172,7 +172,11 @@ fn loss_lines<'a>(entry: &LeaseEntry, state: &ConsoleState, theme: &Theme) -> Ve
     let Some(loss) = state.time_to_loss(entry) else {
         let why = if entry.lease.resume_point().time().is_none() {
             "no prediction: the resume point has no time to place in the oplog".to_string()
-        } else if let Some(unknown) = &state.loss_unknown {
+        } else if let Some(unknown) = state
+            .loss_unpredicted
+            .get(&entry.lease.resource)
+            .or(state.loss_unknown.as_ref())
+        {
             format!("unknown: {}", escape_control(unknown))
         } else {
             "measuring (needs 2 reads)".to_string()

@@ -851,7 +851,13 @@ fn a_prediction_counts_down_and_fits_a_narrow_cell() {
         latest: None,
         missing: Vec::new(),
     };
-    assert_eq!(open.compact(), "999d–?");
+    assert_eq!(open.compact(), "99d–?");
+    let far = TimeToLoss {
+        earliest: LossTime::In(Duration::from_secs(86_400 * 150)),
+        latest: Some(LossTime::Never),
+        missing: Vec::new(),
+    };
+    assert!(far.compact().chars().count() <= 9, "{}", far.compact());
     let widest = TimeToLoss {
         earliest: mins(59),
         latest: Some(LossTime::Never),
@@ -895,4 +901,50 @@ fn a_point_needed_on_several_shards_is_lost_with_the_first() {
     .unwrap();
     assert_eq!(lost.earliest, LossTime::AlreadyLost);
     assert_eq!(TimeToLoss::soonest([]), None);
+}
+
+/// An oplog well over its maximum may be held from truncating (a majority commit point
+/// behind, a backup cursor): no latest then, and the reason listed; the earliest stands.
+#[test]
+fn an_oplog_held_over_its_maximum_has_no_latest() {
+    let stats = |size: u64| OplogStats {
+        size_bytes: size,
+        max_bytes: 1_000_000,
+        entries: 1_000,
+        written_bytes: Some(50_000_000),
+        checkpoint_interval: Some(Duration::from_secs(1)),
+        min_retention: Some(Duration::ZERO),
+        largest_entry_bytes: Some(1_000),
+    };
+    let mut rates = OplogRates::new(Duration::from_secs(60));
+    let now = chrono::DateTime::from_timestamp(1_800_000_100, 0).unwrap();
+    let window = OplogWindow::new(
+        ClusterTime::new(1_800_000_000, 1),
+        ClusterTime::new(1_800_000_100, 1),
+    );
+    for (i, written) in [(0i64, 50_000_000u64), (10, 50_100_000)] {
+        let mut s = stats(1_000_000);
+        s.written_bytes = Some(written);
+        rates.record(now + chrono::TimeDelta::seconds(i), Some(&window), Some(&s));
+    }
+    let predict = |size| {
+        LossInputs::new(now, ClusterTime::new(1_800_000_050, 1))
+            .with_oplog(Some(window), Some(&stats(size)), &rates)
+            .with_progress(Rate::exactly(0.0))
+            .with_history_before(Some(HistoryBefore {
+                older_bytes: 500_000,
+                entry: None,
+                complete: true,
+            }))
+            .predict()
+    };
+    let normal = predict(1_000_000);
+    assert!(matches!(normal.latest, Some(LossTime::In(_))), "{normal:?}");
+    let held = predict(1_500_000);
+    assert_eq!(held.latest, None, "{held:?}");
+    assert!(held.is_missing(LossInput::Truncation));
+    assert!(matches!(
+        held.earliest,
+        LossTime::In(_) | LossTime::AlreadyLost
+    ));
 }

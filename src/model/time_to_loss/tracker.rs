@@ -10,6 +10,29 @@ use chrono::{DateTime, Utc};
 use super::{HistoryBefore, LossInputs, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate};
 use crate::model::{Lease, OplogWindow};
 
+/// Why an oplog's figures do not allow a prediction yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotReady {
+    /// Its first read: a fill rate needs two.
+    Measuring,
+    /// Two reads and still no fill rate: the server does not count the bytes written
+    /// (WiredTiger's cursor statistics) and the oplog is over half full, so its growth
+    /// is not what was written.
+    NoFillRate,
+}
+
+impl std::fmt::Display for NotReady {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NotReady::Measuring => "measuring the oplog's fill rate (two reads are needed)",
+            NotReady::NoFillRate => {
+                "the oplog's fill rate cannot be measured: the server does not report the \
+                 bytes written to it, and it is over half full"
+            }
+        })
+    }
+}
+
 /// Rates are measured over this trailing span.
 pub const LOSS_RATE_SPAN: Duration = Duration::from_secs(300);
 
@@ -94,14 +117,21 @@ impl LossTracker {
     /// Bytes per second written to the replica set's oplog over the span, once two
     /// reads gave it.
     pub fn fill_rate(&self) -> Option<Rate> {
-        self.fill_rate_of(None)
+        self.oplogs.get(&None).and_then(OplogRates::fill_rate)
     }
 
-    /// Bytes per second written to one oplog (a shard's by name) over the span.
-    pub fn fill_rate_of(&self, shard: Option<&str>) -> Option<Rate> {
-        self.oplogs
+    /// Whether one oplog (`shard` `None`: the replica set's) has what a prediction
+    /// needs from it: a fill rate, which takes two reads.
+    pub fn ready_on(&self, shard: Option<&str>) -> Result<(), NotReady> {
+        let oplog = self
+            .oplogs
             .get(&shard.map(str::to_string))
-            .and_then(OplogRates::fill_rate)
+            .ok_or(NotReady::Measuring)?;
+        match (oplog.fill_rate(), oplog.reads()) {
+            (Some(_), _) => Ok(()),
+            (None, reads) if reads >= 2 => Err(NotReady::NoFillRate),
+            (None, _) => Err(NotReady::Measuring),
+        }
     }
 
     /// When `lease`'s resume point may leave the replica set's oplog

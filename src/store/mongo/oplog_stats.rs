@@ -20,13 +20,16 @@ use crate::store::{OplogPart, StoreError, StoreResult};
 
 const STATS_HINT: &str =
     "the clusterMonitor role (collStats and read on local.oplog.rs; readAnyDatabase does not cover local)";
-/// 26 NamespaceNotFound: no `local.oplog.rs` (a standalone server).
 /// WiredTiger's key of an oplog entry: its timestamp as a 64-bit record id, packed in 9
 /// bytes for any value of 2^56 or more (every timestamp after mid-1970). Its cursor
 /// statistics count keys and values together; the values are the entries' BSON, what
 /// the oplog's size counts (seen on a real 6.0.5: size = key-and-value bytes − 9 × inserts
 /// on a fresh server).
 const KEY_BYTES: u64 = 9;
+
+/// The widest span searched back from a resume point for its entry (a day): an oplog
+/// with nothing but no-ops that long before the point has nothing to resume from there.
+const MAX_ENTRY_SEARCH_SPAN: u32 = 100_000;
 
 impl MongoStore {
     /// Size, maximum, entry count and bytes written of the oplog, with the checkpoint
@@ -202,6 +205,110 @@ impl MongoStore {
         }
     }
 
+    /// The bytes before the resume point `at` counted from the newest end: the entries
+    /// after it (at most `limit`), and back from it to its entry (the last non-no-op at
+    /// or before it), taken off `size_before`, the oplog's size read before this. For a
+    /// point near the present (most leases) that is a short count where counting from
+    /// the oldest entry would read the whole oplog. Writes made meanwhile are counted
+    /// after the point but not in `size_before`, so the figure errs early (fewer bytes
+    /// before it). `None` when more than `limit` entries follow the point.
+    async fn oplog_history_from_the_end_on(
+        &self,
+        client: &Client,
+        at: ClusterTime,
+        size_before: u64,
+        limit: u32,
+    ) -> StoreResult<Option<HistoryBefore>> {
+        let limit = i64::from(limit.max(1));
+        let bytes = doc! { "$sum": { "$bsonSize": "$$ROOT" } };
+        let at_ts = bson::Timestamp::from(at);
+        let after = self
+            .sum_oplog(
+                client,
+                vec![
+                    doc! { "$match": { "ts": { "$gt": at_ts } } },
+                    doc! { "$limit": limit },
+                    doc! { "$group": { "_id": null, "bytes": bytes.clone(), "n": { "$sum": 1 } } },
+                ],
+            )
+            .await?;
+        let (after_bytes, counted) = match &after {
+            Some(after) => (unsigned(after, "bytes")?, unsigned(after, "n")?),
+            None => (0, 0),
+        };
+        if counted >= limit as u64 {
+            return Ok(None);
+        }
+        // Back from the point to its entry: only no-ops lie between, so a short span
+        // finds it on any oplog written to; widened (×10) where writes are rare.
+        let mut span: u32 = 10;
+        loop {
+            let from = bson::Timestamp {
+                time: at.secs.saturating_sub(span),
+                increment: 0,
+            };
+            let found = self
+                .sum_oplog(
+                    client,
+                    vec![
+                        doc! { "$match": { "ts": { "$gte": from, "$lte": at_ts } } },
+                        doc! { "$group": {
+                            "_id": null,
+                            "entry": { "$max": { "$cond": [{ "$ne": ["$op", "n"] }, "$ts", null] } },
+                        } },
+                    ],
+                )
+                .await?;
+            if let Some(Bson::Timestamp(entry)) = found.as_ref().and_then(|f| f.get("entry")) {
+                let between = self
+                    .sum_oplog(
+                        client,
+                        vec![
+                            doc! { "$match": { "ts": { "$gte": *entry, "$lte": at_ts } } },
+                            doc! { "$group": { "_id": null, "bytes": bytes.clone() } },
+                        ],
+                    )
+                    .await?
+                    .map(|b| unsigned(&b, "bytes"))
+                    .transpose()?
+                    .unwrap_or(0);
+                return Ok(Some(HistoryBefore {
+                    older_bytes: size_before.saturating_sub(after_bytes + between),
+                    entry: Some(ClusterTime::from(*entry)),
+                    complete: true,
+                }));
+            }
+            if from.time == 0 || span >= MAX_ENTRY_SEARCH_SPAN {
+                // Nothing to resume from at or before it in the oplog.
+                return Ok(Some(HistoryBefore {
+                    older_bytes: 0,
+                    entry: None,
+                    complete: true,
+                }));
+            }
+            span = span.saturating_mul(10);
+        }
+    }
+
+    /// The bytes before `at` for the time to loss: counted from the newest end first
+    /// (short for a point near the present), else from the oldest entry
+    /// ([`MongoStore::oplog_history_before_on`]), each counting at most `limit` entries.
+    pub(super) async fn oplog_history_for_loss_on(
+        &self,
+        client: &Client,
+        at: ClusterTime,
+        size_before: u64,
+        limit: u32,
+    ) -> StoreResult<HistoryBefore> {
+        match self
+            .oplog_history_from_the_end_on(client, at, size_before, limit)
+            .await?
+        {
+            Some(history) => Ok(history),
+            None => self.oplog_history_before_on(client, at, limit).await,
+        }
+    }
+
     /// One aggregation on `local.oplog.rs` ending in a `$group`: its document, if any.
     async fn sum_oplog(
         &self,
@@ -260,16 +367,24 @@ impl crate::store::OplogFigures for MongoStore {
         &self,
         shard: Option<&str>,
         at: ClusterTime,
+        size_before: u64,
         limit: u32,
     ) -> StoreResult<HistoryBefore> {
+        self.oplog_kept()?;
         match shard {
-            None => MongoStore::oplog_history_before(self, at, limit).await,
+            None if self.router => Err(StoreError::OplogUnknown(
+                "through mongos each shard has its own oplog: count its history on the shard"
+                    .into(),
+            )),
+            None => {
+                self.oplog_history_for_loss_on(&self.client, at, size_before, limit)
+                    .await
+            }
             Some(name) => {
-                self.oplog_kept()?;
                 let client = self.cached_shard_client(name).await.ok_or_else(|| {
                     StoreError::OplogUnknown(format!("shard {name} is no longer listed"))
                 })?;
-                self.oplog_history_before_on(&client, at, limit)
+                self.oplog_history_for_loss_on(&client, at, size_before, limit)
                     .await
                     .map_err(|e| on_shard(name, e))
             }

@@ -265,6 +265,7 @@ impl crate::store::OplogFigures for SandboxStore {
         &self,
         _shard: Option<&str>,
         at: ClusterTime,
+        _size_before: u64,
         _limit: u32,
     ) -> StoreResult<crate::model::HistoryBefore> {
         self.require_oplog()?;
