@@ -51,6 +51,21 @@ async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, wa
     common::eventually(PATIENCE, "five commits", || first.snapshot().commits >= 5).await;
     first.stop().await;
     let lease = store.get(RESOURCE).await.expect("read").expect("lease");
+    // Checkpoints are written on their own task: the last commit's lands soon after.
+    let committed = lease.resume_token.clone().expect("committed");
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while checkpoints(&store)
+        .await
+        .first()
+        .map(|c| c.token.as_document())
+        != Some(committed.as_document())
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the last commit's checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let kept = checkpoints(&store).await;
     assert_eq!(kept.len(), 3, "the newest three are kept: {kept:?}");
     assert!(kept.windows(2).all(|w| w[0].at >= w[1].at), "newest first");
@@ -81,11 +96,126 @@ async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, wa
     }
     common::eventually(PATIENCE, "three commits", || second.snapshot().commits >= 3).await;
     second.stop().await;
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while checkpoints(&store).await[0].holder != "second" {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second's checkpoint"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let kept = checkpoints(&store).await;
     let by_second: Vec<&Checkpoint> = kept.iter().filter(|c| c.holder == "second").collect();
     assert_eq!(by_second.len(), 1, "one per interval: {kept:?}");
     assert_eq!(kept[0].holder, "second");
     assert_eq!(kept.len(), 3);
+}
+
+/// A late checkpoint of an ex-holder (a lower fencing version, recorded after its
+/// successor's) is listed below it, and trimmed first: whatever the clocks say, the
+/// newest is the current tenure's.
+async fn a_late_checkpoint_of_an_ex_holder_sorts_below<S: CheckpointStore>(store: &S) {
+    let token = |secs: u32| {
+        streamward::model::ResumeToken::encode(
+            streamward::model::ClusterTime::new(1_800_000_000 + secs, 1),
+            streamward::model::TokenKind::Event,
+            0,
+        )
+    };
+    let tenure = |listener: &str, version: i64| streamward::store::Tenure {
+        resource: "late".into(),
+        listener: listener.into(),
+        version,
+    };
+    store
+        .record_checkpoint(&tenure("successor", 8), &token(20), 2)
+        .await
+        .expect("record");
+    store
+        .record_checkpoint(&tenure("ex-holder", 7), &token(10), 2)
+        .await
+        .expect("record");
+    store
+        .record_checkpoint(&tenure("successor", 8), &token(30), 2)
+        .await
+        .expect("record");
+    let listed = store.checkpoints("late", 10).await.expect("list").items;
+    let shown: Vec<(&str, i64)> = listed
+        .iter()
+        .map(|c| (c.holder.as_str(), c.version))
+        .collect();
+    assert_eq!(shown, [("successor", 8), ("successor", 8)], "{listed:?}");
+    assert_eq!(listed[0].token, token(30));
+}
+
+#[tokio::test(start_paused = true)]
+async fn on_the_sandbox_a_late_checkpoint_of_an_ex_holder_sorts_below() {
+    a_late_checkpoint_of_an_ex_holder_sorts_below(&common::sandbox(100)).await;
+}
+
+/// With an interval, one checkpoint per interval while commits go on; a listener that
+/// may not write its checkpoints streams on and says so.
+#[tokio::test(start_paused = true)]
+async fn one_per_interval_and_a_failed_one_does_not_stop_the_stream() {
+    let store = common::sandbox(10_000);
+    let watch = Namespace::new("shop", "orders");
+    let listener = ListenerHandle::spawn(
+        store.clone(),
+        config(watch.clone(), "steady", Duration::from_secs(1)),
+        NoopHandler,
+    );
+    for i in 0..70 {
+        store
+            .put(&watch, doc! { "_id": i, "n": i })
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let commits = listener.snapshot().commits;
+    listener.stop().await;
+    let recorded = store
+        .calls()
+        .record_checkpoint
+        .load(std::sync::atomic::Ordering::SeqCst);
+    assert!(commits >= 30, "{commits} commits");
+    // 3.5 s of commits: the first, then one a second.
+    assert!(
+        (3..=5).contains(&recorded),
+        "{recorded} checkpoints in 3.5 s"
+    );
+
+    let refused = streamward::store::sandbox::SandboxStore::new(
+        streamward::store::sandbox::SandboxConfig {
+            checkpoints_writable: false,
+            ..streamward::store::sandbox::SandboxConfig::default()
+        },
+        streamward::store::sandbox::Clock::virtual_from(chrono::Utc::now()),
+    );
+    let listener = ListenerHandle::spawn(
+        refused.clone(),
+        config(watch.clone(), "refused", Duration::ZERO),
+        NoopHandler,
+    );
+    for i in 0..10 {
+        refused
+            .put(&watch, doc! { "_id": i, "n": i })
+            .await
+            .expect("write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    common::eventually(PATIENCE, "commits go on", || {
+        listener.snapshot().commits >= 5
+    })
+    .await;
+    let snapshot = listener.snapshot();
+    let error = snapshot.last_error.unwrap_or_default();
+    assert!(error.contains("could not record a checkpoint"), "{error}");
+    assert_ne!(
+        snapshot.state,
+        streamward::engine::ListenerState::Standby,
+        "it holds"
+    );
+    listener.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -98,6 +228,7 @@ async fn on_the_sandbox_the_newest_are_kept_one_per_interval() {
 async fn on_mongodb_the_newest_are_kept_and_a_rewind_goes_back_to_one() {
     live("checkpoints", |live: LiveDb| async move {
         newest_kept_and_one_per_interval(live.store.clone(), live.ns("orders")).await;
+        a_late_checkpoint_of_an_ex_holder_sorts_below(&live.store).await;
 
         // A document that is not a checkpoint is named, the others still listed.
         live.store
@@ -158,9 +289,10 @@ async fn on_mongodb_the_newest_are_kept_and_a_rewind_goes_back_to_one() {
             "{out}{}",
             String::from_utf8_lossy(&done.stderr)
         );
+        let third_id = listed[2]["id"].as_str().expect("an id");
         assert!(
-            out.starts_with("checkpoint 3 of orders: recorded "),
-            "{out}"
+            out.contains(&format!("rewind to checkpoint {third_id} (recorded ")),
+            "the plan names the checkpoint: {out}"
         );
         let lease = live
             .store

@@ -30,6 +30,7 @@ fn fast() -> FeedIntervals {
         audit: Duration::from_millis(100),
         listeners: Duration::from_millis(50),
         loss: Duration::from_millis(50),
+        checkpoints: Duration::from_millis(100),
         retry: Duration::from_millis(100),
     }
 }

@@ -252,6 +252,7 @@ fn checkpoints(resource: &str) -> Vec<streamward::model::Checkpoint> {
     [(60, 3), (3660, 2)]
         .into_iter()
         .map(|(ago_secs, version)| streamward::model::Checkpoint {
+            id: format!("{version:024x}"),
             resource: resource.into(),
             at: ago(ago_secs),
             token: ResumeToken::encode(
@@ -719,6 +720,7 @@ fn takeover_plan() -> streamward::ops::Plan {
         read_only: false,
         audit: None,
         rebuild: None,
+        checkpoints: Vec::new(),
         operator: "ann@bastion".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
@@ -847,6 +849,7 @@ fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
         read_only: false,
         audit: None,
         rebuild: None,
+        checkpoints: Vec::new(),
         operator: "ann@bastion".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),

@@ -1,5 +1,6 @@
 //! `streamward checkpoints RESOURCE`: the committed resume points a resource's
-//! listeners recorded, newest first, numbered as `rewind --to-checkpoint N` takes them.
+//! listeners recorded, newest first, numbered and named as `rewind --to-checkpoint`
+//! takes them.
 
 use std::io::Write;
 
@@ -10,9 +11,8 @@ use serde_json::json;
 use super::lease_table::render_columns;
 use super::limits;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
-use crate::model::text::{document_time, escape_control};
+use crate::model::text::escape_control;
 use crate::model::Checkpoint;
-use crate::ops::{OpsError, Refusal, RefusalKind};
 use crate::store::{CheckpointStore, CHECKPOINTS_KEPT};
 
 #[derive(Debug, Args)]
@@ -64,15 +64,11 @@ pub async fn list(
 }
 
 fn token_time_text(checkpoint: &Checkpoint) -> String {
-    match (checkpoint.token.decode(), checkpoint.token.recorded_time()) {
-        (Ok(decoded), _) => decoded.time.to_string(),
-        (Err(_), Some(at)) => document_time(at),
-        (Err(_), None) => "-".into(),
-    }
+    checkpoint.token.time_text().unwrap_or_else(|| "-".into())
 }
 
 fn table(checkpoints: &[Checkpoint]) -> String {
-    let rows: Vec<[String; 6]> = checkpoints
+    let rows: Vec<[String; 7]> = checkpoints
         .iter()
         .enumerate()
         .map(|(i, c)| {
@@ -82,12 +78,21 @@ fn table(checkpoints: &[Checkpoint]) -> String {
                 token_time_text(c),
                 c.version.to_string(),
                 escape_control(&c.holder),
+                c.id.clone(),
                 escape_control(&c.token.to_string()),
             ]
         })
         .collect();
     render_columns(
-        ["N", "RECORDED", "TOKEN TIME", "VER", "HOLDER", "TOKEN"],
+        [
+            "N",
+            "RECORDED",
+            "TOKEN TIME",
+            "VER",
+            "HOLDER",
+            "ID",
+            "TOKEN",
+        ],
         &rows,
     )
 }
@@ -97,55 +102,10 @@ fn checkpoint_json(n: usize, checkpoint: &Checkpoint) -> serde_json::Value {
         "n": n,
         "resource": checkpoint.resource,
         "recordedAt": checkpoint.at.to_rfc3339(),
-        "tokenTime": checkpoint.token_time().and_then(|t| t.to_datetime()).map(|t| t.to_rfc3339()),
+        "id": checkpoint.id,
+        "tokenTime": checkpoint.token.time_text(),
         "version": checkpoint.version,
         "holder": checkpoint.holder,
         "token": checkpoint.token.to_string(),
     })
-}
-
-/// Checkpoint `n` of `resource` (1 is the newest), or a refusal (exit 3) that says how
-/// many there are.
-pub async fn nth<S: CheckpointStore>(
-    store: &S,
-    resource: &str,
-    n: u32,
-) -> anyhow::Result<Checkpoint> {
-    let listing = store
-        .checkpoints(resource, n)
-        .await
-        .with_context(|| format!("reading the checkpoints of {resource}"))?;
-    let count = listing.items.len();
-    listing
-        .items
-        .into_iter()
-        .nth(n.saturating_sub(1) as usize)
-        .ok_or_else(|| {
-            let shown = escape_control(resource);
-            let had = match count {
-                0 => "has no checkpoints".to_string(),
-                1 => "has 1 checkpoint".to_string(),
-                k => format!("has {k} checkpoints"),
-            };
-            OpsError::Refused(Refusal::new(
-                RefusalKind::UnknownCheckpoint,
-                format!(
-                    "{shown} {had}, so there is no checkpoint {n} (`streamward checkpoints \
-                     {shown}` lists them, 1 the newest)"
-                ),
-            ))
-            .into()
-        })
-}
-
-/// The line said before the plan of a rewind to a checkpoint.
-pub fn describe(n: u32, checkpoint: &Checkpoint) -> String {
-    format!(
-        "checkpoint {n} of {}: recorded {} by {} at version {}, token time {}",
-        escape_control(&checkpoint.resource),
-        checkpoint.at.format("%Y-%m-%dT%H:%M:%SZ"),
-        escape_control(&checkpoint.holder),
-        checkpoint.version,
-        token_time_text(checkpoint)
-    )
 }

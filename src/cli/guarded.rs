@@ -69,9 +69,11 @@ pub struct RewindArgs {
     /// Resume after this token (its _data hex, or {"_data": "…"}).
     #[arg(long, value_name = "TOKEN", value_parser = ops::parse_token)]
     pub to_token: Option<crate::model::ResumeToken>,
-    /// Resume after checkpoint N, 1 the newest (`streamward checkpoints RESOURCE` lists them).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub to_checkpoint: Option<u32>,
+    /// Resume after a checkpoint's token: N (1 the newest) or its ID, as `streamward
+    /// checkpoints RESOURCE` lists them (an ID names the same one however many are
+    /// recorded meanwhile).
+    #[arg(long, value_name = "N|ID")]
+    pub to_checkpoint: Option<ops::CheckpointRef>,
     #[command(flatten)]
     pub options: ActionOptions,
     #[command(flatten)]
@@ -147,10 +149,11 @@ impl TakeoverArgs {
 
 impl RewindArgs {
     pub fn request(&self) -> anyhow::Result<ActionRequest> {
-        let to = match (&self.to, self.by, &self.to_token) {
-            (Some(time), None, None) => RewindTarget::Time(*time),
-            (None, Some(by), None) => RewindTarget::By(by),
-            (None, None, Some(token)) => RewindTarget::Token(token.clone()),
+        let to = match (&self.to, self.by, &self.to_token, &self.to_checkpoint) {
+            (Some(time), None, None, None) => RewindTarget::Time(*time),
+            (None, Some(by), None, None) => RewindTarget::By(by),
+            (None, None, Some(token), None) => RewindTarget::Token(token.clone()),
+            (None, None, None, Some(which)) => RewindTarget::Checkpoint(which.clone()),
             _ => anyhow::bail!(exit::UsageError(
                 "rewind takes exactly one of --to, --by, --to-token, --to-checkpoint".into()
             )),
@@ -618,35 +621,6 @@ pub async fn action(
     .await
 }
 
-/// `rewind RESOURCE --to-checkpoint N`: a rewind to checkpoint `n`'s token, said
-/// before its plan; planned, confirmed and audited as any token rewind.
-pub async fn rewind_to_checkpoint(
-    settings: &Settings,
-    args: &RewindArgs,
-    n: u32,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let token_rewind = |token| ActionRequest::Rewind {
-        resource: args.resource.clone(),
-        to: RewindTarget::Token(token),
-    };
-    let store = super::cluster::connect(settings).await?;
-    let checkpoint = super::checkpoints::nth(&store, &args.resource, n).await?;
-    let request = token_rewind(checkpoint.token.clone());
-    refused_early(settings, &request, out)?;
-    if settings.output == OutputFormat::Table {
-        writeln!(out, "{}", super::checkpoints::describe(n, &checkpoint))?;
-    }
-    run_action(
-        &store,
-        request,
-        &ActionSettings::from(settings),
-        &args.options,
-        out,
-    )
-    .await
-}
-
 pub async fn rebuild(
     settings: &Settings,
     args: &RebuildArgs,
@@ -764,6 +738,7 @@ mod tests {
                                 resource: "shop.orders".into(),
                                 description: "d".into(),
                             }),
+                            checkpoints: Vec::new(),
                             operator: options.operator,
                             handover_lease: options.handover_lease,
                             bulk_lease: options.bulk_lease,

@@ -258,10 +258,9 @@ async fn dispatch(
         Command::Takeover(args) => {
             guarded::action(settings, args.request(), &args.options, out).await
         }
-        Command::Rewind(args) => match args.to_checkpoint {
-            Some(n) => guarded::rewind_to_checkpoint(settings, &args, n, out).await,
-            None => guarded::action(settings, args.request()?, &args.options, out).await,
-        },
+        Command::Rewind(args) => {
+            guarded::action(settings, args.request()?, &args.options, out).await
+        }
         Command::Reset(args) => guarded::action(settings, args.request(), &args.options, out).await,
         Command::Rebuild(args) => guarded::rebuild(settings, &args, out).await,
         Command::AbortBulk(args) => {

@@ -27,6 +27,9 @@ pub struct FeedIntervals {
     pub listeners: Duration,
     /// How often each lease's time to loss is predicted (two reads give the first).
     pub loss: Duration,
+    /// How often the detail view's checkpoints are read again (they are recorded once a
+    /// minute by default).
+    pub checkpoints: Duration,
     pub retry: Duration,
 }
 
@@ -38,6 +41,7 @@ impl Default for FeedIntervals {
             audit: Duration::from_secs(2),
             listeners: Duration::from_millis(500),
             loss: Duration::from_secs(5),
+            checkpoints: Duration::from_secs(15),
             retry: Duration::from_secs(2),
         }
     }
@@ -313,7 +317,7 @@ async fn predict_loss<S: ClusterProbe>(
 pub const CHECKPOINTS_SHOWN: u32 = 20;
 
 /// Reads the checkpoints of the lease the detail view shows (`detail`), when it opens on
-/// one and then every `intervals.audit` while it stays; nothing while it is closed.
+/// one and then every `intervals.checkpoints` while it stays; nothing while it is closed.
 pub fn spawn_checkpoints<S: ClusterProbe>(
     store: S,
     intervals: FeedIntervals,
@@ -338,7 +342,7 @@ pub fn spawn_checkpoints<S: ClusterProbe>(
                 // Again after a while, or at once for another lease.
                 tokio::select! {
                     changed = detail.changed() => if changed.is_err() { return },
-                    () = tokio::time::sleep(intervals.audit) => {}
+                    () = tokio::time::sleep(intervals.checkpoints) => {}
                 }
             } else if detail.changed().await.is_err() {
                 return;

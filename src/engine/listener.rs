@@ -39,39 +39,6 @@ struct Progress {
     next_refresh: Instant,
     last_commit: Instant,
     committed: Option<ResumeToken>,
-    /// When this tenure last recorded a checkpoint.
-    last_checkpoint: Option<Instant>,
-}
-
-/// Records `token`, just committed, as a checkpoint when one is due. A checkpoint is a
-/// way back for an operator, not part of the commit: failing to record one is logged
-/// and the stream goes on.
-async fn checkpoint_if_due<S: Store>(
-    store: &S,
-    config: &ListenerConfig,
-    p: &mut Progress,
-    token: &ResumeToken,
-    now: Instant,
-) {
-    let Some(every) = config.checkpoint_every else {
-        return;
-    };
-    if p.last_checkpoint
-        .is_some_and(|last| now.duration_since(last) < every)
-    {
-        return;
-    }
-    p.last_checkpoint = Some(now);
-    if let Err(error) = store
-        .record_checkpoint(&p.tenure, token, config.checkpoints_kept)
-        .await
-    {
-        tracing::warn!(
-            resource = %config.resource,
-            %error,
-            "could not record a checkpoint; the stream goes on"
-        );
-    }
 }
 
 /// How one tenure (holding one version of the lease) ended.
@@ -107,6 +74,15 @@ pub struct Listener<S: Store, H: Handler> {
     backoff: Backoff,
     /// Where this listener's series go, when the host application asked for them.
     metrics: Option<ListenerMetrics>,
+    checkpoints: Checkpoints,
+}
+
+/// The checkpoints this listener records: when it last started one, and the one being
+/// written (on its own task, so a slow write never holds up the stream or a refresh).
+#[derive(Debug, Default)]
+struct Checkpoints {
+    last: Option<Instant>,
+    running: Option<tokio::task::JoinHandle<crate::store::StoreResult<()>>>,
 }
 
 /// Doubles the pause after each consecutive failure, up to a minute; a commit resets it.
@@ -142,6 +118,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             rate: RateMeter::new(),
             backoff: Backoff::default(),
             metrics: None,
+            checkpoints: Checkpoints::default(),
         }
     }
 
@@ -308,7 +285,6 @@ impl<S: Store, H: Handler> Listener<S, H> {
             next_refresh: now + self.config.refresh_interval(),
             last_commit: now,
             committed: lease.resume_token.clone(),
-            last_checkpoint: None,
         };
         let mut batch = tokio::select! {
             biased;
@@ -422,7 +398,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     p.last_commit = now;
                     p.next_refresh = now + self.config.refresh_interval();
                     let time = token.time();
-                    checkpoint_if_due(&self.store, &self.config, p, &token, now).await;
+                    self.checkpoint(&p.tenure, &token, now);
                     p.committed = Some(token);
                     // Events count once their commit landed: a fenced-out batch is not progress.
                     let rate = self.rate.record(count as u64);
@@ -659,6 +635,44 @@ impl<S: Store, H: Handler> Listener<S, H> {
             }
             changed
         });
+    }
+
+    /// Records `token`, just committed by `tenure`, as a checkpoint when the last one
+    /// is at least [`ListenerConfig::checkpoint_every`] old and none is being written: on
+    /// its own task, never part of the commit. A failed one is reported (the listener's
+    /// last error, and the log) when the next commit finds it finished.
+    fn checkpoint(&mut self, tenure: &Tenure, token: &ResumeToken, now: Instant) {
+        let Some(every) = self.config.checkpoint_every else {
+            return;
+        };
+        if let Some(running) = self.checkpoints.running.take() {
+            if !running.is_finished() {
+                self.checkpoints.running = Some(running);
+                return;
+            }
+            match futures_util::FutureExt::now_or_never(running) {
+                Some(Ok(Err(error))) => self.record_error(format!(
+                    "could not record a checkpoint (the stream goes on): {error}"
+                )),
+                Some(Err(panicked)) => self.record_error(format!(
+                    "recording a checkpoint failed (the stream goes on): {panicked}"
+                )),
+                _ => {}
+            }
+        }
+        if self
+            .checkpoints
+            .last
+            .is_some_and(|last| now.duration_since(last) < every)
+        {
+            return;
+        }
+        self.checkpoints.last = Some(now);
+        let (store, tenure, token) = (self.store.clone(), tenure.clone(), token.clone());
+        let kept = self.config.checkpoints_kept;
+        self.checkpoints.running = Some(tokio::spawn(async move {
+            store.record_checkpoint(&tenure, &token, kept).await
+        }));
     }
 
     fn record_error(&self, error: String) {

@@ -4,10 +4,13 @@
 
 use chrono::{DateTime, Utc};
 
-use super::{ClusterTime, ResumeToken};
+use super::ResumeToken;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checkpoint {
+    /// Names this checkpoint for good (its `_id`), where a position in the list moves
+    /// as new ones are recorded.
+    pub id: String,
     pub resource: String,
     /// When it was recorded, by the server's clock.
     pub at: DateTime<Utc>,
@@ -19,8 +22,10 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
-    /// The token's time: decoded from it, else the time recorded beside it.
-    pub fn token_time(&self) -> Option<ClusterTime> {
-        self.token.time()
+    /// Newest first, as every store lists them: by fencing version, which only grows per
+    /// lease (a late checkpoint of an ex-holder sorts below its successor's, whatever
+    /// the clocks say), then by time.
+    pub fn newest_first(a: &Checkpoint, b: &Checkpoint) -> std::cmp::Ordering {
+        (b.version, b.at, &b.id).cmp(&(a.version, a.at, &a.id))
     }
 }

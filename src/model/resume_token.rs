@@ -124,6 +124,17 @@ impl ResumeToken {
         self.decode().is_ok()
     }
 
+    /// Its time as people read it: the cluster time decoded from it, else the document
+    /// time recorded beside it, said as such ([`super::text::document_time`]); `None`
+    /// when neither is known.
+    pub fn time_text(&self) -> Option<String> {
+        match (self.decode(), self.recorded) {
+            (Ok(decoded), _) => Some(decoded.time.to_string()),
+            (Err(_), Some(at)) => Some(super::text::document_time(at)),
+            (Err(_), None) => None,
+        }
+    }
+
     /// The token's time: decoded from it, else the time recorded beside it (to the
     /// second, with increment 0: a document's time, not a cluster time), else none.
     pub fn time(&self) -> Option<ClusterTime> {

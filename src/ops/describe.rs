@@ -35,16 +35,9 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
             F::RESUME_TOKEN,
             lease.resume_token.as_ref().map_or_else(
                 || "null".into(),
-                |t| match (t.decode(), t.recorded_time()) {
-                    (Ok(decoded), _) => {
-                        format!("{} ({})", escape_control(&t.to_string()), decoded.time)
-                    }
-                    (Err(_), Some(at)) => format!(
-                        "{} ({})",
-                        escape_control(&t.to_string()),
-                        crate::model::text::document_time(at)
-                    ),
-                    (Err(_), None) => escape_control(&t.to_string()),
+                |t| match t.time_text() {
+                    Some(time) => format!("{} ({time})", escape_control(&t.to_string())),
+                    None => escape_control(&t.to_string()),
                 },
             ),
         ),

@@ -58,6 +58,9 @@ pub struct PlanFacts {
     pub audit: Option<AuditRecord>,
     /// The rebuild definition a rebuild names, if one exists.
     pub rebuild: Option<RebuildTarget>,
+    /// For a rewind to a checkpoint: the resource's checkpoints, newest first (those a
+    /// reference by number or id can name).
+    pub checkpoints: Vec<crate::model::Checkpoint>,
     /// Who acts: the holder of a `--hold` or a rebuild, and the audit's operator.
     pub operator: String,
     /// `expiresAt = now + this` when a takeover hands the lease to a named listener.

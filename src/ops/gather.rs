@@ -2,12 +2,13 @@
 
 use super::facts::{ChangeCount, GatherOptions, PlanFacts};
 use super::target::affected_range;
-use super::{ActionRequest, OpsError};
-use crate::store::{AuditLog, OperatorStore};
+use super::{ActionRequest, OpsError, RewindTarget};
+use crate::store::{AuditLog, OperatorStore, CHECKPOINTS_KEPT};
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
-/// clock, the oplog window (absent when not permitted) and, for actions that move a
-/// resume point, a bounded count of the changes replayed or skipped. Reads only.
+/// clock, the oplog window (absent when not permitted), a rewind's checkpoints and, for
+/// actions that move a resume point, a bounded count of the changes replayed or
+/// skipped. Reads only.
 pub async fn gather<S: OperatorStore + AuditLog>(
     store: &S,
     request: &ActionRequest,
@@ -41,12 +42,26 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         read_only: options.read_only,
         audit,
         rebuild: options.rebuild.clone(),
+        checkpoints: Vec::new(),
         operator: options.operator.clone(),
         handover_lease: options.handover_lease,
         bulk_lease: options.bulk_lease,
         thresholds: options.thresholds,
         profile: store.profile(),
     };
+    if let (
+        ActionRequest::Rewind {
+            resource,
+            to: RewindTarget::Checkpoint(_),
+        },
+        Some(_),
+    ) = (request, &facts.lease)
+    {
+        facts.checkpoints = store
+            .checkpoints(resource, CHECKPOINTS_KEPT * 10)
+            .await?
+            .items;
+    }
     if let Some(range) = affected_range(request, &facts) {
         let limit = options.count_limit.max(1);
         match store

@@ -43,6 +43,8 @@ pub use rebuild::{
     RebuildReport,
 };
 pub use refusal::{Refusal, RefusalKind};
-pub use request::{parse_token, ActionKind, ActionRequest, ResetTarget, RewindTarget, TimeSpec};
+pub use request::{
+    parse_token, ActionKind, ActionRequest, CheckpointRef, ResetTarget, RewindTarget, TimeSpec,
+};
 pub use resume::{describe_point, Direction, ResumeMove};
 pub use target::affected_range;

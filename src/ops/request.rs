@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{ClusterTime, ResumeToken};
+use crate::model::{Checkpoint, ClusterTime, ResumeToken};
 
 /// The guarded actions (docs/runbook.md).
 #[derive(Debug, Clone, PartialEq)]
@@ -106,6 +106,55 @@ pub enum RewindTarget {
     By(Duration),
     /// `resumeToken = T`: changes after the token are replayed.
     Token(ResumeToken),
+    /// The token of one of the resource's checkpoints (`streamward checkpoints`).
+    Checkpoint(CheckpointRef),
+}
+
+/// Which checkpoint: the Nth newest as listed (1 the newest; the list moves as new
+/// ones are recorded), or one by its id (for good).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointRef {
+    Newest(u32),
+    Id(String),
+}
+
+impl CheckpointRef {
+    /// The one of `listed` (newest first) this names.
+    pub fn find<'a>(&self, listed: &'a [Checkpoint]) -> Option<&'a Checkpoint> {
+        match self {
+            CheckpointRef::Newest(n) => listed.get((*n as usize).checked_sub(1)?),
+            CheckpointRef::Id(id) => listed.iter().find(|c| &c.id == id),
+        }
+    }
+}
+
+impl fmt::Display for CheckpointRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CheckpointRef::Newest(n) => write!(f, "{n}"),
+            CheckpointRef::Id(id) => f.write_str(id),
+        }
+    }
+}
+
+impl FromStr for CheckpointRef {
+    type Err = String;
+    /// `N` (1 the newest, at most the number kept) or a checkpoint's 24-hex-digit id.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let text = text.trim().trim_start_matches('#');
+        if text.len() == 24 && text.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Ok(CheckpointRef::Id(text.to_ascii_lowercase()));
+        }
+        match text.parse::<u32>() {
+            Ok(n) if (1..=crate::store::CHECKPOINTS_KEPT * 10).contains(&n) => {
+                Ok(CheckpointRef::Newest(n))
+            }
+            _ => Err(format!(
+                "{text:?} is neither a checkpoint number (1 the newest) nor a checkpoint id \
+                 (24 hex digits, `streamward checkpoints RESOURCE` lists them)"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

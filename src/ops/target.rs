@@ -3,11 +3,76 @@
 
 use super::facts::{ChangeRange, PlanFacts};
 use super::refusal::{Refusal, RefusalKind};
-use super::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
+use super::request::{ActionKind, ActionRequest, CheckpointRef, ResetTarget, RewindTarget};
 use super::resume::{movement, point_of, NewResume};
 use crate::model::text::short_duration;
-use crate::model::{ClusterTime, Lease, OplogWindow, StreamProfile};
+use crate::model::{Checkpoint, ClusterTime, Lease, OplogWindow, ResumeToken, StreamProfile};
 use crate::store::Namespace;
+
+/// `time` inside `window`, or refused as outside it; not checked where the window is
+/// unknown (the plan says so).
+fn in_window(time: ClusterTime, what: &str, window: Option<&OplogWindow>) -> Result<(), Refusal> {
+    let Some(window) = window else {
+        return Ok(());
+    };
+    if time < window.first || time > window.last {
+        Err(Refusal::new(
+            RefusalKind::OutsideWindow,
+            format!(
+                "{what} {time} is outside the oplog window ({} to {})",
+                window.first, window.last
+            ),
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// The checkpoint `which` names among the facts' (the lease's, newest first).
+pub(crate) fn checkpoint_named<'a>(
+    which: &CheckpointRef,
+    lease: &Lease,
+    facts: &'a PlanFacts,
+) -> Result<&'a Checkpoint, Refusal> {
+    which.find(&facts.checkpoints).ok_or_else(|| {
+        let resource = crate::model::text::escape_control(&lease.resource);
+        let had = match facts.checkpoints.len() {
+            0 => "has no checkpoints".to_string(),
+            1 => "has 1 checkpoint".to_string(),
+            k => format!("has {k} checkpoints"),
+        };
+        Refusal::new(
+            RefusalKind::UnknownCheckpoint,
+            format!(
+                "{resource} {had}, so there is no checkpoint {which} (`streamward checkpoints \
+                 {resource}` lists them, 1 the newest)"
+            ),
+        )
+    })
+}
+
+/// The resume fields of a move to `token`, its time checked against the window (a
+/// Cosmos DB token tells no time, and there is no window to check).
+fn token_target(
+    token: &ResumeToken,
+    what: &str,
+    facts: &PlanFacts,
+) -> Result<Option<NewResume>, Refusal> {
+    if facts.profile == StreamProfile::CosmosDb && token.time().is_none() {
+        return Ok(Some((Some(token.clone()), None)));
+    }
+    let Some(time) = token.time() else {
+        return Err(Refusal::new(
+            RefusalKind::UndecodableToken,
+            format!(
+                "resume token {token} cannot be decoded, so it cannot be checked against the \
+                 oplog window"
+            ),
+        ));
+    };
+    in_window(time, what, facts.window.as_ref())?;
+    Ok(Some((Some(token.clone()), None)))
+}
 
 pub(crate) fn require_window(
     facts: &PlanFacts,
@@ -37,22 +102,6 @@ pub(crate) fn resume_target(
     lease: &Lease,
     facts: &PlanFacts,
 ) -> Result<Option<NewResume>, Refusal> {
-    let in_window = |time: ClusterTime, what: &str, window: Option<&OplogWindow>| {
-        let Some(window) = window else {
-            return Ok(()); // not checked: the plan says so
-        };
-        if time < window.first || time > window.last {
-            Err(Refusal::new(
-                RefusalKind::OutsideWindow,
-                format!(
-                    "{what} {time} is outside the oplog window ({} to {})",
-                    window.first, window.last
-                ),
-            ))
-        } else {
-            Ok(())
-        }
-    };
     match request {
         ActionRequest::Rewind { to, .. } => {
             let window = facts.window.as_ref();
@@ -96,19 +145,14 @@ pub(crate) fn resume_target(
                     )?;
                     Ok(Some((None, Some(time))))
                 }
-                RewindTarget::Token(token) => {
-                    // A Cosmos DB token tells no time, and there is no window to check.
-                    if facts.profile == StreamProfile::CosmosDb && token.time().is_none() {
-                        return Ok(Some((Some(token.clone()), None)));
-                    }
-                    let Some(time) = token.time() else {
-                        return Err(Refusal::new(
-                            RefusalKind::UndecodableToken,
-                            format!("resume token {token} cannot be decoded, so it cannot be checked against the oplog window"),
-                        ));
-                    };
-                    in_window(time, "the token's time", window)?;
-                    Ok(Some((Some(token.clone()), None)))
+                RewindTarget::Token(token) => token_target(token, "the token's time", facts),
+                RewindTarget::Checkpoint(which) => {
+                    let checkpoint = checkpoint_named(which, lease, facts)?;
+                    token_target(
+                        &checkpoint.token,
+                        &format!("checkpoint {which}'s token time"),
+                        facts,
+                    )
                 }
             }
         }

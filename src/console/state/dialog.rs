@@ -14,8 +14,8 @@ use super::input::Effect;
 use crate::model::text::escape_control;
 use crate::model::Lease;
 use crate::ops::{
-    ActionKind, ActionRequest, Plan, RebuildProgress, RefusalKind, ResetTarget, RewindTarget,
-    TimeSpec,
+    ActionKind, ActionRequest, CheckpointRef, Plan, RebuildProgress, RefusalKind, ResetTarget,
+    RewindTarget, TimeSpec,
 };
 
 /// What the operator pointed at when the dialog opened.
@@ -517,8 +517,9 @@ pub fn request_for(action: ActionKind, target: &Target) -> Option<ActionRequest>
 
 /// A rewind as typed into the ask dialog: back by a duration (`10m`, `1h30m`), to an
 /// RFC 3339 time, to a clock time (`03:10`, `03:10:30`, UTC as the console shows
-/// times: the latest such time not after `server_now`), or to `SECS:INC` /
-/// `Timestamp(SECS, INC)`.
+/// times: the latest such time not after `server_now`), to `SECS:INC` /
+/// `Timestamp(SECS, INC)`, or to a checkpoint (`#N` as the detail view numbers them, or
+/// `#ID`).
 pub fn rewind_request(
     target: &Target,
     text: &str,
@@ -529,6 +530,11 @@ pub fn rewind_request(
         resource: target.resource.clone(),
         to,
     };
+    if let Some(which) = text.strip_prefix('#') {
+        return which
+            .parse::<CheckpointRef>()
+            .map(|which| rewind(RewindTarget::Checkpoint(which)));
+    }
     if let Ok(by) = humantime::parse_duration(text) {
         if by.is_zero() {
             return Err("a rewind by 0s changes nothing".into());
@@ -548,7 +554,7 @@ pub fn rewind_request(
     match text.parse::<TimeSpec>() {
         Ok(spec) => Ok(rewind(RewindTarget::Time(spec))),
         Err(_) => Err(format!(
-            "{text:?} is neither a duration (10m, 1h30m), an RFC 3339 time (2026-01-01T00:10:00Z), a clock time in UTC (03:10 or 03:10:30) nor SECS:INC"
+            "{text:?} is neither a duration (10m, 1h30m), an RFC 3339 time (2026-01-01T00:10:00Z), a clock time in UTC (03:10 or 03:10:30), SECS:INC nor a checkpoint (#2)"
         )),
     }
 }
@@ -620,6 +626,24 @@ mod tests {
             Ok(ActionRequest::Rewind { to, .. }) => to,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_rewind_to_a_checkpoint_by_number_or_id() {
+        assert_eq!(
+            to(rewind_request(&target(), "#2", now())),
+            RewindTarget::Checkpoint(CheckpointRef::Newest(2))
+        );
+        assert_eq!(
+            to(rewind_request(
+                &target(),
+                "#6B04F6C4DBB1080187F4C803",
+                now()
+            )),
+            RewindTarget::Checkpoint(CheckpointRef::Id("6b04f6c4dbb1080187f4c803".into()))
+        );
+        let wrong = rewind_request(&target(), "#0", now()).unwrap_err();
+        assert!(wrong.contains("neither a checkpoint number"), "{wrong}");
     }
 
     #[test]

@@ -382,6 +382,7 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
         read_only: false,
         audit: None,
         rebuild: None,
+        checkpoints: Vec::new(),
         operator: "ann@ops".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),

@@ -246,9 +246,12 @@ fn checkpoint_lines<'a>(resource: &str, state: &ConsoleState, theme: &Theme) -> 
                     ),
                     Span::styled(format!("v{:<5} ", checkpoint.version), theme.accent),
                     Span::styled(
-                        checkpoint
-                            .token_time()
-                            .map_or_else(|| DASH.to_string(), cluster_clock),
+                        match (checkpoint.token.decode(), checkpoint.token.recorded_time()) {
+                            (Ok(decoded), _) => cluster_clock(decoded.time),
+                            // A Cosmos DB token: the document time recorded beside it.
+                            (Err(_), Some(at)) => format!("doc {}", at.format("%H:%M:%S")),
+                            (Err(_), None) => DASH.to_string(),
+                        },
                         theme.base,
                     ),
                     Span::styled(

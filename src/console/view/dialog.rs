@@ -229,8 +229,8 @@ fn ask_lines<'a>(target: &Target, ask: &Ask, text: &str, theme: &Theme) -> (Stri
                 Line::raw(""),
                 Line::styled(
                     "Rewind to when? Back by a duration from the resume point (10m, 1h30m), to a time \
-                     (2026-11-22T03:00:00Z, or a clock time in UTC as shown here: 03:10), or to SECS:INC. \
-                     The changes since are replayed.",
+                     (2026-11-22T03:00:00Z, or a clock time in UTC as shown here: 03:10), to SECS:INC, \
+                     or to a checkpoint (#2: the detail view numbers them). The changes since are replayed.",
                     theme.base,
                 ),
                 input,

@@ -234,6 +234,19 @@ pub(super) fn rewind(
         }
         RewindTarget::By(by) => format!("rewind by {} by {}", short_duration(*by), facts.operator),
         RewindTarget::Token(_) => format!("rewind to a token by {}", facts.operator),
+        RewindTarget::Checkpoint(which) => {
+            match super::super::target::checkpoint_named(which, lease, facts) {
+                Ok(c) => format!(
+                    "rewind to checkpoint {} (recorded {} by {} at version {}) by {}",
+                    c.id,
+                    c.at.format("%Y-%m-%dT%H:%M:%SZ"),
+                    c.holder,
+                    c.version,
+                    facts.operator
+                ),
+                Err(refusal) => return Err(refusal),
+            }
+        }
     };
     let (mut decision, moved) = move_resume(request, lease, facts, note)?;
     if only_past_the_closed_stream(lease, moved.as_ref()) {

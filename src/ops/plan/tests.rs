@@ -66,6 +66,7 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
         read_only: false,
         audit: None,
         rebuild: None,
+        checkpoints: Vec::new(),
         operator: "ann@host".into(),
         handover_lease: Duration::from_secs(10),
         bulk_lease: Duration::from_secs(30),
@@ -439,6 +440,57 @@ fn rewind_forward_is_a_skip_and_refused() {
     );
     assert_eq!(refusal(&p), RefusalKind::WouldSkip);
     assert!(p.refusal.unwrap().reason.contains("--accept-skip"));
+}
+
+/// A rewind to a checkpoint is a rewind to its token, found by number or by id among
+/// the lease's checkpoints, and the note names it; one the lease does not have is
+/// refused, saying how many there are.
+#[test]
+fn rewind_to_a_checkpoint_is_a_rewind_to_its_token() {
+    use crate::model::Checkpoint;
+    use crate::ops::CheckpointRef;
+    let lease = live_lease();
+    let checkpoint = |id: &str, secs: u32, version: i64| Checkpoint {
+        id: id.into(),
+        resource: lease.resource.clone(),
+        at: wall(3000),
+        token: token(secs),
+        version,
+        holder: "w1".into(),
+    };
+    let mut f = facts(Some(lease.clone()));
+    f.checkpoints = vec![
+        checkpoint("00000000000000000000000b", 2000, 7),
+        checkpoint("00000000000000000000000a", 1000, 6),
+    ];
+    for which in [
+        CheckpointRef::Newest(2),
+        CheckpointRef::Id("00000000000000000000000a".into()),
+    ] {
+        let p = plan(&rewind(RewindTarget::Checkpoint(which)), &f);
+        assert_eq!(
+            accepted(&p).resume,
+            ResumeChange::Set {
+                token: Some(token(1000)),
+                at: None
+            }
+        );
+        let note = format!("{:?}", p.after.as_ref().and_then(|l| l.note.clone()));
+        assert!(
+            note.contains("checkpoint 00000000000000000000000a"),
+            "{note}"
+        );
+    }
+    let p = plan(
+        &rewind(RewindTarget::Checkpoint(CheckpointRef::Newest(3))),
+        &f,
+    );
+    assert_eq!(refusal(&p), RefusalKind::UnknownCheckpoint);
+    let reason = p.refusal.unwrap().reason;
+    assert!(
+        reason.contains("has 2 checkpoints, so there is no checkpoint 3"),
+        "{reason}"
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Checkpoints on MongoDB: `<db>.checkpoints`, one document per checkpoint,
-//! `{resource, at, resumeToken, tokenTime?, version, listenerId}`, indexed by resource
-//! and time; the oldest beyond the number kept are deleted when one is recorded.
+//! `{resource, at, resumeToken, tokenTime?, version, listenerId}`, indexed as listed
+//! (resource, then newest first by version and time); the oldest beyond the number kept
+//! are deleted when one is recorded.
 
 use std::future::IntoFuture;
 
@@ -10,79 +11,57 @@ use futures_util::TryStreamExt;
 use super::codec::{
     date, integer, malformed, opt_date, opt_document, opt_string, read_each, required_date,
 };
-use super::errors::with_one_retry;
+use super::errors::{bounded, with_one_retry};
 use super::MongoStore;
 use crate::model::{Checkpoint, ResumeToken};
 use crate::store::{CheckpointStore, Listing, StoreError, StoreResult, Tenure};
 
 const WHAT: &str = "checkpoint";
 
+/// Newest first: by fencing version, which only grows per lease (a late checkpoint of
+/// an ex-holder sorts below its successor's, whatever the clocks say), then by time;
+/// exactly the index's keys (Azure Cosmos DB sorts only on an index that matches).
+fn newest_first() -> Document {
+    doc! { "version": -1, "at": -1 }
+}
+
 impl MongoStore {
-    /// `{resource: 1, at: -1}`, asked for once per store: a missing privilege or any
-    /// other refusal is logged and the checkpoints go on unindexed.
+    /// `{resource: 1, version: -1, at: -1}`, what the listing sorts by, asked for once
+    /// per store within the operation timeout: a refusal or no reply is logged and the
+    /// checkpoints go on unindexed.
     async fn ensure_checkpoint_index(&self) {
         self.checkpoint_index
             .get_or_init(|| async {
                 let index = mongodb::IndexModel::builder()
-                    .keys(doc! { "resource": 1, "at": -1 })
+                    .keys(doc! { "resource": 1, "version": -1, "at": -1 })
                     .build();
-                let made = self
-                    .collection(&self.settings.checkpoints())
-                    .create_index(index)
-                    .await;
+                let checkpoints = self.collection(&self.settings.checkpoints());
+                let action = "index the checkpoints by resource";
+                let made = bounded(
+                    self.timeout(),
+                    action,
+                    checkpoints.create_index(index).into_future(),
+                )
+                .await;
                 if let Err(error) = made {
                     tracing::warn!(
-                        error = %super::redact_message(&error.to_string()),
-                        "cannot index the checkpoints by resource; they stay readable, reads \
-                         scan the collection"
+                        error = %error.into_store(action),
+                        "the checkpoints stay unindexed; reads scan the collection"
                     );
                 }
             })
             .await;
     }
-}
 
-impl CheckpointStore for MongoStore {
-    /// One upsert of a new `_id` with `at: $$NOW` (the server's clock; retried once, the
-    /// same `_id` makes a retry harmless), then the ones beyond `kept` are deleted.
-    async fn record_checkpoint(
-        &self,
-        tenure: &Tenure,
-        token: &ResumeToken,
-        kept: u32,
-    ) -> StoreResult<()> {
-        self.ensure_checkpoint_index().await;
-        let action = format!("record a checkpoint of lease {}", tenure.resource);
+    /// Deletes the checkpoints of `resource` beyond the newest `kept`.
+    async fn trim_checkpoints(&self, resource: &str, kept: u32) -> StoreResult<()> {
+        let action = format!("trim the checkpoints of lease {resource}");
         let checkpoints = self.collection(&self.settings.checkpoints());
-        let id = ObjectId::new();
-        let mut fields = doc! {
-            "resource": &tenure.resource,
-            "at": "$$NOW",
-            "resumeToken": token.as_document().clone(),
-            "version": tenure.version,
-            "listenerId": &tenure.listener,
-        };
-        if let Some(at) = token.recorded_time() {
-            fields.insert("tokenTime", date(at));
-        }
-        let update = vec![doc! { "$set": fields }];
-        with_one_retry(self.timeout(), &action, || {
-            checkpoints
-                .update_one(doc! { "_id": id }, update.clone())
-                .upsert(true)
-                .into_future()
-        })
-        .await
-        .map_err(|e| e.into_store(&action))?;
-
-        // The newest `kept` stay; what is older goes (a few at a time: one per interval
-        // is recorded).
-        let action = format!("trim the checkpoints of lease {}", tenure.resource);
-        let filter = doc! { "resource": &tenure.resource };
+        let filter = doc! { "resource": resource };
         let older: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
             checkpoints
                 .find(filter.clone())
-                .sort(doc! { "at": -1, "_id": -1 })
+                .sort(newest_first())
                 .skip(u64::from(kept.max(1)))
                 .limit(1_000)
                 .projection(doc! { "_id": 1 })
@@ -104,6 +83,46 @@ impl CheckpointStore for MongoStore {
         }
         Ok(())
     }
+}
+
+impl CheckpointStore for MongoStore {
+    /// An upsert of a new `_id` (`at` set by the server's clock, `$currentDate`),
+    /// majority, retried once: the same `_id` makes a retry harmless. Then the ones
+    /// beyond `kept` are deleted; a failed trim is logged, the checkpoint stands.
+    async fn record_checkpoint(
+        &self,
+        tenure: &Tenure,
+        token: &ResumeToken,
+        kept: u32,
+    ) -> StoreResult<()> {
+        self.ensure_checkpoint_index().await;
+        let action = format!("record a checkpoint of lease {}", tenure.resource);
+        let checkpoints = self.collection(&self.settings.checkpoints());
+        let id = ObjectId::new();
+        let mut fields = doc! {
+            "resource": &tenure.resource,
+            "resumeToken": token.as_document().clone(),
+            "version": tenure.version,
+            "listenerId": &tenure.listener,
+        };
+        if let Some(at) = token.recorded_time() {
+            fields.insert("tokenTime", date(at));
+        }
+        let update = doc! { "$set": fields, "$currentDate": { "at": true } };
+        with_one_retry(self.write_timeout(), &action, || {
+            checkpoints
+                .update_one(doc! { "_id": id }, update.clone())
+                .upsert(true)
+                .write_concern(self.majority())
+                .into_future()
+        })
+        .await
+        .map_err(|e| e.into_store(&action))?;
+        if let Err(error) = self.trim_checkpoints(&tenure.resource, kept).await {
+            tracing::warn!(%error, "older checkpoints stay until the next one is recorded");
+        }
+        Ok(())
+    }
 
     async fn checkpoints(&self, resource: &str, limit: u32) -> StoreResult<Listing<Checkpoint>> {
         let action = format!("read the checkpoints of lease {resource}");
@@ -111,7 +130,7 @@ impl CheckpointStore for MongoStore {
         let documents: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
             checkpoints
                 .find(doc! { "resource": resource })
-                .sort(doc! { "at": -1, "_id": -1 })
+                .sort(newest_first())
                 .limit(i64::from(limit))
                 .await?
                 .try_collect()
@@ -131,7 +150,19 @@ pub(super) fn checkpoint_from_document(document: &Document) -> Result<Checkpoint
         .get("version")
         .ok_or_else(|| required("version"))
         .and_then(|v| integer(WHAT, v, "version"))?;
+    let id = match document.get("_id") {
+        Some(Bson::ObjectId(id)) => id.to_hex(),
+        Some(other) => {
+            return Err(malformed(
+                WHAT,
+                "_id",
+                format!("expected an ObjectId, found {other}"),
+            ))
+        }
+        None => return Err(required("_id")),
+    };
     Ok(Checkpoint {
+        id,
         resource: opt_string(WHAT, document, "resource")?.ok_or_else(|| required("resource"))?,
         at: required_date(WHAT, document, "at")?,
         token: ResumeToken::from_document(token.clone()).with_recorded_time(opt_date(
@@ -162,7 +193,7 @@ mod tests {
         assert_eq!(checkpoint.at, at);
         assert_eq!(checkpoint.version, 7);
         assert_eq!(checkpoint.holder, "app-1/42");
-        assert!(checkpoint.token_time().is_some());
+        assert!(checkpoint.token.time().is_some());
 
         for (field, bad) in [
             ("resumeToken", Bson::String("x".into())),

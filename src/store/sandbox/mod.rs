@@ -36,6 +36,8 @@ pub struct SandboxConfig {
     pub oplog_readable: bool,
     /// Keep a step-by-step history for invariant checkers.
     pub record_history: bool,
+    /// `false` behaves like a listener without write access to its checkpoints.
+    pub checkpoints_writable: bool,
 }
 
 impl Default for SandboxConfig {
@@ -45,6 +47,7 @@ impl Default for SandboxConfig {
             log_bytes: usize::MAX,
             oplog_readable: true,
             record_history: false,
+            checkpoints_writable: true,
         }
     }
 }

@@ -15,8 +15,10 @@ pub struct State {
     pub log: ChangeLog,
     pub leases: BTreeMap<String, Lease>,
     pub audit: Vec<AuditRecord>,
-    /// Per resource, its checkpoints, oldest first.
-    pub checkpoints: HashMap<String, std::collections::VecDeque<crate::model::Checkpoint>>,
+    /// Per resource, its checkpoints, newest first.
+    pub checkpoints: HashMap<String, Vec<crate::model::Checkpoint>>,
+    /// The last checkpoint id given.
+    pub next_checkpoint: u64,
     pub history: Option<Vec<HistoryEntry>>,
 }
 
@@ -28,6 +30,7 @@ impl State {
             leases: BTreeMap::new(),
             audit: Vec::new(),
             checkpoints: HashMap::new(),
+            next_checkpoint: 0,
             history: record_history.then(Vec::new),
         }
     }
