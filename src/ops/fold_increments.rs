@@ -353,6 +353,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_document_counted_since_it_was_read_is_reported_as_counted() {
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+        let counter = Counter::new("n").unwrap();
+        let id = Bson::Int32(1);
+        store
+            .add_pending_increment(&ns(), &id, &counter, "a", 2)
+            .await
+            .unwrap();
+        let plan = plan_fold(&store, &ns(), &counter).await.unwrap();
+        // A writer takes its second step between the read and the fold: its token is
+        // counted, as MongoDB's adapter reads it back.
+        store
+            .apply_pending_increment(&ns(), &id, &counter, "a")
+            .await
+            .unwrap();
+        let report = fold_pending_increments(&store, &plan, context())
+            .await
+            .unwrap();
+        assert_eq!((report.already_counted(), report.changed()), (1, 0));
+        let stored = store.find_one(&ns(), &id).await.unwrap().unwrap();
+        assert_eq!(stored.get("n"), Some(&Bson::Int64(2)));
+    }
+
+    #[tokio::test]
     async fn a_document_changed_since_it_was_read_is_left_alone() {
         let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
         let counter = Counter::new("n").unwrap();
@@ -362,9 +386,9 @@ mod tests {
             .await
             .unwrap();
         let plan = plan_fold(&store, &ns(), &counter).await.unwrap();
-        // A writer takes its second step between the read and the fold.
+        // Another writer takes its first step between the read and the fold.
         store
-            .apply_pending_increment(&ns(), &id, &counter, "a")
+            .add_pending_increment(&ns(), &id, &counter, "b", 3)
             .await
             .unwrap();
         let report = fold_pending_increments(&store, &plan, context())
@@ -372,7 +396,8 @@ mod tests {
             .unwrap();
         assert_eq!(report.changed(), 1);
         let stored = store.find_one(&ns(), &id).await.unwrap().unwrap();
-        assert_eq!(stored.get("n"), Some(&Bson::Int64(2)));
+        assert_eq!(stored.get("n"), None);
+        assert_eq!(stored.get_array("n_pending").map(Vec::len), Ok(2));
         let records = store.audit_log(10).await.unwrap().items;
         assert_eq!(records[0].state, AuditState::NotApplied);
     }

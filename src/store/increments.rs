@@ -230,6 +230,36 @@ pub enum FoldOutcome {
     Changed,
 }
 
+/// What a fold that matched nothing means, read against the document as it is `now`:
+/// `AlreadyCounted` when none of the tokens read is pending any more and all are among
+/// the applied ones, else `Changed` (also when the document is gone). Every store reads
+/// a fold that matched nothing back through this, so they report alike.
+pub fn counted_since(
+    counter: &Counter,
+    read: &PendingDocument,
+    now: Option<&Document>,
+) -> FoldOutcome {
+    let Some(now) = now else {
+        return FoldOutcome::Changed;
+    };
+    let holds = |field: &str, token: &str| match now.get(field) {
+        Some(Bson::Array(items)) => items.iter().any(|item| match item {
+            Bson::String(t) => t == token,
+            Bson::Document(d) => d.get_str("t") == Ok(token),
+            _ => false,
+        }),
+        _ => false,
+    };
+    let all_counted = read.pending.iter().all(|p| {
+        !holds(counter.pending_field(), &p.token) && holds(counter.applied_field(), &p.token)
+    });
+    if all_counted {
+        FoldOutcome::AlreadyCounted
+    } else {
+        FoldOutcome::Changed
+    }
+}
+
 /// The document writes of the two-step increment and of its cleanup.
 pub trait IncrementStore: Send + Sync {
     /// Step 1: `updateOne({_id}, pipeline, upsert)` appending `{t: token, n: amount}` to

@@ -9,7 +9,9 @@ use futures_util::TryStreamExt;
 
 use super::errors::with_one_retry;
 use super::MongoStore;
-use crate::store::{Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument, StoreResult};
+use crate::store::{
+    counted_since, Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument, StoreResult,
+};
 
 fn path(field: &str) -> String {
     format!("${field}")
@@ -193,33 +195,6 @@ impl IncrementStore for MongoStore {
         .await
         .map_err(|e| self.document_error(e, &action, ns))?;
         Ok(counted_since(counter, document, now.as_ref()))
-    }
-}
-
-/// How a fold that matched nothing reads against the document as it is now.
-pub(super) fn counted_since(
-    counter: &Counter,
-    read: &PendingDocument,
-    now: Option<&Document>,
-) -> FoldOutcome {
-    let Some(now) = now else {
-        return FoldOutcome::Changed;
-    };
-    let holds = |field: &str, token: &str| match now.get(field) {
-        Some(Bson::Array(items)) => items.iter().any(|item| match item {
-            Bson::String(t) => t == token,
-            Bson::Document(d) => d.get_str("t") == Ok(token),
-            _ => false,
-        }),
-        _ => false,
-    };
-    let all_counted = read.pending.iter().all(|p| {
-        !holds(counter.pending_field(), &p.token) && holds(counter.applied_field(), &p.token)
-    });
-    if all_counted {
-        FoldOutcome::AlreadyCounted
-    } else {
-        FoldOutcome::Changed
     }
 }
 

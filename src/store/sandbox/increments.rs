@@ -8,8 +8,8 @@ use super::documents::id_order;
 use super::state::WriteKind;
 use super::{count, SandboxStore};
 use crate::store::{
-    check_token, Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument, StoreError,
-    StoreResult,
+    check_token, counted_since, Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument,
+    StoreError, StoreResult,
 };
 
 fn type_error(code: i32, message: String) -> StoreError {
@@ -232,10 +232,11 @@ impl IncrementStore for SandboxStore {
             );
             Ok(Some(document))
         })?;
-        Ok(if folded {
-            FoldOutcome::Folded
-        } else {
-            FoldOutcome::Changed
-        })
+        if folded {
+            return Ok(FoldOutcome::Folded);
+        }
+        // Matched nothing: read back as MongoDB's adapter reads it back.
+        let now = self.lock().document(ns, &read.id).cloned();
+        Ok(counted_since(counter, read, now.as_ref()))
     }
 }
