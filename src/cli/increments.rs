@@ -236,7 +236,7 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
                     out,
                     serde_json::json!({
                         "plan": plan_json(&plan),
-                        "written": report.folded().0 > 0,
+                        "written": report.wrote(),
                         "outcome": report_json(&report),
                     }),
                 )?;
@@ -257,12 +257,12 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
                         if cause.write_may_have_applied() {
                             serde_json::Value::Null
                         } else {
-                            (report.folded().0 > 0).into()
+                            report.wrote().into()
                         },
                         Some(report_json(report)),
                     ),
                     FoldError::AuditUnfinished { report, .. } => {
-                        ((report.folded().0 > 0).into(), Some(report_json(report)))
+                        (report.wrote().into(), Some(report_json(report)))
                     }
                 };
                 print_json(

@@ -8,10 +8,12 @@ use crate::store::{check_token, ChangeEvent, Counter, IncrementStore, Namespace,
 /// What [`increment_once`] found. Either way the amount is in the counter exactly once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Increment {
-    /// This call's second step added it.
+    /// This call's second step matched the pending token and added it.
     Counted,
-    /// It was counted before: by an earlier call with the same token (whose reply may
-    /// have been lost), or by the cleanup (`fold_pending_increments`).
+    /// The token was not pending when this call's second step arrived: counted already,
+    /// by an earlier call with the same token (whose reply may have been lost), by the
+    /// cleanup (`fold_pending_increments`), or by this call's own first send of the
+    /// step, which the adapter sends once more after a network error.
     AlreadyCounted,
 }
 

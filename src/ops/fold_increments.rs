@@ -89,6 +89,21 @@ impl FoldReport {
             })
     }
 
+    /// Whether this fold added to any counter: what its audit record (`applied` or
+    /// not) and `written` say. Documents found counted already were not written.
+    pub fn wrote(&self) -> bool {
+        self.with(FoldOutcome::Folded).next().is_some()
+    }
+
+    /// How the audit record of a fold that went through is finalized.
+    fn finished_state(&self) -> AuditState {
+        if self.wrote() {
+            AuditState::Applied
+        } else {
+            AuditState::NotApplied
+        }
+    }
+
     pub fn already_counted(&self) -> usize {
         self.with(FoldOutcome::AlreadyCounted).count()
     }
@@ -101,10 +116,14 @@ impl FoldReport {
 impl fmt::Display for FoldReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (documents, tokens, total) = self.folded();
-        write!(
-            f,
-            "folded {tokens} pending increments (total {total:+}) into {documents} documents"
-        )?;
+        if documents == 0 {
+            f.write_str("nothing folded")?;
+        } else {
+            write!(
+                f,
+                "folded {tokens} pending increments (total {total:+}) into {documents} documents"
+            )?;
+        }
         let counted = self.already_counted();
         if counted > 0 {
             write!(f, "; {counted} documents' tokens were found counted already (a lost reply of this fold, or their writers)")?;
@@ -233,7 +252,7 @@ pub async fn fold_pending_increments<S: IncrementStore + AuditLog>(
         };
         if let Some((report, what, cause)) = failure {
             let unknown = cause.write_may_have_applied();
-            let state = if report.folded().0 > 0 || report.already_counted() > 0 || unknown {
+            let state = if report.wrote() || unknown {
                 AuditState::Failed
             } else {
                 AuditState::NotApplied
@@ -258,11 +277,7 @@ pub async fn fold_pending_increments<S: IncrementStore + AuditLog>(
             });
         }
     }
-    let state = if report.changed() == report.documents.len() {
-        AuditState::NotApplied
-    } else {
-        AuditState::Applied
-    };
+    let state = report.finished_state();
     let finish = AuditFinish {
         state,
         after: None,
@@ -374,6 +389,17 @@ mod tests {
         assert_eq!((report.already_counted(), report.changed()), (1, 0));
         let stored = store.find_one(&ns(), &id).await.unwrap().unwrap();
         assert_eq!(stored.get("n"), Some(&Bson::Int64(2)));
+        // It wrote nothing: not applied, and the record says why.
+        assert!(!report.wrote());
+        let records = store.audit_log(10).await.unwrap().items;
+        assert_eq!(records[0].state, AuditState::NotApplied);
+        assert!(
+            records[0].outcome.starts_with(
+                "not applied: nothing folded; 1 documents' tokens were found counted already"
+            ),
+            "{}",
+            records[0].outcome
+        );
     }
 
     #[tokio::test]

@@ -276,8 +276,9 @@ pub trait IncrementStore: Send + Sync {
 
     /// Step 2: `updateOne({_id, <pending>.t: token}, pipeline)` adding the token's
     /// pending amount to the counter, removing it from the pending field and
-    /// remembering it as applied, in one write. `true` when this call counted it;
-    /// `false` when the token was not pending (counted before, or never added).
+    /// remembering it as applied, in one write. `true` when the update matched the
+    /// pending token; `false` when it was not pending (counted before, perhaps by this
+    /// call's own first send when the adapter sent it again, or never added).
     fn apply_pending_increment(
         &self,
         ns: &Namespace,
