@@ -531,20 +531,25 @@ pub async fn run_audit<S: AuditLog + LeaseStore>(
     }
 }
 
-/// Each pending record judged against its lease, read once per resource.
+/// Each pending record judged against its lease, read once per resource. A record
+/// that concerns no lease (a fold of increments) is judged without reading one.
 async fn judge_pending<S: LeaseStore>(
     store: &S,
     records: &[AuditRecord],
 ) -> anyhow::Result<Vec<Option<PendingJudgment>>> {
     let mut leases: BTreeMap<&str, Option<Lease>> = BTreeMap::new();
-    let pending = records.iter().filter(|r| r.state == AuditState::Pending);
+    let pending: Vec<&AuditRecord> = records
+        .iter()
+        .filter(|r| r.state == AuditState::Pending && r.concerns_lease())
+        .collect();
     // Whether a bulk lease has run out is the server's clock's call.
-    let at = match records.iter().any(|r| r.state == AuditState::Pending) {
-        true => store
+    let at = if pending.is_empty() {
+        chrono::Utc::now()
+    } else {
+        store
             .server_now()
             .await
-            .context("reading the server's clock to judge pending audit records")?,
-        false => chrono::Utc::now(),
+            .context("reading the server's clock to judge pending audit records")?
     };
     for record in pending {
         if !leases.contains_key(record.resource.as_str()) {

@@ -353,6 +353,42 @@ mod tests {
         assert_eq!(records[0].reason.as_deref(), Some("after the outage"));
     }
 
+    #[tokio::test]
+    async fn a_pending_fold_record_is_judged_without_reading_a_lease() {
+        use std::sync::atomic::Ordering;
+
+        use crate::store::AuditIntent;
+
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+        let intent = AuditIntent {
+            resource: "shop.counts".into(),
+            context: AuditContext {
+                operator: "ann".into(),
+                action: FOLD_ACTION.into(),
+                reason: None,
+            },
+            before: None,
+            intended: None,
+        };
+        store.begin_audit(&intent).await.unwrap();
+        let (gets, clock) = (&store.calls().get, &store.calls().server_now);
+        let before = (gets.load(Ordering::Relaxed), clock.load(Ordering::Relaxed));
+        let mut out = Vec::new();
+        super::super::guarded::run_audit(&store, 5, OutputFormat::Json, &mut out)
+            .await
+            .unwrap();
+        let after = (gets.load(Ordering::Relaxed), clock.load(Ordering::Relaxed));
+        assert_eq!(before, after, "no lease nor server clock read");
+        let listed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let pending = &listed[0]["pending"];
+        assert_eq!(pending["verdict"], "run again");
+        let recovery = pending["recovery"].as_str().unwrap_or_default();
+        assert!(
+            recovery.contains("run `streamward increments fold` again"),
+            "{recovery}"
+        );
+    }
+
     #[test]
     fn read_only_refuses_and_bad_fields_are_usage_errors() {
         let refused = refuse_read_only(true).unwrap_err();
