@@ -262,12 +262,7 @@ pub async fn fold_pending_increments<S: IncrementStore + AuditLog>(
                 after: None,
                 outcome: format!("{}: {report}; {what}: {cause}", state.as_str()),
             };
-            let audit = match store.finish_audit(&audit_id, &finish).await {
-                Ok(()) => format!("audit record {audit_id}: {state}"),
-                Err(e) => format!(
-                    "audit record {audit_id} stays pending (it could not be finalized: {e})"
-                ),
-            };
+            let audit = super::execute::finish(store, &audit_id, finish).await;
             return Err(FoldError::Stopped {
                 ns: plan.ns.clone(),
                 report,
