@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::lease_table::render_columns;
 use super::limits;
-use super::output::say;
+use super::output::{print_json, say, tell_early_refusal};
 use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use std::collections::BTreeMap;
 
@@ -237,11 +237,6 @@ fn print_plan(out: &mut dyn Write, plan: &Plan, output: OutputFormat) -> anyhow:
     if output == OutputFormat::Table {
         write!(out, "{}", describe::plan_text(plan))?;
     }
-    Ok(())
-}
-
-fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<()> {
-    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     Ok(())
 }
 
@@ -597,11 +592,11 @@ fn refused_early(
     request: &ActionRequest,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let refused = refuse_before_connecting(settings, request);
-    if refused.is_err() && settings.output == OutputFormat::Json {
-        print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
-    }
-    refused
+    tell_early_refusal(
+        refuse_before_connecting(settings, request),
+        settings.output,
+        out,
+    )
 }
 
 /// Runs one action against `--uri`.

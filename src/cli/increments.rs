@@ -9,11 +9,10 @@ use clap::{Args, Subcommand};
 
 use super::exit::UsageError;
 use super::lease_table::render_columns;
+use super::output::{print_json, tell_early_refusal};
 use super::settings::{ActingArgs, OutputFormat, Settings};
 use crate::model::text::escape_control;
-use crate::ops::{
-    self, FoldError, FoldPlan, FoldReport, OpsError, Refusal, RefusalKind, FOLD_ACTION,
-};
+use crate::ops::{self, FoldError, FoldPlan, FoldReport, OpsError, FOLD_ACTION};
 use crate::store::{AuditContext, AuditLog, Counter, IncrementStore, Namespace, StoreError};
 
 #[derive(Debug, Args)]
@@ -89,17 +88,10 @@ pub struct FoldSettings {
     pub output: OutputFormat,
 }
 
+/// Read-only mode refuses the fold, dry run included, by the guarded actions' rule.
 fn refuse_read_only(read_only: bool) -> anyhow::Result<()> {
-    if read_only {
-        return Err(OpsError::Refused(Refusal::new(
-            RefusalKind::ReadOnly,
-            format!(
-                "read-only mode: {FOLD_ACTION} is not allowed (drop --read-only / read_only = false to act)"
-            ),
-        ))
-        .into());
-    }
-    Ok(())
+    ops::refuse_read_only(read_only, FOLD_ACTION)
+        .map_err(|refusal| OpsError::Refused(refusal).into())
 }
 
 /// Runs `increments` against `--uri`.
@@ -109,13 +101,7 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let IncrementsCommand::Fold(args) = &args.command;
-    if let Err(refused) = refuse_read_only(settings.read_only) {
-        // As the guarded actions tell it: nothing was read, nothing written.
-        if settings.output == OutputFormat::Json {
-            print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
-        }
-        return Err(refused);
-    }
+    tell_early_refusal(refuse_read_only(settings.read_only), settings.output, out)?;
     let counter = args.counter()?;
     let store = super::cluster::connect(settings).await?;
     let fold = FoldSettings {
@@ -273,11 +259,6 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
             Err(error.into())
         }
     }
-}
-
-fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<()> {
-    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
-    Ok(())
 }
 
 #[cfg(test)]

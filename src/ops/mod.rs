@@ -37,7 +37,9 @@ pub use fold_increments::{
 };
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;
-pub use plan::{plan, predict_after, refuse_before_reading, Captured, Plan, PlanEffect};
+pub use plan::{
+    plan, predict_after, refuse_before_reading, refuse_read_only, Captured, Plan, PlanEffect,
+};
 pub use rebuild::{
     rebuild, Progress, RebuildDefinition, RebuildFailure, RebuildOutcome, RebuildProgress,
     RebuildReport,

@@ -4,6 +4,8 @@
 
 mod bulk;
 mod guards;
+
+pub use guards::refuse_read_only;
 mod resume_moves;
 mod takeover;
 
