@@ -5,12 +5,12 @@
 use std::future::IntoFuture;
 
 use bson::{doc, Bson, Document};
-use futures_util::TryStreamExt;
 
 use super::errors::with_one_retry;
 use super::MongoStore;
 use crate::store::{
-    counted_since, Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument, StoreResult,
+    counted_since, Counter, DocumentStore, FoldOutcome, IncrementStore, Namespace, PendingDocument,
+    StoreResult,
 };
 
 fn path(field: &str) -> String {
@@ -144,19 +144,16 @@ impl IncrementStore for MongoStore {
         counter: &Counter,
     ) -> StoreResult<Vec<PendingDocument>> {
         let action = format!("read the pending increments of {ns}");
-        let collection = self.collection(ns);
-        let filter = pending_filter(counter);
-        let documents: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
-            collection
-                .find(filter.clone())
-                .projection(doc! { counter.pending_field(): 1 })
-                .sort(doc! { "_id": 1 })
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| self.document_error(e, &action, ns))?;
+        let projection = doc! { counter.pending_field(): 1 };
+        let documents = self
+            .read_matching(
+                self.collection(ns),
+                pending_filter(counter),
+                Some(projection),
+                &action,
+            )
+            .await
+            .map_err(|e| self.document_error(e, &action, ns))?;
         documents
             .iter()
             .map(|d| PendingDocument::from_document(ns, counter, d))
@@ -187,13 +184,7 @@ impl IncrementStore for MongoStore {
         if result.matched_count > 0 {
             return Ok(FoldOutcome::Folded);
         }
-        let now = with_one_retry(self.timeout(), &action, || {
-            collection
-                .find_one(doc! { "_id": document.id.clone() })
-                .into_future()
-        })
-        .await
-        .map_err(|e| self.document_error(e, &action, ns))?;
+        let now = self.find_one(ns, &document.id).await?;
         Ok(counted_since(counter, document, now.as_ref()))
     }
 }
