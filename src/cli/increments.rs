@@ -303,8 +303,10 @@ mod tests {
             .put(&ns, doc! {"_id": "p1", "n": 1, "n_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 3_i64}]})
             .await
             .unwrap();
+        let before = store.find_all(&ns).await.unwrap();
         let (text, ok) = run(&store, &args(false), OutputFormat::Table).await;
         assert!(ok);
+        assert_eq!(store.find_all(&ns).await.unwrap(), before);
         assert!(text.contains("\"p1\""), "{text}");
         assert!(
             text.contains("1 documents of shop.counts hold 2 pending increments of n (total +5)"),

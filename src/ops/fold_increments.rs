@@ -441,12 +441,16 @@ mod tests {
             )
             .await
             .unwrap();
+        let before = store.find_all(&ns()).await.unwrap();
         let refused = plan_fold(&store, &ns(), &counter).await;
         assert!(
             matches!(refused, Err(StoreError::Malformed { .. })),
             "{refused:?}"
         );
+        // No audit record, and every document as it was.
         assert_eq!(store.calls().operator_writes(), 0);
+        assert_eq!(store.find_all(&ns()).await.unwrap(), before);
+        assert!(store.audit_log(10).await.unwrap().items.is_empty());
     }
 
     #[tokio::test]
