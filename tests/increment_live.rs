@@ -19,8 +19,9 @@ use bson::{doc, Bson, Document};
 use failpoint::{with_app_name, ReplicaSet};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use streamward::engine::{increment_once, Increment};
+use streamward::model::FOLD_INCREMENTS_ACTION;
 use streamward::model::{AuditRecord, AuditState, Lease};
-use streamward::ops::{self, FoldError, FOLD_ACTION};
+use streamward::ops::{self, FoldError};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::*;
 use support::live::{live, LiveDb};
@@ -447,7 +448,7 @@ async fn two_hundred_increments_under_random_faults_count_exactly_and_fold_exact
         assert_eq!(plan.total(), i128::from(pending_total));
         let context = AuditContext {
             operator: "oncall@increments".into(),
-            action: FOLD_ACTION.into(),
+            action: FOLD_INCREMENTS_ACTION.into(),
             reason: None,
         };
         if !plan.documents.is_empty() {
@@ -646,7 +647,7 @@ async fn the_fold_subcommand_lists_folds_and_records() {
         assert_eq!(number(&stored(&live, &ns, &Bson::Int32(2)).await, "n"), 4);
         let records = live.store.audit_log(5).await.unwrap().items;
         assert_eq!(records.len(), 1);
-        assert_eq!(records[0].action, FOLD_ACTION);
+        assert_eq!(records[0].action, FOLD_INCREMENTS_ACTION);
         assert_eq!(records[0].state, AuditState::Applied);
         assert_eq!(records[0].steps.len(), 2);
         assert_eq!(records[0].resource, ns.to_string());

@@ -12,7 +12,8 @@ use super::lease_table::render_columns;
 use super::output::{print_json, tell_early_refusal};
 use super::settings::{ActingArgs, OutputFormat, Settings};
 use crate::model::text::escape_control;
-use crate::ops::{self, FoldError, FoldPlan, FoldReport, OpsError, FOLD_ACTION};
+use crate::model::FOLD_INCREMENTS_ACTION;
+use crate::ops::{self, FoldError, FoldPlan, FoldReport, OpsError};
 use crate::store::{AuditContext, AuditLog, Counter, IncrementStore, Namespace, StoreError};
 
 #[derive(Debug, Args)]
@@ -90,7 +91,7 @@ pub struct FoldSettings {
 
 /// Read-only mode refuses the fold, dry run included, by the guarded actions' rule.
 fn refuse_read_only(read_only: bool) -> anyhow::Result<()> {
-    ops::refuse_read_only(read_only, FOLD_ACTION)
+    ops::refuse_read_only(read_only, FOLD_INCREMENTS_ACTION)
         .map_err(|refusal| OpsError::Refused(refusal).into())
 }
 
@@ -212,7 +213,7 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
     }
     let context = AuditContext {
         operator: settings.operator.clone(),
-        action: FOLD_ACTION.into(),
+        action: FOLD_INCREMENTS_ACTION.into(),
         reason: args.reason.clone(),
     };
     match ops::fold_pending_increments(store, &plan, context).await {
@@ -332,7 +333,7 @@ mod tests {
             .unwrap();
         assert_eq!(stored.get("n"), Some(&Bson::Int64(6)));
         let records = store.audit_log(5).await.unwrap().items;
-        assert_eq!(records[0].action, FOLD_ACTION);
+        assert_eq!(records[0].action, FOLD_INCREMENTS_ACTION);
         assert_eq!(records[0].reason.as_deref(), Some("after the outage"));
     }
 
@@ -347,7 +348,7 @@ mod tests {
             resource: "shop.counts".into(),
             context: AuditContext {
                 operator: "ann".into(),
-                action: FOLD_ACTION.into(),
+                action: FOLD_INCREMENTS_ACTION.into(),
                 reason: None,
             },
             before: None,

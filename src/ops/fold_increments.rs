@@ -13,9 +13,6 @@ use crate::store::{
     Namespace, PendingDocument, StoreError, StoreResult,
 };
 
-/// The audit record's action name.
-pub const FOLD_ACTION: &str = crate::model::FOLD_INCREMENTS_ACTION;
-
 /// What a fold would do, as read: every document with pending increments.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoldPlan {
@@ -167,17 +164,6 @@ pub enum FoldError {
     },
 }
 
-impl FoldError {
-    /// The store error at its root.
-    pub fn cause(&self) -> &StoreError {
-        match self {
-            FoldError::NotStarted { cause, .. }
-            | FoldError::Stopped { cause, .. }
-            | FoldError::AuditUnfinished { cause, .. } => cause,
-        }
-    }
-}
-
 fn step_text(plan: &FoldPlan, document: &PendingDocument, total: i64) -> String {
     format!(
         "fold {} pending increments (total {total:+}) of {} into {} _id {}",
@@ -305,7 +291,7 @@ mod tests {
     fn context() -> AuditContext {
         AuditContext {
             operator: "ann".into(),
-            action: FOLD_ACTION.into(),
+            action: crate::model::FOLD_INCREMENTS_ACTION.into(),
             reason: None,
         }
     }

@@ -33,7 +33,6 @@ pub use execute::{apply_audited, audit_context, execute, Executed, OperatorOutco
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use fold_increments::{
     fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
-    FOLD_ACTION,
 };
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;

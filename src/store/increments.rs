@@ -114,9 +114,10 @@ fn plain_field(what: &str, name: &str) -> StoreResult<()> {
 }
 
 /// The longest token accepted: an event's resume token and document key fit easily.
-pub const MAX_TOKEN_BYTES: usize = 1024;
+const MAX_TOKEN_BYTES: usize = 1024;
 
-/// `InvalidArgument` unless `token` may name an increment.
+/// `InvalidArgument` unless `token` may name an increment. Checked where a token enters
+/// a document: by step 1 of each store ([`IncrementStore::add_pending_increment`]).
 pub fn check_token(token: &str) -> StoreResult<()> {
     if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return Err(StoreError::InvalidArgument(format!(
@@ -132,12 +133,6 @@ pub fn check_token(token: &str) -> StoreResult<()> {
 pub struct PendingIncrement {
     pub token: String,
     pub amount: i64,
-}
-
-impl PendingIncrement {
-    pub fn to_document(&self) -> Document {
-        bson::doc! { "t": &self.token, "n": self.amount }
-    }
 }
 
 /// A document's pending increments as the cleanup read them.
@@ -264,7 +259,9 @@ pub fn counted_since(
 pub trait IncrementStore: Send + Sync {
     /// Step 1: `updateOne({_id}, pipeline, upsert)` appending `{t: token, n: amount}` to
     /// the pending field unless `token` is already pending or among the applied
-    /// tokens. Sent again it changes nothing.
+    /// tokens. Sent again it changes nothing. `InvalidArgument` unless [`check_token`]
+    /// accepts `token`: this is where a token enters a document, so the one place it is
+    /// checked (step 2 only matches a token step 1 wrote).
     fn add_pending_increment(
         &self,
         ns: &Namespace,

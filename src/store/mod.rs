@@ -27,7 +27,7 @@ pub use feed::{
 };
 pub use increments::{
     check_token, counted_since, Counter, FoldOutcome, IncrementStore, PendingDocument,
-    PendingIncrement, MAX_TOKEN_BYTES,
+    PendingIncrement,
 };
 pub use leases::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,

@@ -123,7 +123,6 @@ impl IncrementStore for MongoStore {
         counter: &Counter,
         token: &str,
     ) -> StoreResult<bool> {
-        crate::store::check_token(token)?;
         let action = format!("apply pending increment in {ns} {id}");
         let (filter, pipeline) = apply_pending_command(id, counter, token);
         let collection = self.collection(ns);
