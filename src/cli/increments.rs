@@ -130,7 +130,7 @@ fn plan_json(plan: &FoldPlan) -> serde_json::Value {
         "documents": plan.documents.iter().map(|d| serde_json::json!({
             "_id": d.id.clone().into_relaxed_extjson(),
             "tokens": d.pending.iter().map(|p| serde_json::json!({"t": p.token, "n": p.amount})).collect::<Vec<_>>(),
-            "total": json_sum(d.pending.iter().map(|p| i128::from(p.amount)).sum()),
+            "total": d.total,
         })).collect::<Vec<_>>(),
         "tokens": plan.tokens(),
         "total": json_sum(plan.total()),
@@ -163,11 +163,10 @@ fn print_plan(out: &mut dyn Write, plan: &FoldPlan) -> anyhow::Result<()> {
         .documents
         .iter()
         .map(|d| {
-            let total: i128 = d.pending.iter().map(|p| i128::from(p.amount)).sum();
             [
                 shown_id(&d.id),
                 d.pending.len().to_string(),
-                format!("{total:+}"),
+                format!("{:+}", d.total),
             ]
         })
         .collect();

@@ -26,14 +26,9 @@ impl FoldPlan {
         self.documents.iter().map(|d| d.pending.len()).sum()
     }
 
-    /// What the fold adds over all documents (each document's total fits an int64:
-    /// [`plan_fold`] checked it).
+    /// What the fold adds over all documents.
     pub fn total(&self) -> i128 {
-        self.documents
-            .iter()
-            .flat_map(|d| &d.pending)
-            .map(|p| i128::from(p.amount))
-            .sum()
+        self.documents.iter().map(|d| i128::from(d.total)).sum()
     }
 }
 
@@ -45,14 +40,10 @@ pub async fn plan_fold<S: IncrementStore>(
     ns: &Namespace,
     counter: &Counter,
 ) -> StoreResult<FoldPlan> {
-    let documents = store.pending_increments(ns, counter).await?;
-    for document in &documents {
-        document.total()?;
-    }
     Ok(FoldPlan {
         ns: ns.clone(),
         counter: counter.clone(),
-        documents,
+        documents: store.pending_increments(ns, counter).await?,
     })
 }
 
@@ -164,14 +155,83 @@ pub enum FoldError {
     },
 }
 
-fn step_text(plan: &FoldPlan, document: &PendingDocument, total: i64) -> String {
+fn step_text(plan: &FoldPlan, document: &PendingDocument) -> String {
     format!(
-        "fold {} pending increments (total {total:+}) of {} into {} _id {}",
+        "fold {} pending increments (total {:+}) of {} into {} _id {}",
         document.pending.len(),
+        document.total,
         plan.counter.field(),
         plan.ns,
         document.id
     )
+}
+
+/// Why folding one document stopped the fold: what failed, in words, and the cause.
+type Stop = (String, StoreError);
+
+/// One document: its step recorded, then its conditional update.
+async fn fold_one<S: IncrementStore + AuditLog>(
+    store: &S,
+    plan: &FoldPlan,
+    audit_id: &str,
+    document: &PendingDocument,
+) -> Result<FoldedDocument, Stop> {
+    let id = &document.id;
+    store
+        .audit_step(audit_id, &step_text(plan, document), None, None)
+        .await
+        .map_err(|cause| {
+            let what = format!(
+                "its step for _id {id} could not be recorded, so that document was not written"
+            );
+            (what, cause)
+        })?;
+    let outcome = store
+        .fold_pending(&plan.ns, &plan.counter, document)
+        .await
+        .map_err(|cause| {
+            let what = if cause.write_may_have_applied() {
+                format!("whether _id {id} was folded is unknown (its reply was lost)")
+            } else {
+                format!("_id {id} was not folded")
+            };
+            (what, cause)
+        })?;
+    Ok(FoldedDocument {
+        id: id.clone(),
+        tokens: document.pending.len(),
+        total: document.total,
+        outcome,
+    })
+}
+
+/// Finalizes the record of a fold that stopped part way (`failed` when it wrote, or
+/// may have; else `not applied`) and says why it stopped.
+async fn stopped<S: AuditLog>(
+    store: &S,
+    plan: &FoldPlan,
+    audit_id: &str,
+    report: FoldReport,
+    (what, cause): Stop,
+) -> FoldError {
+    let state = if report.wrote() || cause.write_may_have_applied() {
+        AuditState::Failed
+    } else {
+        AuditState::NotApplied
+    };
+    let finish = AuditFinish {
+        state,
+        after: None,
+        outcome: format!("{}: {report}; {what}: {cause}", state.as_str()),
+    };
+    let audit = super::execute::finish(store, audit_id, finish).await;
+    FoldError::Stopped {
+        ns: plan.ns.clone(),
+        report,
+        what,
+        audit,
+        cause,
+    }
 }
 
 /// Folds `plan`: a pending audit record first, then per document a step naming what
@@ -202,60 +262,9 @@ pub async fn fold_pending_increments<S: IncrementStore + AuditLog>(
         })?;
     report.audit_id = Some(audit_id.clone());
     for document in &plan.documents {
-        let stopped =
-            |report: &FoldReport, what: String, cause: StoreError| (report.clone(), what, cause);
-        let failure = match document.total() {
-            Err(cause) => Some(stopped(&report, format!("_id {}", document.id), cause)),
-            Ok(total) => {
-                let step = step_text(plan, document, total);
-                match store.audit_step(&audit_id, &step, None, None).await {
-                    Err(cause) => Some(stopped(
-                        &report,
-                        format!("its step for _id {} could not be recorded, so that document was not written", document.id),
-                        cause,
-                    )),
-                    Ok(()) => match store.fold_pending(&plan.ns, &plan.counter, document).await {
-                        Ok(outcome) => {
-                            report.documents.push(FoldedDocument {
-                                id: document.id.clone(),
-                                tokens: document.pending.len(),
-                                total,
-                                outcome,
-                            });
-                            None
-                        }
-                        Err(cause) => {
-                            let what = if cause.write_may_have_applied() {
-                                format!("whether _id {} was folded is unknown (its reply was lost)", document.id)
-                            } else {
-                                format!("_id {} was not folded", document.id)
-                            };
-                            Some(stopped(&report, what, cause))
-                        }
-                    },
-                }
-            }
-        };
-        if let Some((report, what, cause)) = failure {
-            let unknown = cause.write_may_have_applied();
-            let state = if report.wrote() || unknown {
-                AuditState::Failed
-            } else {
-                AuditState::NotApplied
-            };
-            let finish = AuditFinish {
-                state,
-                after: None,
-                outcome: format!("{}: {report}; {what}: {cause}", state.as_str()),
-            };
-            let audit = super::execute::finish(store, &audit_id, finish).await;
-            return Err(FoldError::Stopped {
-                ns: plan.ns.clone(),
-                report,
-                what,
-                audit,
-                cause,
-            });
+        match fold_one(store, plan, &audit_id, document).await {
+            Ok(folded) => report.documents.push(folded),
+            Err(stop) => return Err(stopped(store, plan, &audit_id, report, stop).await),
         }
     }
     let state = report.finished_state();

@@ -140,13 +140,17 @@ pub struct PendingIncrement {
 pub struct PendingDocument {
     pub id: Bson,
     pub pending: Vec<PendingIncrement>,
+    /// What folding adds to the counter: the pending amounts' sum, which fits an int64
+    /// (checked when read).
+    pub total: i64,
     /// The pending array exactly as read: the fold is conditional on it.
     pub read: bson::Array,
 }
 
 impl PendingDocument {
     /// Reads `document`'s pending field. `Malformed` unless it is an array of
-    /// `{t: string, n: integer}` (the shape this program writes), naming the document.
+    /// `{t: string, n: integer}` (the shape this program writes) whose amounts add up
+    /// within an int64, naming the document.
     pub fn from_document(
         ns: &Namespace,
         counter: &Counter,
@@ -193,21 +197,18 @@ impl PendingDocument {
                 })?;
             pending.push(entry);
         }
-        Ok(PendingDocument { id, pending, read })
-    }
-
-    /// What folding adds to the counter; `Malformed` when it does not fit an int64.
-    pub fn total(&self) -> StoreResult<i64> {
-        self.pending
+        let total = pending
             .iter()
             .try_fold(0_i64, |sum, p| sum.checked_add(p.amount))
-            .ok_or_else(|| StoreError::Malformed {
-                what: "pending increments".into(),
-                detail: format!(
-                    "document {}: the pending amounts add up beyond a 64-bit integer",
-                    self.id
-                ),
-            })
+            .ok_or_else(|| {
+                malformed("the pending amounts add up beyond a 64-bit integer".into())
+            })?;
+        Ok(PendingDocument {
+            id,
+            pending,
+            total,
+            read,
+        })
     }
 }
 
@@ -335,7 +336,7 @@ mod tests {
         let read = |d: Document| PendingDocument::from_document(&ns, &counter, &d);
         let good = read(doc! {"_id": 1, "n_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 3}]})
             .unwrap();
-        assert_eq!(good.total().unwrap(), 5);
+        assert_eq!(good.total, 5);
         assert_eq!(good.pending[1].amount, 3);
         for bad in [
             doc! {"_id": 7, "n_pending": "a"},
@@ -353,9 +354,8 @@ mod tests {
             }
         }
         let huge =
-            read(doc! {"_id": 1, "n_pending": [{"t": "a", "n": i64::MAX}, {"t": "b", "n": 1_i64}]})
-                .unwrap();
-        assert!(huge.total().is_err());
+            read(doc! {"_id": 1, "n_pending": [{"t": "a", "n": i64::MAX}, {"t": "b", "n": 1_i64}]});
+        assert!(huge.is_err());
     }
 
     #[test]

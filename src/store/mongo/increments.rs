@@ -70,16 +70,12 @@ pub(super) fn pending_filter(counter: &Counter) -> Document {
 
 /// Filter and update of a fold: matched only while the pending field is exactly as
 /// read; adds the total, clears the field and remembers the tokens as applied.
-pub(super) fn fold_command(
-    counter: &Counter,
-    document: &PendingDocument,
-    total: i64,
-) -> (Document, Document) {
+pub(super) fn fold_command(counter: &Counter, document: &PendingDocument) -> (Document, Document) {
     let tokens: Vec<&str> = document.pending.iter().map(|p| p.token.as_str()).collect();
     let filter =
         doc! { "_id": document.id.clone(), counter.pending_field(): document.read.clone() };
     let update = doc! {
-        "$inc": { counter.field(): total },
+        "$inc": { counter.field(): document.total },
         "$set": { counter.pending_field(): [] },
         "$push": { counter.applied_field(): {
             "$each": tokens,
@@ -168,9 +164,8 @@ impl IncrementStore for MongoStore {
         counter: &Counter,
         document: &PendingDocument,
     ) -> StoreResult<FoldOutcome> {
-        let total = document.total()?;
         let action = format!("fold pending increments into {ns} {}", document.id);
-        let (filter, update) = fold_command(counter, document, total);
+        let (filter, update) = fold_command(counter, document);
         let collection = self.collection(ns);
         let result = with_one_retry(self.write_timeout(), &action, || {
             collection
@@ -225,7 +220,7 @@ mod tests {
             doc! {"_id": "p1", "likes_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 5_i64}]};
         let ns = Namespace::new("shop", "counts");
         let pending = PendingDocument::from_document(&ns, &counter, &read).unwrap();
-        let (filter, update) = fold_command(&counter, &pending, 7);
+        let (filter, update) = fold_command(&counter, &pending);
         assert_eq!(
             filter,
             doc! {"_id": "p1", "likes_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 5_i64}]}

@@ -183,7 +183,7 @@ impl IncrementStore for SandboxStore {
         read: &PendingDocument,
     ) -> StoreResult<FoldOutcome> {
         count(&self.inner.calls.documents);
-        let total = read.total()?;
+        let total = read.total;
         let folded = self.update_document(ns, &read.id, |existing| {
             let Some(existing) = existing else {
                 return Ok(None);
