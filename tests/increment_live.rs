@@ -24,7 +24,7 @@ use streamward::model::{AuditRecord, AuditState, Lease};
 use streamward::ops::{self, FoldError};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::*;
-use support::live::{live, LiveDb};
+use support::live::{live, run, streamward, LiveDb};
 
 const APP: &str = "sw-increment-faults";
 
@@ -116,7 +116,9 @@ impl Faulty {
         let (times, mut data) = fault.data();
         data.insert("failCommands", vec!["update"]);
         data.insert("appName", APP);
-        let point = self.set.fail_command(0, times, data).await;
+        // The writes go to the primary, whichever member that is now.
+        let primary = self.set.wait_for_primary(Duration::from_secs(10)).await;
+        let point = self.set.fail_command(primary, times, data).await;
         let result = call.await;
         let fired = point.off(&self.set).await;
         assert_eq!(fired, times, "{step:?} {fault:?}: the fault fired as armed");
@@ -542,35 +544,6 @@ async fn a_fold_of_a_document_changed_since_it_was_read_counts_nothing_twice() {
         assert_eq!(number(&stored(&live, &ns, &one).await, "n"), 5);
     })
     .await;
-}
-
-fn streamward(live: &LiveDb) -> Command {
-    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
-    cmd.env("NO_COLOR", "1")
-        .env_remove("STREAMWARD_URI")
-        .current_dir(std::env::temp_dir())
-        .args([
-            "--uri",
-            &live.uri,
-            "--leases",
-            &format!("{}.leases", live.db),
-            "--operator",
-            "oncall@test",
-        ])
-        .timeout(Duration::from_secs(60));
-    cmd
-}
-
-async fn run(mut cmd: Command) -> (i32, String, String) {
-    let output = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .expect("command ran")
-        .expect("binary started");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }
 
 /// The subcommand as an operator runs it: a dry run, a refusal under --read-only, a
