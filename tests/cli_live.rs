@@ -7,45 +7,14 @@ mod support;
 
 use std::time::Duration;
 
-use assert_cmd::Command;
 use bson::doc;
 use serde_json::Value;
 use streamward::model::{AuditState, LockKind, ResumeToken};
 use streamward::store::mongo::MongoStore;
 use streamward::store::*;
-use support::live::{live, LiveDb};
+use support::live::{live, run, streamward, LiveDb};
 
 const RESOURCE: &str = "shop.orders";
-
-fn streamward(live: &LiveDb) -> Command {
-    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
-    cmd.env("NO_COLOR", "1")
-        .env_remove("STREAMWARD_URI")
-        .current_dir(std::env::temp_dir())
-        .args([
-            "--uri",
-            &live.uri,
-            "--leases",
-            &format!("{}.leases", live.db),
-            "--operator",
-            "oncall@test",
-        ])
-        .timeout(Duration::from_secs(60));
-    cmd
-}
-
-/// Runs the binary off the async runtime; returns (exit code, stdout, stderr).
-async fn run(mut cmd: Command) -> (i32, String, String) {
-    let output = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .expect("command ran")
-        .expect("binary started");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
 
 /// A real token on the watched collection, committed by a live holder `worker-1`.
 async fn held_lease_with_a_real_token(live: &LiveDb) -> (Tenure, ResumeToken) {

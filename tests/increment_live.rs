@@ -19,11 +19,12 @@ use bson::{doc, Bson, Document};
 use failpoint::{with_app_name, ReplicaSet};
 use rand::{rngs::StdRng, Rng, SeedableRng};
 use streamward::engine::{increment_once, Increment};
+use streamward::model::FOLD_INCREMENTS_ACTION;
 use streamward::model::{AuditRecord, AuditState, Lease};
-use streamward::ops::{self, FoldError, FOLD_ACTION};
+use streamward::ops::{self, FoldError};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::*;
-use support::live::{live, LiveDb};
+use support::live::{live, run, streamward, LiveDb};
 
 const APP: &str = "sw-increment-faults";
 
@@ -115,7 +116,9 @@ impl Faulty {
         let (times, mut data) = fault.data();
         data.insert("failCommands", vec!["update"]);
         data.insert("appName", APP);
-        let point = self.set.fail_command(0, times, data).await;
+        // The writes go to the primary, whichever member that is now.
+        let primary = self.set.wait_for_primary(Duration::from_secs(10)).await;
+        let point = self.set.fail_command(primary, times, data).await;
         let result = call.await;
         let fired = point.off(&self.set).await;
         assert_eq!(fired, times, "{step:?} {fault:?}: the fault fired as armed");
@@ -447,7 +450,7 @@ async fn two_hundred_increments_under_random_faults_count_exactly_and_fold_exact
         assert_eq!(plan.total(), i128::from(pending_total));
         let context = AuditContext {
             operator: "oncall@increments".into(),
-            action: FOLD_ACTION.into(),
+            action: FOLD_INCREMENTS_ACTION.into(),
             reason: None,
         };
         if !plan.documents.is_empty() {
@@ -543,35 +546,6 @@ async fn a_fold_of_a_document_changed_since_it_was_read_counts_nothing_twice() {
     .await;
 }
 
-fn streamward(live: &LiveDb) -> Command {
-    let mut cmd = Command::cargo_bin("streamward").expect("binary built");
-    cmd.env("NO_COLOR", "1")
-        .env_remove("STREAMWARD_URI")
-        .current_dir(std::env::temp_dir())
-        .args([
-            "--uri",
-            &live.uri,
-            "--leases",
-            &format!("{}.leases", live.db),
-            "--operator",
-            "oncall@test",
-        ])
-        .timeout(Duration::from_secs(60));
-    cmd
-}
-
-async fn run(mut cmd: Command) -> (i32, String, String) {
-    let output = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .expect("command ran")
-        .expect("binary started");
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
-
 /// The subcommand as an operator runs it: a dry run, a refusal under --read-only, a
 /// malformed pending element refused before any write, then the fold and its record.
 #[tokio::test(flavor = "multi_thread")]
@@ -646,7 +620,7 @@ async fn the_fold_subcommand_lists_folds_and_records() {
         assert_eq!(number(&stored(&live, &ns, &Bson::Int32(2)).await, "n"), 4);
         let records = live.store.audit_log(5).await.unwrap().items;
         assert_eq!(records.len(), 1);
-        assert_eq!(records[0].action, FOLD_ACTION);
+        assert_eq!(records[0].action, FOLD_INCREMENTS_ACTION);
         assert_eq!(records[0].state, AuditState::Applied);
         assert_eq!(records[0].steps.len(), 2);
         assert_eq!(records[0].resource, ns.to_string());

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use thiserror::Error;
 
-use crate::ops::{OpsError, Refusal, RefusalKind};
+use crate::ops::{FoldError, OpsError, Refusal, RefusalKind};
 use crate::store::StoreError;
 
 /// The command line was used wrongly (arguments, config file, missing URI): exit 2,
@@ -82,6 +82,16 @@ pub fn for_ops(error: &OpsError) -> u8 {
     }
 }
 
+/// A fold of increments fails as a guarded action does: not started or stopped by a
+/// store error → that error's code (as `NotStarted` and `NotApplied`), done but its
+/// record not finalized → 1 (as `AuditUnfinished`), whatever the finalize's cause.
+pub fn for_fold(error: &FoldError) -> u8 {
+    match error {
+        FoldError::NotStarted { cause, .. } | FoldError::Stopped { cause, .. } => for_store(cause),
+        FoldError::AuditUnfinished { .. } => ERROR,
+    }
+}
+
 /// The exit code for a failed command: a guarded action's own, else from the store
 /// error at its root if any.
 pub fn code_for(error: &anyhow::Error) -> ExitCode {
@@ -107,6 +117,9 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
     }
     if let Some(ops) = error.chain().find_map(|e| e.downcast_ref::<OpsError>()) {
         return for_ops(ops);
+    }
+    if let Some(fold) = error.chain().find_map(|e| e.downcast_ref::<FoldError>()) {
+        return for_fold(fold);
     }
     error
         .chain()
@@ -226,5 +239,33 @@ mod tests {
             .to_string()
             .contains("audit record 1 stays pending (timeout)"));
         assert_eq!(code_for(&stuck), ExitCode::from(ERROR));
+    }
+
+    #[test]
+    fn a_fold_exits_as_a_guarded_action_does() {
+        use crate::ops::FoldReport;
+        use crate::store::Namespace;
+
+        let denied = || StoreError::NotPermitted {
+            action: "a".into(),
+            detail: "d".into(),
+            hint: "h".into(),
+        };
+        let ns = Namespace::new("shop", "counts");
+        let not_started = anyhow::Error::new(FoldError::NotStarted {
+            ns: ns.clone(),
+            cause: denied(),
+        });
+        assert_eq!(code_of(&not_started), CANNOT_CONNECT);
+        // Done, its record left pending: 1 as for OpsError::AuditUnfinished, even when
+        // the finalize was refused for want of a privilege.
+        let unfinished = anyhow::Error::new(FoldError::AuditUnfinished {
+            ns,
+            report: FoldReport::default(),
+            audit_id: "1".into(),
+            cause: denied(),
+        })
+        .context("folding");
+        assert_eq!(code_of(&unfinished), ERROR);
     }
 }

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::lease_table::render_columns;
 use super::limits;
-use super::output::say;
+use super::output::{print_json, say, tell_early_refusal};
 use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use std::collections::BTreeMap;
 
@@ -240,11 +240,6 @@ fn print_plan(out: &mut dyn Write, plan: &Plan, output: OutputFormat) -> anyhow:
     if output == OutputFormat::Table {
         write!(out, "{}", describe::plan_text(plan))?;
     }
-    Ok(())
-}
-
-fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<()> {
-    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     Ok(())
 }
 
@@ -534,20 +529,25 @@ pub async fn run_audit<S: AuditLog + LeaseStore>(
     }
 }
 
-/// Each pending record judged against its lease, read once per resource.
+/// Each pending record judged against its lease, read once per resource. A record
+/// that concerns no lease (a fold of increments) is judged without reading one.
 async fn judge_pending<S: LeaseStore>(
     store: &S,
     records: &[AuditRecord],
 ) -> anyhow::Result<Vec<Option<PendingJudgment>>> {
     let mut leases: BTreeMap<&str, Option<Lease>> = BTreeMap::new();
-    let pending = records.iter().filter(|r| r.state == AuditState::Pending);
+    let pending: Vec<&AuditRecord> = records
+        .iter()
+        .filter(|r| r.state == AuditState::Pending && r.concerns_lease())
+        .collect();
     // Whether a bulk lease has run out is the server's clock's call.
-    let at = match records.iter().any(|r| r.state == AuditState::Pending) {
-        true => store
+    let at = if pending.is_empty() {
+        chrono::Utc::now()
+    } else {
+        store
             .server_now()
             .await
-            .context("reading the server's clock to judge pending audit records")?,
-        false => chrono::Utc::now(),
+            .context("reading the server's clock to judge pending audit records")?
     };
     for record in pending {
         if !leases.contains_key(record.resource.as_str()) {
@@ -595,11 +595,11 @@ fn refused_early(
     request: &ActionRequest,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let refused = refuse_before_connecting(settings, request);
-    if refused.is_err() && settings.output == OutputFormat::Json {
-        print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
-    }
-    refused
+    tell_early_refusal(
+        refuse_before_connecting(settings, request),
+        settings.output,
+        out,
+    )
 }
 
 /// Runs one action against `--uri`.

@@ -9,11 +9,11 @@ use clap::{Args, Subcommand};
 
 use super::exit::UsageError;
 use super::lease_table::render_columns;
+use super::output::{print_json, tell_early_refusal};
 use super::settings::{ActingArgs, OutputFormat, Settings};
 use crate::model::text::escape_control;
-use crate::ops::{
-    self, FoldError, FoldPlan, FoldReport, OpsError, Refusal, RefusalKind, FOLD_ACTION,
-};
+use crate::model::FOLD_INCREMENTS_ACTION;
+use crate::ops::{self, FoldError, FoldPlan, FoldReport, OpsError};
 use crate::store::{AuditContext, AuditLog, Counter, IncrementStore, Namespace, StoreError};
 
 #[derive(Debug, Args)]
@@ -89,17 +89,10 @@ pub struct FoldSettings {
     pub output: OutputFormat,
 }
 
+/// Read-only mode refuses the fold, dry run included, by the guarded actions' rule.
 fn refuse_read_only(read_only: bool) -> anyhow::Result<()> {
-    if read_only {
-        return Err(OpsError::Refused(Refusal::new(
-            RefusalKind::ReadOnly,
-            format!(
-                "read-only mode: {FOLD_ACTION} is not allowed (drop --read-only / read_only = false to act)"
-            ),
-        ))
-        .into());
-    }
-    Ok(())
+    ops::refuse_read_only(read_only, FOLD_INCREMENTS_ACTION)
+        .map_err(|refusal| OpsError::Refused(refusal).into())
 }
 
 /// Runs `increments` against `--uri`.
@@ -109,13 +102,7 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let IncrementsCommand::Fold(args) = &args.command;
-    if let Err(refused) = refuse_read_only(settings.read_only) {
-        // As the guarded actions tell it: nothing was read, nothing written.
-        if settings.output == OutputFormat::Json {
-            print_json(out, serde_json::json!({ "plan": null, "written": false }))?;
-        }
-        return Err(refused);
-    }
+    tell_early_refusal(refuse_read_only(settings.read_only), settings.output, out)?;
     let counter = args.counter()?;
     let store = super::cluster::connect(settings).await?;
     let fold = FoldSettings {
@@ -143,7 +130,7 @@ fn plan_json(plan: &FoldPlan) -> serde_json::Value {
         "documents": plan.documents.iter().map(|d| serde_json::json!({
             "_id": d.id.clone().into_relaxed_extjson(),
             "tokens": d.pending.iter().map(|p| serde_json::json!({"t": p.token, "n": p.amount})).collect::<Vec<_>>(),
-            "total": json_sum(d.pending.iter().map(|p| i128::from(p.amount)).sum()),
+            "total": d.total,
         })).collect::<Vec<_>>(),
         "tokens": plan.tokens(),
         "total": json_sum(plan.total()),
@@ -176,11 +163,10 @@ fn print_plan(out: &mut dyn Write, plan: &FoldPlan) -> anyhow::Result<()> {
         .documents
         .iter()
         .map(|d| {
-            let total: i128 = d.pending.iter().map(|p| i128::from(p.amount)).sum();
             [
                 shown_id(&d.id),
                 d.pending.len().to_string(),
-                format!("{total:+}"),
+                format!("{:+}", d.total),
             ]
         })
         .collect();
@@ -226,7 +212,7 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
     }
     let context = AuditContext {
         operator: settings.operator.clone(),
-        action: FOLD_ACTION.into(),
+        action: FOLD_INCREMENTS_ACTION.into(),
         reason: args.reason.clone(),
     };
     match ops::fold_pending_increments(store, &plan, context).await {
@@ -236,7 +222,7 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
                     out,
                     serde_json::json!({
                         "plan": plan_json(&plan),
-                        "written": report.folded().0 > 0,
+                        "written": report.wrote(),
                         "outcome": report_json(&report),
                     }),
                 )?;
@@ -257,12 +243,12 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
                         if cause.write_may_have_applied() {
                             serde_json::Value::Null
                         } else {
-                            (report.folded().0 > 0).into()
+                            report.wrote().into()
                         },
                         Some(report_json(report)),
                     ),
                     FoldError::AuditUnfinished { report, .. } => {
-                        ((report.folded().0 > 0).into(), Some(report_json(report)))
+                        (report.wrote().into(), Some(report_json(report)))
                     }
                 };
                 print_json(
@@ -273,11 +259,6 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
             Err(error.into())
         }
     }
-}
-
-fn print_json(out: &mut dyn Write, value: serde_json::Value) -> anyhow::Result<()> {
-    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -322,8 +303,10 @@ mod tests {
             .put(&ns, doc! {"_id": "p1", "n": 1, "n_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 3_i64}]})
             .await
             .unwrap();
+        let before = store.find_all(&ns).await.unwrap();
         let (text, ok) = run(&store, &args(false), OutputFormat::Table).await;
         assert!(ok);
+        assert_eq!(store.find_all(&ns).await.unwrap(), before);
         assert!(text.contains("\"p1\""), "{text}");
         assert!(
             text.contains("1 documents of shop.counts hold 2 pending increments of n (total +5)"),
@@ -349,8 +332,44 @@ mod tests {
             .unwrap();
         assert_eq!(stored.get("n"), Some(&Bson::Int64(6)));
         let records = store.audit_log(5).await.unwrap().items;
-        assert_eq!(records[0].action, FOLD_ACTION);
+        assert_eq!(records[0].action, FOLD_INCREMENTS_ACTION);
         assert_eq!(records[0].reason.as_deref(), Some("after the outage"));
+    }
+
+    #[tokio::test]
+    async fn a_pending_fold_record_is_judged_without_reading_a_lease() {
+        use std::sync::atomic::Ordering;
+
+        use crate::store::AuditIntent;
+
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+        let intent = AuditIntent {
+            resource: "shop.counts".into(),
+            context: AuditContext {
+                operator: "ann".into(),
+                action: FOLD_INCREMENTS_ACTION.into(),
+                reason: None,
+            },
+            before: None,
+            intended: None,
+        };
+        store.begin_audit(&intent).await.unwrap();
+        let (gets, clock) = (&store.calls().get, &store.calls().server_now);
+        let before = (gets.load(Ordering::Relaxed), clock.load(Ordering::Relaxed));
+        let mut out = Vec::new();
+        super::super::guarded::run_audit(&store, 5, OutputFormat::Json, &mut out)
+            .await
+            .unwrap();
+        let after = (gets.load(Ordering::Relaxed), clock.load(Ordering::Relaxed));
+        assert_eq!(before, after, "no lease nor server clock read");
+        let listed: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let pending = &listed[0]["pending"];
+        assert_eq!(pending["verdict"], "run again");
+        let recovery = pending["recovery"].as_str().unwrap_or_default();
+        assert!(
+            recovery.contains("run `streamward increments fold` again"),
+            "{recovery}"
+        );
     }
 
     #[test]

@@ -105,6 +105,26 @@ impl Write for Out {
     }
 }
 
+/// One JSON document, pretty-printed, on a line of its own.
+pub fn print_json(out: &mut dyn Write, value: Value) -> anyhow::Result<()> {
+    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+    Ok(())
+}
+
+/// `refused`, and when it is a refusal found before anything was read, with `--output
+/// json` the document a refused action shows: no plan (nothing was read) and
+/// `written: false` (the error is merged in when the command ends).
+pub fn tell_early_refusal(
+    refused: anyhow::Result<()>,
+    output: OutputFormat,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    if refused.is_err() && output == OutputFormat::Json {
+        print_json(out, json!({ "plan": null, "written": false }))?;
+    }
+    refused
+}
+
 /// The document held so far with `error` added: into it when it is an object (a
 /// refused plan, a failed check), beside it otherwise.
 fn merge_error(held: &[u8], error: Value) -> Value {

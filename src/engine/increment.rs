@@ -3,15 +3,17 @@
 
 use bson::Bson;
 
-use crate::store::{check_token, ChangeEvent, Counter, IncrementStore, Namespace, StoreResult};
+use crate::store::{ChangeEvent, Counter, IncrementStore, Namespace, StoreResult};
 
 /// What [`increment_once`] found. Either way the amount is in the counter exactly once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Increment {
-    /// This call's second step added it.
+    /// This call's second step matched the pending token and added it.
     Counted,
-    /// It was counted before: by an earlier call with the same token (whose reply may
-    /// have been lost), or by the cleanup (`fold_pending_increments`).
+    /// The token was not pending when this call's second step arrived: counted already,
+    /// by an earlier call with the same token (whose reply may have been lost), by the
+    /// cleanup (`fold_pending_increments`), or by this call's own first send of the
+    /// step, which the adapter sends once more after a network error.
     AlreadyCounted,
 }
 
@@ -29,7 +31,8 @@ pub enum Increment {
 /// without counting twice. A token that is only pending when its writer gives up is
 /// counted by the cleanup. A replay is recognised while its token is among the last
 /// `remembered` applied tokens of the document; an older one counts again. Where the
-/// same token is given another amount, the first amount recorded wins.
+/// same token is given another amount, the first amount recorded wins. A token that is
+/// empty or longer than 1,024 bytes is `InvalidArgument` (step 1 checks it).
 pub async fn increment_once<S: IncrementStore>(
     store: &S,
     ns: &Namespace,
@@ -38,7 +41,6 @@ pub async fn increment_once<S: IncrementStore>(
     token: &str,
     amount: i64,
 ) -> StoreResult<Increment> {
-    check_token(token)?;
     store
         .add_pending_increment(ns, id, counter, token, amount)
         .await?;
@@ -173,6 +175,20 @@ mod tests {
             "{refused:?}"
         );
         assert_eq!(stored(&store, 1).await.get_str("n"), Ok("many"));
+    }
+
+    #[tokio::test]
+    async fn a_token_out_of_bounds_is_refused_before_anything_is_written() {
+        let store = sandbox();
+        let counter = Counter::new("n").unwrap();
+        for token in [String::new(), "x".repeat(1025)] {
+            let refused = increment_once(&store, &ns(), &Bson::Int32(1), &counter, &token, 1).await;
+            assert!(
+                matches!(refused, Err(crate::store::StoreError::InvalidArgument(_))),
+                "{refused:?}"
+            );
+        }
+        assert!(store.find_all(&ns()).await.unwrap().is_empty());
     }
 
     #[test]

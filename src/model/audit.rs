@@ -86,6 +86,13 @@ pub struct AuditRecord {
 }
 
 impl AuditRecord {
+    /// Whether the record is about a lease: its resource names one, and `before`,
+    /// `intended` and `after` are leases. A fold of increments names a collection and
+    /// records no lease: nothing about it is read from, judged by or restored to a lease.
+    pub fn concerns_lease(&self) -> bool {
+        self.action != FOLD_INCREMENTS_ACTION
+    }
+
     /// For a pending record, what it means against the lease as read at `at`.
     pub fn judge_pending(&self, now: Option<&Lease>, at: DateTime<Utc>) -> Option<PendingJudgment> {
         (self.state == AuditState::Pending).then(|| {
@@ -120,6 +127,9 @@ pub enum PendingVerdict {
     StuckBulk,
     /// The lease moved on (or is gone) since: the record alone cannot tell.
     Unknown,
+    /// An action that concerns no lease (a fold of increments) stopped part way: each
+    /// of its steps is safe to take again, so it is run again.
+    Rerun,
 }
 
 /// Whether `now` is `left` as far as a verdict can tell: the version, the holder and
@@ -138,12 +148,17 @@ impl PendingVerdict {
             PendingVerdict::Running => "running",
             PendingVerdict::StuckBulk => "stuck bulk",
             PendingVerdict::Unknown => "unknown",
+            PendingVerdict::Rerun => "run again",
         }
     }
 
     /// Judges a pending record by the lease read at `at`: the lease as its last
-    /// recorded step or its intended write left it, or as it was found.
+    /// recorded step or its intended write left it, or as it was found. A record that
+    /// concerns no lease is `Rerun`, whatever `now` is.
     pub fn of(record: &AuditRecord, now: Option<&Lease>, at: DateTime<Utc>) -> PendingVerdict {
+        if !record.concerns_lease() {
+            return PendingVerdict::Rerun;
+        }
         let Some(now) = now else {
             return PendingVerdict::Unknown;
         };
@@ -178,11 +193,6 @@ impl PendingVerdict {
     /// What it means and what to do, for the operator.
     pub fn recovery(&self, record: &AuditRecord, now: Option<&Lease>) -> String {
         let resource = &record.resource;
-        if record.action == FOLD_INCREMENTS_ACTION {
-            return format!(
-                "not finalized: the fold of {resource} stopped; each step names a document it meant to fold (the last may or may not have been), and a fold is conditional on what it read, so run `streamward increments fold` again to fold what is still pending"
-            );
-        }
         let version = now.map_or_else(
             || "missing".to_string(),
             |l| format!("version {}", l.version),
@@ -207,6 +217,9 @@ impl PendingVerdict {
             PendingVerdict::Unknown => format!(
                 "not finalized, and {resource} has moved on since ({version}): whether this {} was applied cannot be told from the lease; see the audit records after it",
                 record.action
+            ),
+            PendingVerdict::Rerun => format!(
+                "not finalized: the fold of {resource} stopped; each step names a document it meant to fold (the last may or may not have been), and a fold is conditional on what it read, so run `streamward increments fold` again to fold what is still pending"
             ),
         }
     }
@@ -328,6 +341,26 @@ mod tests {
             ),
             PendingVerdict::Unknown
         );
+    }
+
+    #[test]
+    fn a_pending_fold_is_run_again_whatever_lease_shares_its_name() {
+        let mut fold = pending(FOLD_INCREMENTS_ACTION, lease(5, None, LockKind::Update));
+        fold.before = None;
+        fold.intended = None;
+        assert!(!fold.concerns_lease());
+        assert!(pending("takeover", lease(5, None, LockKind::Update)).concerns_lease());
+        for now in [None, Some(lease(4, Some("w1"), LockKind::Update))] {
+            let judged = fold.judge_pending(now.as_ref(), at(0)).unwrap();
+            assert_eq!(judged.verdict, PendingVerdict::Rerun);
+            assert!(
+                judged
+                    .recovery
+                    .contains("run `streamward increments fold` again"),
+                "{}",
+                judged.recovery
+            );
+        }
     }
 
     #[test]

@@ -99,7 +99,7 @@ pub(super) async fn begin<S: AuditLog>(
 }
 
 /// Finalizes a record and says, for the operator's message, where it stands.
-pub(super) async fn finish<S: AuditLog>(store: &S, id: &str, finish: AuditFinish) -> String {
+pub(crate) async fn finish<S: AuditLog>(store: &S, id: &str, finish: AuditFinish) -> String {
     let state = finish.state;
     match store.finish_audit(id, &finish).await {
         Ok(()) => format!("audit record {id}: {state}"),

@@ -13,9 +13,6 @@ use crate::store::{
     Namespace, PendingDocument, StoreError, StoreResult,
 };
 
-/// The audit record's action name.
-pub const FOLD_ACTION: &str = crate::model::FOLD_INCREMENTS_ACTION;
-
 /// What a fold would do, as read: every document with pending increments.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FoldPlan {
@@ -29,14 +26,9 @@ impl FoldPlan {
         self.documents.iter().map(|d| d.pending.len()).sum()
     }
 
-    /// What the fold adds over all documents (each document's total fits an int64:
-    /// [`plan_fold`] checked it).
+    /// What the fold adds over all documents.
     pub fn total(&self) -> i128 {
-        self.documents
-            .iter()
-            .flat_map(|d| &d.pending)
-            .map(|p| i128::from(p.amount))
-            .sum()
+        self.documents.iter().map(|d| i128::from(d.total)).sum()
     }
 }
 
@@ -48,14 +40,10 @@ pub async fn plan_fold<S: IncrementStore>(
     ns: &Namespace,
     counter: &Counter,
 ) -> StoreResult<FoldPlan> {
-    let documents = store.pending_increments(ns, counter).await?;
-    for document in &documents {
-        document.total()?;
-    }
     Ok(FoldPlan {
         ns: ns.clone(),
         counter: counter.clone(),
-        documents,
+        documents: store.pending_increments(ns, counter).await?,
     })
 }
 
@@ -89,6 +77,21 @@ impl FoldReport {
             })
     }
 
+    /// Whether this fold added to any counter: what its audit record (`applied` or
+    /// not) and `written` say. Documents found counted already were not written.
+    pub fn wrote(&self) -> bool {
+        self.with(FoldOutcome::Folded).next().is_some()
+    }
+
+    /// How the audit record of a fold that went through is finalized.
+    fn finished_state(&self) -> AuditState {
+        if self.wrote() {
+            AuditState::Applied
+        } else {
+            AuditState::NotApplied
+        }
+    }
+
     pub fn already_counted(&self) -> usize {
         self.with(FoldOutcome::AlreadyCounted).count()
     }
@@ -101,10 +104,14 @@ impl FoldReport {
 impl fmt::Display for FoldReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (documents, tokens, total) = self.folded();
-        write!(
-            f,
-            "folded {tokens} pending increments (total {total:+}) into {documents} documents"
-        )?;
+        if documents == 0 {
+            f.write_str("nothing folded")?;
+        } else {
+            write!(
+                f,
+                "folded {tokens} pending increments (total {total:+}) into {documents} documents"
+            )?;
+        }
         let counted = self.already_counted();
         if counted > 0 {
             write!(f, "; {counted} documents' tokens were found counted already (a lost reply of this fold, or their writers)")?;
@@ -148,25 +155,83 @@ pub enum FoldError {
     },
 }
 
-impl FoldError {
-    /// The store error at its root.
-    pub fn cause(&self) -> &StoreError {
-        match self {
-            FoldError::NotStarted { cause, .. }
-            | FoldError::Stopped { cause, .. }
-            | FoldError::AuditUnfinished { cause, .. } => cause,
-        }
-    }
-}
-
-fn step_text(plan: &FoldPlan, document: &PendingDocument, total: i64) -> String {
+fn step_text(plan: &FoldPlan, document: &PendingDocument) -> String {
     format!(
-        "fold {} pending increments (total {total:+}) of {} into {} _id {}",
+        "fold {} pending increments (total {:+}) of {} into {} _id {}",
         document.pending.len(),
+        document.total,
         plan.counter.field(),
         plan.ns,
         document.id
     )
+}
+
+/// Why folding one document stopped the fold: what failed, in words, and the cause.
+type Stop = (String, StoreError);
+
+/// One document: its step recorded, then its conditional update.
+async fn fold_one<S: IncrementStore + AuditLog>(
+    store: &S,
+    plan: &FoldPlan,
+    audit_id: &str,
+    document: &PendingDocument,
+) -> Result<FoldedDocument, Stop> {
+    let id = &document.id;
+    store
+        .audit_step(audit_id, &step_text(plan, document), None, None)
+        .await
+        .map_err(|cause| {
+            let what = format!(
+                "its step for _id {id} could not be recorded, so that document was not written"
+            );
+            (what, cause)
+        })?;
+    let outcome = store
+        .fold_pending(&plan.ns, &plan.counter, document)
+        .await
+        .map_err(|cause| {
+            let what = if cause.write_may_have_applied() {
+                format!("whether _id {id} was folded is unknown (its reply was lost)")
+            } else {
+                format!("_id {id} was not folded")
+            };
+            (what, cause)
+        })?;
+    Ok(FoldedDocument {
+        id: id.clone(),
+        tokens: document.pending.len(),
+        total: document.total,
+        outcome,
+    })
+}
+
+/// Finalizes the record of a fold that stopped part way (`failed` when it wrote, or
+/// may have; else `not applied`) and says why it stopped.
+async fn stopped<S: AuditLog>(
+    store: &S,
+    plan: &FoldPlan,
+    audit_id: &str,
+    report: FoldReport,
+    (what, cause): Stop,
+) -> FoldError {
+    let state = if report.wrote() || cause.write_may_have_applied() {
+        AuditState::Failed
+    } else {
+        AuditState::NotApplied
+    };
+    let finish = AuditFinish {
+        state,
+        after: None,
+        outcome: format!("{}: {report}; {what}: {cause}", state.as_str()),
+    };
+    let audit = super::execute::finish(store, audit_id, finish).await;
+    FoldError::Stopped {
+        ns: plan.ns.clone(),
+        report,
+        what,
+        audit,
+        cause,
+    }
 }
 
 /// Folds `plan`: a pending audit record first, then per document a step naming what
@@ -197,72 +262,12 @@ pub async fn fold_pending_increments<S: IncrementStore + AuditLog>(
         })?;
     report.audit_id = Some(audit_id.clone());
     for document in &plan.documents {
-        let stopped =
-            |report: &FoldReport, what: String, cause: StoreError| (report.clone(), what, cause);
-        let failure = match document.total() {
-            Err(cause) => Some(stopped(&report, format!("_id {}", document.id), cause)),
-            Ok(total) => {
-                let step = step_text(plan, document, total);
-                match store.audit_step(&audit_id, &step, None, None).await {
-                    Err(cause) => Some(stopped(
-                        &report,
-                        format!("its step for _id {} could not be recorded, so that document was not written", document.id),
-                        cause,
-                    )),
-                    Ok(()) => match store.fold_pending(&plan.ns, &plan.counter, document).await {
-                        Ok(outcome) => {
-                            report.documents.push(FoldedDocument {
-                                id: document.id.clone(),
-                                tokens: document.pending.len(),
-                                total,
-                                outcome,
-                            });
-                            None
-                        }
-                        Err(cause) => {
-                            let what = if cause.write_may_have_applied() {
-                                format!("whether _id {} was folded is unknown (its reply was lost)", document.id)
-                            } else {
-                                format!("_id {} was not folded", document.id)
-                            };
-                            Some(stopped(&report, what, cause))
-                        }
-                    },
-                }
-            }
-        };
-        if let Some((report, what, cause)) = failure {
-            let unknown = cause.write_may_have_applied();
-            let state = if report.folded().0 > 0 || report.already_counted() > 0 || unknown {
-                AuditState::Failed
-            } else {
-                AuditState::NotApplied
-            };
-            let finish = AuditFinish {
-                state,
-                after: None,
-                outcome: format!("{}: {report}; {what}: {cause}", state.as_str()),
-            };
-            let audit = match store.finish_audit(&audit_id, &finish).await {
-                Ok(()) => format!("audit record {audit_id}: {state}"),
-                Err(e) => format!(
-                    "audit record {audit_id} stays pending (it could not be finalized: {e})"
-                ),
-            };
-            return Err(FoldError::Stopped {
-                ns: plan.ns.clone(),
-                report,
-                what,
-                audit,
-                cause,
-            });
+        match fold_one(store, plan, &audit_id, document).await {
+            Ok(folded) => report.documents.push(folded),
+            Err(stop) => return Err(stopped(store, plan, &audit_id, report, stop).await),
         }
     }
-    let state = if report.changed() == report.documents.len() {
-        AuditState::NotApplied
-    } else {
-        AuditState::Applied
-    };
+    let state = report.finished_state();
     let finish = AuditFinish {
         state,
         after: None,
@@ -295,7 +300,7 @@ mod tests {
     fn context() -> AuditContext {
         AuditContext {
             operator: "ann".into(),
-            action: FOLD_ACTION.into(),
+            action: crate::model::FOLD_INCREMENTS_ACTION.into(),
             reason: None,
         }
     }
@@ -353,6 +358,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_document_counted_since_it_was_read_is_reported_as_counted() {
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+        let counter = Counter::new("n").unwrap();
+        let id = Bson::Int32(1);
+        store
+            .add_pending_increment(&ns(), &id, &counter, "a", 2)
+            .await
+            .unwrap();
+        let plan = plan_fold(&store, &ns(), &counter).await.unwrap();
+        // A writer takes its second step between the read and the fold: its token is
+        // counted, as MongoDB's adapter reads it back.
+        store
+            .apply_pending_increment(&ns(), &id, &counter, "a")
+            .await
+            .unwrap();
+        let report = fold_pending_increments(&store, &plan, context())
+            .await
+            .unwrap();
+        assert_eq!((report.already_counted(), report.changed()), (1, 0));
+        let stored = store.find_one(&ns(), &id).await.unwrap().unwrap();
+        assert_eq!(stored.get("n"), Some(&Bson::Int64(2)));
+        // It wrote nothing: not applied, and the record says why.
+        assert!(!report.wrote());
+        let records = store.audit_log(10).await.unwrap().items;
+        assert_eq!(records[0].state, AuditState::NotApplied);
+        assert!(
+            records[0].outcome.starts_with(
+                "not applied: nothing folded; 1 documents' tokens were found counted already"
+            ),
+            "{}",
+            records[0].outcome
+        );
+    }
+
+    #[tokio::test]
     async fn a_document_changed_since_it_was_read_is_left_alone() {
         let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
         let counter = Counter::new("n").unwrap();
@@ -362,9 +402,9 @@ mod tests {
             .await
             .unwrap();
         let plan = plan_fold(&store, &ns(), &counter).await.unwrap();
-        // A writer takes its second step between the read and the fold.
+        // Another writer takes its first step between the read and the fold.
         store
-            .apply_pending_increment(&ns(), &id, &counter, "a")
+            .add_pending_increment(&ns(), &id, &counter, "b", 3)
             .await
             .unwrap();
         let report = fold_pending_increments(&store, &plan, context())
@@ -372,7 +412,8 @@ mod tests {
             .unwrap();
         assert_eq!(report.changed(), 1);
         let stored = store.find_one(&ns(), &id).await.unwrap().unwrap();
-        assert_eq!(stored.get("n"), Some(&Bson::Int64(2)));
+        assert_eq!(stored.get("n"), None);
+        assert_eq!(stored.get_array("n_pending").map(Vec::len), Ok(2));
         let records = store.audit_log(10).await.unwrap().items;
         assert_eq!(records[0].state, AuditState::NotApplied);
     }
@@ -395,12 +436,16 @@ mod tests {
             )
             .await
             .unwrap();
+        let before = store.find_all(&ns()).await.unwrap();
         let refused = plan_fold(&store, &ns(), &counter).await;
         assert!(
             matches!(refused, Err(StoreError::Malformed { .. })),
             "{refused:?}"
         );
+        // No audit record, and every document as it was.
         assert_eq!(store.calls().operator_writes(), 0);
+        assert_eq!(store.find_all(&ns()).await.unwrap(), before);
+        assert!(store.audit_log(10).await.unwrap().items.is_empty());
     }
 
     #[tokio::test]

@@ -19,7 +19,11 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         _ => None,
     };
     let resource = match request {
-        ActionRequest::Undo { .. } => audit.as_ref().map(|r| r.resource.clone()),
+        // A record that concerns no lease names no lease to read.
+        ActionRequest::Undo { .. } => audit
+            .as_ref()
+            .filter(|r| r.concerns_lease())
+            .map(|r| r.resource.clone()),
         ActionRequest::Rebuild { .. } => options.rebuild.as_ref().map(|r| r.resource.clone()),
         other => other.named_resource().map(str::to_string),
     };

@@ -33,11 +33,12 @@ pub use execute::{apply_audited, audit_context, execute, Executed, OperatorOutco
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use fold_increments::{
     fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
-    FOLD_ACTION,
 };
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;
-pub use plan::{plan, predict_after, refuse_before_reading, Captured, Plan, PlanEffect};
+pub use plan::{
+    plan, predict_after, refuse_before_reading, refuse_read_only, Captured, Plan, PlanEffect,
+};
 pub use rebuild::{
     rebuild, Progress, RebuildDefinition, RebuildFailure, RebuildOutcome, RebuildProgress,
     RebuildReport,

@@ -114,9 +114,10 @@ fn plain_field(what: &str, name: &str) -> StoreResult<()> {
 }
 
 /// The longest token accepted: an event's resume token and document key fit easily.
-pub const MAX_TOKEN_BYTES: usize = 1024;
+const MAX_TOKEN_BYTES: usize = 1024;
 
-/// `InvalidArgument` unless `token` may name an increment.
+/// `InvalidArgument` unless `token` may name an increment. Checked where a token enters
+/// a document: by step 1 of each store ([`IncrementStore::add_pending_increment`]).
 pub fn check_token(token: &str) -> StoreResult<()> {
     if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return Err(StoreError::InvalidArgument(format!(
@@ -134,24 +135,22 @@ pub struct PendingIncrement {
     pub amount: i64,
 }
 
-impl PendingIncrement {
-    pub fn to_document(&self) -> Document {
-        bson::doc! { "t": &self.token, "n": self.amount }
-    }
-}
-
 /// A document's pending increments as the cleanup read them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingDocument {
     pub id: Bson,
     pub pending: Vec<PendingIncrement>,
+    /// What folding adds to the counter: the pending amounts' sum, which fits an int64
+    /// (checked when read).
+    pub total: i64,
     /// The pending array exactly as read: the fold is conditional on it.
     pub read: bson::Array,
 }
 
 impl PendingDocument {
     /// Reads `document`'s pending field. `Malformed` unless it is an array of
-    /// `{t: string, n: integer}` (the shape this program writes), naming the document.
+    /// `{t: string, n: integer}` (the shape this program writes) whose amounts add up
+    /// within an int64, naming the document.
     pub fn from_document(
         ns: &Namespace,
         counter: &Counter,
@@ -198,21 +197,18 @@ impl PendingDocument {
                 })?;
             pending.push(entry);
         }
-        Ok(PendingDocument { id, pending, read })
-    }
-
-    /// What folding adds to the counter; `Malformed` when it does not fit an int64.
-    pub fn total(&self) -> StoreResult<i64> {
-        self.pending
+        let total = pending
             .iter()
             .try_fold(0_i64, |sum, p| sum.checked_add(p.amount))
-            .ok_or_else(|| StoreError::Malformed {
-                what: "pending increments".into(),
-                detail: format!(
-                    "document {}: the pending amounts add up beyond a 64-bit integer",
-                    self.id
-                ),
-            })
+            .ok_or_else(|| {
+                malformed("the pending amounts add up beyond a 64-bit integer".into())
+            })?;
+        Ok(PendingDocument {
+            id,
+            pending,
+            total,
+            read,
+        })
     }
 }
 
@@ -230,11 +226,43 @@ pub enum FoldOutcome {
     Changed,
 }
 
+/// What a fold that matched nothing means, read against the document as it is `now`:
+/// `AlreadyCounted` when none of the tokens read is pending any more and all are among
+/// the applied ones, else `Changed` (also when the document is gone). Every store reads
+/// a fold that matched nothing back through this, so they report alike.
+pub fn counted_since(
+    counter: &Counter,
+    read: &PendingDocument,
+    now: Option<&Document>,
+) -> FoldOutcome {
+    let Some(now) = now else {
+        return FoldOutcome::Changed;
+    };
+    let holds = |field: &str, token: &str| match now.get(field) {
+        Some(Bson::Array(items)) => items.iter().any(|item| match item {
+            Bson::String(t) => t == token,
+            Bson::Document(d) => d.get_str("t") == Ok(token),
+            _ => false,
+        }),
+        _ => false,
+    };
+    let all_counted = read.pending.iter().all(|p| {
+        !holds(counter.pending_field(), &p.token) && holds(counter.applied_field(), &p.token)
+    });
+    if all_counted {
+        FoldOutcome::AlreadyCounted
+    } else {
+        FoldOutcome::Changed
+    }
+}
+
 /// The document writes of the two-step increment and of its cleanup.
 pub trait IncrementStore: Send + Sync {
     /// Step 1: `updateOne({_id}, pipeline, upsert)` appending `{t: token, n: amount}` to
     /// the pending field unless `token` is already pending or among the applied
-    /// tokens. Sent again it changes nothing.
+    /// tokens. Sent again it changes nothing. `InvalidArgument` unless [`check_token`]
+    /// accepts `token`: this is where a token enters a document, so the one place it is
+    /// checked (step 2 only matches a token step 1 wrote).
     fn add_pending_increment(
         &self,
         ns: &Namespace,
@@ -246,8 +274,9 @@ pub trait IncrementStore: Send + Sync {
 
     /// Step 2: `updateOne({_id, <pending>.t: token}, pipeline)` adding the token's
     /// pending amount to the counter, removing it from the pending field and
-    /// remembering it as applied, in one write. `true` when this call counted it;
-    /// `false` when the token was not pending (counted before, or never added).
+    /// remembering it as applied, in one write. `true` when the update matched the
+    /// pending token; `false` when it was not pending (counted before, perhaps by this
+    /// call's own first send when the adapter sent it again, or never added).
     fn apply_pending_increment(
         &self,
         ns: &Namespace,
@@ -307,7 +336,7 @@ mod tests {
         let read = |d: Document| PendingDocument::from_document(&ns, &counter, &d);
         let good = read(doc! {"_id": 1, "n_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 3}]})
             .unwrap();
-        assert_eq!(good.total().unwrap(), 5);
+        assert_eq!(good.total, 5);
         assert_eq!(good.pending[1].amount, 3);
         for bad in [
             doc! {"_id": 7, "n_pending": "a"},
@@ -325,9 +354,8 @@ mod tests {
             }
         }
         let huge =
-            read(doc! {"_id": 1, "n_pending": [{"t": "a", "n": i64::MAX}, {"t": "b", "n": 1_i64}]})
-                .unwrap();
-        assert!(huge.total().is_err());
+            read(doc! {"_id": 1, "n_pending": [{"t": "a", "n": i64::MAX}, {"t": "b", "n": 1_i64}]});
+        assert!(huge.is_err());
     }
 
     #[test]

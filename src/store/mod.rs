@@ -26,8 +26,8 @@ pub use feed::{
     OperationType, StartPoint,
 };
 pub use increments::{
-    check_token, Counter, FoldOutcome, IncrementStore, PendingDocument, PendingIncrement,
-    MAX_TOKEN_BYTES,
+    check_token, counted_since, Counter, FoldOutcome, IncrementStore, PendingDocument,
+    PendingIncrement,
 };
 pub use leases::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,

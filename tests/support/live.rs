@@ -96,3 +96,35 @@ where
     }
     dropped.expect("drop the test database");
 }
+
+/// The binary against `live`'s replica set, its leases in `live`'s database, acting as
+/// `oncall@test`; no colour, no `STREAMWARD_URI` from the environment, a minute at most.
+pub fn streamward(live: &LiveDb) -> assert_cmd::Command {
+    let mut cmd = assert_cmd::Command::cargo_bin("streamward").expect("binary built");
+    cmd.env("NO_COLOR", "1")
+        .env_remove("STREAMWARD_URI")
+        .current_dir(std::env::temp_dir())
+        .args([
+            "--uri",
+            &live.uri,
+            "--leases",
+            &format!("{}.leases", live.db),
+            "--operator",
+            "oncall@test",
+        ])
+        .timeout(std::time::Duration::from_secs(60));
+    cmd
+}
+
+/// Runs the binary off the async runtime; returns (exit code, stdout, stderr).
+pub async fn run(mut cmd: assert_cmd::Command) -> (i32, String, String) {
+    let output = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .expect("command ran")
+        .expect("binary started");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}

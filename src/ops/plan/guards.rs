@@ -11,7 +11,9 @@ use crate::model::{Lease, LockKind};
 // The three rules below need nothing read from a store: `plan` applies them, and so
 // does `refuse_before_reading`, for a caller that checks before it connects.
 
-pub(super) fn refuse_read_only(read_only: bool, action: ActionKind) -> Result<(), Refusal> {
+/// Read-only mode refuses every action that writes, named `action` (an [`ActionKind`],
+/// or another writer's name such as the fold of increments').
+pub fn refuse_read_only(read_only: bool, action: impl std::fmt::Display) -> Result<(), Refusal> {
     if read_only {
         return Err(Refusal::new(
             RefusalKind::ReadOnly,

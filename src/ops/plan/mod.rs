@@ -4,6 +4,8 @@
 
 mod bulk;
 mod guards;
+
+pub use guards::refuse_read_only;
 mod resume_moves;
 mod takeover;
 
@@ -153,12 +155,16 @@ fn decide(
 ) -> Result<Decision, Refusal> {
     // What names the resource must exist before the lease can be looked at.
     match request {
-        ActionRequest::Undo { audit_id } if facts.audit.is_none() => {
-            return Err(Refusal::new(
-                RefusalKind::UnknownAuditRecord,
-                format!("there is no audit record {audit_id:?} (streamward audit lists them)"),
-            ))
-        }
+        ActionRequest::Undo { audit_id } => match &facts.audit {
+            None => {
+                return Err(Refusal::new(
+                    RefusalKind::UnknownAuditRecord,
+                    format!("there is no audit record {audit_id:?} (streamward audit lists them)"),
+                ))
+            }
+            Some(record) if !record.concerns_lease() => return Err(unleased_undo()),
+            Some(_) => {}
+        },
         ActionRequest::Rebuild { name } => {
             guards::refuse_undefined_rebuild(name, facts.rebuild.is_some())?
         }
@@ -185,6 +191,15 @@ fn decide(
         ActionRequest::AbortBulk { .. } => bulk::abort_bulk(lease, facts),
         ActionRequest::Undo { audit_id } => resume_moves::undo(request, lease, audit_id, facts),
     }
+}
+
+/// Undo restores a lease's resume point; a record that concerns no lease (a fold of
+/// increments) has none.
+fn unleased_undo() -> Refusal {
+    Refusal::new(
+        RefusalKind::NothingToRestore,
+        "a fold of increments has no resume point to restore: run `streamward increments fold` again",
+    )
 }
 
 pub(super) fn change(

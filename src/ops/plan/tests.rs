@@ -878,6 +878,28 @@ fn undo_refusals() {
 }
 
 #[test]
+fn undo_of_a_fold_of_increments_is_refused_without_a_lease() {
+    let request = ActionRequest::Undo {
+        audit_id: "a1".into(),
+    };
+    let mut fold = record(None);
+    fold.action = crate::model::FOLD_INCREMENTS_ACTION.into();
+    fold.resource = "shop.counts".into();
+    for state in [AuditState::Applied, AuditState::Pending] {
+        fold.state = state;
+        let mut f = facts(None);
+        f.audit = Some(fold.clone());
+        let p = plan(&request, &f);
+        assert_eq!(refusal(&p), RefusalKind::NothingToRestore, "{state}");
+        let reason = &p.refusal.as_ref().unwrap().reason;
+        assert_eq!(
+            reason,
+            "a fold of increments has no resume point to restore: run `streamward increments fold` again"
+        );
+    }
+}
+
+#[test]
 fn undo_of_an_action_that_did_not_move_the_resume_point_has_nothing_to_undo() {
     // A takeover recorded before and after at the same resume point; since then the
     // new holder processed on to the token at +3000 s. Restoring the recorded point

@@ -5,11 +5,13 @@
 use std::future::IntoFuture;
 
 use bson::{doc, Bson, Document};
-use futures_util::TryStreamExt;
 
 use super::errors::with_one_retry;
 use super::MongoStore;
-use crate::store::{Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument, StoreResult};
+use crate::store::{
+    counted_since, Counter, DocumentStore, FoldOutcome, IncrementStore, Namespace, PendingDocument,
+    StoreResult,
+};
 
 fn path(field: &str) -> String {
     format!("${field}")
@@ -68,16 +70,12 @@ pub(super) fn pending_filter(counter: &Counter) -> Document {
 
 /// Filter and update of a fold: matched only while the pending field is exactly as
 /// read; adds the total, clears the field and remembers the tokens as applied.
-pub(super) fn fold_command(
-    counter: &Counter,
-    document: &PendingDocument,
-    total: i64,
-) -> (Document, Document) {
+pub(super) fn fold_command(counter: &Counter, document: &PendingDocument) -> (Document, Document) {
     let tokens: Vec<&str> = document.pending.iter().map(|p| p.token.as_str()).collect();
     let filter =
         doc! { "_id": document.id.clone(), counter.pending_field(): document.read.clone() };
     let update = doc! {
-        "$inc": { counter.field(): total },
+        "$inc": { counter.field(): document.total },
         "$set": { counter.pending_field(): [] },
         "$push": { counter.applied_field(): {
             "$each": tokens,
@@ -121,7 +119,6 @@ impl IncrementStore for MongoStore {
         counter: &Counter,
         token: &str,
     ) -> StoreResult<bool> {
-        crate::store::check_token(token)?;
         let action = format!("apply pending increment in {ns} {id}");
         let (filter, pipeline) = apply_pending_command(id, counter, token);
         let collection = self.collection(ns);
@@ -142,19 +139,16 @@ impl IncrementStore for MongoStore {
         counter: &Counter,
     ) -> StoreResult<Vec<PendingDocument>> {
         let action = format!("read the pending increments of {ns}");
-        let collection = self.collection(ns);
-        let filter = pending_filter(counter);
-        let documents: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
-            collection
-                .find(filter.clone())
-                .projection(doc! { counter.pending_field(): 1 })
-                .sort(doc! { "_id": 1 })
-                .await?
-                .try_collect()
-                .await
-        })
-        .await
-        .map_err(|e| self.document_error(e, &action, ns))?;
+        let projection = doc! { counter.pending_field(): 1 };
+        let documents = self
+            .read_matching(
+                self.collection(ns),
+                pending_filter(counter),
+                Some(projection),
+                &action,
+            )
+            .await
+            .map_err(|e| self.document_error(e, &action, ns))?;
         documents
             .iter()
             .map(|d| PendingDocument::from_document(ns, counter, d))
@@ -170,9 +164,8 @@ impl IncrementStore for MongoStore {
         counter: &Counter,
         document: &PendingDocument,
     ) -> StoreResult<FoldOutcome> {
-        let total = document.total()?;
         let action = format!("fold pending increments into {ns} {}", document.id);
-        let (filter, update) = fold_command(counter, document, total);
+        let (filter, update) = fold_command(counter, document);
         let collection = self.collection(ns);
         let result = with_one_retry(self.write_timeout(), &action, || {
             collection
@@ -185,41 +178,8 @@ impl IncrementStore for MongoStore {
         if result.matched_count > 0 {
             return Ok(FoldOutcome::Folded);
         }
-        let now = with_one_retry(self.timeout(), &action, || {
-            collection
-                .find_one(doc! { "_id": document.id.clone() })
-                .into_future()
-        })
-        .await
-        .map_err(|e| self.document_error(e, &action, ns))?;
+        let now = self.find_one(ns, &document.id).await?;
         Ok(counted_since(counter, document, now.as_ref()))
-    }
-}
-
-/// How a fold that matched nothing reads against the document as it is now.
-pub(super) fn counted_since(
-    counter: &Counter,
-    read: &PendingDocument,
-    now: Option<&Document>,
-) -> FoldOutcome {
-    let Some(now) = now else {
-        return FoldOutcome::Changed;
-    };
-    let holds = |field: &str, token: &str| match now.get(field) {
-        Some(Bson::Array(items)) => items.iter().any(|item| match item {
-            Bson::String(t) => t == token,
-            Bson::Document(d) => d.get_str("t") == Ok(token),
-            _ => false,
-        }),
-        _ => false,
-    };
-    let all_counted = read.pending.iter().all(|p| {
-        !holds(counter.pending_field(), &p.token) && holds(counter.applied_field(), &p.token)
-    });
-    if all_counted {
-        FoldOutcome::AlreadyCounted
-    } else {
-        FoldOutcome::Changed
     }
 }
 
@@ -260,7 +220,7 @@ mod tests {
             doc! {"_id": "p1", "likes_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 5_i64}]};
         let ns = Namespace::new("shop", "counts");
         let pending = PendingDocument::from_document(&ns, &counter, &read).unwrap();
-        let (filter, update) = fold_command(&counter, &pending, 7);
+        let (filter, update) = fold_command(&counter, &pending);
         assert_eq!(
             filter,
             doc! {"_id": "p1", "likes_pending": [{"t": "a", "n": 2_i64}, {"t": "b", "n": 5_i64}]}

@@ -166,10 +166,25 @@ impl MongoStore {
         collection: Collection<Document>,
         action: &str,
     ) -> Result<Vec<Document>, errors::CallError> {
+        self.read_matching(collection, bson::doc! {}, None, action)
+            .await
+    }
+
+    /// The documents of `collection` that `filter` selects, sorted by `_id`, with only
+    /// the fields of `projection` when one is given (an empty projection is every
+    /// field); retried once (it only reads).
+    async fn read_matching(
+        &self,
+        collection: Collection<Document>,
+        filter: Document,
+        projection: Option<Document>,
+        action: &str,
+    ) -> Result<Vec<Document>, errors::CallError> {
         use futures_util::TryStreamExt;
         errors::with_one_retry(self.timeout(), action, || async {
             collection
-                .find(bson::doc! {})
+                .find(filter.clone())
+                .projection(projection.clone().unwrap_or_default())
                 .sort(bson::doc! { "_id": 1 })
                 .await?
                 .try_collect()

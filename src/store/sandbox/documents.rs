@@ -1,11 +1,13 @@
 //! Documents, fenced and plain, with every write logged as a change.
 
 use std::cmp::Ordering;
+use std::sync::MutexGuard;
 
 use bson::{doc, Bson, Document};
+use chrono::{DateTime, Utc};
 
 use super::history::HistoryEntry;
-use super::state::{id_key, WriteKind};
+use super::state::{id_key, State, WriteKind};
 use super::{count, SandboxStore};
 use crate::store::{
     DocumentStore, FencedMemberWrites, Namespace, StoreResult, WriteFence, WriteOutcome,
@@ -144,13 +146,26 @@ fn fences_of(document: &Document) -> Vec<(String, i64)> {
 }
 
 impl SandboxStore {
-    fn write_one(&self, ns: &Namespace, id: &Bson, document: Option<Document>) {
-        let now = self.inner.clock.now();
-        let mut state = self.lock();
-        state.write(ns, id, document, WriteKind::Replace, now);
+    /// Writes `document` (`None`: deletes it) as `kind` under the held lock `state`,
+    /// then releases it and tells the change feed where the log ends now.
+    pub(super) fn write_under(
+        &self,
+        mut state: MutexGuard<'_, State>,
+        write: (&Namespace, &Bson, Option<Document>),
+        kind: WriteKind,
+        now: DateTime<Utc>,
+    ) {
+        let (ns, id, document) = write;
+        state.write(ns, id, document, kind, now);
         let end = state.log.end();
         drop(state);
         self.publish_log_end(end);
+    }
+
+    fn write_one(&self, ns: &Namespace, id: &Bson, document: Option<Document>) {
+        let now = self.inner.clock.now();
+        let state = self.lock();
+        self.write_under(state, (ns, id, document), WriteKind::Replace, now);
     }
 }
 
@@ -200,10 +215,7 @@ impl DocumentStore for SandboxStore {
             source_version,
             stored,
         });
-        state.write(ns, id, Some(document), WriteKind::Update, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.write_under(state, (ns, id, Some(document)), WriteKind::Update, now);
         Ok(WriteOutcome::Applied)
     }
 

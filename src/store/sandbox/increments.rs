@@ -4,12 +4,11 @@
 
 use bson::{doc, Bson, Document};
 
-use super::documents::id_order;
 use super::state::WriteKind;
 use super::{count, SandboxStore};
 use crate::store::{
-    check_token, Counter, FoldOutcome, IncrementStore, Namespace, PendingDocument, StoreError,
-    StoreResult,
+    check_token, counted_since, Counter, DocumentStore, FoldOutcome, IncrementStore, Namespace,
+    PendingDocument, StoreError, StoreResult,
 };
 
 fn type_error(code: i32, message: String) -> StoreError {
@@ -76,14 +75,11 @@ impl SandboxStore {
         change: impl FnOnce(Option<&Document>) -> StoreResult<Option<Document>>,
     ) -> StoreResult<bool> {
         let now = self.inner.clock.now();
-        let mut state = self.lock();
+        let state = self.lock();
         let Some(document) = change(state.document(ns, id))? else {
             return Ok(false);
         };
-        state.write(ns, id, Some(document), WriteKind::Update, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.write_under(state, (ns, id, Some(document)), WriteKind::Update, now);
         Ok(true)
     }
 }
@@ -125,7 +121,6 @@ impl IncrementStore for SandboxStore {
         token: &str,
     ) -> StoreResult<bool> {
         count(&self.inner.calls.documents);
-        check_token(token)?;
         self.update_document(ns, id, |existing| {
             let Some(existing) = existing else {
                 return Ok(None);
@@ -167,30 +162,16 @@ impl IncrementStore for SandboxStore {
         ns: &Namespace,
         counter: &Counter,
     ) -> StoreResult<Vec<PendingDocument>> {
-        count(&self.inner.calls.documents);
-        let mut documents: Vec<Document> = self
-            .lock()
-            .collections
-            .get(ns)
-            .map(|c| {
-                c.values()
-                    .filter(|d| match d.get(counter.pending_field()) {
-                        None => false,
-                        Some(Bson::Array(items)) => !items.is_empty(),
-                        Some(_) => true,
-                    })
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default();
-        documents.sort_by(|a, b| {
-            id_order(
-                a.get("_id").unwrap_or(&Bson::Null),
-                b.get("_id").unwrap_or(&Bson::Null),
-            )
-        });
-        documents
+        // What MongoDB's filter selects: a pending field there and not empty.
+        let has_pending = |d: &Document| match d.get(counter.pending_field()) {
+            None => false,
+            Some(Bson::Array(items)) => !items.is_empty(),
+            Some(_) => true,
+        };
+        self.find_all(ns)
+            .await?
             .iter()
+            .filter(|d| has_pending(d))
             .map(|d| PendingDocument::from_document(ns, counter, d))
             .collect()
     }
@@ -202,7 +183,7 @@ impl IncrementStore for SandboxStore {
         read: &PendingDocument,
     ) -> StoreResult<FoldOutcome> {
         count(&self.inner.calls.documents);
-        let total = read.total()?;
+        let total = read.total;
         let folded = self.update_document(ns, &read.id, |existing| {
             let Some(existing) = existing else {
                 return Ok(None);
@@ -232,10 +213,11 @@ impl IncrementStore for SandboxStore {
             );
             Ok(Some(document))
         })?;
-        Ok(if folded {
-            FoldOutcome::Folded
-        } else {
-            FoldOutcome::Changed
-        })
+        if folded {
+            return Ok(FoldOutcome::Folded);
+        }
+        // Matched nothing: read back as MongoDB's adapter reads it back.
+        let now = self.find_one(ns, &read.id).await?;
+        Ok(counted_since(counter, read, now.as_ref()))
     }
 }
