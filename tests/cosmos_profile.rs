@@ -201,6 +201,21 @@ async fn a_listener_streams_a_page_commits_its_token_with_the_document_time_and_
         Ok(t3),
         "recorded beside the token: {stored}"
     );
+    // The commit left a checkpoint with the same token and document time: on Cosmos DB
+    // the way back in time (written after the commit, on its own task).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let checkpoint = loop {
+        let listed = streamward::store::CheckpointStore::checkpoints(&store, RESOURCE, 10)
+            .await
+            .unwrap();
+        if let Some(first) = listed.items.into_iter().next() {
+            break first;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "a checkpoint");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(checkpoint.token.as_document(), &page);
+    assert_eq!(checkpoint.token.recorded_time(), Some(t3));
     // Lag and token time from the document time: the console and `leases` read these.
     let health = LeaseHealth::assess(&lease, None, Utc::now(), &HealthThresholds::default());
     assert_eq!(

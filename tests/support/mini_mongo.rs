@@ -78,6 +78,10 @@ pub fn apply_update(update: &Document, doc: &Document) -> Document {
                 "$set" => {
                     out.insert(field, value.clone());
                 }
+                // The server's clock (Azure Cosmos DB documents `$currentDate`).
+                "$currentDate" => {
+                    out.insert(field, bson::DateTime::now());
+                }
                 "$push" => {
                     let mut items = match out.get(field) {
                         None => Vec::new(),

@@ -182,13 +182,13 @@ impl MongoStore {
     ) -> Result<Vec<Document>, errors::CallError> {
         use futures_util::TryStreamExt;
         errors::with_one_retry(self.timeout(), action, || async {
-            collection
+            let mut find = collection
                 .find(filter.clone())
-                .projection(projection.clone().unwrap_or_default())
-                .sort(bson::doc! { "_id": 1 })
-                .await?
-                .try_collect()
-                .await
+                .sort(bson::doc! { "_id": 1 });
+            if let Some(projection) = &projection {
+                find = find.projection(projection.clone());
+            }
+            find.await?.try_collect().await
         })
         .await
     }
