@@ -50,6 +50,7 @@ fn lease(resource: &str, holder: Option<&str>, version: i64, token_age: u32) -> 
         db: "shop".into(),
         coll: "orders".into(),
         pipeline: String::new(),
+        ..Default::default()
     });
     lease
 }

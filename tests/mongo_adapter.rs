@@ -120,6 +120,7 @@ async fn bulk_acquire_may_take_a_bulk_lease_and_keeps_the_watch_target_literal()
         db: "shop".into(),
         coll: "orders".into(),
         pipeline: "$match".into(),
+        ..Default::default()
     });
     let AcquireOutcome::Acquired(lease) = store.acquire(&req).await.unwrap() else {
         panic!("not acquired")

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::model::{LockKind, WatchTarget};
+use crate::model::{LockKind, SourceKind, WatchTarget};
 use crate::store::Namespace;
 
 /// Where a listener without any resume point starts.
@@ -26,6 +26,9 @@ pub struct ListenerConfig {
     pub listener_id: String,
     /// The namespace whose changes are handled.
     pub watch: Namespace,
+    /// Its change stream (default), or its entries when it is a capped collection
+    /// used as an event store (docs/capped.md).
+    pub source: SourceKind,
     pub kind: LockKind,
     /// How long a lease lasts without a refresh or commit.
     pub lease: Duration,
@@ -72,6 +75,7 @@ impl ListenerConfig {
             resource: resource.into(),
             listener_id: listener_id.into(),
             watch,
+            source: SourceKind::ChangeStream,
             kind: LockKind::Update,
             lease: Duration::from_secs(10),
             refresh_fraction: 1.0 / 3.0,
@@ -104,6 +108,7 @@ impl ListenerConfig {
             db: self.watch.db.clone(),
             coll: self.watch.coll.clone(),
             pipeline: String::new(),
+            source: self.source,
         }
     }
 }

@@ -15,7 +15,7 @@ use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
 use chrono::{DateTime, Utc};
 
 use crate::metrics::engine::ListenerMetrics;
-use crate::model::{Fence, Lease, ResumePoint, ResumeToken, StreamProfile};
+use crate::model::{Fence, Lease, ResumePoint, ResumeToken, SourceKind, StreamProfile};
 use crate::store::{
     AcquireOutcome, AcquireRequest, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
     StartPoint, Store, StoreError, Tenure, TenureWrite,
@@ -261,13 +261,19 @@ impl<S: Store, H: Handler> Listener<S, H> {
             batch_size: self.config.batch_size,
             max_await: self.config.read_wait(),
         };
-        let mut opened = self.store.open(&self.config.watch, start, options).await;
+        let source = self.config.source;
+        let watch = &self.config.watch;
+        let mut opened =
+            super::source::open(&self.store, source, watch, start.clone(), options).await;
         if matches!(opened, Err(StoreError::HistoryLost { .. }))
             && lease.resume_point() == ResumePoint::Oldest
         {
             // The oldest entry fell off between reading the window and opening: read it again, once.
             opened = match self.start_point(&lease).await {
-                Ok(start) => self.store.open(&self.config.watch, start, options).await,
+                Ok(start) => {
+                    super::source::open(&self.store, source, &self.config.watch, start, options)
+                        .await
+                }
                 Err(end) => return self.give_back(&tenure, end).await,
             };
         }
@@ -513,6 +519,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             ResumePoint::At(time) => Ok(StartPoint::At(time)),
             ResumePoint::Oldest => match self.config.bootstrap {
                 Bootstrap::Now => Ok(StartPoint::Now),
+                Bootstrap::Oldest if self.config.source == SourceKind::Capped => {
+                    Ok(super::source::CAPPED_OLDEST)
+                }
                 Bootstrap::Oldest => match self.store.oplog_window().await {
                     // Through mongos, the latest of the shards' oldest entries.
                     Ok(window) => Ok(StartPoint::At(window.first)),
@@ -554,7 +563,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
         }
-        let end = classify(error, &self.config.resource, at);
+        let end = classify(error, &self.config.resource, self.config.source, at);
         self.give_back(tenure, end).await
     }
 
@@ -711,14 +720,18 @@ fn document_time(event: &ChangeEvent, field: &str) -> Result<DateTime<Utc>, Stri
     }
 }
 
-fn classify(error: StoreError, resource: &str, at: ResumePoint) -> TenureEnd {
+fn classify(error: StoreError, resource: &str, source: SourceKind, at: ResumePoint) -> TenureEnd {
+    let history = match source {
+        SourceKind::ChangeStream => "the oplog window",
+        SourceKind::Capped => "the capped collection",
+    };
     match error {
         StoreError::HistoryLost { .. } => TenureEnd::Stuck(Stuck {
             state: ListenerState::HistoryLost,
             message: format!(
                 "{error}. Resuming {} is impossible: the history after it is gone, and nothing \
                  was processed past it. Waiting for an operator: rewind {resource} --to TIME \
-                 (inside the oplog window), reset {resource} --to oldest (or --to now \
+                 (inside {history}), reset {resource} --to oldest (or --to now \
                  --accept-skip), or rebuild",
                 at.describe()
             ),

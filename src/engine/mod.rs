@@ -5,6 +5,7 @@ pub mod fenced;
 mod handler;
 mod increment;
 mod listener;
+mod source;
 mod standby;
 mod status;
 mod supervisor;

@@ -73,6 +73,12 @@ impl ListenerHandle {
         self.task.await.ok()
     }
 
+    /// Waits for the listener to return by itself (it refused to start), without
+    /// asking it to stop.
+    pub async fn join(self) -> Option<ListenerExit> {
+        self.task.await.ok()
+    }
+
     /// A crash: the task dies where it is, without committing or releasing.
     pub fn crash(self) {
         self.task.abort();

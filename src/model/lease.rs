@@ -70,6 +70,9 @@ impl ResumePoint {
     /// For people: "after token at 1700000000:4", "at …", "the oldest oplog entry".
     pub fn describe(&self) -> String {
         match self {
+            ResumePoint::Token(token) if super::source::token_entry(token).is_some() => {
+                format!("after entry {token}")
+            }
             ResumePoint::Token(token) => match (token.decode(), token.recorded_time()) {
                 (Ok(decoded), _) => format!("after token at {}", decoded.time),
                 (Err(_), Some(at)) => {
@@ -89,6 +92,8 @@ pub struct WatchTarget {
     pub db: String,
     pub coll: String,
     pub pipeline: String,
+    /// A change stream, or a capped collection read by a tailable cursor.
+    pub source: super::SourceKind,
 }
 
 /// A watched collection's change stream was closed by the server (an `invalidate`

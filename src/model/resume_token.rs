@@ -128,6 +128,9 @@ impl ResumeToken {
     /// time recorded beside it, said as such ([`super::text::document_time`]); `None`
     /// when neither is known.
     pub fn time_text(&self) -> Option<String> {
+        if let Some(id) = super::source::token_entry(self) {
+            return Some(super::text::entry_time_text(&id));
+        }
         match (self.decode(), self.recorded) {
             (Ok(decoded), _) => Some(decoded.time.to_string()),
             (Err(_), Some(at)) => Some(super::text::document_time(at)),
@@ -137,7 +140,11 @@ impl ResumeToken {
 
     /// The token's time: decoded from it, else the time recorded beside it (to the
     /// second, with increment 0: a document's time, not a cluster time), else none.
+    /// A capped collection's position (`{_id: ObjectId}`) has its ObjectId's time.
     pub fn time(&self) -> Option<ClusterTime> {
+        if let Some(id) = super::source::token_entry(self) {
+            return Some(super::source::entry_time(&id));
+        }
         match self.decode() {
             Ok(decoded) => Some(decoded.time),
             Err(_) => self

@@ -32,6 +32,14 @@ pub fn document_time(at: DateTime<Utc>) -> String {
     format!("document time {}", at.format("%Y-%m-%dT%H:%M:%S%.3fZ"))
 }
 
+/// The time a capped collection's entry was made, from its ObjectId (whole seconds).
+pub fn entry_time_text(id: &bson::oid::ObjectId) -> String {
+    format!(
+        "entry time {}",
+        id.timestamp().to_chrono().format("%Y-%m-%dT%H:%M:%SZ")
+    )
+}
+
 /// The most characters a plain-text table shows of one value; longer values end in
 /// `…` (the JSON output carries them whole).
 pub const CELL_MAX_CHARS: usize = 120;

@@ -2,6 +2,7 @@
 //! their implementations: `sandbox` (in-process) and `mongo` (the official driver).
 
 mod audit;
+mod capped;
 mod checkpoints;
 mod documents;
 mod error;
@@ -15,6 +16,7 @@ mod oplog_figures;
 pub mod sandbox;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
+pub use capped::{CappedFeed, CappedStats, CappedWindow, APPEND_SKEW};
 pub use checkpoints::{CheckpointStore, CHECKPOINTS_KEPT};
 pub use documents::{
     DocumentStore, FencedMemberWrites, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
@@ -39,11 +41,11 @@ pub use oplog_figures::{
     read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,
 };
 
-/// Everything a listener needs from one database: its leases, a change feed and the
-/// checkpoints it leaves. Handlers bring their own document access ([`DocumentStore`]
-/// or anything else).
-pub trait Store: LeaseStore + ChangeFeed + CheckpointStore + Clone + 'static {}
-impl<T: LeaseStore + ChangeFeed + CheckpointStore + Clone + 'static> Store for T {}
+/// Everything a listener needs from one database: its leases, a change feed, capped
+/// collections to tail and the checkpoints it leaves. Handlers bring their own
+/// document access ([`DocumentStore`] or anything else).
+pub trait Store: LeaseStore + ChangeFeed + CappedFeed + CheckpointStore + Clone + 'static {}
+impl<T: LeaseStore + ChangeFeed + CappedFeed + CheckpointStore + Clone + 'static> Store for T {}
 
 /// Everything guarded actions and the console need: the engine's ports, the operator's
 /// compare-and-swap and the audit log.

@@ -36,6 +36,7 @@ pub async fn acquire_inserts_a_new_lease_at_version_zero<H: Harness>(h: &H) {
         db: "shop".into(),
         coll: "orders".into(),
         pipeline: "[]".into(),
+        ..Default::default()
     });
     let before = server_now(store).await;
     let lease = acquired(store, &req).await;

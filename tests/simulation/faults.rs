@@ -628,6 +628,31 @@ impl FaultyStore {
     }
 }
 
+/// The simulation drives change streams only; capped collections pass through untouched.
+impl streamward::store::CappedFeed for FaultyStore {
+    type Tail = streamward::store::sandbox::SandboxTail;
+
+    async fn tail(
+        &self,
+        ns: &Namespace,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<Self::Tail> {
+        self.inner.tail(ns, start, options).await
+    }
+
+    async fn capped_window(
+        &self,
+        ns: &Namespace,
+    ) -> StoreResult<Option<streamward::store::CappedWindow>> {
+        self.inner.capped_window(ns).await
+    }
+
+    async fn capped_stats(&self, ns: &Namespace) -> StoreResult<streamward::store::CappedStats> {
+        self.inner.capped_stats(ns).await
+    }
+}
+
 impl ChangeFeed for FaultyStore {
     type Stream = FaultyStream;
 

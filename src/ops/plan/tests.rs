@@ -48,6 +48,7 @@ fn live_lease() -> Lease {
         db: "shop".into(),
         coll: "orders".into(),
         pipeline: String::new(),
+        ..Default::default()
     });
     lease
 }

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::model::lease_field as F;
 use crate::model::{
     AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LockKind, ResumeToken,
-    StreamProfile, WatchTarget,
+    SourceKind, StreamProfile, WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -217,8 +217,14 @@ pub fn invalidation_to_document(invalidation: &Invalidation) -> Document {
     }
 }
 
+/// `source` is written only for a capped collection: a lease without it (every lease
+/// written before capped sources existed) watches a change stream.
 pub fn watch_to_document(watch: &WatchTarget) -> Document {
-    doc! { "db": &watch.db, "coll": &watch.coll, "pipeline": &watch.pipeline }
+    let mut document = doc! { "db": &watch.db, "coll": &watch.coll, "pipeline": &watch.pipeline };
+    if watch.source != SourceKind::ChangeStream {
+        document.insert("source", watch.source.as_str());
+    }
+    document
 }
 
 /// Reads a lease document. Missing optional fields are `None`; a missing `version`
@@ -268,6 +274,12 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
                 Some(Bson::String(s)) => s.clone(),
                 // A pipeline stored as an array is summarised as its JSON text.
                 Some(other) => other.clone().into_relaxed_extjson().to_string(),
+            },
+            source: match opt_string(what, w, "source")? {
+                None => SourceKind::ChangeStream,
+                Some(source) => source
+                    .parse()
+                    .map_err(|e| malformed(what, "watch.source", e))?,
             },
         }),
     };
@@ -646,6 +658,7 @@ mod tests {
                 db: "shop".into(),
                 coll: "orders".into(),
                 pipeline: "[]".into(),
+                source: SourceKind::Capped,
             }),
             note: Some("takeover by ops".into()),
             invalidated: Some(Invalidation {
@@ -661,6 +674,25 @@ mod tests {
         let document = lease_to_document(&lease);
         assert_eq!(document.get_i64("version").unwrap(), 7);
         assert_eq!(lease_from_document(&document).unwrap(), lease);
+    }
+
+    #[test]
+    fn a_watch_without_a_source_is_a_change_stream_and_an_unknown_source_is_named() {
+        let plain = doc! {"_id": "r", "watch": {"db": "a", "coll": "b", "pipeline": ""}};
+        let lease = lease_from_document(&plain).unwrap();
+        assert_eq!(lease.watch.unwrap().source, SourceKind::ChangeStream);
+        let stream = WatchTarget::default();
+        assert!(!watch_to_document(&stream).contains_key("source"));
+        let odd = doc! {"_id": "r", "watch": {"db": "a", "coll": "b", "source": "queue"}};
+        match lease_from_document(&odd) {
+            Err(StoreError::Malformed { detail, .. }) => {
+                assert!(
+                    detail.contains("watch.source") && detail.contains("queue"),
+                    "{detail}"
+                )
+            }
+            other => panic!("expected malformed, got {other:?}"),
+        }
     }
 
     #[test]

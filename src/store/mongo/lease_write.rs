@@ -239,6 +239,7 @@ mod tests {
             db: "shop".into(),
             coll: "orders".into(),
             pipeline: "[{\"$match\": {}}]".into(),
+            ..Default::default()
         };
         let set_resume = ResumeChange::Set {
             token: None,

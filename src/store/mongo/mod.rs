@@ -9,6 +9,7 @@
 //! holder and version, audit writes on the record's `_id` and state.
 
 mod audit;
+mod capped;
 mod checkpoints;
 mod codec;
 mod connect;
@@ -31,6 +32,7 @@ use bson::Document;
 use mongodb::options::{Acknowledgment, ClientOptions, WriteConcern};
 use mongodb::{Client, Collection};
 
+pub use capped::MongoTail;
 pub use connect::MongoSettings;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use leases::MongoLeaseWatch;

@@ -1,6 +1,7 @@
 //! The embedded store: MongoDB's semantics where the engine depends
 //! on them, in process, fast, and deterministic under a virtual clock.
 
+mod capped;
 mod change_log;
 mod checkpoints;
 mod clock;
@@ -16,6 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{broadcast, Notify};
 
+pub use capped::SandboxTail;
 pub use clock::Clock;
 pub use feed::SandboxStream;
 pub use history::{HistoryEntry, StartMark};
@@ -145,6 +147,8 @@ struct Inner {
     clock: Clock,
     config: SandboxConfig,
     log_end: LogEnd,
+    /// Appends to capped collections, for waiting tails.
+    capped_end: LogEnd,
     lease_changes: broadcast::Sender<LeaseChange>,
     calls: CallCounts,
 }
@@ -172,6 +176,10 @@ impl SandboxStore {
                 clock,
                 config,
                 log_end,
+                capped_end: LogEnd {
+                    end: AtomicU64::new(0),
+                    grew: Notify::new(),
+                },
                 lease_changes,
                 calls: CallCounts::default(),
             }),

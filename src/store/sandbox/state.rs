@@ -20,6 +20,7 @@ pub struct State {
     /// The last checkpoint id given.
     pub next_checkpoint: u64,
     pub history: Option<Vec<HistoryEntry>>,
+    pub capped: super::capped::CappedCollections,
 }
 
 impl State {
@@ -32,6 +33,7 @@ impl State {
             checkpoints: HashMap::new(),
             next_checkpoint: 0,
             history: record_history.then(Vec::new),
+            capped: Default::default(),
         }
     }
 

@@ -1,0 +1,40 @@
+//! What a listener reads, by its configured source: a change stream, or a capped
+//! collection's entries by a tailable cursor. Both hand over batches of events with
+//! their tokens; the rest of the listener does not tell them apart.
+
+use crate::model::{ClusterTime, SourceKind};
+use crate::store::{
+    CappedFeed, ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, Store,
+    StoreResult,
+};
+
+pub(super) enum SourceStream<S: Store> {
+    Changes(<S as ChangeFeed>::Stream),
+    Entries(<S as CappedFeed>::Tail),
+}
+
+impl<S: Store> ChangeStream for SourceStream<S> {
+    async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        match self {
+            SourceStream::Changes(stream) => stream.next_batch().await,
+            SourceStream::Entries(tail) => tail.next_batch().await,
+        }
+    }
+}
+
+pub(super) async fn open<S: Store>(
+    store: &S,
+    source: SourceKind,
+    ns: &Namespace,
+    start: StartPoint,
+    options: FeedOptions,
+) -> StoreResult<SourceStream<S>> {
+    Ok(match source {
+        SourceKind::ChangeStream => SourceStream::Changes(store.open(ns, start, options).await?),
+        SourceKind::Capped => SourceStream::Entries(store.tail(ns, start, options).await?),
+    })
+}
+
+/// Where a capped source with no resume point starts: at its oldest entry, i.e. every
+/// `_id` from the epoch on (the collection holds nothing older than its oldest).
+pub(super) const CAPPED_OLDEST: StartPoint = StartPoint::At(ClusterTime::new(0, 0));

@@ -1,0 +1,416 @@
+//! `CappedFeed` on MongoDB: tailable await-data cursors on capped collections
+//! (docs/capped.md; the port's contract is in `crate::store::capped`).
+//!
+//! What the server does, as seen on a real 6.0.5 (tests/capped_live.rs): a tailable
+//! `find` on an empty (or missing) collection comes back with cursor id 0; on a
+//! collection with entries but none matching it stays open and later returns entries
+//! appended after; a `getMore` whose position was overwritten fails with
+//! CappedPositionLost (136); a tailable cursor always scans in insertion order, from
+//! the oldest entry, whatever the filter (COLLSCAN).
+
+use std::time::Duration;
+
+use bson::oid::ObjectId;
+use bson::{doc, Bson, Document};
+use futures_util::{FutureExt, StreamExt};
+use mongodb::options::CursorType;
+use mongodb::{Collection, Cursor};
+use tokio::time::Instant;
+
+use super::errors::{code_of, with_one_retry, CallError};
+use super::MongoStore;
+use crate::model::{entry_time, entry_token, first_id_of, token_entry};
+use crate::store::{
+    CappedFeed, CappedStats, CappedWindow, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
+    Namespace, OperationType, StartPoint, StoreError, StoreResult, APPEND_SKEW,
+};
+
+const CAPPED_POSITION_LOST: i32 = 136;
+/// The server no longer knows the cursor (killed, or timed out on the server).
+const CURSOR_NOT_FOUND: i32 = 43;
+const TAIL_HINT: &str = "find on the capped collection (the built-in read role has it)";
+
+/// Where the next cursor starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Position {
+    /// After this entry, in insertion order.
+    After(ObjectId),
+    /// Entries whose `_id` is at or above this one (a start at a time).
+    From(ObjectId),
+    /// Every entry: nothing has been read yet and the start was "now" on an empty
+    /// collection, so whatever is appended first is new.
+    Everything,
+}
+
+impl MongoStore {
+    fn tail_collection(&self, ns: &Namespace) -> Collection<Document> {
+        self.client.database(&ns.db).collection(&ns.coll)
+    }
+
+    /// The entry at one end of `ns` (`natural` 1 the oldest, -1 the newest), `_id` only.
+    async fn capped_edge(&self, ns: &Namespace, natural: i32) -> StoreResult<Option<ObjectId>> {
+        let action = format!(
+            "read the {} entry of {ns}",
+            if natural > 0 { "oldest" } else { "newest" }
+        );
+        let collection = self.tail_collection(ns);
+        let entry = with_one_retry(self.timeout(), &action, || {
+            std::future::IntoFuture::into_future(
+                collection
+                    .find_one(doc! {})
+                    .sort(doc! { "$natural": natural })
+                    .projection(doc! { "_id": 1 }),
+            )
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&action, TAIL_HINT))?;
+        entry.map(|entry| entry_id(ns, &entry)).transpose()
+    }
+
+    async fn holds_entry(&self, ns: &Namespace, id: ObjectId) -> StoreResult<bool> {
+        let action = format!("look for entry {id} in {ns}");
+        let collection = self.tail_collection(ns);
+        let entry = with_one_retry(self.timeout(), &action, || {
+            std::future::IntoFuture::into_future(
+                collection
+                    .find_one(doc! { "_id": id })
+                    .projection(doc! { "_id": 1 }),
+            )
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&action, TAIL_HINT))?;
+        Ok(entry.is_some())
+    }
+
+    /// `listCollections` for `ns`: whether it is capped; `None` when it does not exist.
+    async fn is_capped(&self, ns: &Namespace) -> StoreResult<Option<bool>> {
+        use futures_util::TryStreamExt;
+        let action = format!("read the options of {ns}");
+        let database = self.client.database(&ns.db);
+        let specs: Vec<mongodb::results::CollectionSpecification> =
+            with_one_retry(self.timeout(), &action, || async {
+                database
+                    .list_collections()
+                    .filter(doc! { "name": &ns.coll })
+                    .await?
+                    .try_collect()
+                    .await
+            })
+            .await
+            .map_err(|e| {
+                e.into_store_hinted(
+                    &action,
+                    "listCollections on the database (the built-in read role has it)",
+                )
+            })?;
+        Ok(specs
+            .first()
+            .map(|spec| spec.options.capped.unwrap_or(false)))
+    }
+}
+
+fn entry_id(ns: &Namespace, entry: &Document) -> StoreResult<ObjectId> {
+    match entry.get("_id") {
+        Some(Bson::ObjectId(id)) => Ok(*id),
+        other => Err(StoreError::Malformed {
+            what: format!("entry of capped collection {ns}"),
+            detail: format!(
+                "_id is {}, not an ObjectId: a capped source orders and resumes by ObjectId \
+                 _ids (docs/capped.md)",
+                other.map_or_else(|| "missing".to_string(), |v| format!("{v}"))
+            ),
+        }),
+    }
+}
+
+impl CappedFeed for MongoStore {
+    type Tail = MongoTail;
+
+    async fn tail(
+        &self,
+        ns: &Namespace,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<MongoTail> {
+        if self.is_capped(ns).await? == Some(false) {
+            return Err(StoreError::InvalidArgument(format!(
+                "{ns} is not a capped collection: a capped source tails one (create it with \
+                 capped: true and a size), or configure the resource as a change stream"
+            )));
+        }
+        let position = match start {
+            StartPoint::After(token) => match token_entry(&token) {
+                Some(id) => Position::After(id),
+                None => {
+                    return Err(StoreError::InvalidArgument(format!(
+                        "resume token {token} is not a position in capped collection {ns} \
+                         ({{_id: ObjectId}}): rewind the lease to a time or an entry's _id, or \
+                         reset it"
+                    )))
+                }
+            },
+            StartPoint::At(at) => Position::From(first_id_of(at.secs)),
+            StartPoint::Now => match self.capped_edge(ns, -1).await? {
+                Some(newest) => Position::After(newest),
+                None => Position::Everything,
+            },
+        };
+        Ok(MongoTail {
+            store: self.clone(),
+            ns: ns.clone(),
+            options,
+            position,
+            cursor: None,
+            seeking: None,
+            waiting_since: None,
+            action: format!("tail capped collection {ns}"),
+        })
+    }
+
+    async fn capped_window(&self, ns: &Namespace) -> StoreResult<Option<CappedWindow>> {
+        let Some(oldest) = self.capped_edge(ns, 1).await? else {
+            return Ok(None);
+        };
+        let newest = self.capped_edge(ns, -1).await?.unwrap_or(oldest);
+        Ok(Some(CappedWindow { oldest, newest }))
+    }
+
+    async fn capped_stats(&self, ns: &Namespace) -> StoreResult<CappedStats> {
+        let action = format!("read the size of {ns} (collStats)");
+        let database = self.client.database(&ns.db);
+        let reply = with_one_retry(self.timeout(), &action, || {
+            std::future::IntoFuture::into_future(
+                database.run_command(doc! { "collStats": &ns.coll }),
+            )
+        })
+        .await
+        .map_err(|e| {
+            e.into_store_hinted(
+                &action,
+                "collStats on the collection (clusterMonitor, or dbAdmin on its database)",
+            )
+        })?;
+        if !matches!(reply.get("capped"), Some(Bson::Boolean(true))) {
+            return Err(StoreError::InvalidArgument(format!(
+                "{ns} is not a capped collection"
+            )));
+        }
+        let number = |field: &str| -> StoreResult<Option<u64>> {
+            match reply.get(field) {
+                None => Ok(None),
+                Some(value) => super::codec::integer("collStats reply", value, field)
+                    .map(|n| Some(u64::try_from(n).unwrap_or(0))),
+            }
+        };
+        Ok(CappedStats {
+            size_bytes: number("size")?.unwrap_or(0),
+            max_bytes: number("maxSize")?.unwrap_or(0),
+            count: number("count")?.unwrap_or(0),
+            max_count: number("max")?.filter(|&max| max > 0),
+        })
+    }
+}
+
+/// A capped collection followed by [`CappedFeed::tail`].
+pub struct MongoTail {
+    store: MongoStore,
+    ns: Namespace,
+    options: FeedOptions,
+    /// Where a new cursor starts: after the last entry handed over.
+    position: Position,
+    cursor: Option<Cursor<Document>>,
+    /// Entries are skipped up to and including this one: the cursor reads from a
+    /// little before the entry the stream resumes after (see [`APPEND_SKEW`]).
+    seeking: Option<ObjectId>,
+    /// Since when a read has been waiting on the server without a reply.
+    waiting_since: Option<Instant>,
+    action: String,
+}
+
+impl std::fmt::Debug for MongoTail {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MongoTail")
+            .field("ns", &self.ns)
+            .field("position", &self.position)
+            .finish()
+    }
+}
+
+/// What one step of reading gave.
+enum Step {
+    Entry(Document),
+    /// Nothing came within the wait (or nothing was ready, when not waiting).
+    Nothing,
+    /// The server closed the cursor (an empty collection, or killed).
+    Closed,
+    /// The cursor's position was overwritten (CappedPositionLost).
+    Overwritten,
+}
+
+impl MongoTail {
+    /// The filter and seek of a new cursor from the stream's position; `HistoryLost`
+    /// when the entry it resumes after is gone and the oldest entry is newer.
+    async fn open_cursor(&mut self) -> StoreResult<()> {
+        let (filter, seeking) = match self.position {
+            Position::Everything => (doc! {}, None),
+            Position::From(from) => (doc! { "_id": { "$gte": from } }, None),
+            Position::After(after) => {
+                if self.store.holds_entry(&self.ns, after).await? {
+                    let skew = u32::try_from(APPEND_SKEW.as_secs()).unwrap_or(u32::MAX);
+                    let from = first_id_of(entry_time(&after).secs.saturating_sub(skew));
+                    (doc! { "_id": { "$gte": from } }, Some(after))
+                } else {
+                    match self.store.capped_edge(&self.ns, 1).await? {
+                        Some(oldest) if oldest > after => {
+                            return Err(StoreError::HistoryLost {
+                                code: CAPPED_POSITION_LOST,
+                                message: format!(
+                                    "entry {after} of {} has been overwritten and the oldest \
+                                     entry left ({oldest}) is newer: entries after it may be gone",
+                                    self.ns
+                                ),
+                            })
+                        }
+                        // Not an entry (an operator's position), or the collection was
+                        // emptied: whatever is above it comes after it.
+                        _ => (doc! { "_id": { "$gt": after } }, None),
+                    }
+                }
+            }
+        };
+        let collection = self.store.tail_collection(&self.ns);
+        let batch_size = self.options.batch_size.max(1);
+        let cursor = with_one_retry(self.store.timeout(), &self.action, || {
+            std::future::IntoFuture::into_future(
+                collection
+                    .find(filter.clone())
+                    .cursor_type(CursorType::TailableAwait)
+                    .max_await_time(self.options.max_await)
+                    .batch_size(batch_size),
+            )
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&self.action, TAIL_HINT))?;
+        self.cursor = Some(cursor);
+        self.seeking = seeking;
+        Ok(())
+    }
+
+    /// One entry from the cursor: waiting up to `wait`, or only taking what is ready
+    /// when `wait` is `None`. A read the server has not answered goes on in the
+    /// cursor; it is given up only when it has waited past the operation timeout
+    /// plus the await time (the server is not answering).
+    async fn step(&mut self, wait: Option<Duration>) -> StoreResult<Step> {
+        let Some(cursor) = self.cursor.as_mut() else {
+            return Ok(Step::Closed);
+        };
+        let next = match wait {
+            Some(wait) => tokio::time::timeout(wait, cursor.next()).await.ok(),
+            None => cursor.next().now_or_never(),
+        };
+        let Some(next) = next else {
+            let since = *self.waiting_since.get_or_insert_with(Instant::now);
+            let bound = self.store.timeout() + self.options.max_await;
+            if since.elapsed() > bound {
+                self.cursor = None;
+                self.waiting_since = None;
+                return Err(StoreError::Network(format!(
+                    "{}: no reply within {bound:?}",
+                    self.action
+                )));
+            }
+            return Ok(Step::Nothing);
+        };
+        self.waiting_since = None;
+        match next {
+            Some(Ok(entry)) => Ok(Step::Entry(entry)),
+            None => {
+                self.cursor = None;
+                Ok(Step::Closed)
+            }
+            Some(Err(e)) if code_of(&e) == Some(CAPPED_POSITION_LOST) => {
+                self.cursor = None;
+                Ok(Step::Overwritten)
+            }
+            Some(Err(e)) if code_of(&e) == Some(CURSOR_NOT_FOUND) => {
+                tracing::info!(ns = %self.ns, "the tailable cursor was killed; opening another");
+                self.cursor = None;
+                Ok(Step::Closed)
+            }
+            Some(Err(e)) => {
+                self.cursor = None;
+                Err(CallError::Driver(e).into_store_hinted(&self.action, TAIL_HINT))
+            }
+        }
+    }
+}
+
+impl ChangeStream for MongoTail {
+    /// Up to `batch_size` entries: the first waited for up to `max_await`, the rest
+    /// only as far as the cursor already holds them.
+    async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
+        let deadline = Instant::now() + self.options.max_await;
+        let mut events: Vec<ChangeEvent> = Vec::new();
+        let mut reopened = false;
+        let mut sought_again = false;
+        while events.len() < self.options.batch_size.max(1) as usize {
+            if self.cursor.is_none() {
+                if reopened {
+                    // Closed again at once (an empty collection): poll, don't spin.
+                    if events.is_empty() {
+                        tokio::time::sleep_until(deadline).await;
+                    }
+                    break;
+                }
+                self.open_cursor().await?;
+                reopened = true;
+            }
+            let wait = events
+                .is_empty()
+                .then(|| deadline.saturating_duration_since(Instant::now()));
+            match self.step(wait).await? {
+                Step::Entry(entry) => {
+                    let id = entry_id(&self.ns, &entry)?;
+                    if let Some(seeking) = self.seeking {
+                        if id == seeking {
+                            self.seeking = None;
+                        }
+                        continue;
+                    }
+                    self.position = Position::After(id);
+                    events.push(ChangeEvent {
+                        token: entry_token(id),
+                        cluster_time: None,
+                        operation: OperationType::Insert,
+                        ns: self.ns.clone(),
+                        document_key: doc! { "_id": id },
+                        full_document: Some(entry),
+                    });
+                }
+                Step::Nothing => {
+                    if self.seeking.is_some() && !sought_again {
+                        // The scan reached the end without the entry it resumes
+                        // after: overwritten since the cursor opened. Open again,
+                        // which tells a lost position from one still readable.
+                        self.cursor = None;
+                        self.seeking = None;
+                        reopened = false;
+                        sought_again = true;
+                        continue;
+                    }
+                    break;
+                }
+                Step::Closed | Step::Overwritten => {
+                    if !events.is_empty() {
+                        break;
+                    }
+                }
+            }
+        }
+        let resume_token = events.last().map(|event| event.token.clone());
+        Ok(ChangeBatch {
+            events,
+            resume_token,
+        })
+    }
+}
