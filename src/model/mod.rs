@@ -28,7 +28,10 @@ pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
-pub use source::{entry_time, entry_token, first_id_of, object_id_at, token_entry, SourceKind};
+pub use source::{
+    capped_collection, entry_time, entry_token, first_id_of, object_id_at, token_entry, SourceKind,
+    SourceWindows,
+};
 pub use time_to_loss::{
     predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,
     LossTime, LossTracker, Missing, NotReady, OplogRates, OplogStats, Rate, TimeToLoss,

@@ -3,6 +3,7 @@
 //! resume point is the `_id` of the last entry processed, kept in the lease's
 //! `resumeToken` as `{_id: ObjectId}`, and its time is the ObjectId's.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -10,7 +11,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson};
 use chrono::{DateTime, Utc};
 
-use super::{ClusterTime, ResumeToken};
+use super::{ClusterTime, Lease, OplogWindow, ResumeToken};
 
 /// How a resource's changes are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -49,6 +50,36 @@ impl FromStr for SourceKind {
             )),
         }
     }
+}
+
+/// The history each lease's position is measured against: the oplog for a change
+/// stream, its own capped collection's entries for a capped source. One rule for the
+/// console, `leases`, the exporter and the plans.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SourceWindows {
+    pub oplog: Option<OplogWindow>,
+    /// Per capped collection (`db.coll`), the times of its oldest and newest entries;
+    /// missing while it is empty or could not be read.
+    pub capped: HashMap<String, OplogWindow>,
+}
+
+impl SourceWindows {
+    pub fn for_lease(&self, lease: &Lease) -> Option<&OplogWindow> {
+        match capped_collection(lease) {
+            Some(name) => self.capped.get(&name),
+            None => self.oplog.as_ref(),
+        }
+    }
+}
+
+/// `db.coll` of the capped collection a lease's resource tails; `None` for a change
+/// stream (and for a lease that never recorded what it watches).
+pub fn capped_collection(lease: &Lease) -> Option<String> {
+    lease
+        .watch
+        .as_ref()
+        .filter(|watch| watch.source == SourceKind::Capped)
+        .map(|watch| format!("{}.{}", watch.db, watch.coll))
 }
 
 /// The position token of a capped-collection resource: after the entry `id`.
@@ -132,6 +163,31 @@ mod tests {
         let b = object_id_at(at, [9; 5], 2);
         let c = object_id_at(at + chrono::TimeDelta::seconds(1), [0; 5], 0);
         assert!(a < b && b < c);
+    }
+
+    #[test]
+    fn a_capped_lease_is_measured_against_its_collection_and_others_against_the_oplog() {
+        let oplog = OplogWindow::new(ClusterTime::new(10, 0), ClusterTime::new(20, 0));
+        let capped = OplogWindow::new(ClusterTime::new(15, 0), ClusterTime::new(16, 0));
+        let windows = SourceWindows {
+            oplog: Some(oplog),
+            capped: HashMap::from([("app.events".to_string(), capped)]),
+        };
+        let mut lease = Lease::vacant("r");
+        assert_eq!(windows.for_lease(&lease), Some(&oplog));
+        lease.watch = Some(super::super::WatchTarget {
+            db: "app".into(),
+            coll: "events".into(),
+            source: SourceKind::Capped,
+            ..Default::default()
+        });
+        assert_eq!(windows.for_lease(&lease), Some(&capped));
+        lease.watch.as_mut().unwrap().coll = "other".into();
+        assert_eq!(
+            windows.for_lease(&lease),
+            None,
+            "an unread capped collection"
+        );
     }
 
     #[test]
