@@ -21,7 +21,7 @@ use streamward::model::{
 };
 use streamward::store::mongo::MongoStore;
 use streamward::store::sandbox::SandboxStore;
-use streamward::store::{ChangeEvent, Namespace, Store};
+use streamward::store::{CappedFeed, ChangeEvent, Namespace, Store};
 use support::live::{live, LiveDb};
 
 const RESOURCE: &str = "events";
@@ -49,13 +49,11 @@ impl EventStore for SandboxStore {
 
 impl EventStore for MongoStore {
     async fn create(&self, ns: &Namespace, bytes: usize) {
-        self.client()
-            .database(&ns.db)
-            .create_collection(&ns.coll)
-            .capped(true)
-            .size(bytes as u64)
+        self.ensure_capped(ns, bytes as u64)
             .await
             .expect("create capped");
+        // Kept as it is the second time.
+        self.ensure_capped(ns, bytes as u64).await.expect("exists");
     }
     async fn append(&self, ns: &Namespace, mut entry: Document) -> ObjectId {
         let id = match entry.get_object_id("_id") {
@@ -274,9 +272,16 @@ async fn an_overwritten_position_is_lost<S: EventStore>(store: S, ns: Namespace)
     assert_eq!(health.status, LeaseStatus::Lost);
 }
 
-/// A collection that is not capped cannot be tailed: the listener refuses, saying so.
+/// A collection that is not capped cannot be tailed: the listener refuses, saying so,
+/// and it is not made capped either.
 async fn a_plain_collection_is_refused<S: EventStore>(store: S, ns: Namespace) {
     store.create_plain(&ns).await;
+    match store.ensure_capped(&ns, 4096).await {
+        Err(streamward::store::StoreError::InvalidArgument(e)) => {
+            assert!(e.contains("not capped"), "{e}")
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
     let listener =
         ListenerHandle::spawn(store.clone(), config(ns.clone(), "only"), Seen::default());
     let exit = tokio::time::timeout(PATIENCE, listener.join())

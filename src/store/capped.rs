@@ -76,6 +76,14 @@ pub trait CappedFeed: Send + Sync {
         ns: &Namespace,
     ) -> impl Future<Output = StoreResult<Option<CappedWindow>>> + Send;
 
+    /// Creates capped collection `ns` holding at most `max_bytes` of entries, or keeps
+    /// it as it is when it exists. `InvalidArgument` when `ns` exists and is not capped.
+    fn ensure_capped(
+        &self,
+        ns: &Namespace,
+        max_bytes: u64,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
     /// How full `ns` is. `InvalidArgument` when it is not a capped collection.
     fn capped_stats(&self, ns: &Namespace)
         -> impl Future<Output = StoreResult<CappedStats>> + Send;

@@ -648,6 +648,10 @@ impl streamward::store::CappedFeed for FaultyStore {
         self.inner.capped_window(ns).await
     }
 
+    async fn ensure_capped(&self, ns: &Namespace, max_bytes: u64) -> StoreResult<()> {
+        self.inner.ensure_capped(ns, max_bytes).await
+    }
+
     async fn capped_stats(&self, ns: &Namespace) -> StoreResult<streamward::store::CappedStats> {
         self.inner.capped_stats(ns).await
     }

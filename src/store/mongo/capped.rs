@@ -175,6 +175,35 @@ impl CappedFeed for MongoStore {
         Ok(Some(CappedWindow { oldest, newest }))
     }
 
+    async fn ensure_capped(&self, ns: &Namespace, max_bytes: u64) -> StoreResult<()> {
+        const NAMESPACE_EXISTS: i32 = 48;
+        let action = format!("create capped collection {ns}");
+        let database = self.client.database(&ns.db);
+        let created = super::errors::bounded(self.timeout(), &action, async {
+            database
+                .create_collection(&ns.coll)
+                .capped(true)
+                .size(max_bytes.max(1))
+                .await
+        })
+        .await;
+        match created {
+            Ok(()) => Ok(()),
+            Err(CallError::Driver(e)) if code_of(&e) == Some(NAMESPACE_EXISTS) => {
+                match self.is_capped(ns).await? {
+                    Some(false) => Err(StoreError::InvalidArgument(format!(
+                        "{ns} exists and is not capped"
+                    ))),
+                    _ => Ok(()),
+                }
+            }
+            Err(e) => Err(e.into_store_hinted(
+                &action,
+                "createCollection on the database (readWrite has it)",
+            )),
+        }
+    }
+
     async fn capped_stats(&self, ns: &Namespace) -> StoreResult<CappedStats> {
         let action = format!("read the size of {ns} (collStats)");
         let database = self.client.database(&ns.db);

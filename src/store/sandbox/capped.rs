@@ -217,6 +217,10 @@ impl CappedFeed for SandboxStore {
             }))
     }
 
+    async fn ensure_capped(&self, ns: &Namespace, max_bytes: u64) -> StoreResult<()> {
+        self.create_capped(ns, usize::try_from(max_bytes).unwrap_or(usize::MAX))
+    }
+
     async fn capped_stats(&self, ns: &Namespace) -> StoreResult<CappedStats> {
         let state = self.lock();
         let log = state.capped.logs.get(ns).ok_or_else(|| {
