@@ -150,7 +150,7 @@ impl LeaseExport {
 }
 
 fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
 }
 
 fn lease_json(lease: &ExportedLease) -> Value {
