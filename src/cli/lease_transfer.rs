@@ -29,8 +29,8 @@ use crate::store::{AuditLog, OperatorStore};
 pub enum LeasesAction {
     /// Save every lease's resume point as JSON (reads only).
     Export(ExportArgs),
-    /// Restore the resume points of a `leases export` file: a plan, then --execute moves
-    /// each changed lease as one audited action (undo restores it).
+    /// Restore the resume points of a `leases export` file: a dry run prints the plan;
+    /// applied, each changed lease is moved as one audited action (undo restores it).
     Import(ImportArgs),
 }
 
