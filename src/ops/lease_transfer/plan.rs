@@ -175,6 +175,21 @@ pub fn plan_item(
         Some(lease) if at_point(lease, exported) => ImportStep::Unchanged,
         Some(lease) => {
             let mut plan = plan_restore(&restore_request(exported), facts, options.accept_skip);
+            // The rewind's advice (a reset) is not the import's way to skip.
+            if let Some(refusal) = plan
+                .refusal
+                .as_mut()
+                .filter(|r| r.kind == RefusalKind::WouldSkip)
+            {
+                let what = refusal
+                    .reason
+                    .split(": use reset --to now")
+                    .next()
+                    .unwrap_or_default()
+                    .replace("the target is after", "the file's point is after");
+                refusal.reason =
+                    format!("{what}: import with --accept-skip to move it forward on purpose");
+            }
             if let Some(change) = plan.change.as_mut() {
                 change.note = format!(
                     "import of the resume point exported at {} by {}",

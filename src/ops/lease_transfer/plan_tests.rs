@@ -133,6 +133,9 @@ fn a_move_forward_is_refused_unless_the_skip_is_accepted() {
         refused.refusal().map(|r| r.kind),
         Some(RefusalKind::WouldSkip)
     );
+    let reason = &refused.refusal().unwrap().reason;
+    assert!(reason.contains("import with --accept-skip"), "{reason}");
+    assert!(!reason.contains("reset --to now"), "{reason}");
     let accepted = item(
         &file,
         Some(lease_at(1000)),
