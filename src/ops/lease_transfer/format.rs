@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{json, Map, Value};
 use thiserror::Error;
 
-use crate::model::{ClusterTime, Lease, LockKind, ResumePoint, ResumeToken};
+use crate::model::{ClusterTime, Lease, LockKind, ResumePoint, ResumeToken, SourceKind};
 
 /// What the file says it is.
 pub const FORMAT: &str = "streamward-leases";
@@ -44,6 +44,8 @@ pub struct ExportOrigin {
 pub struct WatchedNamespace {
     pub db: String,
     pub coll: String,
+    /// A change stream or a capped collection (files without it: a change stream).
+    pub source: SourceKind,
 }
 
 /// One lease as exported.
@@ -71,6 +73,7 @@ impl ExportedLease {
             watch: lease.watch.as_ref().map(|w| WatchedNamespace {
                 db: w.db.clone(),
                 coll: w.coll.clone(),
+                source: w.source,
             }),
         }
     }
@@ -179,10 +182,10 @@ fn lease_json(lease: &ExportedLease) -> Value {
     row.insert("kind".into(), lease.kind.as_str().into());
     row.insert(
         "watch".into(),
-        lease
-            .watch
-            .as_ref()
-            .map_or(Value::Null, |w| json!({ "db": w.db, "coll": w.coll })),
+        lease.watch.as_ref().map_or(
+            Value::Null,
+            |w| json!({ "db": w.db, "coll": w.coll, "source": w.source.as_str() }),
+        ),
     );
     Value::Object(row)
 }
@@ -470,6 +473,18 @@ fn parse_lease(i: usize, row: &Value) -> Result<ExportedLease, TransferFileError
             (Some(Value::String(db)), Some(Value::String(coll))) => Some(WatchedNamespace {
                 db: db.clone(),
                 coll: coll.clone(),
+                source: match w.get("source") {
+                    None | Some(Value::Null) => SourceKind::ChangeStream,
+                    Some(Value::String(source)) => source
+                        .parse()
+                        .map_err(|e: String| field_error(at("watch.source"), e))?,
+                    Some(other) => {
+                        return Err(field_error(
+                            at("watch.source"),
+                            format!("a {}, not a string", kind_of(other)),
+                        ))
+                    }
+                },
             }),
             _ => {
                 return Err(field_error(
@@ -511,8 +526,14 @@ fn parse_token(value: &Value) -> Result<Document, String> {
     if document.is_empty() {
         return Err("an empty document: a resume token has a _data field".into());
     }
-    if !document.contains_key("_data") {
-        return Err("a document without _data: not a change stream resume token".into());
+    let capped_position =
+        crate::model::token_entry(&ResumeToken::from_document(document.clone())).is_some();
+    if !document.contains_key("_data") && !capped_position {
+        return Err(
+            "a document without _data: neither a change stream resume token nor a capped \
+             collection's position ({_id: ObjectId})"
+                .into(),
+        );
     }
     let mut bytes = Vec::new();
     document

@@ -57,7 +57,15 @@ fn leases() -> Vec<Lease> {
     let mut at_time = Lease::vacant("at.time");
     at_time.resume_at = Some(ClusterTime::new(1_767_300_000, 9));
     let none = Lease::vacant("b.none");
-    vec![mongo, cosmos, odd, at_time, none]
+    let mut capped = Lease::vacant("shop.events");
+    capped.resume_token = Some(crate::model::entry_token(
+        ObjectId::parse_str("65a1b2c3d4e5f60718293a4c").unwrap(),
+    ));
+    capped.watch = Some(WatchTarget {
+        source: crate::model::SourceKind::Capped,
+        ..watching("shop", "events")
+    });
+    vec![mongo, cosmos, odd, at_time, none, capped]
 }
 
 #[test]
@@ -69,7 +77,14 @@ fn an_export_round_trips_every_token_byte_for_byte_in_resource_order() {
     let names: Vec<&str> = parsed.leases.iter().map(|l| l.resource.as_str()).collect();
     assert_eq!(
         names,
-        ["at.time", "b.none", "cosmos.feed", "odd", "shop.orders"]
+        [
+            "at.time",
+            "b.none",
+            "cosmos.feed",
+            "odd",
+            "shop.events",
+            "shop.orders"
+        ]
     );
     for (lease, back) in leases().iter().zip_sorted(&parsed.leases) {
         let bytes = |t: Option<&ResumeToken>| {
@@ -98,6 +113,7 @@ fn an_export_round_trips_every_token_byte_for_byte_in_resource_order() {
     assert!(text.contains("\"$numberInt\": \"5\""), "{text}");
     assert!(text.contains("\"$binary\""), "{text}");
     assert!(text.contains("\"recordedTokenTime\""), "{text}");
+    assert!(text.contains("\"source\": \"capped\""), "{text}");
     assert!(!text.contains("pass"), "no secret: {text}");
 }
 

@@ -209,6 +209,13 @@ pub fn plan_item(
                         escape_control(&now.coll)
                     ));
                 }
+                if then.source != now.source {
+                    plan.warnings.push(format!(
+                        "the file says this lease read a {} source, the lease here reads a {} \
+                         one: a position of one kind means nothing to the other",
+                        then.source, now.source
+                    ));
+                }
             }
             ImportStep::Move(plan)
         }

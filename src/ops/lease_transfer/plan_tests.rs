@@ -240,10 +240,34 @@ fn another_watched_collection_is_warned_about() {
     file.watch = Some(super::super::WatchedNamespace {
         db: "shop".into(),
         coll: "invoices".into(),
+        source: crate::model::SourceKind::ChangeStream,
     });
     let planned = item(&file, Some(lease_at(3000)), &ImportOptions::default());
     let plan = planned.move_plan().unwrap();
     assert!(plan.warnings.iter().any(|w| w.contains("shop.invoices")));
+}
+
+#[test]
+fn another_source_kind_is_warned_about() {
+    let mut here = lease_at(3000);
+    let mut file = exported(2000);
+    let watch = |source| crate::model::WatchTarget {
+        db: "shop".into(),
+        coll: "orders".into(),
+        source,
+        ..Default::default()
+    };
+    here.watch = Some(watch(crate::model::SourceKind::ChangeStream));
+    let mut then = here.clone();
+    then.watch = Some(watch(crate::model::SourceKind::Capped));
+    file.watch = ExportedLease::of(&then).watch;
+    let planned = item(&file, Some(here), &ImportOptions::default());
+    let plan = planned.move_plan().unwrap();
+    assert!(
+        plan.warnings.iter().any(|w| w.contains("capped source")),
+        "{:?}",
+        plan.warnings
+    );
 }
 
 fn origin(set: Option<&str>, leases: &str) -> ExportOrigin {
