@@ -303,6 +303,9 @@ async fn read_capped<S: CappedFeed>(
     let mut sent_any = false;
     loop {
         ticker.tick().await;
+        if events.is_closed() {
+            return;
+        }
         let leases = known.all();
         let reading = read_capped_windows(&store, &leases).await;
         let any = !reading.entries.is_empty() || !reading.unread.is_empty();
