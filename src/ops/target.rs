@@ -78,7 +78,8 @@ fn token_target(
 ) -> Result<Option<NewResume>, Refusal> {
     check_source(token, facts)?;
     if let (Some(capped), Some(id)) = (&facts.capped, token_entry(token)) {
-        in_entries(id, what, capped)?;
+        // Named by the entry, not "the token's time".
+        in_entries(id, "the target", capped)?;
         return Ok(Some((Some(token.clone()), None)));
     }
     if facts.profile == StreamProfile::CosmosDb && token.time().is_none() {
@@ -109,14 +110,18 @@ fn check_source(token: &ResumeToken, facts: &PlanFacts) -> Result<(), Refusal> {
         (Some(capped), None) => Err(Refusal::new(
             RefusalKind::WrongSource,
             format!(
-                "{resource} tails capped collection {}: its position is an entry's _id, and                  {token} is a change stream's resume token, not one: use rewind {resource}                  --to-id OBJECTID or --to TIME",
+                "{resource} tails capped collection {}: its position is an entry's _id, and \
+                 {token} is a change stream's resume token, not one: use rewind {resource} \
+                 --to-id OBJECTID or --to TIME",
                 escape_control(&capped.ns.to_string())
             ),
         )),
         (None, Some(id)) => Err(Refusal::new(
             RefusalKind::WrongSource,
             format!(
-                "{resource} reads a change stream: its position is a resume token, and entry                  {id} is a capped collection's position, not one: use --to TIME or                  --to-token TOKEN"
+                "{resource} reads a change stream: its position is a resume token, and entry \
+                 {id} is a capped collection's position, not one: use --to TIME or \
+                 --to-token TOKEN"
             ),
         )),
         _ => Ok(()),

@@ -202,6 +202,7 @@ fn positions_of_the_other_kind_of_source_are_refused() {
         &facts(capped_lease()),
     ));
     assert_eq!(refusal.kind, RefusalKind::WrongSource);
+    assert!(!refusal.reason.contains("  "), "{}", refusal.reason);
     assert!(
         refusal.reason.contains("--to-id OBJECTID"),
         "{}",
