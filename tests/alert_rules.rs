@@ -89,6 +89,7 @@ fn every_series_the_rules_and_the_dashboard_name_is_exported() {
         }],
     };
     cluster.record(&ClusterSample {
+        capped: &streamward::store::CappedReading::default(),
         leases: &leases,
         malformed: 0,
         window: Some(window),

@@ -16,13 +16,14 @@ use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
-    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime,
-    LossTracker, OplogAccess, OplogWindow, TimeToLoss, Topology,
+    capped_collection, ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
+    LossTime, LossTracker, OplogAccess, OplogWindow, SourceWindows, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
 use crate::store::{
-    read_time_to_loss, ChangeFeed, LeaseStore, LossReading, MalformedDocument, StoreError,
+    read_capped_windows, read_time_to_loss, CappedReading, ChangeFeed, LeaseStore, LossReading,
+    MalformedDocument, StoreError,
 };
 
 #[derive(Debug, Args)]
@@ -83,6 +84,9 @@ pub(super) struct Snapshot {
     pub(super) window: Option<OplogWindow>,
     /// What the cluster is; says why the window is unknown when it is.
     pub(super) topology: Topology,
+    /// The entries' windows of the capped collections capped leases tail, which those
+    /// leases are measured against instead of the oplog.
+    pub(super) capped: CappedReading,
     /// Each lease's time to loss, once predicted ([`Snapshot::predict_loss`]).
     pub(super) loss: LossReading,
     pub(super) now: DateTime<Utc>,
@@ -102,11 +106,13 @@ impl Snapshot {
             .server_now()
             .await
             .context("reading the server's clock")?;
+        let capped = read_capped_windows(store, &listing.items).await;
         Ok(Snapshot {
             leases: listing.items,
             malformed: listing.malformed,
             window,
             topology,
+            capped,
             now,
             loss: LossReading::default(),
         })
@@ -127,15 +133,27 @@ impl Snapshot {
         read_time_to_loss(store, tracker, self.now, &self.leases).await
     }
 
-    /// Said on stderr when the oplog cannot be read: what the cluster is and what follows.
+    /// Said on stderr when the oplog cannot be read: what the cluster is and what
+    /// follows; and for each capped collection that could not be read, why.
     fn note_window_unknown(&self) {
         if self.window.is_none() {
             say(format_args!("note: {}", self.topology));
         }
+        for why in self.capped.unread.values() {
+            say(format_args!(
+                "note: {}; the headroom and history status of its leases are unknown",
+                escape_control(why)
+            ));
+        }
+    }
+
+    /// The history each lease is measured against: the oplog, or its capped collection.
+    pub(super) fn windows(&self) -> SourceWindows {
+        self.capped.source_windows(self.window)
     }
 
     fn health(&self, lease: &Lease, thresholds: &HealthThresholds) -> LeaseHealth {
-        LeaseHealth::assess(lease, self.window.as_ref(), self.now, thresholds)
+        LeaseHealth::assess(lease, self.windows().for_lease(lease), self.now, thresholds)
     }
 
     fn json(
@@ -144,9 +162,17 @@ impl Snapshot {
         leases: &[&Lease],
         malformed: bool,
     ) -> Vec<Value> {
-        let shown = leases
-            .iter()
-            .map(|l| lease_json(l, self.window.as_ref(), self.now, thresholds, &self.loss));
+        let windows = self.windows();
+        let shown = leases.iter().map(|l| {
+            let mut json = lease_json(l, windows.for_lease(l), self.now, thresholds, &self.loss);
+            if let (Some(name), Some(fields)) = (capped_collection(l), json.as_object_mut()) {
+                fields.insert(
+                    "historyUnknown".into(),
+                    json!(self.capped.unread.get(&name)),
+                );
+            }
+            json
+        });
         let unreadable = self
             .malformed
             .iter()
@@ -156,10 +182,11 @@ impl Snapshot {
     }
 
     fn table(&self, thresholds: &HealthThresholds, leases: &[&Lease]) -> String {
+        let windows = self.windows();
         let rows: Vec<LeaseRow> = leases
             .iter()
             .map(|l| {
-                LeaseRow::new(l, self.window.as_ref(), self.now, thresholds)
+                LeaseRow::new(l, windows.for_lease(l), self.now, thresholds)
                     .with_loss(self.loss.predicted.get(&l.resource))
             })
             .collect();

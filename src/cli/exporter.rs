@@ -101,6 +101,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
                 let loss = snapshot.time_to_loss(&store, &mut tracker).await;
                 metrics.record(&ClusterSample {
                     loss: &loss,
+                    capped: &snapshot.capped,
                     leases: &snapshot.leases,
                     malformed: snapshot.malformed.len(),
                     window: snapshot.window,

@@ -19,7 +19,7 @@ use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use std::collections::BTreeMap;
 
 use crate::model::text::escape_control;
-use crate::model::{AuditRecord, AuditState, Lease, PendingJudgment};
+use crate::model::{entry_token, AuditRecord, AuditState, Lease, PendingJudgment};
 use crate::ops::{
     self, describe, ActionRequest, GatherOptions, OpsError, Plan, Progress, RebuildDefinition,
     RebuildProgress, RebuildTarget, ResetTarget, RewindTarget, TimeSpec,
@@ -55,12 +55,13 @@ pub struct TakeoverArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(group(ArgGroup::new("target").required(true).args(["to", "by", "to_token", "to_checkpoint"])))]
+#[command(group(ArgGroup::new("target").required(true).args(["to", "by", "to_token", "to_id", "to_checkpoint"])))]
 pub struct RewindArgs {
     /// The lease (resource) to act on.
     #[arg(value_parser = limits::name)]
     pub resource: String,
-    /// Start again at this time: RFC 3339, Timestamp(SECS, INC) or SECS:INC.
+    /// Start again at this time: RFC 3339, Timestamp(SECS, INC) or SECS:INC (a capped
+    /// collection's lease: at the entries whose _id was made in that second or later).
     #[arg(long, value_name = "TIME")]
     pub to: Option<TimeSpec>,
     /// Go back this long from the current resume point, e.g. 10m.
@@ -69,6 +70,10 @@ pub struct RewindArgs {
     /// Resume after this token (its _data hex, or {"_data": "…"}).
     #[arg(long, value_name = "TOKEN", value_parser = ops::parse_token)]
     pub to_token: Option<crate::model::ResumeToken>,
+    /// A lease that tails a capped collection: resume after the entry with this _id (24
+    /// hex digits), which it holds or which lies between two it holds.
+    #[arg(long, value_name = "OBJECTID", value_parser = parse_entry_id)]
+    pub to_id: Option<bson::oid::ObjectId>,
     /// Resume after a checkpoint's token: N (1 the newest) or its ID, as `streamward
     /// checkpoints RESOURCE` lists them (an ID names the same one however many are
     /// recorded meanwhile).
@@ -149,13 +154,21 @@ impl TakeoverArgs {
 
 impl RewindArgs {
     pub fn request(&self) -> anyhow::Result<ActionRequest> {
-        let to = match (&self.to, self.by, &self.to_token, &self.to_checkpoint) {
-            (Some(time), None, None, None) => RewindTarget::Time(*time),
-            (None, Some(by), None, None) => RewindTarget::By(by),
-            (None, None, Some(token), None) => RewindTarget::Token(token.clone()),
-            (None, None, None, Some(which)) => RewindTarget::Checkpoint(which.clone()),
+        let to = match (
+            &self.to,
+            self.by,
+            &self.to_token,
+            self.to_id,
+            &self.to_checkpoint,
+        ) {
+            (Some(time), None, None, None, None) => RewindTarget::Time(*time),
+            (None, Some(by), None, None, None) => RewindTarget::By(by),
+            (None, None, Some(token), None, None) => RewindTarget::Token(token.clone()),
+            (None, None, None, Some(id), None) => RewindTarget::Token(entry_token(id)),
+            (None, None, None, None, Some(which)) => RewindTarget::Checkpoint(which.clone()),
             _ => anyhow::bail!(exit::UsageError(
-                "rewind takes exactly one of --to, --by, --to-token, --to-checkpoint".into()
+                "rewind takes exactly one of --to, --by, --to-token, --to-id, --to-checkpoint"
+                    .into()
             )),
         };
         Ok(ActionRequest::Rewind {
@@ -163,6 +176,23 @@ impl RewindArgs {
             to,
         })
     }
+}
+
+/// An entry's `_id` as typed: 24 hex digits (`ObjectId("…")` as the shell prints it
+/// is taken too).
+fn parse_entry_id(text: &str) -> Result<bson::oid::ObjectId, String> {
+    let text = text.trim();
+    let hex = text
+        .strip_prefix("ObjectId(")
+        .and_then(|rest| rest.strip_suffix(')'))
+        .map(|inner| inner.trim().trim_matches(|c| c == '"' || c == '\''))
+        .unwrap_or(text);
+    bson::oid::ObjectId::parse_str(hex).map_err(|_| {
+        format!(
+            "{} is not an ObjectId: expected 24 hex digits, as the entry's _id",
+            crate::model::text::escape_control(&crate::model::text::clip(text, 40))
+        )
+    })
 }
 
 impl ResetArgs {
@@ -729,6 +759,7 @@ mod tests {
                         let facts = PlanFacts {
                             lease: lease.clone(),
                             window,
+                            capped: None,
                             now,
                             changes: None,
                             read_only,

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
 use crate::model::{AuditRecord, Checkpoint, Lease, OplogWindow};
-use crate::store::{Listing, LossReading, MalformedDocument};
+use crate::store::{CappedReading, Listing, LossReading, MalformedDocument};
 
 /// One message from a data task. The console applies them in arrival order.
 /// Why the plan of `request` could not be made (a dialog opened since for another
@@ -33,6 +33,9 @@ pub enum DataEvent {
         /// Entries written per second since the previous read, when it could be counted.
         ops_per_sec: Option<f64>,
     },
+    /// The windows of the capped collections the known capped leases tail, and why any
+    /// could not be read: those leases are measured against them.
+    CappedWindows(CappedReading),
     /// Each lease's time to loss, predicted at `read_at` (the server's clock).
     TimeToLoss {
         read_at: DateTime<Utc>,

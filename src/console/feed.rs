@@ -15,7 +15,10 @@ use super::data::{DataEvent, DataSource};
 use super::probe::{ClusterProbe, WriteRate};
 use crate::engine::ListenerSnapshot;
 use crate::model::{Deployment, Lease, LossTracker, OplogAccess};
-use crate::store::{read_time_to_loss, AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
+use crate::store::{
+    read_capped_windows, read_time_to_loss, AuditLog, CappedFeed, LeaseScope, LeaseStore,
+    LeaseWatch, StoreError,
+};
 
 /// How often each source is read, and how soon a failed one is retried.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +72,10 @@ pub fn spawn<S: ClusterProbe>(
         tokio::spawn(until_cancelled(
             cancel.clone(),
             read_window(store.clone(), intervals, events.clone()),
+        )),
+        tokio::spawn(until_cancelled(
+            cancel.clone(),
+            read_capped(store.clone(), intervals, events.clone(), known.clone()),
         )),
         tokio::spawn(until_cancelled(
             cancel.clone(),
@@ -277,6 +284,42 @@ async fn read_window<S: ClusterProbe>(
             Err(error) => report(&events, DataSource::Oplog, &error).await,
         };
         if sent.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads the window of each capped collection the known capped leases tail, as often as
+/// the oplog window: what those leases are measured against. Sends nothing while there
+/// are none (and once more when the last one goes, so none is kept).
+async fn read_capped<S: CappedFeed>(
+    store: S,
+    intervals: FeedIntervals,
+    events: mpsc::Sender<DataEvent>,
+    known: KnownLeases,
+) {
+    let mut ticker = tokio::time::interval(intervals.window);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sent_any = false;
+    loop {
+        ticker.tick().await;
+        if events.is_closed() {
+            return;
+        }
+        let leases = known.all();
+        let reading = read_capped_windows(&store, &leases).await;
+        let any = !reading.entries.is_empty() || !reading.unread.is_empty();
+        if !any && !sent_any {
+            continue;
+        }
+        for why in reading.unread.values() {
+            tracing::debug!(%why, "capped collection window not read");
+        }
+        sent_any = any;
+        if send(&events, DataEvent::CappedWindows(reading))
+            .await
+            .is_err()
+        {
             return;
         }
     }

@@ -16,7 +16,7 @@ use super::MetricsError;
 use crate::model::{
     HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime, OplogWindow, Topology,
 };
-use crate::store::LossReading;
+use crate::store::{CappedReading, LossReading};
 
 /// What one read of the cluster found.
 #[derive(Debug, Clone, Copy)]
@@ -34,6 +34,9 @@ pub struct ClusterSample<'a> {
     pub thresholds: &'a HealthThresholds,
     /// The time to loss of each lease that has one, and the oplog's figures it came from.
     pub loss: &'a LossReading,
+    /// The entries of the capped collections capped leases tail: what those leases'
+    /// lag, headroom and status are measured against instead of the oplog.
+    pub capped: &'a CappedReading,
 }
 
 /// The series of the cluster view, registered in their own registry.
@@ -236,10 +239,15 @@ impl ClusterMetrics {
         for gone in shown.leases.difference(&now_resources) {
             self.forget_lease(gone);
         }
+        let windows = sample.capped.source_windows(sample.window);
         for lease in sample.leases {
             let resource = lease.resource.as_str();
-            let health =
-                LeaseHealth::assess(lease, sample.window.as_ref(), sample.now, sample.thresholds);
+            let health = LeaseHealth::assess(
+                lease,
+                windows.for_lease(lease),
+                sample.now,
+                sample.thresholds,
+            );
             let loss = sample.loss.predicted.get(&lease.resource);
             let since_commit = lease
                 .committed_at
@@ -422,6 +430,7 @@ mod tests {
         let leases = [lease("shop.orders", 120)];
         let thresholds = HealthThresholds::default();
         metrics.record(&ClusterSample {
+            capped: &CappedReading::default(),
             leases: &leases,
             malformed: 0,
             window: Some(window()),
@@ -483,6 +492,7 @@ mod tests {
                 })
                 .collect();
             metrics.record(&ClusterSample {
+                capped: &CappedReading::default(),
                 loss: &reading(loss),
                 leases,
                 malformed: 0,
@@ -519,6 +529,7 @@ mod tests {
         let thresholds = HealthThresholds::default();
         let leases = [lease("a", 5)];
         metrics.record(&ClusterSample {
+            capped: &CappedReading::default(),
             leases: &leases,
             malformed: 2,
             window: None,

@@ -29,8 +29,8 @@ pub use oplog_window::OplogWindow;
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
 pub use source::{
-    capped_collection, entry_time, entry_token, first_id_of, object_id_at, token_entry, SourceKind,
-    SourceWindows,
+    capped_collection, entry_time, entry_token, first_id_of, object_id_at, token_entry, EntrySpan,
+    EntryStart, SourceKind, SourceWindows,
 };
 pub use time_to_loss::{
     predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,

@@ -11,7 +11,7 @@ use bson::oid::ObjectId;
 use bson::{doc, Bson};
 use chrono::{DateTime, Utc};
 
-use super::{ClusterTime, Lease, OplogWindow, ResumeToken};
+use super::{ClusterTime, Lease, OplogWindow, ResumePoint, ResumeToken};
 
 /// How a resource's changes are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -80,6 +80,91 @@ pub fn capped_collection(lease: &Lease) -> Option<String> {
         .as_ref()
         .filter(|watch| watch.source == SourceKind::Capped)
         .map(|watch| format!("{}.{}", watch.db, watch.coll))
+}
+
+/// Where reading a capped collection (re)starts, in the order of its entries' `_id`s:
+/// every entry, the entries at or above an `_id` (a start at a time: [`first_id_of`]),
+/// or the entries above one (after an entry). Ordered by where it starts, so the
+/// entries between two starts are those at or after the lower one and before the
+/// higher one ([`EntrySpan`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntryStart {
+    Oldest,
+    From(ObjectId),
+    After(ObjectId),
+}
+
+impl EntryStart {
+    /// Where a listener reading a capped collection starts from `point`: `None` for a
+    /// change stream's token, which names no entry.
+    pub fn of(point: &ResumePoint) -> Option<Self> {
+        match point {
+            ResumePoint::Token(token) => token_entry(token).map(EntryStart::After),
+            ResumePoint::At(at) => Some(EntryStart::From(first_id_of(at.secs))),
+            ResumePoint::Oldest => Some(EntryStart::Oldest),
+        }
+    }
+
+    fn key(&self) -> (Option<ObjectId>, u8) {
+        match self {
+            EntryStart::Oldest => (None, 0),
+            EntryStart::From(id) => (Some(*id), 0),
+            EntryStart::After(id) => (Some(*id), 1),
+        }
+    }
+
+    /// Whether an entry with `_id` `id` is read from this start on.
+    pub fn admits(&self, id: &ObjectId) -> bool {
+        match self {
+            EntryStart::Oldest => true,
+            EntryStart::From(from) => id >= from,
+            EntryStart::After(after) => id > after,
+        }
+    }
+
+    /// The `_id` this start is drawn at, when it is drawn at one.
+    pub fn id(&self) -> Option<ObjectId> {
+        match self {
+            EntryStart::Oldest => None,
+            EntryStart::From(id) | EntryStart::After(id) => Some(*id),
+        }
+    }
+}
+
+impl PartialOrd for EntryStart {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for EntryStart {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.key().cmp(&other.key())
+    }
+}
+
+/// The entries of a capped collection read from `from` on and not from `until` on: what
+/// a move of a capped lease's position from one start to the other replays or skips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct EntrySpan {
+    pub from: EntryStart,
+    pub until: EntryStart,
+}
+
+impl EntrySpan {
+    /// Whether the entry with `_id` `id` lies in the span.
+    pub fn holds(&self, id: &ObjectId) -> bool {
+        self.from.admits(id) && !self.until.admits(id)
+    }
+
+    /// The span between two starts, lower first; `None` when they are the same.
+    pub fn between(a: EntryStart, b: EntryStart) -> Option<Self> {
+        match a.cmp(&b) {
+            std::cmp::Ordering::Less => Some(Self { from: a, until: b }),
+            std::cmp::Ordering::Greater => Some(Self { from: b, until: a }),
+            std::cmp::Ordering::Equal => None,
+        }
+    }
 }
 
 /// The position token of a capped-collection resource: after the entry `id`.
@@ -187,6 +272,51 @@ mod tests {
             windows.for_lease(&lease),
             None,
             "an unread capped collection"
+        );
+    }
+
+    #[test]
+    fn entry_starts_order_by_where_reading_begins() {
+        let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let a = object_id_at(at, [9; 5], 1);
+        let b = object_id_at(at, [9; 5], 2);
+        let from_second = EntryStart::From(first_id_of(1_700_000_000));
+        assert!(EntryStart::Oldest < from_second);
+        assert!(from_second < EntryStart::From(a));
+        assert!(EntryStart::From(a) < EntryStart::After(a));
+        assert!(EntryStart::After(a) < EntryStart::From(b));
+        assert_eq!(
+            EntryStart::of(&ResumePoint::Token(entry_token(a))),
+            Some(EntryStart::After(a))
+        );
+        assert_eq!(
+            EntryStart::of(&ResumePoint::At(ClusterTime::new(1_700_000_000, 1))),
+            Some(from_second)
+        );
+        assert_eq!(
+            EntryStart::of(&ResumePoint::Token(ResumeToken::from_document(
+                doc! { "_data": "82" }
+            ))),
+            None
+        );
+    }
+
+    #[test]
+    fn a_span_holds_the_entries_read_from_its_lower_start_and_not_from_its_upper() {
+        let at = DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let ids: Vec<ObjectId> = (1..=5).map(|n| object_id_at(at, [9; 5], n)).collect();
+        // From after entry 4 back to after entry 1: entries 2, 3 and 4 are replayed.
+        let span =
+            EntrySpan::between(EntryStart::After(ids[3]), EntryStart::After(ids[0])).unwrap();
+        let held: Vec<usize> = (0..5).filter(|&i| span.holds(&ids[i])).collect();
+        assert_eq!(held, vec![1, 2, 3]);
+        // Everything up to and including entry 2.
+        let span = EntrySpan::between(EntryStart::Oldest, EntryStart::After(ids[1])).unwrap();
+        let held: Vec<usize> = (0..5).filter(|&i| span.holds(&ids[i])).collect();
+        assert_eq!(held, vec![0, 1]);
+        assert_eq!(
+            EntrySpan::between(EntryStart::From(ids[2]), EntryStart::From(ids[2])),
+            None
         );
     }
 

@@ -4,8 +4,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{AuditRecord, ClusterTime, HealthThresholds, Lease, OplogWindow, StreamProfile};
-use crate::store::Namespace;
+use crate::model::{
+    entry_time, AuditRecord, ClusterTime, EntrySpan, HealthThresholds, Lease, OplogWindow,
+    StreamProfile,
+};
+use crate::store::{CappedWindow, Namespace};
 
 /// The changes between two points of one namespace's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -15,6 +18,9 @@ pub struct ChangeRange {
     pub from: ClusterTime,
     /// Inclusive.
     pub to: ClusterTime,
+    /// For a capped lease: the entries passed over, by `_id` (what is counted; `from`
+    /// and `to` are their times, to the second).
+    pub entries: Option<EntrySpan>,
 }
 
 /// A bounded count of the changes in a range.
@@ -42,13 +48,53 @@ pub struct RebuildTarget {
     pub description: String,
 }
 
+/// For a lease that tails a capped collection: the collection and its oldest and newest
+/// entries as read (`entries: None` while it holds none). Its positions are checked
+/// against these entries, and [`PlanFacts::window`] is their times.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CappedHistory {
+    pub ns: Namespace,
+    pub entries: Option<CappedWindow>,
+}
+
+impl CappedHistory {
+    /// "the entries of capped collection app.events (oldest 65… at 2026-…Z, newest …)"
+    /// or, while it holds none, "capped collection app.events, which holds no entries".
+    pub fn describe(&self) -> String {
+        let ns = crate::model::text::escape_control(&self.ns.to_string());
+        match &self.entries {
+            Some(w) => format!(
+                "the entries of capped collection {ns} (oldest {} at {}, newest {} at {})",
+                w.oldest,
+                entry_clock(&w.oldest),
+                w.newest,
+                entry_clock(&w.newest)
+            ),
+            None => format!("capped collection {ns}, which holds no entries"),
+        }
+    }
+}
+
+/// An entry's `_id` time as people read it (whole seconds, UTC).
+pub(crate) fn entry_clock(id: &bson::oid::ObjectId) -> String {
+    let time = entry_time(id);
+    time.to_datetime().map_or_else(
+        || time.to_string(),
+        |at| at.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    )
+}
+
 /// Everything `plan` reads. Build it with [`super::gather`], or by hand in tests.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanFacts {
     /// The lease of the affected resource, as read (`None`: no such lease).
     pub lease: Option<Lease>,
-    /// `None` when the oplog may not be read.
+    /// The history the lease's resume point is checked against: the oplog window
+    /// (`None` when the oplog may not be read), or for a capped lease the times of its
+    /// collection's entries (`None` while it holds none; see `capped`).
     pub window: Option<OplogWindow>,
+    /// Set for a lease that tails a capped collection.
+    pub capped: Option<CappedHistory>,
     /// The server's clock when the facts were read.
     pub now: DateTime<Utc>,
     /// The changes a move of the resume point replays or skips, counted with a bound.

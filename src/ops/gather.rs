@@ -1,9 +1,10 @@
 //! Reading what planning needs from a store: the only I/O before execute.
 
-use super::facts::{ChangeCount, GatherOptions, PlanFacts};
+use super::facts::{CappedHistory, ChangeCount, GatherOptions, PlanFacts};
 use super::target::affected_range;
 use super::{ActionRequest, OpsError, RewindTarget};
-use crate::store::{AuditLog, OperatorStore, CHECKPOINTS_KEPT};
+use crate::model::SourceKind;
+use crate::store::{AuditLog, Namespace, OperatorStore, CHECKPOINTS_KEPT};
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
 /// clock, the oplog window (absent when not permitted), a rewind's checkpoints and, for
@@ -32,15 +33,32 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         None => None,
     };
     let now = store.server_now().await?;
-    let window = match store.oplog_window().await {
-        Ok(window) => Some(window),
-        // A missing privilege, or a mongos: plans that need the window say so.
-        Err(e) if e.oplog_unreadable() => None,
-        Err(e) => return Err(e.into()),
+    // A capped lease is measured against its collection's entries, others against the
+    // oplog (the rule of `SourceWindows::for_lease`).
+    let capped_ns = lease
+        .as_ref()
+        .and_then(|lease| lease.watch.as_ref())
+        .filter(|watch| watch.source == SourceKind::Capped)
+        .map(|watch| Namespace::new(watch.db.clone(), watch.coll.clone()));
+    let (window, capped) = match capped_ns {
+        Some(ns) => {
+            let entries = store.capped_window(&ns).await?;
+            (
+                entries.map(|e| e.times()),
+                Some(CappedHistory { ns, entries }),
+            )
+        }
+        None => match store.oplog_window().await {
+            Ok(window) => (Some(window), None),
+            // A missing privilege, or a mongos: plans that need the window say so.
+            Err(e) if e.oplog_unreadable() => (None, None),
+            Err(e) => return Err(e.into()),
+        },
     };
     let mut facts = PlanFacts {
         lease,
         window,
+        capped,
         now,
         changes: None,
         read_only: options.read_only,
@@ -68,10 +86,15 @@ pub async fn gather<S: OperatorStore + AuditLog>(
     }
     if let Some(range) = affected_range(request, &facts) {
         let limit = options.count_limit.max(1);
-        match store
-            .count_changes(&range.ns, range.from, range.to, limit)
-            .await
-        {
+        let counted = match range.entries {
+            Some(span) => store.count_entries(&range.ns, span, limit).await,
+            None => {
+                store
+                    .count_changes(&range.ns, range.from, range.to, limit)
+                    .await
+            }
+        };
+        match counted {
             Ok(counted) => {
                 facts.changes = Some(ChangeCount {
                     range,

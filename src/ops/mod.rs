@@ -31,7 +31,7 @@ mod target;
 
 pub use error::OpsError;
 pub use execute::{apply_audited, audit_context, execute, execute_as, Executed, OperatorOutcome};
-pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
+pub use facts::{CappedHistory, ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use fold_increments::{
     fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
 };

@@ -28,6 +28,9 @@ pub enum RefusalKind {
     /// cannot be shown to have).
     NotApplied,
     UndecodableToken,
+    /// A position of the other kind of source: an entry's `_id` for a change stream, a
+    /// change stream's token for a capped collection.
+    WrongSource,
     ConflictingOptions,
     /// The oplog window cannot be read, so the target cannot be checked.
     NoOplogAccess,

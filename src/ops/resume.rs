@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use super::facts::ChangeCount;
 use crate::model::text::{group_digits, short_duration};
-use crate::model::{ClusterTime, Lease, OplogWindow, ResumePoint, ResumeToken};
+use crate::model::{
+    capped_collection, entry_time, ClusterTime, EntrySpan, EntryStart, Lease, OplogWindow,
+    ResumePoint, ResumeToken,
+};
 use crate::store::Namespace;
 
 /// Which way a resume point moves.
@@ -27,8 +30,11 @@ pub struct ResumeMove {
     pub to: ClusterTime,
     /// How much history that is (`to − from`).
     pub span: Duration,
-    /// Bounded count of the changes on `ns` in `from..=to`; `None` when not counted.
+    /// Bounded count of the changes on `ns` in `from..=to` (of a capped lease: of the
+    /// entries in `entries`); `None` when not counted.
     pub count: Option<ChangeCount>,
+    /// For a capped lease: the entries passed over, by `_id`.
+    pub entries: Option<EntrySpan>,
 }
 
 impl ResumeMove {
@@ -37,16 +43,20 @@ impl ResumeMove {
             Direction::Replay => "replayed",
             Direction::Skip => "skipped",
         };
+        let (one, many, on) = match self.entries {
+            Some(_) => ("entry", "entries", " of capped collection"),
+            None => ("change", "changes", " on"),
+        };
         let on = self
             .ns
             .as_ref()
-            .map(|ns| format!(" on {ns}"))
+            .map(|ns| format!("{on} {ns}"))
             .unwrap_or_default();
         let count = match &self.count {
-            Some(c) if c.at_least() => format!("at least {} changes", group_digits(c.counted)),
-            Some(c) if c.counted == 1 => "1 change".to_string(),
-            Some(c) => format!("{} changes", group_digits(c.counted)),
-            None => "an uncounted number of changes".to_string(),
+            Some(c) if c.at_least() => format!("at least {} {many}", group_digits(c.counted)),
+            Some(c) if c.counted == 1 => format!("1 {one}"),
+            Some(c) => format!("{} {many}", group_digits(c.counted)),
+            None => format!("an uncounted number of {many}"),
         };
         format!(
             "{count}{on} will be {verb}, {} of history ({} to {})",
@@ -85,20 +95,79 @@ pub(crate) fn point_of(token: &Option<ResumeToken>, at: Option<ClusterTime>) -> 
     }
 }
 
-/// From the lease's resume point to `new`: which way, and the inclusive range of times
-/// passed over. `None` when nothing moves or an end is unknown.
+/// One move of a resume point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Movement {
+    pub direction: Direction,
+    /// The inclusive range of times passed over.
+    pub from: ClusterTime,
+    pub to: ClusterTime,
+    /// For a capped lease: the entries passed over, by `_id` (their times are only
+    /// whole seconds, too coarse to tell two entries of one second apart).
+    pub entries: Option<EntrySpan>,
+}
+
+/// Whether where a listener (re)starts from `point` is known: a capped lease's point
+/// must name an entry or a time, another's must tell its time.
+pub(crate) fn start_known(
+    lease: &Lease,
+    point: &ResumePoint,
+    window: Option<&OplogWindow>,
+) -> bool {
+    match capped_collection(lease) {
+        Some(_) => EntryStart::of(point).is_some(),
+        None => start_of(point, window).is_some(),
+    }
+}
+
+/// From the lease's resume point to `new`: which way, and what is passed over. `None`
+/// when nothing moves or an end is unknown.
 pub(crate) fn movement(
     lease: &Lease,
     new: &ResumePoint,
     window: Option<&OplogWindow>,
-) -> Option<(Direction, ClusterTime, ClusterTime)> {
+) -> Option<Movement> {
+    if capped_collection(lease).is_some() {
+        return entry_movement(lease, new, window);
+    }
     let current = start_of(&lease.resume_point(), window)?;
     let target = start_of(new, window)?;
-    match target.cmp(&current) {
-        std::cmp::Ordering::Less => Some((Direction::Replay, target, prev(current))),
-        std::cmp::Ordering::Greater => Some((Direction::Skip, current, prev(target))),
-        std::cmp::Ordering::Equal => None,
-    }
+    let (direction, from, to) = match target.cmp(&current) {
+        std::cmp::Ordering::Less => (Direction::Replay, target, prev(current)),
+        std::cmp::Ordering::Greater => (Direction::Skip, current, prev(target)),
+        std::cmp::Ordering::Equal => return None,
+    };
+    Some(Movement {
+        direction,
+        from,
+        to,
+        entries: None,
+    })
+}
+
+/// A capped lease's move, in the order of its collection's entries.
+fn entry_movement(
+    lease: &Lease,
+    new: &ResumePoint,
+    window: Option<&OplogWindow>,
+) -> Option<Movement> {
+    let current = EntryStart::of(&lease.resume_point())?;
+    let target = EntryStart::of(new)?;
+    let span = EntrySpan::between(current, target)?;
+    let time_of = |start: EntryStart| match start {
+        EntryStart::Oldest => window.map(|w| w.first),
+        EntryStart::From(id) | EntryStart::After(id) => Some(entry_time(&id)),
+    };
+    Some(Movement {
+        direction: if target < current {
+            Direction::Replay
+        } else {
+            Direction::Skip
+        },
+        from: time_of(span.from)?,
+        to: time_of(span.until)?,
+        entries: Some(span),
+    })
 }
 
 pub fn describe_point(point: &ResumePoint) -> String {

@@ -5,14 +5,32 @@ use super::facts::{ChangeRange, PlanFacts};
 use super::refusal::{Refusal, RefusalKind};
 use super::request::{ActionKind, ActionRequest, CheckpointRef, ResetTarget, RewindTarget};
 use super::resume::{movement, point_of, NewResume};
-use crate::model::text::short_duration;
-use crate::model::{Checkpoint, ClusterTime, Lease, OplogWindow, ResumeToken, StreamProfile};
+use crate::model::text::{escape_control, short_duration};
+use crate::model::{
+    entry_time, entry_token, token_entry, Checkpoint, ClusterTime, Lease, OplogWindow, ResumePoint,
+    ResumeToken, StreamProfile,
+};
 use crate::store::Namespace;
 
-/// `time` inside `window`, or refused as outside it; not checked where the window is
-/// unknown (the plan says so).
-fn in_window(time: ClusterTime, what: &str, window: Option<&OplogWindow>) -> Result<(), Refusal> {
-    let Some(window) = window else {
+/// `time` inside the history the lease is measured against, or refused as outside it;
+/// not checked where it is unknown (the plan says so). A capped collection's entries
+/// tell their time to the second: a time in the second of its oldest or newest entry
+/// is inside.
+fn in_window(time: ClusterTime, what: &str, facts: &PlanFacts) -> Result<(), Refusal> {
+    if let Some(capped) = &facts.capped {
+        let Some(entries) = &capped.entries else {
+            return Ok(());
+        };
+        let (oldest, newest) = (entry_time(&entries.oldest), entry_time(&entries.newest));
+        if time.secs < oldest.secs || time.secs > newest.secs {
+            return Err(Refusal::new(
+                RefusalKind::OutsideWindow,
+                format!("{what} {time} is outside {}", capped.describe()),
+            ));
+        }
+        return Ok(());
+    }
+    let Some(window) = facts.window.as_ref() else {
         return Ok(());
     };
     if time < window.first || time > window.last {
@@ -58,6 +76,12 @@ fn token_target(
     what: &str,
     facts: &PlanFacts,
 ) -> Result<Option<NewResume>, Refusal> {
+    check_source(token, facts)?;
+    if let (Some(capped), Some(id)) = (&facts.capped, token_entry(token)) {
+        // Named by the entry, not "the token's time".
+        in_entries(id, "the target", capped)?;
+        return Ok(Some((Some(token.clone()), None)));
+    }
     if facts.profile == StreamProfile::CosmosDb && token.time().is_none() {
         return Ok(Some((Some(token.clone()), None)));
     }
@@ -70,14 +94,98 @@ fn token_target(
             ),
         ));
     };
-    in_window(time, what, facts.window.as_ref())?;
+    in_window(time, what, facts)?;
     Ok(Some((Some(token.clone()), None)))
+}
+
+/// A capped lease's position is an entry's `_id`, a change stream's a token of the
+/// stream: one of the other kind is refused, saying what to use instead.
+fn check_source(token: &ResumeToken, facts: &PlanFacts) -> Result<(), Refusal> {
+    let resource = facts
+        .lease
+        .as_ref()
+        .map(|l| escape_control(&l.resource))
+        .unwrap_or_default();
+    match (&facts.capped, token_entry(token)) {
+        (Some(capped), None) => Err(Refusal::new(
+            RefusalKind::WrongSource,
+            format!(
+                "{resource} tails capped collection {}: its position is an entry's _id, and \
+                 {token} is a change stream's resume token, not one: use rewind {resource} \
+                 --to-id OBJECTID or --to TIME",
+                escape_control(&capped.ns.to_string())
+            ),
+        )),
+        (None, Some(id)) => Err(Refusal::new(
+            RefusalKind::WrongSource,
+            format!(
+                "{resource} reads a change stream: its position is a resume token, and entry \
+                 {id} is a capped collection's position, not one: use --to TIME or \
+                 --to-token TOKEN"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// After entry `id`: refused when `id` is older than the oldest entry the collection
+/// holds (what came after it may be overwritten: the listener would stop LOST) or
+/// newer than the newest (nothing names it yet).
+fn in_entries(
+    id: bson::oid::ObjectId,
+    what: &str,
+    capped: &super::facts::CappedHistory,
+) -> Result<(), Refusal> {
+    let Some(entries) = &capped.entries else {
+        return Ok(());
+    };
+    if id < entries.oldest || id > entries.newest {
+        return Err(Refusal::new(
+            RefusalKind::OutsideWindow,
+            format!(
+                "{what} (entry {id}, at {}) is outside {}",
+                super::facts::entry_clock(&id),
+                capped.describe()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The resume point recorded before an action, checked against the lease's history.
+fn point_in_window(point: &ResumePoint, what: &str, facts: &PlanFacts) -> Result<(), Refusal> {
+    if let ResumePoint::Token(token) = point {
+        check_source(token, facts)?;
+        if let (Some(capped), Some(id)) = (&facts.capped, token_entry(token)) {
+            return in_entries(id, what, capped);
+        }
+    }
+    match point.time() {
+        Some(time) => in_window(time, what, facts),
+        None => Err(Refusal::new(
+            RefusalKind::UndecodableToken,
+            "the resume token recorded before that action cannot be decoded, so it cannot be \
+             checked against the oplog window",
+        )),
+    }
 }
 
 pub(crate) fn require_window(
     facts: &PlanFacts,
     action: ActionKind,
 ) -> Result<OplogWindow, Refusal> {
+    if let Some(capped) = &facts.capped {
+        return facts.window.ok_or_else(|| {
+            Refusal::new(
+                RefusalKind::OutsideWindow,
+                format!(
+                    "{}: there is no entry for a {action} to move to; the listener reads what \
+                     is appended from its position",
+                    capped.describe()
+                ),
+            )
+        });
+    }
     facts.window.ok_or_else(|| {
         Refusal::new(
             RefusalKind::NoOplogAccess,
@@ -105,7 +213,8 @@ pub(crate) fn resume_target(
     match request {
         ActionRequest::Rewind { to, .. } => {
             let window = facts.window.as_ref();
-            if facts.profile == StreamProfile::CosmosDb
+            if facts.capped.is_none()
+                && facts.profile == StreamProfile::CosmosDb
                 && matches!(to, RewindTarget::Time(_) | RewindTarget::By(_))
             {
                 return Err(Refusal::new(
@@ -119,7 +228,7 @@ pub(crate) fn resume_target(
             match to {
                 RewindTarget::Time(spec) => {
                     let time = spec.cluster_time();
-                    in_window(time, "the target", window)?;
+                    in_window(time, "the target", facts)?;
                     Ok(Some((None, Some(time))))
                 }
                 RewindTarget::By(by) => {
@@ -141,7 +250,7 @@ pub(crate) fn resume_target(
                     in_window(
                         time,
                         &format!("{} back from {base},", short_duration(*by)),
-                        window,
+                        facts,
                     )?;
                     Ok(Some((None, Some(time))))
                 }
@@ -157,14 +266,23 @@ pub(crate) fn resume_target(
             }
         }
         ActionRequest::Reset { to, .. } => {
+            // A capped collection's "now" is after its newest entry; its "oldest" is
+            // every entry it holds, which an empty one has too.
+            if let (Some(capped), ResetTarget::Oldest) = (&facts.capped, to) {
+                if capped.entries.is_none() {
+                    return Ok(Some((None, None)));
+                }
+            }
             let window = require_window(facts, ActionKind::Reset)?;
-            Ok(Some(match to {
-                ResetTarget::Oldest => (None, None),
-                ResetTarget::Now => (None, Some(window.last)),
-            }))
+            Ok(Some(
+                match (to, facts.capped.as_ref().and_then(|c| c.entries)) {
+                    (ResetTarget::Oldest, _) => (None, None),
+                    (ResetTarget::Now, Some(entries)) => (Some(entry_token(entries.newest)), None),
+                    (ResetTarget::Now, None) => (None, Some(window.last)),
+                },
+            ))
         }
         ActionRequest::Undo { .. } => {
-            let window = facts.window.as_ref();
             let before = facts.audit.as_ref().and_then(|r| r.before.as_ref());
             let Some(before) = before.filter(|b| b.resume_token.is_some() || b.resume_at.is_some())
             else {
@@ -174,15 +292,11 @@ pub(crate) fn resume_target(
                      use reset --to oldest or rewind instead",
                 ));
             };
-            match before.resume_point().time() {
-                Some(time) => in_window(time, "the resume point recorded before that action,", window)?,
-                None => {
-                    return Err(Refusal::new(
-                        RefusalKind::UndecodableToken,
-                        "the resume token recorded before that action cannot be decoded, so it cannot be checked against the oplog window",
-                    ))
-                }
-            }
+            point_in_window(
+                &before.resume_point(),
+                "the resume point recorded before that action,",
+                facts,
+            )?;
             Ok(Some((before.resume_token.clone(), before.resume_at)))
         }
         _ => Ok(None),
@@ -192,15 +306,19 @@ pub(crate) fn resume_target(
 /// The changes a resume-moving request replays or skips: what [`super::gather`] counts.
 /// `None` for other requests, or when either end is unknown.
 pub fn affected_range(request: &ActionRequest, facts: &PlanFacts) -> Option<ChangeRange> {
-    // Counting reads the oplog: nothing to count where it cannot be read.
-    facts.window?;
+    // Counting reads the oplog: nothing to count where it cannot be read (a capped
+    // lease's entries are counted in their collection, which may be empty).
+    if facts.capped.is_none() {
+        facts.window?;
+    }
     let lease = facts.lease.as_ref()?;
     let (token, at) = resume_target(request, lease, facts).ok()??;
     let watch = lease.watch.as_ref()?;
-    let (_, from, to) = movement(lease, &point_of(&token, at), facts.window.as_ref())?;
+    let moved = movement(lease, &point_of(&token, at), facts.window.as_ref())?;
     Some(ChangeRange {
         ns: Namespace::new(watch.db.clone(), watch.coll.clone()),
-        from,
-        to,
+        from: moved.from,
+        to: moved.to,
+        entries: moved.entries,
     })
 }

@@ -21,9 +21,13 @@ use std::time::Duration;
 
 use bson::oid::ObjectId;
 
+use std::collections::{BTreeMap, HashMap};
+
 use super::ChangeStream;
 use super::{FeedOptions, Namespace, StartPoint, StoreResult};
-use crate::model::{entry_time, OplogWindow};
+use crate::model::{
+    entry_time, EntrySpan, EntryStart, Lease, OplogWindow, SourceKind, SourceWindows,
+};
 
 /// How much older than the entry a stream resumes after an `_id` appended after it
 /// may be and still be read: the clock skew allowed between appenders (ObjectIds are
@@ -87,4 +91,107 @@ pub trait CappedFeed: Send + Sync {
     /// How full `ns` is. `InvalidArgument` when it is not a capped collection.
     fn capped_stats(&self, ns: &Namespace)
         -> impl Future<Output = StoreResult<CappedStats>> + Send;
+
+    /// How many entries of `ns` lie in `span` (by `_id`), counting at most `limit` (a
+    /// result equal to `limit` means "at least"): what a move of a capped lease's
+    /// position replays or skips. Entries already overwritten are not counted; a
+    /// missing collection holds none.
+    fn count_entries(
+        &self,
+        ns: &Namespace,
+        span: EntrySpan,
+        limit: u64,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
+}
+
+/// The `_id` filter of the entries in `span`, as MongoDB's query language says it.
+pub(crate) fn span_filter(span: &EntrySpan) -> bson::Document {
+    let mut range = bson::Document::new();
+    match span.from {
+        EntryStart::Oldest => {}
+        EntryStart::From(id) => {
+            range.insert("$gte", id);
+        }
+        EntryStart::After(id) => {
+            range.insert("$gt", id);
+        }
+    }
+    match span.until {
+        // Nothing is read before the oldest: an empty span.
+        EntryStart::Oldest => {
+            range.insert("$in", bson::Bson::Array(Vec::new()));
+        }
+        EntryStart::From(id) => {
+            range.insert("$lt", id);
+        }
+        EntryStart::After(id) => {
+            range.insert("$lte", id);
+        }
+    }
+    if range.is_empty() {
+        bson::Document::new()
+    } else {
+        bson::doc! { "_id": range }
+    }
+}
+
+/// The capped collections a set of leases tail, each with its entries' window as read
+/// once ([`read_capped_windows`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CappedReading {
+    /// Per collection (`db.coll`) that holds entries: its oldest and newest.
+    pub entries: HashMap<String, CappedWindow>,
+    /// Per collection that could not be read: why (its leases' headroom and history
+    /// status are unknown, as a lease's are where the oplog cannot be read).
+    pub unread: BTreeMap<String, String>,
+}
+
+impl CappedReading {
+    /// The history each lease is measured against: `oplog` for change streams, these
+    /// collections' entries for capped leases.
+    pub fn source_windows(&self, oplog: Option<OplogWindow>) -> SourceWindows {
+        SourceWindows {
+            oplog,
+            capped: self
+                .entries
+                .iter()
+                .map(|(name, window)| (name.clone(), window.times()))
+                .collect(),
+        }
+    }
+}
+
+/// The capped collections `leases` tail (`watch.source: "capped"`), each once.
+pub fn capped_namespaces(leases: &[Lease]) -> Vec<Namespace> {
+    let mut seen: Vec<Namespace> = leases
+        .iter()
+        .filter_map(|lease| lease.watch.as_ref())
+        .filter(|watch| watch.source == SourceKind::Capped)
+        .map(|watch| Namespace::new(watch.db.clone(), watch.coll.clone()))
+        .collect();
+    seen.sort();
+    seen.dedup();
+    seen
+}
+
+/// Reads the window of every capped collection `leases` tail, once each: the one read
+/// the console, `leases`, the exporter and the plans measure capped leases by. A
+/// failed read leaves that collection out, with why.
+pub async fn read_capped_windows<S: CappedFeed>(store: &S, leases: &[Lease]) -> CappedReading {
+    let mut reading = CappedReading::default();
+    for ns in capped_namespaces(leases) {
+        match store.capped_window(&ns).await {
+            Ok(Some(window)) => {
+                reading.entries.insert(ns.to_string(), window);
+            }
+            Ok(None) => {}
+            Err(error) => {
+                reading.unread.insert(
+                    ns.to_string(),
+                    format!("capped collection {ns} could not be read: {error}"),
+                );
+            }
+        }
+    }
+    reading
 }

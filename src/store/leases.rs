@@ -266,7 +266,9 @@ pub trait LeaseStore: Send + Sync {
 /// compare-and-swap every action is made of, and how many changes a move of the
 /// resume point replays or skips. An action's audit record is written around it, first
 /// pending and then finalized ([`super::AuditLog`]), so no change exists without one.
-pub trait OperatorStore: LeaseStore + super::ChangeFeed + super::CheckpointStore {
+pub trait OperatorStore:
+    LeaseStore + super::ChangeFeed + super::CappedFeed + super::CheckpointStore
+{
     /// Compare-and-swap on `expected_version`: the change as [`OperatorChange::write`]
     /// describes it, and nothing else.
     fn operator_swap(

@@ -16,7 +16,10 @@ mod oplog_figures;
 pub mod sandbox;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
-pub use capped::{CappedFeed, CappedStats, CappedWindow, APPEND_SKEW};
+pub use capped::{
+    capped_namespaces, read_capped_windows, CappedFeed, CappedReading, CappedStats, CappedWindow,
+    APPEND_SKEW,
+};
 pub use checkpoints::{CheckpointStore, CHECKPOINTS_KEPT};
 pub use documents::{
     DocumentStore, FencedMemberWrites, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,

@@ -121,6 +121,18 @@ pub async fn read_time_to_loss<S: OplogFigures>(
         let Some(at) = lease.resume_point().time() else {
             continue;
         };
+        // A capped lease's history is its collection's, not the oplog's: predicting it
+        // from the oplog would say "never" of a lease its collection is about to lose.
+        if let Some(collection) = crate::model::capped_collection(lease) {
+            reading.unpredicted.insert(
+                lease.resource.clone(),
+                format!(
+                    "it tails capped collection {collection}, whose time to loss is not \
+                     predicted (only the oplog's is)"
+                ),
+            );
+            continue;
+        }
         match count_history(store, at, &parts).await {
             Ok(histories) => counted.push((lease, histories)),
             Err(why) => {

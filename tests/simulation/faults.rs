@@ -655,6 +655,15 @@ impl streamward::store::CappedFeed for FaultyStore {
     async fn capped_stats(&self, ns: &Namespace) -> StoreResult<streamward::store::CappedStats> {
         self.inner.capped_stats(ns).await
     }
+
+    async fn count_entries(
+        &self,
+        ns: &Namespace,
+        span: streamward::model::EntrySpan,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        self.inner.count_entries(ns, span, limit).await
+    }
 }
 
 impl ChangeFeed for FaultyStore {

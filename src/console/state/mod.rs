@@ -31,10 +31,10 @@ use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};
 use crate::engine::ListenerSnapshot;
 use crate::model::{
     AuditRecord, HealthThresholds, Lease, LossTime, OplogAccess, OplogStats, OplogWindow, Rate,
-    TimeToLoss, Topology,
+    SourceWindows, TimeToLoss, Topology,
 };
 use crate::ops::ActionKind;
-use crate::store::{LossReading, MalformedDocument};
+use crate::store::{CappedReading, LossReading, MalformedDocument};
 
 /// Statuses are re-assessed at least this often, so expiries show without data.
 const REASSESS_AFTER: Duration = Duration::from_millis(900);
@@ -189,6 +189,9 @@ pub struct ConsoleState {
     /// longer be read (the row goes on unfreeze).
     pending_changes: HashMap<String, Option<Lease>>,
     pub window: Option<OplogWindow>,
+    /// The entries of the capped collections that capped leases tail, as last read:
+    /// those leases are measured against them instead of the oplog window.
+    pub capped: CappedReading,
     pub ops_per_sec: Option<f64>,
     /// When (the server's clock) the time to loss in the table was predicted.
     loss_read_at: Option<DateTime<Utc>>,
@@ -245,7 +248,7 @@ impl ConsoleState {
             rebuilds: setup.rebuilds,
             input: Input::Normal,
             leases: LeaseTable::new(HealthContext {
-                window: None,
+                windows: SourceWindows::default(),
                 now: setup.now,
                 thresholds: setup.thresholds,
             }),
@@ -260,6 +263,7 @@ impl ConsoleState {
             checkpoints: None,
             pending_changes: HashMap::new(),
             window: None,
+            capped: CappedReading::default(),
             ops_per_sec: None,
             server_offset: chrono::Duration::zero(),
             members: Ok(Vec::new()),
@@ -342,6 +346,12 @@ impl ConsoleState {
                 }
                 self.history
                     .record(window.length().as_secs(), ops_per_sec, &self.leases);
+            }
+            DataEvent::CappedWindows(reading) => {
+                self.capped = reading;
+                if !self.frozen {
+                    self.reassess();
+                }
             }
             DataEvent::TimeToLoss { read_at, reading } => {
                 if self.frozen {
@@ -638,7 +648,7 @@ impl ConsoleState {
 
     fn health_context(&self) -> HealthContext {
         HealthContext {
-            window: self.window,
+            windows: self.capped.source_windows(self.window),
             now: self.server_now(),
             thresholds: self.thresholds,
         }

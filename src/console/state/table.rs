@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, OplogWindow, TimeToLoss};
+use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, SourceWindows, TimeToLoss};
 
 /// Holder and version changes kept per lease for the detail view.
 const CHANGES_KEPT: usize = 32;
@@ -150,9 +150,11 @@ fn contains_folded(haystack: &str, lowercase_needle: &str) -> bool {
 }
 
 /// What the health of every lease is measured against.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct HealthContext {
-    pub window: Option<OplogWindow>,
+    /// The oplog's window for change-stream leases, each capped collection's entries
+    /// for the leases that tail it.
+    pub windows: SourceWindows,
     pub now: DateTime<Utc>,
     pub thresholds: HealthThresholds,
 }
@@ -322,7 +324,7 @@ impl LeaseTable {
                 self.status_counts[entry.health.status as usize] -= 1;
                 entry.health = LeaseHealth::assess(
                     &lease,
-                    self.context.window.as_ref(),
+                    self.context.windows.for_lease(&lease),
                     self.context.now,
                     &self.context.thresholds,
                 );
@@ -357,10 +359,11 @@ impl LeaseTable {
     pub fn set_context(&mut self, context: HealthContext) {
         self.context = context;
         let keep = self.selected_resource();
+        let context = &self.context;
         for entry in &mut self.entries {
             entry.health = LeaseHealth::assess(
                 &entry.lease,
-                context.window.as_ref(),
+                context.windows.for_lease(&entry.lease),
                 context.now,
                 &context.thresholds,
             );
@@ -509,7 +512,7 @@ impl LeaseTable {
     fn assess(&self, lease: &Lease) -> LeaseHealth {
         LeaseHealth::assess(
             lease,
-            self.context.window.as_ref(),
+            self.context.windows.for_lease(lease),
             self.context.now,
             &self.context.thresholds,
         )
@@ -585,7 +588,7 @@ fn note_change(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::ClusterTime;
+    use crate::model::{ClusterTime, OplogWindow};
     use chrono::TimeZone;
 
     fn now() -> DateTime<Utc> {
@@ -594,10 +597,13 @@ mod tests {
 
     fn context() -> HealthContext {
         HealthContext {
-            window: Some(OplogWindow::new(
-                ClusterTime::new(1_795_000_000, 1),
-                ClusterTime::new(1_795_000_600, 1),
-            )),
+            windows: SourceWindows {
+                oplog: Some(OplogWindow::new(
+                    ClusterTime::new(1_795_000_000, 1),
+                    ClusterTime::new(1_795_000_600, 1),
+                )),
+                capped: HashMap::new(),
+            },
             now: now(),
             thresholds: HealthThresholds::default(),
         }
@@ -677,7 +683,7 @@ mod tests {
         assert_eq!(table.count(LeaseStatus::Expired), 1);
         let mut later = context();
         later.now = now() + chrono::Duration::seconds(20);
-        table.set_context(later);
+        table.set_context(later.clone());
         assert_eq!(
             table.count(LeaseStatus::Expired),
             2,
@@ -711,7 +717,7 @@ mod tests {
         // Before the window is known everything looks alike and sorts by name; once it
         // is, the lease at risk goes on top and the selection goes with the top row.
         let mut table = LeaseTable::new(HealthContext {
-            window: None,
+            windows: SourceWindows::default(),
             ..context()
         });
         let mut at_risk = lease("z-at-risk", Some("h"), 1);

@@ -377,6 +377,7 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
             ClusterTime::new(t - 600, 1),
             ClusterTime::new(t, 1),
         )),
+        capped: None,
         now: now(),
         changes: None,
         read_only: false,
@@ -1410,5 +1411,56 @@ fn time_to_loss_sorts_counts_down_and_waits_while_frozen() {
         earliest(&state, "pet-aggregates"),
         None,
         "not in the new prediction"
+    );
+}
+
+/// A capped lease is measured against its collection's entries as the feed reads them:
+/// a position the collection rolled past is LOST, though the oplog still holds its time.
+#[test]
+fn a_capped_lease_is_lost_once_its_collection_rolled_past_it() {
+    use crate::model::{entry_token, object_id_at, SourceKind, WatchTarget};
+    use crate::store::{CappedReading, CappedWindow};
+    let mut state = loaded();
+    let at = |secs: i64| object_id_at(now() - chrono::Duration::seconds(secs), [1; 5], 1);
+    let mut capped = lease("app.events", 2);
+    capped.resume_at = None;
+    capped.resume_token = Some(entry_token(at(100)));
+    capped.watch = Some(WatchTarget {
+        db: "app".into(),
+        coll: "events".into(),
+        source: SourceKind::Capped,
+        ..Default::default()
+    });
+    state.apply(DataEvent::LeaseChanged(Box::new(capped)), now());
+    let status = |state: &ConsoleState| {
+        state
+            .leases
+            .rows(0, usize::MAX)
+            .find(|e| e.lease.resource == "app.events")
+            .map(|e| e.health.status)
+    };
+    assert_ne!(
+        status(&state),
+        Some(LeaseStatus::Lost),
+        "the oplog holds its time"
+    );
+    let mut reading = CappedReading::default();
+    reading.entries.insert(
+        "app.events".into(),
+        CappedWindow {
+            oldest: at(50),
+            newest: at(1),
+        },
+    );
+    state.apply(DataEvent::CappedWindows(reading), now());
+    assert_eq!(status(&state), Some(LeaseStatus::Lost));
+    assert_eq!(
+        state
+            .leases
+            .rows(0, usize::MAX)
+            .find(|e| e.lease.resource == "shop.orders")
+            .map(|e| e.health.status),
+        Some(LeaseStatus::Ok),
+        "change-stream leases keep the oplog window"
     );
 }

@@ -253,4 +253,6 @@ pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>)
 }
 
 #[cfg(test)]
+mod capped_tests;
+#[cfg(test)]
 mod tests;

@@ -13,7 +13,9 @@ use crate::model::{ClusterTime, OplogWindow};
 use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
-use crate::ops::resume::{describe_point, movement, point_of, start_of, Direction, ResumeMove};
+use crate::ops::resume::{
+    describe_point, movement, point_of, start_known, start_of, Direction, ResumeMove,
+};
 use crate::ops::target::resume_target;
 use crate::store::{Namespace, ResumeChange};
 
@@ -23,21 +25,29 @@ fn resume_move(
     facts: &PlanFacts,
     warnings: &mut Vec<String>,
 ) -> Option<ResumeMove> {
-    if start_of(&lease.resume_point(), facts.window.as_ref()).is_none() {
-        warnings.push(
-            "the current resume token cannot be decoded: what is replayed or skipped cannot be told".into(),
-        );
+    if !start_known(lease, &lease.resume_point(), facts.window.as_ref()) {
+        warnings.push(match facts.capped {
+            Some(_) => "the current resume token is not an entry's _id: what is replayed or \
+                        skipped cannot be told"
+                .into(),
+            None => "the current resume token cannot be decoded: what is replayed or skipped \
+                     cannot be told"
+                .into(),
+        });
         return None;
     }
-    let (direction, from, to) = movement(lease, new, facts.window.as_ref())?;
+    let moved = movement(lease, new, facts.window.as_ref())?;
+    let (direction, from, to) = (moved.direction, moved.from, moved.to);
     let ns = lease
         .watch
         .as_ref()
         .map(|w| Namespace::new(w.db.clone(), w.coll.clone()));
-    let count = facts
-        .changes
-        .clone()
-        .filter(|c| c.range.from == from && c.range.to == to && Some(&c.range.ns) == ns.as_ref());
+    let count = facts.changes.clone().filter(|c| {
+        c.range.from == from
+            && c.range.to == to
+            && c.range.entries == moved.entries
+            && Some(&c.range.ns) == ns.as_ref()
+    });
     match &count {
         Some(c) if c.at_least() => warnings.push(format!(
             "counted at least {} changes: the count stops there",
@@ -48,6 +58,9 @@ fn resume_move(
             "the lease does not say which collection it watches: the changes cannot be counted"
                 .into(),
         ),
+        None if facts.capped.is_some() => {
+            warnings.push("the entries were not counted (the count failed)".into())
+        }
         None => warnings.push("the changes were not counted (no access to the oplog?)".into()),
     }
     // From a LOST point the range starts before the oldest entry: a count over it reads
@@ -60,6 +73,7 @@ fn resume_move(
         to,
         span: to.saturating_since(from),
         count,
+        entries: moved.entries,
     })
 }
 
@@ -86,6 +100,16 @@ fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
         m.ns.as_ref()
             .map(|ns| format!(" on {ns}"))
             .unwrap_or_default();
+    if let Some(capped) = &facts.capped {
+        // The entries still held were counted by `_id`: what is gone is not among them.
+        let gone = format!(
+            "the entries from {} up to the oldest one {} holds were overwritten: they cannot be \
+             counted, nor {verb} (they are gone)",
+            m.from,
+            escape_control(&capped.ns.to_string())
+        );
+        return format!("{gone}; {}", m.describe());
+    }
     let gone = format!(
         "the changes{on} from {} up to the oldest oplog entry ({first}) fell off the oplog: they cannot be counted, nor {verb} (they are gone)",
         m.from
@@ -123,9 +147,17 @@ fn move_resume(
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
     fence_effect(lease, facts.now, &mut effect);
     let new_point = point_of(&token, at);
-    let moved = match facts.window {
-        Some(_) => resume_move(lease, &new_point, facts, &mut warnings),
-        None => {
+    let moved = match (facts.window, &facts.capped) {
+        (Some(_), _) => resume_move(lease, &new_point, facts, &mut warnings),
+        (None, Some(capped)) => {
+            warnings.push(format!(
+                "{}: the new position is not checked against any, and the listener reads \
+                 whatever is appended after it",
+                capped.describe()
+            ));
+            None
+        }
+        (None, None) => {
             warnings.push(
                 "the oplog window cannot be read, so the new resume point is not checked \
                  against it: if it has already fallen off the oplog, the listener stops LOST \
@@ -135,13 +167,29 @@ fn move_resume(
             None
         }
     };
-    effect.lines.push(match &new_point {
-        ResumePoint::Token(t) => format!("the next holder resumes after token {t}"),
-        ResumePoint::At(t) => format!("the next holder starts at {t} (inclusive)"),
-        ResumePoint::Oldest => "the next holder starts from the oldest oplog entry".into(),
+    effect.lines.push(match (&new_point, &facts.capped) {
+        (ResumePoint::Token(t), Some(_)) => match crate::model::token_entry(t) {
+            Some(id) => format!(
+                "the next holder resumes after entry {id} (at {})",
+                crate::ops::facts::entry_clock(&id)
+            ),
+            None => format!("the next holder resumes after token {t}"),
+        },
+        (ResumePoint::Token(t), None) => format!("the next holder resumes after token {t}"),
+        (ResumePoint::At(t), Some(_)) => format!(
+            "the next holder starts at the entries whose _id was made at or after {t} \
+             (whole seconds)"
+        ),
+        (ResumePoint::At(t), None) => format!("the next holder starts at {t} (inclusive)"),
+        (ResumePoint::Oldest, Some(capped)) => format!(
+            "the next holder starts from the oldest entry capped collection {} holds",
+            escape_control(&capped.ns.to_string())
+        ),
+        (ResumePoint::Oldest, None) => "the next holder starts from the oldest oplog entry".into(),
     });
     match &moved {
         Some(m) => effect.lines.push(describe_move(m, facts)),
+        None if facts.window.is_none() && facts.capped.is_some() => {}
         None if facts.window.is_none() => effect
             .lines
             .push("what is replayed cannot be counted without the oplog window".into()),
@@ -155,10 +203,18 @@ fn move_resume(
             .time()
             .is_some_and(|t| t < window.first)
         {
-            warnings.push(format!(
-                "the current resume point is LOST: changes before {} fell off the oplog and cannot be replayed; a rebuild of derived data may be needed",
-                window.first
-            ));
+            warnings.push(match &facts.capped {
+                Some(capped) => format!(
+                    "the current resume point is LOST: entries of {} before {} were \
+                     overwritten and cannot be replayed; a rebuild of derived data may be needed",
+                    escape_control(&capped.ns.to_string()),
+                    window.first
+                ),
+                None => format!(
+                    "the current resume point is LOST: changes before {} fell off the oplog and cannot be replayed; a rebuild of derived data may be needed",
+                    window.first
+                ),
+            });
         }
     }
     if let Some(invalidated) = &lease.invalidated {
@@ -261,10 +317,8 @@ pub(super) fn rewind(
     // told from the two points' times: forward is a skip, not a rewind.
     let forward_unchecked = facts.window.is_none()
         && match &decision.change.resume {
-            ResumeChange::Set { token, at } => matches!(
-                movement(lease, &point_of(token, *at), None),
-                Some((Direction::Skip, _, _))
-            ),
+            ResumeChange::Set { token, at } => movement(lease, &point_of(token, *at), None)
+                .is_some_and(|m| m.direction == Direction::Skip),
             ResumeChange::Keep => false,
         };
     if forward_unchecked {
@@ -336,7 +390,16 @@ pub(super) fn reset(
             );
         }
         ResetTarget::Oldest => {
-            if let Some(window) = &facts.window {
+            if let (Some(window), Some(capped)) = (&facts.window, &facts.capped) {
+                decision.warnings.push(format!(
+                    "the oldest entry is the next capped collection {} overwrites: starting \
+                     there the lease has no headroom, stays AT RISK until its listener catches \
+                     up, and is LOST again if the collection rolls past it first (it holds {} \
+                     of entries); if skipping is acceptable, reset to now instead",
+                    escape_control(&capped.ns.to_string()),
+                    short_duration(window.length())
+                ));
+            } else if let Some(window) = &facts.window {
                 decision.warnings.push(format!(
                     "the oldest entry is the next the oplog drops: starting there the lease has \
                      no headroom, stays AT RISK until its listener catches up, and is LOST again \

@@ -62,6 +62,7 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
     PlanFacts {
         lease,
         window: Some(OplogWindow::new(at(0), at(3600))),
+        capped: None,
         now: wall(3600),
         changes: None,
         read_only: false,
@@ -329,6 +330,7 @@ fn rewind_by_ten_minutes_replays_from_the_resume_point_back() {
             ns: orders(),
             from: at(2400),
             to: at(3000),
+            entries: None,
         },
         "from the target to the committed change, both inclusive"
     );
@@ -390,6 +392,7 @@ fn a_count_for_another_range_is_not_shown_as_this_one() {
             ns: orders(),
             from: at(5),
             to: at(6),
+            entries: None,
         },
         counted: 3,
         limit: 10,

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::errors::{code_of, with_one_retry, CallError};
 use super::MongoStore;
-use crate::model::{entry_time, entry_token, first_id_of, token_entry};
+use crate::model::{entry_time, entry_token, first_id_of, token_entry, EntrySpan};
 use crate::store::{
     CappedFeed, CappedStats, CappedWindow, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
     Namespace, OperationType, StartPoint, StoreError, StoreResult, APPEND_SKEW,
@@ -240,6 +240,21 @@ impl CappedFeed for MongoStore {
             count: number("count")?.unwrap_or(0),
             max_count: number("max")?.filter(|&max| max > 0),
         })
+    }
+
+    async fn count_entries(&self, ns: &Namespace, span: EntrySpan, limit: u64) -> StoreResult<u64> {
+        let action = format!("count the entries of {ns}");
+        let collection = self.tail_collection(ns);
+        let filter = crate::store::capped::span_filter(&span);
+        let limit = limit.max(1);
+        let counted = with_one_retry(self.timeout(), &action, || {
+            std::future::IntoFuture::into_future(
+                collection.count_documents(filter.clone()).limit(limit),
+            )
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&action, TAIL_HINT))?;
+        Ok(counted.min(limit))
     }
 }
 

@@ -9,7 +9,7 @@ use bson::{doc, Bson, Document};
 use tokio::time::Instant;
 
 use super::{count, SandboxStore};
-use crate::model::{first_id_of, object_id_at, token_entry};
+use crate::model::{first_id_of, object_id_at, token_entry, EntrySpan};
 use crate::store::{
     CappedFeed, CappedStats, CappedWindow, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
     Namespace, OperationType, StartPoint, StoreError, StoreResult,
@@ -232,6 +232,15 @@ impl CappedFeed for SandboxStore {
             count: log.entries.len() as u64,
             max_count: None,
         })
+    }
+
+    async fn count_entries(&self, ns: &Namespace, span: EntrySpan, limit: u64) -> StoreResult<u64> {
+        let state = self.lock();
+        let Some(log) = state.capped.logs.get(ns) else {
+            return Ok(0);
+        };
+        let held = log.entries.iter().filter(|e| span.holds(&e.id)).count() as u64;
+        Ok(held.min(limit.max(1)))
     }
 }
 
