@@ -116,6 +116,7 @@ fn every_series_the_rules_and_the_dashboard_name_is_exported() {
                 checkpoint_interval: None,
                 min_retention: None,
                 largest_entry_bytes: None,
+                truncation_bytes: None,
             }),
             fill_rate: Rate::between(1.0, 2.0),
         },

@@ -321,6 +321,7 @@ fn losses() -> LossReading {
             checkpoint_interval: Some(Duration::from_secs(60)),
             min_retention: Some(Duration::ZERO),
             largest_entry_bytes: None,
+            truncation_bytes: None,
         }),
         fill_rate: Some(Rate {
             low: 12_000.0,

@@ -96,6 +96,7 @@ async fn the_optional_figures_are_left_out_when_refused() {
             checkpoint_interval: None,
             min_retention: None,
             largest_entry_bytes: None,
+            truncation_bytes: None,
         }
     );
 }

@@ -391,6 +391,7 @@ mod tests {
                 checkpoint_interval: None,
                 min_retention: None,
                 largest_entry_bytes: None,
+                truncation_bytes: None,
             }),
             fill_rate: Rate::between(40_000.0, 52_500.0),
         }

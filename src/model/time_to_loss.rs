@@ -164,6 +164,10 @@ pub struct OplogStats {
     /// The largest entry the oplog can hold, when known better than the server's limit
     /// ([`MAX_ENTRY_BYTES`]); MongoDB does not say it.
     pub largest_entry_bytes: Option<u64>,
+    /// How many bytes one truncation removes at once, when not the oplog's chunks
+    /// ([`truncation_chunk`]): a capped collection drops its oldest entries one by one
+    /// as each insert needs the room, so there it is one entry.
+    pub truncation_bytes: Option<u64>,
 }
 
 /// Bytes of retained history before a resume point (see the module doc).
@@ -201,6 +205,8 @@ pub struct LossInputs {
     pub largest_entry: Option<u64>,
     pub checkpoint_interval: Option<Duration>,
     pub min_retention: Option<Duration>,
+    /// Bytes one truncation removes at once; the oplog's chunk when `None`.
+    pub truncation: Option<u64>,
 }
 
 impl LossInputs {
@@ -217,6 +223,7 @@ impl LossInputs {
             progress: None,
             history_before: None,
             largest_entry: None,
+            truncation: None,
             checkpoint_interval: None,
             min_retention: None,
         }
@@ -237,6 +244,7 @@ impl LossInputs {
             self.checkpoint_interval = stats.checkpoint_interval;
             self.min_retention = stats.min_retention;
             self.largest_entry = stats.largest_entry_bytes;
+            self.truncation = stats.truncation_bytes;
         }
         self.fill_rate = rates.fill_rate();
         self.first_advance = rates.first_advance();
@@ -477,7 +485,7 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
         (Some(size), Some(max), Some(fill)) => Some(BytesModel {
             size: size as f64,
             max: max as f64,
-            chunk: truncation_chunk(max) as f64,
+            chunk: inputs.truncation.unwrap_or_else(|| truncation_chunk(max)) as f64,
             fill,
         }),
         _ => None,

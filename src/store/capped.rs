@@ -102,6 +102,28 @@ pub trait CappedFeed: Send + Sync {
         span: EntrySpan,
         limit: u64,
     ) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// The entries of `ns` in `span` and their bytes (BSON sizes, as the collection's
+    /// size counts them), summing at most `limit` entries: what a time-to-loss
+    /// prediction needs (the history before a position, the bytes appended between
+    /// two reads).
+    fn entry_bytes(
+        &self,
+        ns: &Namespace,
+        span: EntrySpan,
+        limit: u64,
+    ) -> impl Future<Output = StoreResult<EntryBytes>> + Send;
+}
+
+/// The entries of one span of a capped collection, by their BSON size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EntryBytes {
+    pub entries: u64,
+    pub bytes: u64,
+    /// The largest entry among them.
+    pub largest: u64,
+    /// Every entry of the span was counted (not stopped at the limit).
+    pub complete: bool,
 }
 
 /// The `_id` filter of the entries in `span`, as MongoDB's query language says it.

@@ -18,7 +18,7 @@ pub mod sandbox;
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
 pub use capped::{
     capped_namespaces, read_capped_windows, CappedFeed, CappedReading, CappedStats, CappedWindow,
-    APPEND_SKEW,
+    EntryBytes, APPEND_SKEW,
 };
 pub use checkpoints::{CheckpointStore, CHECKPOINTS_KEPT};
 pub use documents::{

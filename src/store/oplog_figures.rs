@@ -277,6 +277,7 @@ mod tests {
                     checkpoint_interval: Some(Duration::ZERO),
                     min_retention: Some(Duration::ZERO),
                     largest_entry_bytes: Some(1_000),
+                    truncation_bytes: None,
                 },
             }])
         }

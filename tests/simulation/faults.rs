@@ -656,6 +656,15 @@ impl streamward::store::CappedFeed for FaultyStore {
         self.inner.capped_stats(ns).await
     }
 
+    async fn entry_bytes(
+        &self,
+        ns: &Namespace,
+        span: streamward::model::EntrySpan,
+        limit: u64,
+    ) -> StoreResult<streamward::store::EntryBytes> {
+        self.inner.entry_bytes(ns, span, limit).await
+    }
+
     async fn count_entries(
         &self,
         ns: &Namespace,

@@ -160,6 +160,7 @@ impl SimOplog {
             checkpoint_interval: Some(std::time::Duration::from_secs_f64(self.checkpoint_every)),
             min_retention: Some(std::time::Duration::ZERO),
             largest_entry_bytes: None,
+            truncation_bytes: None,
         }
     }
 

@@ -344,6 +344,7 @@ fn oplog_rates_use_the_written_counter_or_an_oplog_never_full() {
         checkpoint_interval: None,
         min_retention: None,
         largest_entry_bytes: None,
+        truncation_bytes: None,
     };
     let window = OplogWindow::new(at(10), at(20));
     let mut rates = OplogRates::new(Duration::from_secs(60));
@@ -915,6 +916,7 @@ fn an_oplog_held_over_its_maximum_has_no_latest() {
         checkpoint_interval: Some(Duration::from_secs(1)),
         min_retention: Some(Duration::ZERO),
         largest_entry_bytes: Some(1_000),
+        truncation_bytes: None,
     };
     let mut rates = OplogRates::new(Duration::from_secs(60));
     let now = chrono::DateTime::from_timestamp(1_800_000_100, 0).unwrap();

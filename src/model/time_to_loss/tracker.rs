@@ -201,6 +201,7 @@ mod tests {
             checkpoint_interval: Some(Duration::from_secs(60)),
             min_retention: Some(Duration::ZERO),
             largest_entry_bytes: None,
+            truncation_bytes: None,
         }
     }
 

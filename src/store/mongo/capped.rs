@@ -256,6 +256,60 @@ impl CappedFeed for MongoStore {
         .map_err(|e| e.into_store_hinted(&action, TAIL_HINT))?;
         Ok(counted.min(limit))
     }
+
+    async fn entry_bytes(
+        &self,
+        ns: &Namespace,
+        span: EntrySpan,
+        limit: u64,
+    ) -> StoreResult<crate::store::EntryBytes> {
+        use futures_util::TryStreamExt;
+        let action = format!("sum the entries' sizes in {ns}");
+        let collection = self.tail_collection(ns);
+        let limit = limit.max(1);
+        // One more than the limit tells a span of exactly `limit` from a longer one.
+        let pipeline = vec![
+            doc! { "$match": crate::store::capped::span_filter(&span) },
+            doc! { "$limit": i64::try_from(limit + 1).unwrap_or(i64::MAX) },
+            doc! { "$group": {
+                "_id": null,
+                "entries": { "$sum": 1 },
+                "bytes": { "$sum": { "$bsonSize": "$$ROOT" } },
+                "largest": { "$max": { "$bsonSize": "$$ROOT" } },
+            } },
+        ];
+        let replies: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
+            collection
+                .aggregate(pipeline.clone())
+                .max_time(self.timeout())
+                .await?
+                .try_collect()
+                .await
+        })
+        .await
+        .map_err(|e| e.into_store_hinted(&action, TAIL_HINT))?;
+        let Some(reply) = replies.first() else {
+            return Ok(crate::store::EntryBytes {
+                complete: true,
+                ..Default::default()
+            });
+        };
+        let number = |field: &str| -> StoreResult<u64> {
+            let value = reply.get(field).ok_or_else(|| StoreError::Malformed {
+                what: "entry sizes".into(),
+                detail: format!("field {field}: missing"),
+            })?;
+            super::codec::integer("entry sizes", value, field)
+                .map(|n| u64::try_from(n).unwrap_or(0))
+        };
+        let entries = number("entries")?;
+        Ok(crate::store::EntryBytes {
+            entries: entries.min(limit),
+            bytes: number("bytes")?,
+            largest: number("largest")?,
+            complete: entries <= limit,
+        })
+    }
 }
 
 /// A capped collection followed by [`CappedFeed::tail`].

@@ -437,6 +437,7 @@ fn stats_from_reply(reply: &Document) -> StoreResult<OplogStats> {
         checkpoint_interval: None,
         min_retention: None,
         largest_entry_bytes: None,
+        truncation_bytes: None,
     })
 }
 

@@ -242,6 +242,32 @@ impl CappedFeed for SandboxStore {
         let held = log.entries.iter().filter(|e| span.holds(&e.id)).count() as u64;
         Ok(held.min(limit.max(1)))
     }
+
+    async fn entry_bytes(
+        &self,
+        ns: &Namespace,
+        span: EntrySpan,
+        limit: u64,
+    ) -> StoreResult<crate::store::EntryBytes> {
+        let state = self.lock();
+        let mut counted = crate::store::EntryBytes {
+            complete: true,
+            ..Default::default()
+        };
+        let Some(log) = state.capped.logs.get(ns) else {
+            return Ok(counted);
+        };
+        for entry in log.entries.iter().filter(|e| span.holds(&e.id)) {
+            if counted.entries == limit.max(1) {
+                counted.complete = false;
+                break;
+            }
+            counted.entries += 1;
+            counted.bytes += entry.bytes as u64;
+            counted.largest = counted.largest.max(entry.bytes as u64);
+        }
+        Ok(counted)
+    }
 }
 
 impl SandboxTail {

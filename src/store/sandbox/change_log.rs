@@ -294,6 +294,7 @@ impl ChangeLog {
             checkpoint_interval: Some(Duration::ZERO),
             min_retention: Some(Duration::ZERO),
             largest_entry_bytes: Some(self.largest as u64),
+            truncation_bytes: None,
         })
     }
 
