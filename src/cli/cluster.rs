@@ -2,6 +2,7 @@
 //! `leases --watch` prints again whenever a lease changes hands or status; `leases
 //! --check` is for cron and monitors: exit 6 when a lease needs attention.
 
+use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -16,13 +17,14 @@ use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
-    ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus, LossTime,
-    LossTracker, OplogAccess, OplogWindow, TimeToLoss, Topology,
+    capped_collection, ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
+    LossTime, LossTracker, OplogAccess, OplogWindow, SourceWindows, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
 use crate::store::{
-    read_time_to_loss, ChangeFeed, LeaseStore, LossReading, MalformedDocument, StoreError,
+    read_time_to_loss, CappedFeed, ChangeFeed, LeaseStore, LossReading, MalformedDocument,
+    Namespace, StoreError,
 };
 
 #[derive(Debug, Args)]
@@ -77,6 +79,9 @@ pub(super) struct Snapshot {
     pub(super) malformed: Vec<MalformedDocument>,
     /// `None` when the oplog cannot be read: headroom and history status unknown, lag by the clock.
     pub(super) window: Option<OplogWindow>,
+    /// Per capped collection a lease tails (`db.coll`), the times of its oldest and
+    /// newest entries: what those leases are measured against instead of the oplog.
+    pub(super) capped: HashMap<String, OplogWindow>,
     /// What the cluster is; says why the window is unknown when it is.
     pub(super) topology: Topology,
     /// Each lease's time to loss, once predicted ([`Snapshot::predict_loss`]).
@@ -98,10 +103,12 @@ impl Snapshot {
             .server_now()
             .await
             .context("reading the server's clock")?;
+        let capped = capped_windows(store, &listing.items).await;
         Ok(Snapshot {
             leases: listing.items,
             malformed: listing.malformed,
             window,
+            capped,
             topology,
             now,
             loss: LossReading::default(),
@@ -130,8 +137,19 @@ impl Snapshot {
         }
     }
 
+    /// The history `lease` is measured against: its capped collection's entries, or
+    /// the oplog ([`SourceWindows::for_lease`]).
+    fn window_for(&self, lease: &Lease) -> Option<OplogWindow> {
+        SourceWindows {
+            oplog: self.window,
+            capped: self.capped.clone(),
+        }
+        .for_lease(lease)
+        .copied()
+    }
+
     fn health(&self, lease: &Lease, thresholds: &HealthThresholds) -> LeaseHealth {
-        LeaseHealth::assess(lease, self.window.as_ref(), self.now, thresholds)
+        LeaseHealth::assess(lease, self.window_for(lease).as_ref(), self.now, thresholds)
     }
 
     fn json(
@@ -140,9 +158,10 @@ impl Snapshot {
         leases: &[&Lease],
         malformed: bool,
     ) -> Vec<Value> {
-        let shown = leases
-            .iter()
-            .map(|l| lease_json(l, self.window.as_ref(), self.now, thresholds, &self.loss));
+        let shown = leases.iter().map(|l| {
+            let window = self.window_for(l);
+            lease_json(l, window.as_ref(), self.now, thresholds, &self.loss)
+        });
         let unreadable = self
             .malformed
             .iter()
@@ -155,7 +174,7 @@ impl Snapshot {
         let rows: Vec<LeaseRow> = leases
             .iter()
             .map(|l| {
-                LeaseRow::new(l, self.window.as_ref(), self.now, thresholds)
+                LeaseRow::new(l, self.window_for(l).as_ref(), self.now, thresholds)
                     .with_loss(self.loss.predicted.get(&l.resource))
             })
             .collect();
@@ -184,6 +203,37 @@ impl Snapshot {
         seen.extend(self.malformed.iter().map(|m| format!("malformed {m}")));
         seen
     }
+}
+
+/// The window of each capped collection that a lease tails, read once per collection.
+/// One that cannot be read (empty, missing, not permitted) is left out: its leases
+/// then show no lag or headroom, as a lease does without the oplog.
+pub(super) async fn capped_windows<S: CappedFeed>(
+    store: &S,
+    leases: &[Lease],
+) -> HashMap<String, OplogWindow> {
+    let mut windows = HashMap::new();
+    for lease in leases {
+        let (Some(name), Some(watch)) = (capped_collection(lease), lease.watch.as_ref()) else {
+            continue;
+        };
+        if windows.contains_key(&name) {
+            continue;
+        }
+        let ns = Namespace::new(watch.db.clone(), watch.coll.clone());
+        match store.capped_window(&ns).await {
+            Ok(Some(window)) => {
+                windows.insert(name, window.times());
+            }
+            Ok(None) => {}
+            Err(e) => say(format_args!(
+                "note: cannot read the window of capped collection {}: {}",
+                escape_control(&ns.to_string()),
+                escape_control(&e.to_string())
+            )),
+        }
+    }
+    windows
 }
 
 /// Between the two reads of a one-shot `leases`, for the rates of its time to loss.
@@ -431,6 +481,11 @@ fn lease_json(
         for (key, value) in [
             ("holder", json!(lease.holder)),
             ("liveHolder", json!(lease.live_holder(now))),
+            // "stream" or "capped" as its listener recorded it; null before one has.
+            (
+                "source",
+                json!(lease.watch.as_ref().map(|w| w.source.as_str())),
+            ),
             ("tokenTime", describe::time_json(health.token_time)),
             ("lagSecs", json!(health.lag.map(|d| d.as_secs()))),
             ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),
