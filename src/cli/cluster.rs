@@ -482,10 +482,7 @@ fn lease_json(
             ("holder", json!(lease.holder)),
             ("liveHolder", json!(lease.live_holder(now))),
             // "stream" or "capped" as its listener recorded it; null before one has.
-            (
-                "source",
-                json!(lease.watch.as_ref().map(|w| w.source.as_str())),
-            ),
+            ("source", json!(lease.source().map(|s| s.as_str()))),
             ("tokenTime", describe::time_json(health.token_time)),
             ("lagSecs", json!(health.lag.map(|d| d.as_secs()))),
             ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),

@@ -95,9 +95,8 @@ impl LeaseRow {
 /// recorded in `watch`, `-` before any listener has.
 pub fn source_cell(lease: &Lease) -> String {
     lease
-        .watch
-        .as_ref()
-        .map_or_else(|| "-".to_string(), |w| w.source.to_string())
+        .source()
+        .map_or_else(|| "-".to_string(), |s| s.to_string())
 }
 
 const LEASE_HEADERS: [&str; 11] = [
