@@ -475,3 +475,54 @@ async fn live_a_killed_cursor_is_recreated() {
     })
     .await;
 }
+
+/// A resume scans from APPEND_SKEW before the entry it resumes after: on a collection
+/// of 20,000 entries appended within a few seconds that is all of them, more than one
+/// read's wait; the listener still goes on after exactly the right entry. Then an idle
+/// tail stays open past the operation timeout without an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn live_resumes_after_a_long_seek_and_idles_without_error() {
+    live("capped_long_seek", |db: LiveDb| async move {
+        let ns = db.ns("events");
+        let store = db.store.clone();
+        store.create(&ns, 16 << 20).await;
+        let collection = store
+            .client()
+            .database(&ns.db)
+            .collection::<Document>(&ns.coll);
+        for chunk in 0..4_i64 {
+            let entries: Vec<Document> = (chunk * 5000..(chunk + 1) * 5000)
+                .map(|n| doc! { "n": n, "pad": "x".repeat(100) })
+                .collect();
+            collection.insert_many(entries).await.expect("insert");
+        }
+        let seen = Seen::default();
+        let mut first_config = config(ns.clone(), "first");
+        first_config.batch_size = 1000;
+        let first = ListenerHandle::spawn(store.clone(), first_config, seen.clone());
+        common::eventually(PATIENCE, "20,000 entries", || seen.len() >= 20_000).await;
+        first.stop().await;
+        let mut second_config = config(ns.clone(), "second");
+        second_config.max_batch_wait = Duration::from_millis(50);
+        let second = ListenerHandle::spawn(store.clone(), second_config, seen.clone());
+        common::eventually(PATIENCE, "streaming", || {
+            common::state(&second) == ListenerState::Streaming
+        })
+        .await;
+        store.append(&ns, doc! { "n": 20_000_i64 }).await;
+        common::eventually(PATIENCE, "the new entry", || seen.len() >= 20_001).await;
+        tokio::time::sleep(Duration::from_secs(12)).await;
+        let snapshot = second.snapshot();
+        assert_eq!(snapshot.state, ListenerState::Streaming);
+        assert_eq!(snapshot.last_error, None, "idle for 12 s");
+        store.append(&ns, doc! { "n": 20_001_i64 }).await;
+        common::eventually(PATIENCE, "one more", || seen.len() >= 20_002).await;
+        second.stop().await;
+        assert_eq!(
+            seen.all(),
+            (0..20_002).collect::<Vec<_>>(),
+            "each once, in order"
+        );
+    })
+    .await;
+}

@@ -28,7 +28,11 @@ use crate::store::{
 };
 
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct LeasesArgs {
+    /// Without one, list the leases.
+    #[command(subcommand)]
+    pub action: Option<super::lease_transfer::LeasesAction>,
     /// Keep listing: print again whenever a lease changes holder, version, kind or
     /// status (with --output json: one JSON document per line). Ctrl-C stops.
     #[arg(long, conflicts_with = "check")]

@@ -244,7 +244,7 @@ fn print_plan(out: &mut dyn Write, plan: &Plan, output: OutputFormat) -> anyhow:
 }
 
 /// The plan as JSON, with the exit code its refusal (if any) means.
-fn plan_json(plan: &Plan) -> serde_json::Value {
+pub(super) fn plan_json(plan: &Plan) -> serde_json::Value {
     let mut json = describe::plan_json(plan);
     if let (Some(refusal), Some(shown)) = (
         &plan.refusal,

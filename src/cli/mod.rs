@@ -13,6 +13,7 @@ pub mod exporter;
 pub mod guarded;
 pub mod increments;
 pub mod lease_table;
+pub mod lease_transfer;
 pub mod limits;
 pub mod output;
 pub mod settings;
@@ -67,7 +68,8 @@ pub enum Command {
     Demo(demo::DemoArgs),
     /// Open the console on a cluster (--run also runs the demo listeners here).
     Console(console::ConsoleArgs),
-    /// List the leases of a cluster: holder, version, token time, lag, headroom, status.
+    /// List the leases of a cluster: holder, version, token time, lag, headroom, status;
+    /// `leases export` / `leases import` save and restore their resume points.
     Leases(cluster::LeasesArgs),
     /// Show the oplog window, the cluster time and the replica set members.
     Oplog(OplogArgs),
@@ -144,7 +146,18 @@ impl Command {
                 global.actor(&args.actor);
                 global.config(&args.config);
             }
-            Command::Leases(args) => global.reader(&args.common),
+            Command::Leases(args) => {
+                global.reader(&args.common);
+                match &args.action {
+                    Some(lease_transfer::LeasesAction::Export(export)) => {
+                        global.reader(&export.common)
+                    }
+                    Some(lease_transfer::LeasesAction::Import(import)) => {
+                        global.acting(&import.common)
+                    }
+                    None => {}
+                }
+            }
             Command::Oplog(args) => global.reader(&args.common),
             Command::Exporter(args) => {
                 global.cluster(&args.cluster);
@@ -252,7 +265,15 @@ async fn dispatch(
             demo::run(args, settings, out).await
         }
         Command::Console(args) => console::run(args, settings).await,
-        Command::Leases(args) => cluster::leases(settings, &args, out).await,
+        Command::Leases(args) => match &args.action {
+            Some(lease_transfer::LeasesAction::Export(export)) => {
+                lease_transfer::export(settings, export, out).await
+            }
+            Some(lease_transfer::LeasesAction::Import(import)) => {
+                lease_transfer::import(settings, import, out).await
+            }
+            None => cluster::leases(settings, &args, out).await,
+        },
         Command::Oplog(_) => cluster::oplog(settings, out).await,
         Command::Exporter(args) => exporter::run(&args, settings).await,
         Command::Takeover(args) => {

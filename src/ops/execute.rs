@@ -373,13 +373,25 @@ pub async fn execute<S: OperatorStore + AuditLog>(
     plan: &Plan,
     reason: Option<String>,
 ) -> Result<Executed, OpsError> {
+    execute_as(store, plan, reason, plan.action.name()).await
+}
+
+/// [`execute`], with the audit record naming the action `action` (an import's moves
+/// are rewinds recorded as `import`); undo treats the record as any resume move's.
+pub async fn execute_as<S: OperatorStore + AuditLog>(
+    store: &S,
+    plan: &Plan,
+    reason: Option<String>,
+    action: &str,
+) -> Result<Executed, OpsError> {
     let (change, planned) = executable(plan)?;
     if plan.action == ActionKind::Rebuild {
         return Err(OpsError::WrongPlan(
             "a rebuild plan runs through ops::rebuild with its definition".into(),
         ));
     }
-    let context = audit_context(plan, reason);
+    let mut context = audit_context(plan, reason);
+    context.action = action.to_string();
     match apply_audited(store, change, Some(planned), &context).await? {
         OperatorOutcome::Applied {
             before,

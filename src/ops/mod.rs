@@ -20,6 +20,7 @@ mod execute;
 mod facts;
 mod fold_increments;
 mod gather;
+pub mod lease_transfer;
 mod pipeline;
 mod plan;
 mod rebuild;
@@ -29,7 +30,7 @@ mod resume;
 mod target;
 
 pub use error::OpsError;
-pub use execute::{apply_audited, audit_context, execute, Executed, OperatorOutcome};
+pub use execute::{apply_audited, audit_context, execute, execute_as, Executed, OperatorOutcome};
 pub use facts::{ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
 pub use fold_increments::{
     fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
@@ -37,7 +38,8 @@ pub use fold_increments::{
 pub use gather::gather;
 pub use pipeline::PipelineRebuild;
 pub use plan::{
-    plan, predict_after, refuse_before_reading, refuse_read_only, Captured, Plan, PlanEffect,
+    plan, plan_restore, predict_after, refuse_before_reading, refuse_read_only, Captured, Plan,
+    PlanEffect,
 };
 pub use rebuild::{
     rebuild, Progress, RebuildDefinition, RebuildFailure, RebuildOutcome, RebuildProgress,

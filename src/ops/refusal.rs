@@ -33,6 +33,8 @@ pub enum RefusalKind {
     NoOplogAccess,
     /// The deployment cannot do this action at all (a rebuild on Azure Cosmos DB).
     NotOnThisDeployment,
+    /// An import of leases exported from another cluster: its tokens mean nothing here.
+    OtherCluster,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

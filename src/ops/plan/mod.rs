@@ -86,6 +86,35 @@ pub(super) struct Decision {
 /// Plans `request` against `facts`. Never fails: a plan that must not run carries a
 /// `refusal` and no `change`.
 pub fn plan(request: &ActionRequest, facts: &PlanFacts) -> Plan {
+    plan_deciding(request, facts, decide)
+}
+
+/// A move back to a recorded resume point (`leases import`): planned as the rewind
+/// (`RewindTarget::Token` or `Time`) or reset to the oldest entry it is, by the same
+/// rules, except that with `accept_skip` a move forward is allowed, with a warning that
+/// says what is skipped, instead of refused as a rewind refuses it.
+pub fn plan_restore(request: &ActionRequest, facts: &PlanFacts, accept_skip: bool) -> Plan {
+    plan_deciding(request, facts, |request, facts, resource| {
+        match (
+            decide(request, facts, resource),
+            request,
+            facts.lease.as_ref(),
+        ) {
+            (Err(refusal), ActionRequest::Rewind { .. }, Some(lease))
+                if accept_skip && refusal.kind == RefusalKind::WouldSkip =>
+            {
+                resume_moves::restore_forward(request, lease, facts)
+            }
+            (decided, _, _) => decided,
+        }
+    })
+}
+
+fn plan_deciding(
+    request: &ActionRequest,
+    facts: &PlanFacts,
+    decide: impl FnOnce(&ActionRequest, &PlanFacts, Option<&str>) -> Result<Decision, Refusal>,
+) -> Plan {
     let resource = affected_resource(request, facts);
     let lease = facts.lease.as_ref();
     let mut plan = Plan {

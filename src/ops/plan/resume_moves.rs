@@ -287,6 +287,27 @@ pub(super) fn rewind(
     Ok(decision)
 }
 
+/// A move forward to a recorded point whose skip the operator accepted (`leases import
+/// --accept-skip`): the rewind's move, without its refusal to skip.
+pub(super) fn restore_forward(
+    request: &ActionRequest,
+    lease: &Lease,
+    facts: &PlanFacts,
+) -> Result<Decision, Refusal> {
+    let note = format!("restore of a recorded resume point by {}", facts.operator);
+    let (mut decision, moved) = move_resume(request, lease, facts, note)?;
+    let what = moved
+        .as_ref()
+        .filter(|m| m.direction == Direction::Skip)
+        .map(|m| describe_move(m, facts))
+        .unwrap_or_else(|| "changes after the current resume point are skipped".into());
+    decision.warnings.push(format!(
+        "moves forward, skipping on purpose (accepted): {what}; the skipped changes are never \
+         processed by this listener"
+    ));
+    Ok(decision)
+}
+
 pub(super) fn reset(
     request: &ActionRequest,
     lease: &Lease,

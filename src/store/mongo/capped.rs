@@ -26,6 +26,9 @@ use crate::store::{
 };
 
 const CAPPED_POSITION_LOST: i32 = 136;
+/// How long a seek may go without any entry (skipped ones included) before it is taken
+/// to have passed the end: a scan that finds entries returns them at once.
+const SEEK_PATIENCE: Duration = Duration::from_secs(2);
 /// The server no longer knows the cursor (killed, or timed out on the server).
 const CURSOR_NOT_FOUND: i32 = 43;
 const TAIL_HINT: &str = "find on the capped collection (the built-in read role has it)";
@@ -162,7 +165,7 @@ impl CappedFeed for MongoStore {
             position,
             cursor: None,
             seeking: None,
-            waiting_since: None,
+            seek_quiet_since: None,
             action: format!("tail capped collection {ns}"),
         })
     }
@@ -292,8 +295,9 @@ pub struct MongoTail {
     /// Entries are skipped up to and including this one: the cursor reads from a
     /// little before the entry the stream resumes after (see [`APPEND_SKEW`]).
     seeking: Option<ObjectId>,
-    /// Since when a read has been waiting on the server without a reply.
-    waiting_since: Option<Instant>,
+    /// While seeking: since when no entry at all has come. Past [`SEEK_PATIENCE`] the
+    /// scan has reached the end without the entry (overwritten since the cursor opened).
+    seek_quiet_since: Option<Instant>,
     action: String,
 }
 
@@ -363,13 +367,15 @@ impl MongoTail {
         .map_err(|e| e.into_store_hinted(&self.action, TAIL_HINT))?;
         self.cursor = Some(cursor);
         self.seeking = seeking;
+        self.seek_quiet_since = None;
         Ok(())
     }
 
     /// One entry from the cursor: waiting up to `wait`, or only taking what is ready
-    /// when `wait` is `None`. A read the server has not answered goes on in the
-    /// cursor; it is given up only when it has waited past the operation timeout
-    /// plus the await time (the server is not answering).
+    /// when `wait` is `None`. A read not answered in time goes on in the cursor and is
+    /// taken up by the next step. (The driver repeats empty getMores of an idle
+    /// tailable cursor by itself, so a silent server cannot be told from an idle
+    /// collection here; the lease writes, bounded by the operation timeout, notice it.)
     async fn step(&mut self, wait: Option<Duration>) -> StoreResult<Step> {
         let Some(cursor) = self.cursor.as_mut() else {
             return Ok(Step::Closed);
@@ -379,19 +385,8 @@ impl MongoTail {
             None => cursor.next().now_or_never(),
         };
         let Some(next) = next else {
-            let since = *self.waiting_since.get_or_insert_with(Instant::now);
-            let bound = self.store.timeout() + self.options.max_await;
-            if since.elapsed() > bound {
-                self.cursor = None;
-                self.waiting_since = None;
-                return Err(StoreError::Network(format!(
-                    "{}: no reply within {bound:?}",
-                    self.action
-                )));
-            }
             return Ok(Step::Nothing);
         };
-        self.waiting_since = None;
         match next {
             Some(Ok(entry)) => Ok(Step::Entry(entry)),
             None => {
@@ -422,7 +417,6 @@ impl ChangeStream for MongoTail {
         let deadline = Instant::now() + self.options.max_await;
         let mut events: Vec<ChangeEvent> = Vec::new();
         let mut reopened = false;
-        let mut sought_again = false;
         while events.len() < self.options.batch_size.max(1) as usize {
             if self.cursor.is_none() {
                 if reopened {
@@ -445,6 +439,7 @@ impl ChangeStream for MongoTail {
                         if id == seeking {
                             self.seeking = None;
                         }
+                        self.seek_quiet_since = None;
                         continue;
                     }
                     self.position = Position::After(id);
@@ -458,15 +453,15 @@ impl ChangeStream for MongoTail {
                     });
                 }
                 Step::Nothing => {
-                    if self.seeking.is_some() && !sought_again {
-                        // The scan reached the end without the entry it resumes
-                        // after: overwritten since the cursor opened. Open again,
-                        // which tells a lost position from one still readable.
-                        self.cursor = None;
-                        self.seeking = None;
-                        reopened = false;
-                        sought_again = true;
-                        continue;
+                    if self.seeking.is_some() {
+                        let quiet = *self.seek_quiet_since.get_or_insert_with(Instant::now);
+                        if quiet.elapsed() >= SEEK_PATIENCE.max(self.options.max_await * 4) {
+                            // The scan reached the end without the entry it resumes
+                            // after: overwritten since the cursor opened. The next
+                            // open tells a lost position from one still readable.
+                            self.cursor = None;
+                            self.seeking = None;
+                        }
                     }
                     break;
                 }
