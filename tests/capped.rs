@@ -299,6 +299,61 @@ fn sandbox_ns() -> Namespace {
     Namespace::new("app", "events")
 }
 
+/// `CappedFeed::append_entry`, the port an application appends through: an `_id` is
+/// made when the entry has none, one it has is kept, and one that is not an ObjectId
+/// is refused; a tail hands the entries over in the order they were appended.
+async fn entries_appended_through_the_port_are_tailed<S: EventStore>(store: S, ns: Namespace) {
+    store
+        .ensure_capped(&ns, 1 << 20)
+        .await
+        .expect("create capped");
+    let made = store
+        .append_entry(&ns, doc! { "n": 0_i64 })
+        .await
+        .expect("append");
+    let given = object_id_at(chrono::Utc::now(), [3; 5], 1);
+    let kept = store
+        .append_entry(&ns, doc! { "_id": given, "n": 1_i64 })
+        .await
+        .expect("append");
+    assert_eq!(kept, given, "an _id given is kept");
+    let refused = store
+        .append_entry(&ns, doc! { "_id": "text", "n": 2_i64 })
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(streamward::store::StoreError::InvalidArgument(_))
+        ),
+        "{refused:?}"
+    );
+    let window = store
+        .capped_window(&ns)
+        .await
+        .expect("window")
+        .expect("entries");
+    assert_eq!((window.oldest, window.newest), (made, given));
+    let seen = Seen::default();
+    let listener = ListenerHandle::spawn(store.clone(), config(ns.clone(), "only"), seen.clone());
+    common::eventually(PATIENCE, "2 entries", || seen.len() >= 2).await;
+    listener.stop().await;
+    assert_eq!(seen.all(), vec![0, 1]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_entries_appended_through_the_port_are_tailed() {
+    entries_appended_through_the_port_are_tailed(common::sandbox(10_000), sandbox_ns()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn live_entries_appended_through_the_port_are_tailed() {
+    live("capped_append", |db: LiveDb| async move {
+        let ns = db.ns("events");
+        entries_appended_through_the_port_are_tailed(db.store, ns).await;
+    })
+    .await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn sandbox_follows_in_order_across_restarts() {
     follows_in_order_across_restarts(common::sandbox(10_000), sandbox_ns()).await;

@@ -84,7 +84,7 @@ async fn leases_prints_the_table_with_decoded_token_times() {
         .find(|l| l.starts_with("shop.orders"))
         .expect("a row for the lease");
     assert_eq!(
-        row.split_whitespace().nth(3),
+        row.split_whitespace().nth(4),
         Some("12"),
         "version column: {out}"
     );
@@ -121,6 +121,11 @@ async fn leases_as_json_carries_the_health_of_each_lease() {
     );
     assert_eq!(lease["status"], "OK");
     assert_eq!(lease["invalidated"], serde_json::Value::Null);
+    assert_eq!(
+        lease["source"],
+        serde_json::Value::Null,
+        "no listener has recorded what it reads"
+    );
 }
 
 /// A lease whose listener met a drop of its collection, as the listener records it.

@@ -40,6 +40,7 @@ fn demo_plain_shows_leases_moving_between_listeners() {
     for column in [
         "RESOURCE",
         "KIND",
+        "SOURCE",
         "HOLDER",
         "VERSION",
         "TOKEN TIME",
@@ -53,6 +54,26 @@ fn demo_plain_shows_leases_moving_between_listeners() {
         last.contains("pet-aggregates") && last.contains("shop.orders"),
         "{last}"
     );
+    // The event store's resource tails a capped collection, and says so.
+    let events = last
+        .lines()
+        .find(|l| l.starts_with("shop.events "))
+        .unwrap_or_else(|| panic!("a row for shop.events: {last}"));
+    let cells: Vec<&str> = events.split_whitespace().collect();
+    assert_eq!(cells.get(2), Some(&"capped"), "{events}");
+    assert!(
+        last.lines()
+            .filter(|l| l.starts_with("shop.orders ") || l.starts_with("pet-aggregates "))
+            .all(|l| l.split_whitespace().nth(2) == Some("stream")),
+        "{last}"
+    );
+    assert!(
+        last.lines().any(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            cells.get(1..3) == Some(&["shop.events", "streaming"][..])
+        }),
+        "one of its listeners streams: {last}"
+    );
     assert!(
         last.contains("streaming") && last.contains("standby"),
         "standbys exist: {last}"
@@ -60,14 +81,29 @@ fn demo_plain_shows_leases_moving_between_listeners() {
     // Rotation every 2 s: by the end some lease has changed holder, so its version moved past 0.
     let moved = last
         .lines()
-        .filter(|l| l.starts_with("pet-aggregates") || l.starts_with("shop.orders"))
+        .filter(|l| {
+            l.starts_with("pet-aggregates")
+                || l.starts_with("shop.orders")
+                || l.starts_with("shop.events")
+        })
         .any(|l| {
             l.split_whitespace()
-                .nth(3)
+                .nth(4)
                 .and_then(|v| v.parse::<i64>().ok())
                 .is_some_and(|v| v >= 1)
         });
     assert!(moved, "leases moved: {last}");
+}
+
+#[test]
+fn demo_rejects_an_event_store_size_out_of_bounds() {
+    for size in ["1KiB", "2GiB", "big"] {
+        streamward()
+            .args(["demo", "--plain", "--events-size", size])
+            .assert()
+            .code(2)
+            .stderr(predicate::str::contains("--events-size"));
+    }
 }
 
 #[test]

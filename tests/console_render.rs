@@ -15,9 +15,9 @@ use streamward::console::theme::Theme;
 use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
-    AuditRecord, AuditState, ClusterTime, Deployment, Invalidation, Lease, LockKind, LossInput,
-    LossTime, Missing, OplogAccess, OplogStats, OplogWindow, Rate, ResumeToken, ShardOplog,
-    TimeToLoss, TokenKind, Topology, WatchTarget,
+    entry_token, object_id_at, AuditRecord, AuditState, ClusterTime, Deployment, Invalidation,
+    Lease, LockKind, LossInput, LossTime, Missing, OplogAccess, OplogStats, OplogWindow, Rate,
+    ResumeToken, ShardOplog, SourceKind, TimeToLoss, TokenKind, Topology, WatchTarget,
 };
 use streamward::store::LossReading;
 
@@ -71,6 +71,15 @@ fn leases() -> Vec<Lease> {
         at: Some(ClusterTime::new(secs(now()) - 540, 4)),
         reason: "shop.returns was renamed to shop.returns_2025\u{1b}[1m".into(),
     });
+    // An event store: a capped collection, its position the `_id` of an entry made 2 s ago.
+    let mut events = lease("shop.events", Some("app-1/4242-events"), 4, 2);
+    events.resume_token = Some(entry_token(object_id_at(ago(2), *b"app-1", 0x2a)));
+    events.watch = Some(WatchTarget {
+        db: "shop".into(),
+        coll: "events".into(),
+        source: SourceKind::Capped,
+        ..Default::default()
+    });
     vec![
         lease("shop.orders", Some("app-1/4242-orders"), 7, 1),
         lease("pet-aggregates", Some("app-1/4242-pets"), 3, 0),
@@ -82,6 +91,7 @@ fn leases() -> Vec<Lease> {
         oldest,
         closed,
         lease("evil\u{1b}[2Jname", Some("host\nforged line"), 5, 2),
+        events,
     ]
 }
 
@@ -170,6 +180,20 @@ fn state(mode: Mode) -> ConsoleState {
     }
     state.apply(DataEvent::LeaseSnapshot((leases()).into()), now());
     state.apply(window_at(30), now());
+    // shop.events' collection holds the last ten minutes of entries.
+    state.apply(
+        DataEvent::CappedWindows(streamward::store::CappedReading {
+            entries: std::collections::HashMap::from([(
+                "shop.events".to_string(),
+                streamward::store::CappedWindow {
+                    oldest: object_id_at(ago(600), *b"app-1", 1),
+                    newest: object_id_at(ago(1), *b"app-1", 0x30),
+                },
+            )]),
+            unread: Default::default(),
+        }),
+        now(),
+    );
     state.apply(
         DataEvent::Members(Ok(vec![
             MemberRow {
@@ -387,6 +411,73 @@ fn lease_detail_view() {
         }
         press(state, KeyCode::Enter);
     });
+}
+
+/// A lease on a capped collection: what it reads, and its position as the `_id` of
+/// the entry it follows and that entry's time, not a change stream's token.
+#[test]
+fn detail_of_a_capped_lease_names_its_collection_and_entry() {
+    snapshot_both_sizes("detail_capped", |state| {
+        state.execute_command_line("filter shop.events");
+        press(state, KeyCode::Enter);
+        press(state, KeyCode::Enter);
+    });
+    let mut state = state(Mode::Demo);
+    state.execute_command_line("filter shop.events");
+    press(&mut state, KeyCode::Enter);
+    press(&mut state, KeyCode::Enter);
+    let text = screen(&mut state, 120, 40);
+    let id = object_id_at(ago(2), *b"app-1", 0x2a).to_hex();
+    assert!(
+        text.contains("source      capped collection shop.events"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("position    after {id} (03:13:58)")),
+        "{text}"
+    );
+    assert!(text.contains("{_id: ObjectId("), "{text}");
+    // The leases table says which source each lease reads, where it has the room.
+    let mut state = state_with_wide_table();
+    let table = screen(&mut state, 160, 40);
+    let row = table
+        .lines()
+        .find(|l| l.contains("shop.events"))
+        .expect("its row");
+    assert!(row.contains(" capped "), "{row}");
+    let other = table
+        .lines()
+        .find(|l| l.contains("shop.orders"))
+        .expect("its row");
+    assert!(other.contains(" stream "), "{other}");
+}
+
+fn state_with_wide_table() -> ConsoleState {
+    state(Mode::Demo)
+}
+
+/// `/capped` keeps the leases that read a capped collection, `:sort source` groups them.
+#[test]
+fn the_filter_and_the_sort_know_the_source() {
+    let mut state = state(Mode::Demo);
+    state.execute_command_line("filter capped");
+    assert_eq!(state.leases.shown(), 1);
+    assert_eq!(
+        state.leases.selected().map(|e| e.lease.resource.as_str()),
+        Some("shop.events")
+    );
+    let mut state = self::state(Mode::Demo);
+    state.execute_command_line("sort source");
+    let first = state
+        .leases
+        .rows(0, 1)
+        .next()
+        .map(|e| e.lease.resource.clone());
+    assert_eq!(
+        first.as_deref(),
+        Some("shop.events"),
+        "capped sorts before stream"
+    );
 }
 
 #[test]
@@ -830,9 +921,12 @@ fn a_wider_terminal_never_shows_less_of_a_name() {
                 _ => {}
             }
         }
-        if width >= 128 {
+        if width >= 135 {
             assert!(
-                text.contains("KIND") && text.contains("COMMIT") && text.contains("LOSS IN"),
+                text.contains("KIND")
+                    && text.contains("SOURCE")
+                    && text.contains("COMMIT")
+                    && text.contains("LOSS IN"),
                 "{width}"
             );
         }

@@ -435,3 +435,136 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
     })
     .await;
 }
+
+/// The demo's event store on the real replica set: the workload makes `events` a
+/// capped collection through the port and appends an order event for every order
+/// write; the `shop.events` resource's three listeners rotate every 2 s and its holder
+/// is crashed once (a standby resumes from the last committed entry once the lease
+/// expires). After the workload stops, the counts equal the collection's entries
+/// counted by type, the lease's position is the newest entry, and `streamward leases`
+/// says the resource reads a capped collection and measures it against that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
+    use streamward::demo::events::{expected_tally, stored_tally, EVENTS_RESOURCE};
+    use streamward::model::{token_entry, SourceKind};
+    use streamward::store::CappedFeed;
+
+    live("demo_events", |live: LiveDb| async move {
+        let store = live.store.clone();
+        let ns = DemoNamespaces::in_database(&live.db);
+        let mut demo = DemoRuntime::start_on(
+            store.clone(),
+            &DemoConfig {
+                listeners_per_resource: 3,
+                workload: WorkloadConfig {
+                    rate_per_sec: 40.0,
+                    order_share: 0.6,
+                    orders_kept: 20,
+                    seed: 11,
+                    ..WorkloadConfig::default()
+                },
+                lease: Duration::from_secs(3),
+                rotate_after: Some(ROTATE),
+                batch_size: BATCH,
+                mailer_delay: None,
+                // Nothing overwritten: every entry appended is still there to count.
+                events_bytes: 4 << 20,
+                namespaces: ns.clone(),
+                ..DemoConfig::default()
+            },
+        );
+        let moved = until(
+            "the event store's lease changed holder three times",
+            || async {
+                let lease = store.get(EVENTS_RESOURCE).await.ok()??;
+                (lease.version >= 3).then_some(lease.version)
+            },
+        )
+        .await;
+        let holder = demo
+            .listeners
+            .iter()
+            .position(|l| {
+                let snapshot = l.snapshot();
+                snapshot.resource == EVENTS_RESOURCE && snapshot.version.is_some()
+            })
+            .expect("a holder of the event store");
+        let crashed = demo.listeners.swap_remove(holder);
+        let crashed_id = crashed.snapshot().listener_id;
+        crashed.crash();
+        until("a standby took over from the crashed holder", || async {
+            let lease = store.get(EVENTS_RESOURCE).await.ok()??;
+            (lease.version > moved + 1 && lease.holder.as_deref() != Some(crashed_id.as_str()))
+                .then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let writes = demo
+            .stop_workload()
+            .await
+            .expect("the workload ran")
+            .expect("the workload made its writes");
+        let expected = expected_tally(&store, &ns.events)
+            .await
+            .expect("read the entries");
+        assert!(expected.total > 50, "{writes} writes, {expected:?}");
+        assert!(
+            expected.counts.len() == 4,
+            "placed, paid, shipped and retired: {expected:?}"
+        );
+        let stored = until("the counts caught up with the event store", || async {
+            let stored = stored_tally(&store, &ns.event_counts).await.ok()?;
+            (stored.total >= expected.total).then_some(stored)
+        })
+        .await;
+        assert_eq!(stored.counts, expected.counts, "each entry counted once");
+        assert_eq!(stored.total, expected.total);
+        let window = store
+            .capped_window(&ns.events)
+            .await
+            .expect("window")
+            .expect("entries");
+        let newest = until("the last entry committed", || async {
+            let lease = store.get(EVENTS_RESOURCE).await.ok()??;
+            let position = lease.resume_token.as_ref().and_then(token_entry)?;
+            (position == window.newest).then_some(lease)
+        })
+        .await;
+        let watch = newest.watch.as_ref().expect("what it watches");
+        assert_eq!(watch.source, SourceKind::Capped);
+        assert_eq!(
+            (watch.db.as_str(), watch.coll.as_str()),
+            (live.db.as_str(), "events")
+        );
+
+        // What an operator sees: the source, and lag against the collection's window.
+        let mut cmd = support::live::streamward(&live);
+        cmd.args(["leases", "--output", "json"]);
+        let (code, out, err) = support::live::run(cmd).await;
+        assert_eq!(code, 0, "{err}");
+        let listing: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        let leases = listing.as_array().expect("an array");
+        let events = leases
+            .iter()
+            .find(|l| l["resource"] == EVENTS_RESOURCE)
+            .expect("the event store's lease");
+        assert_eq!(events["source"], "capped", "{events}");
+        assert_eq!(
+            events["lagSecs"], 0,
+            "caught up with its collection: {events}"
+        );
+        assert_eq!(events["status"], "OK", "{events}");
+        let orders = leases
+            .iter()
+            .find(|l| l["resource"] == ORDERS_RESOURCE)
+            .expect("the orders lease");
+        assert_eq!(orders["source"], "stream", "{orders}");
+
+        demo.stop().await;
+        eprintln!(
+            "demo_live events: {writes} writes, {} entries {:?}, lease version {}",
+            expected.total, expected.counts, newest.version
+        );
+    })
+    .await;
+}

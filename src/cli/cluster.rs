@@ -462,6 +462,8 @@ fn lease_json(
         for (key, value) in [
             ("holder", json!(lease.holder)),
             ("liveHolder", json!(lease.live_holder(now))),
+            // "stream" or "capped" as its listener recorded it; null before one has.
+            ("source", json!(lease.source().map(|s| s.as_str()))),
             ("tokenTime", describe::time_json(health.token_time)),
             ("lagSecs", json!(health.lag.map(|d| d.as_secs()))),
             ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),

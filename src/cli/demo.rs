@@ -10,6 +10,7 @@ use super::console::{interactive, listener_source, require_terminal, resolve_the
 use super::lease_table::{render_leases, render_listeners, LeaseRow};
 use super::settings::{ActorArgs, ConfigArgs, Settings};
 use crate::console::state::Mode;
+use crate::demo::events::DEMO_EVENTS_KIB;
 use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime, DEMO_OPLOG_MIB};
 use crate::demo::workload::WorkloadConfig;
@@ -44,6 +45,12 @@ pub struct DemoArgs {
     /// move so AT RISK, LOST and the time to loss show within a minute or two.
     #[arg(long, default_value = format!("{DEMO_OPLOG_MIB}MiB"), value_name = "SIZE", value_parser = super::limits::oplog_size)]
     pub oplog_size: u64,
+    /// How much the shop.events capped collection (the event store the shop.events
+    /// resource tails) holds before its oldest events are overwritten (e.g. 1MiB,
+    /// 64KiB). At the default about seven events a second fill it in a few minutes; a
+    /// small one (16KiB) moves its window by the second.
+    #[arg(long, default_value = format!("{DEMO_EVENTS_KIB}KiB"), value_name = "SIZE", value_parser = super::limits::events_size)]
+    pub events_size: u64,
     /// Each message of the shop.mailer resource takes this long, so it falls behind
     /// ("0s" leaves the mailer out).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
@@ -70,6 +77,7 @@ impl DemoArgs {
             },
             oplog_bytes: usize::try_from(self.oplog_size)
                 .context("--oplog-size is too large for this machine")?,
+            events_bytes: self.events_size,
             rotate_after: (!self.rotate_after.is_zero()).then_some(self.rotate_after),
             mailer_delay: (!self.mailer_delay.is_zero()).then_some(self.mailer_delay),
             ..DemoConfig::default()
@@ -181,9 +189,13 @@ async fn render_frame(
         .await
         .context("reading the sandbox's change log window")?;
     let now = store.clock().now();
+    // shop.events is measured against its capped collection, the others the oplog.
+    let windows = crate::store::read_capped_windows(store, &leases)
+        .await
+        .source_windows(Some(window));
     let rows: Vec<LeaseRow> = leases
         .iter()
-        .map(|l| LeaseRow::new(l, Some(&window), now, thresholds))
+        .map(|l| LeaseRow::new(l, windows.for_lease(l), now, thresholds))
         .collect();
     let snapshots: Vec<_> = demo.listeners.iter().map(|l| l.snapshot()).collect();
     Ok(format!(

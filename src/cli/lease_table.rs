@@ -15,6 +15,8 @@ use crate::model::{
 pub struct LeaseRow {
     pub resource: String,
     pub kind: String,
+    /// What the resource reads (`stream`, `capped`), `-` while no listener has said.
+    pub source: String,
     pub holder: String,
     pub version: String,
     pub expires: String,
@@ -38,6 +40,7 @@ impl LeaseRow {
         Self {
             resource: escape_control(&lease.resource),
             kind: lease.kind.to_string(),
+            source: source_cell(lease),
             holder: lease.live_holder(now).map_or_else(
                 || match &lease.holder {
                     Some(h) => format!("({}, expired)", escape_control(h)),
@@ -71,10 +74,11 @@ impl LeaseRow {
         self
     }
 
-    fn cells(&self) -> [&str; 10] {
+    fn cells(&self) -> [&str; 11] {
         [
             &self.resource,
             &self.kind,
+            &self.source,
             &self.holder,
             &self.version,
             &self.expires,
@@ -87,9 +91,18 @@ impl LeaseRow {
     }
 }
 
-const LEASE_HEADERS: [&str; 10] = [
+/// A lease's source as its cell shows it: `stream` or `capped` from what its listener
+/// recorded in `watch`, `-` before any listener has.
+pub fn source_cell(lease: &Lease) -> String {
+    lease
+        .source()
+        .map_or_else(|| "-".to_string(), |s| s.to_string())
+}
+
+const LEASE_HEADERS: [&str; 11] = [
     "RESOURCE",
     "KIND",
+    "SOURCE",
     "HOLDER",
     "VERSION",
     "EXPIRES",
@@ -133,7 +146,7 @@ pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) 
 }
 
 pub fn render_leases(rows: &[LeaseRow]) -> String {
-    let cells: Vec<[String; 10]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
+    let cells: Vec<[String; 11]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
     render_columns(LEASE_HEADERS, &cells)
 }
 
@@ -243,8 +256,14 @@ mod tests {
         assert_eq!(row.headroom, "15m00s (90%)");
         assert_eq!(row.status, "BEHIND");
         let table = render_leases(&[row]);
-        assert!(table.starts_with("RESOURCE     KIND    HOLDER"), "{table}");
-        assert!(table.contains("shop.orders  update"), "{table}");
+        assert!(
+            table.starts_with("RESOURCE     KIND    SOURCE  HOLDER"),
+            "{table}"
+        );
+        assert!(
+            table.contains("shop.orders  update  -       host"),
+            "{table}"
+        );
     }
 
     #[test]
@@ -288,5 +307,40 @@ mod tests {
         assert_eq!(row.expires, "1m30s ago");
         assert_eq!(row.token_time, "oldest");
         assert_eq!(row.status, "STUCK BULK");
+    }
+
+    #[test]
+    fn a_capped_lease_says_so_and_shows_its_entry_time() {
+        let now = DateTime::from_timestamp(1_700_001_000, 0).unwrap();
+        let mut lease = Lease::vacant("shop.events");
+        let entry = crate::model::object_id_at(
+            DateTime::from_timestamp(1_700_000_990, 0).unwrap(),
+            [1; 5],
+            1,
+        );
+        lease.resume_token = Some(crate::model::entry_token(entry));
+        lease.watch = Some(crate::model::WatchTarget {
+            db: "shop".into(),
+            coll: "events".into(),
+            source: crate::model::SourceKind::Capped,
+            ..Default::default()
+        });
+        // Its collection's window, as SourceWindows::for_lease gives it.
+        let window = OplogWindow::new(
+            ClusterTime::new(1_700_000_900, 0),
+            ClusterTime::new(1_700_001_000, 0),
+        );
+        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default());
+        assert_eq!(row.source, "capped");
+        assert_eq!(row.lag, "10s");
+        assert_eq!(row.headroom, "1m30s (90%)");
+        let mut stream = lease.clone();
+        stream.watch.as_mut().unwrap().source = crate::model::SourceKind::ChangeStream;
+        let table = render_leases(&[
+            row,
+            LeaseRow::new(&stream, None, now, &HealthThresholds::default()),
+        ]);
+        assert!(table.contains("shop.events  update  capped"), "{table}");
+        assert!(table.contains("shop.events  update  stream"), "{table}");
     }
 }

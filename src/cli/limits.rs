@@ -65,18 +65,32 @@ pub fn rebuild_timeout(text: &str) -> Result<Duration, String> {
 pub const OPLOG_SIZE_MIN: u64 = 64 * 1024;
 pub const OPLOG_SIZE_MAX: u64 = 1024 * 1024 * 1024;
 
+/// The demo's `--events-size`: its capped event store holds at least a couple of
+/// hundred of its order events, and at most what a laptop keeps in memory.
+pub const EVENTS_SIZE_MIN: u64 = 16 * 1024;
+pub const EVENTS_SIZE_MAX: u64 = 1024 * 1024 * 1024;
+
 /// A size in bytes (`24MiB`, `512 KiB`, `1000000`) within the demo's bounds.
 pub fn oplog_size(text: &str) -> Result<u64, String> {
+    size_within(text, OPLOG_SIZE_MIN, OPLOG_SIZE_MAX)
+}
+
+/// The size of the demo's capped event store (`256KiB`, `4MiB`), within its bounds.
+pub fn events_size(text: &str) -> Result<u64, String> {
+    size_within(text, EVENTS_SIZE_MIN, EVENTS_SIZE_MAX)
+}
+
+fn size_within(text: &str, min: u64, max: u64) -> Result<u64, String> {
     let size: bytesize::ByteSize = text
         .trim()
         .parse()
         .map_err(|e| format!("{text:?} is not a size such as 24MiB or 512KiB ({e})"))?;
     let bytes = size.as_u64();
-    if !(OPLOG_SIZE_MIN..=OPLOG_SIZE_MAX).contains(&bytes) {
+    if !(min..=max).contains(&bytes) {
         return Err(format!(
             "{text} is outside {} to {}",
-            bytesize::ByteSize(OPLOG_SIZE_MIN).display().iec(),
-            bytesize::ByteSize(OPLOG_SIZE_MAX).display().iec()
+            bytesize::ByteSize(min).display().iec(),
+            bytesize::ByteSize(max).display().iec()
         ));
     }
     Ok(bytes)
@@ -98,6 +112,16 @@ mod tests {
         assert!(junk.contains("not a size"), "{junk}");
         assert!(oplog_size("-5MiB").is_err());
         assert!(oplog_size("NaNMiB").is_err());
+    }
+
+    #[test]
+    fn event_store_sizes_take_units_and_stay_within_bounds() {
+        assert_eq!(events_size("256KiB"), Ok(256 * 1024));
+        assert_eq!(events_size("16KiB"), Ok(16 * 1024));
+        let small = events_size("8KiB").unwrap_err();
+        assert!(small.contains("outside 16.0 KiB to 1.0 GiB"), "{small}");
+        assert!(events_size("2GiB").is_err());
+        assert!(events_size("some").unwrap_err().contains("not a size"));
     }
 
     #[test]

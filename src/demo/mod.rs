@@ -1,5 +1,6 @@
 //! The sample application and a workload that exercises it.
 
+pub mod events;
 pub mod orders;
 pub mod pets;
 pub mod rebuild;
@@ -15,7 +16,8 @@ impl<T: Store + DocumentStore + FencedMemberWrites> DemoStore for T {}
 
 /// Where the demo's collections live. The default is the layout the console and
 /// documentation show (`demo.animals`, `demo.tag_locations`, `shop.orders`,
-/// `shop.outbox`, `shop.mails`); [`DemoNamespaces::in_database`] puts all of them in
+/// `shop.outbox`, `shop.mails`, the capped event store `shop.events` and its counts
+/// `shop.event_counts`); [`DemoNamespaces::in_database`] puts all of them in
 /// one database, so runs on a shared cluster (tests, `console --run --demo-db`) do
 /// not write into each other's collections.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +27,9 @@ pub struct DemoNamespaces {
     pub orders: Namespace,
     pub outbox: Namespace,
     pub mails: Namespace,
+    /// The event store: a capped collection the workload appends order events to.
+    pub events: Namespace,
+    pub event_counts: Namespace,
 }
 
 impl Default for DemoNamespaces {
@@ -35,6 +40,8 @@ impl Default for DemoNamespaces {
             orders: Namespace::new("shop", "orders"),
             outbox: Namespace::new("shop", "outbox"),
             mails: Namespace::new("shop", "mails"),
+            events: Namespace::new("shop", "events"),
+            event_counts: Namespace::new("shop", "event_counts"),
         }
     }
 }
@@ -50,6 +57,8 @@ impl DemoNamespaces {
             orders: at(defaults.orders),
             outbox: at(defaults.outbox),
             mails: at(defaults.mails),
+            events: at(defaults.events),
+            event_counts: at(defaults.event_counts),
         }
     }
 
@@ -61,6 +70,8 @@ impl DemoNamespaces {
             &self.orders,
             &self.outbox,
             &self.mails,
+            &self.events,
+            &self.event_counts,
         ]
         .iter()
         .map(|ns| ns.db.as_str())
@@ -83,6 +94,8 @@ mod tests {
         assert_eq!(ns.orders.to_string(), "t1.orders");
         assert_eq!(ns.outbox.to_string(), "t1.outbox");
         assert_eq!(ns.mails.to_string(), "t1.mails");
+        assert_eq!(ns.events.to_string(), "t1.events");
+        assert_eq!(ns.event_counts.to_string(), "t1.event_counts");
         assert_eq!(ns.databases(), ["t1"]);
         assert_eq!(DemoNamespaces::default().databases(), ["demo", "shop"]);
     }

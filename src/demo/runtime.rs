@@ -6,12 +6,14 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::events::{EventCounts, DEMO_EVENTS_BYTES, EVENTS_RESOURCE};
 use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
 use super::pets::{PetAggregates, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
 use super::{DemoNamespaces, DemoStore};
 use crate::engine::{ListenerConfig, ListenerHandle};
 use crate::metrics::EngineMetrics;
+use crate::model::SourceKind;
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use crate::store::StoreResult;
 
@@ -21,6 +23,9 @@ pub struct DemoConfig {
     pub workload: WorkloadConfig,
     /// Bytes the sandbox's oplog keeps ([`DEMO_OPLOG_BYTES`] by default).
     pub oplog_bytes: usize,
+    /// Bytes the capped event store holds when the demo makes it
+    /// ([`DEMO_EVENTS_BYTES`] by default); one that exists capped is kept as it is.
+    pub events_bytes: u64,
     pub lease: Duration,
     /// Holders hand over after this long, so leases move between listeners.
     pub rotate_after: Option<Duration>,
@@ -39,6 +44,7 @@ impl Default for DemoConfig {
             listeners_per_resource: 3,
             workload: WorkloadConfig::default(),
             oplog_bytes: DEMO_OPLOG_BYTES,
+            events_bytes: DEMO_EVENTS_BYTES,
             lease: Duration::from_secs(10),
             rotate_after: Some(Duration::from_secs(20)),
             batch_size: 1,
@@ -188,6 +194,19 @@ impl<S: DemoStore> DemoRuntime<S> {
                 ),
                 OrderOutbox::writing_to(store.clone(), ns.outbox.clone()),
             ));
+            let mut events = listener_config(
+                config,
+                EVENTS_RESOURCE,
+                &format!("{id}-events"),
+                ns.events.clone(),
+            );
+            events.source = SourceKind::Capped;
+            listeners.push(spawn_listener(
+                config.metrics.as_ref(),
+                store.clone(),
+                events,
+                EventCounts::writing_to(store.clone(), ns.event_counts.clone(), config.batch_size),
+            ));
             if let Some(delay) = config.mailer_delay {
                 listeners.push(spawn_listener(
                     config.metrics.as_ref(),
@@ -208,10 +227,14 @@ impl<S: DemoStore> DemoRuntime<S> {
             }
         }
         let shutdown = CancellationToken::new();
-        let workload = tokio::spawn(
-            Workload::writing_to(store.clone(), config.workload.clone(), ns.clone())
-                .run(shutdown.clone()),
-        );
+        let mut workload = Workload::writing_to(store.clone(), config.workload.clone(), ns.clone());
+        let events_bytes = config.events_bytes;
+        let stop = shutdown.clone();
+        let workload = tokio::spawn(async move {
+            // Without an event store the rest of the demo still runs (the log says why).
+            let _ = workload.open_event_store(events_bytes).await;
+            workload.run(stop).await
+        });
         Self {
             store,
             listeners,
@@ -427,6 +450,96 @@ mod tests {
         demo.stop().await;
     }
 
+    /// The event store's resource while its holders rotate every 2 s and the holder is
+    /// crashed three times, 15 s apart (its lease then expires and a standby resumes
+    /// from the last committed entry): once the workload stops and the listeners catch up, the counts
+    /// equal the event store's entries counted by type — every entry once, none missed
+    /// on a resume. (On tokio's paused clock a crash lands while the holder waits for
+    /// entries, not between its handling and its commit: the batch handed over again
+    /// after such a crash is `events::tests::each_entry_is_counted_once_even_when_
+    /// handed_over_again`.)
+    #[tokio::test(start_paused = true)]
+    async fn the_event_store_counts_every_entry_once_across_rotations_and_crashes() {
+        use crate::demo::events::{expected_tally, stored_tally, EVENTS_RESOURCE};
+        use crate::model::token_entry;
+        use crate::store::CappedFeed;
+
+        let epoch = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let config = DemoConfig {
+            // Three are crashed, one by one; the last goes on alone.
+            listeners_per_resource: 4,
+            // Orders are retired too, so every type of event is appended.
+            workload: WorkloadConfig {
+                orders_kept: 30,
+                ..WorkloadConfig::default()
+            },
+            lease: Duration::from_secs(3),
+            rotate_after: Some(Duration::from_secs(2)),
+            batch_size: 4,
+            // Nothing overwritten: every entry appended is still there to count.
+            events_bytes: 8 << 20,
+            ..DemoConfig::default()
+        };
+        let ns = config.namespaces.clone();
+        let mut demo = DemoRuntime::start_on(store.clone(), &config);
+        let mut crashed = 0;
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_secs(15)).await;
+            let holder = demo.listeners.iter().position(|l| {
+                let snapshot = l.snapshot();
+                snapshot.resource == EVENTS_RESOURCE && snapshot.version.is_some()
+            });
+            if let Some(index) = holder {
+                demo.listeners.swap_remove(index).crash();
+                crashed += 1;
+            }
+        }
+        assert_eq!(crashed, 3, "crashed the holder three times");
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        demo.stop_workload().await.expect("running").expect("wrote");
+        let expected = expected_tally(&store, &ns.events).await.expect("read");
+        assert!(expected.total > 250, "{expected:?}");
+        assert_eq!(expected.counts.len(), 4, "every type: {expected:?}");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        let stored = loop {
+            let stored = stored_tally(&store, &ns.event_counts).await.expect("read");
+            if stored.total >= expected.total || tokio::time::Instant::now() >= deadline {
+                break stored;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        assert_eq!(stored.counts, expected.counts, "each entry counted once");
+        assert_eq!(stored.total, expected.total);
+        let window = store
+            .capped_window(&ns.events)
+            .await
+            .expect("window")
+            .expect("entries");
+        let lease = store
+            .get(EVENTS_RESOURCE)
+            .await
+            .expect("read")
+            .expect("lease");
+        assert!(
+            lease.version >= 10,
+            "rotations and crashes moved the lease: version {}",
+            lease.version
+        );
+        let watch = lease.watch.as_ref().expect("what it watches");
+        assert_eq!(watch.source, SourceKind::Capped);
+        let committed = lease.resume_token.as_ref().and_then(token_entry);
+        assert_eq!(
+            committed,
+            Some(window.newest),
+            "committed up to the newest entry"
+        );
+        demo.stop().await;
+    }
+
     #[tokio::test]
     async fn stopping_releases_every_lease_without_handing_it_over() {
         let demo = DemoRuntime::start(&DemoConfig {
@@ -437,12 +550,12 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let held = loop {
             let leases = store.list().await.unwrap().items;
-            if leases.len() == 2 && leases.iter().all(|l| l.holder.is_some()) {
+            if leases.len() == 3 && leases.iter().all(|l| l.holder.is_some()) {
                 break leases;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "both leases held: {leases:?}"
+                "the three leases held: {leases:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };

@@ -1,5 +1,6 @@
 //! A workload of application writes: animals move and change tags, orders are placed,
-//! paid and shipped, and the oldest orders are retired.
+//! paid and shipped, and the oldest orders are retired; once its event store is open
+//! ([`Workload::open_event_store`]), each order write also appends an event to it.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -9,15 +10,18 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio_util::sync::CancellationToken;
 
+use super::events::order_event;
 use super::pets::{Animal, LOCATIONS, TAGS};
 use super::DemoNamespaces;
-use crate::store::{DocumentStore, StoreResult};
+use crate::store::{CappedFeed, DocumentStore, Namespace, StoreResult};
 
 const NAMES: [&str; 8] = [
     "Rex", "Tom", "Kiki", "Bella", "Milo", "Luna", "Coco", "Nala",
 ];
 /// An order's states, in the order it goes through them: one write each.
 pub const ORDER_STATES: [&str; 3] = ["placed", "paid", "shipped"];
+/// The event of an order the shop retired.
+pub const RETIRED: &str = "retired";
 /// How many orders the shop keeps (the default of [`WorkloadConfig::orders_kept`]):
 /// placing one more retires the oldest, which is deleted, shipped or not, as a shop
 /// archives old orders. This bounds `shop.orders`, and with it the messages derived
@@ -65,9 +69,11 @@ pub struct Workload<S> {
     /// How many orders were ever placed: the number of the newest.
     placed: u64,
     writes: u64,
+    /// The capped collection order events are appended to, once it is known to exist.
+    events: Option<Namespace>,
 }
 
-impl<S: DocumentStore> Workload<S> {
+impl<S: DocumentStore + CappedFeed> Workload<S> {
     /// Writes into the default layout (`demo.animals`, `shop.orders`).
     pub fn new(store: S, config: WorkloadConfig) -> Self {
         Self::writing_to(store, config, DemoNamespaces::default())
@@ -85,7 +91,37 @@ impl<S: DocumentStore> Workload<S> {
             orders: BTreeMap::new(),
             placed: 0,
             writes: 0,
+            events: None,
         }
+    }
+
+    /// Makes the event store a capped collection of `max_bytes` (kept as it is when it
+    /// exists capped), then appends an event for every order write from now on. When
+    /// it cannot be made (a plain collection has its name, or the privilege is
+    /// missing) the workload goes on without events and says why in the log; the
+    /// event store's listeners then show their own error or wait for entries.
+    pub async fn open_event_store(&mut self, max_bytes: u64) -> StoreResult<()> {
+        let ns = self.namespaces.events.clone();
+        match self.store.ensure_capped(&ns, max_bytes).await {
+            Ok(()) => {
+                self.events = Some(ns);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::warn!(%ns, error = %e, "no event store: the workload appends no order events");
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends the event of an order write, when the event store is open.
+    async fn append_event(&self, kind: &str, number: u64, amount: Option<i64>) -> StoreResult<()> {
+        if let Some(events) = &self.events {
+            self.store
+                .append_entry(events, order_event(kind, &order_id(number), amount))
+                .await?;
+        }
+        Ok(())
     }
 
     /// One application write.
@@ -153,7 +189,7 @@ impl<S: DocumentStore> Workload<S> {
             let state = self.orders.get(&number).copied().unwrap_or(0) + 1;
             (number, state)
         };
-        let amount = self.rng.gen_range(5..500);
+        let amount: i32 = self.rng.gen_range(5..500);
         self.store
             .put(
                 &self.namespaces.orders,
@@ -162,6 +198,8 @@ impl<S: DocumentStore> Workload<S> {
             .await?;
         self.placed = self.placed.max(number);
         self.orders.insert(number, state);
+        self.append_event(ORDER_STATES[state], number, Some(i64::from(amount)))
+            .await?;
         self.retire_orders().await
     }
 
@@ -175,6 +213,7 @@ impl<S: DocumentStore> Workload<S> {
                 .delete_one(&self.namespaces.orders, &order_id(oldest).into())
                 .await?;
             self.orders.remove(&oldest);
+            self.append_event(RETIRED, oldest, None).await?;
         }
         Ok(())
     }

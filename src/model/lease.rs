@@ -182,6 +182,12 @@ impl Lease {
         }
     }
 
+    /// What the resource reads, as its listener recorded it in `watch`; `None` before
+    /// a listener has (a lease an operator made, or one written before sources existed).
+    pub fn source(&self) -> Option<super::SourceKind> {
+        self.watch.as_ref().map(|w| w.source)
+    }
+
     /// A holder is live while its lease has not expired at `now` (server time).
     pub fn live_holder(&self, now: DateTime<Utc>) -> Option<&str> {
         match (&self.holder, self.expires_at) {

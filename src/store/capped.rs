@@ -20,6 +20,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use bson::oid::ObjectId;
+use bson::Document;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -87,6 +88,17 @@ pub trait CappedFeed: Send + Sync {
         ns: &Namespace,
         max_bytes: u64,
     ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// Appends `entry` to capped collection `ns` (one insert), with an ObjectId `_id`
+    /// made now by this store's clock unless it has one; returns the `_id`. The
+    /// collection must exist capped ([`CappedFeed::ensure_capped`]): MongoDB would make
+    /// a plain collection on a first insert, the sandbox refuses. `InvalidArgument`
+    /// when the `_id` is not an ObjectId.
+    fn append_entry(
+        &self,
+        ns: &Namespace,
+        entry: Document,
+    ) -> impl Future<Output = StoreResult<ObjectId>> + Send;
 
     /// How full `ns` is. `InvalidArgument` when it is not a capped collection.
     fn capped_stats(&self, ns: &Namespace)

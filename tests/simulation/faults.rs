@@ -652,6 +652,14 @@ impl streamward::store::CappedFeed for FaultyStore {
         self.inner.ensure_capped(ns, max_bytes).await
     }
 
+    async fn append_entry(
+        &self,
+        ns: &Namespace,
+        entry: bson::Document,
+    ) -> StoreResult<bson::oid::ObjectId> {
+        self.inner.append_entry(ns, entry).await
+    }
+
     async fn capped_stats(&self, ns: &Namespace) -> StoreResult<streamward::store::CappedStats> {
         self.inner.capped_stats(ns).await
     }

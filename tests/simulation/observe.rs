@@ -37,6 +37,62 @@ impl Recorder {
     }
 }
 
+/// The simulated workload never opens an event store: capped collections pass
+/// through untouched, unrecorded.
+impl streamward::store::CappedFeed for Recorder {
+    type Tail = streamward::store::sandbox::SandboxTail;
+
+    async fn tail(
+        &self,
+        ns: &Namespace,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<Self::Tail> {
+        self.inner.tail(ns, start, options).await
+    }
+
+    async fn capped_window(
+        &self,
+        ns: &Namespace,
+    ) -> StoreResult<Option<streamward::store::CappedWindow>> {
+        self.inner.capped_window(ns).await
+    }
+
+    async fn ensure_capped(&self, ns: &Namespace, max_bytes: u64) -> StoreResult<()> {
+        self.inner.ensure_capped(ns, max_bytes).await
+    }
+
+    async fn append_entry(
+        &self,
+        ns: &Namespace,
+        entry: Document,
+    ) -> StoreResult<bson::oid::ObjectId> {
+        self.inner.append_entry(ns, entry).await
+    }
+
+    async fn capped_stats(&self, ns: &Namespace) -> StoreResult<streamward::store::CappedStats> {
+        self.inner.capped_stats(ns).await
+    }
+
+    async fn count_entries(
+        &self,
+        ns: &Namespace,
+        span: streamward::model::EntrySpan,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        self.inner.count_entries(ns, span, limit).await
+    }
+
+    async fn entry_bytes(
+        &self,
+        ns: &Namespace,
+        span: streamward::model::EntrySpan,
+        limit: u64,
+    ) -> StoreResult<streamward::store::EntryBytes> {
+        self.inner.entry_bytes(ns, span, limit).await
+    }
+}
+
 impl DocumentStore for Recorder {
     async fn fenced_upsert(
         &self,

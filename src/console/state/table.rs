@@ -16,6 +16,7 @@ const CHANGES_KEPT: usize = 32;
 pub enum Column {
     Resource,
     Kind,
+    Source,
     Holder,
     Version,
     Expires,
@@ -28,9 +29,10 @@ pub enum Column {
 }
 
 impl Column {
-    pub const ALL: [Column; 11] = [
+    pub const ALL: [Column; 12] = [
         Column::Resource,
         Column::Kind,
+        Column::Source,
         Column::Holder,
         Column::Version,
         Column::Expires,
@@ -46,6 +48,7 @@ impl Column {
         match self {
             Column::Resource => "RESOURCE",
             Column::Kind => "KIND",
+            Column::Source => "SOURCE",
             Column::Holder => "HOLDER",
             Column::Version => "VER",
             Column::Expires => "EXPIRES",
@@ -93,7 +96,8 @@ pub struct LeaseEntry {
     pub loss: Option<TimeToLoss>,
 }
 
-/// A substring filter over resource, holder, kind and status; `!` in front inverts it.
+/// A substring filter over resource, holder, kind, source and status; `!` in front
+/// inverts it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     text: String,
@@ -133,6 +137,9 @@ impl Filter {
                 .as_deref()
                 .is_some_and(|h| contains_folded(h, &self.needle))
             || contains_folded(lease.kind.as_str(), &self.needle)
+            || lease
+                .source()
+                .is_some_and(|s| contains_folded(s.as_str(), &self.needle))
             || contains_folded(entry.health.status.label(), &self.needle);
         found != self.inverted
     }
@@ -524,6 +531,10 @@ impl LeaseTable {
         let by_column = match self.sort {
             Column::Resource => Ordering::Equal,
             Column::Kind => x.lease.kind.as_str().cmp(y.lease.kind.as_str()),
+            Column::Source => {
+                let name = |e: &LeaseEntry| e.lease.source().map(crate::model::SourceKind::as_str);
+                name(x).cmp(&name(y))
+            }
             Column::Holder => x.lease.holder.cmp(&y.lease.holder),
             Column::Version => x.lease.version.cmp(&y.lease.version),
             Column::Expires => x.lease.expires_at.cmp(&y.lease.expires_at),

@@ -11,7 +11,8 @@ use crate::console::state::{ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
 use crate::model::text::{clock_and_relative, escape_control};
 use crate::model::{
-    unclaimed_explanation, LeaseStatus, LossTime, ResumeToken, TokenVersion, LOSS_WARNING_WITHIN,
+    entry_time, token_entry, unclaimed_explanation, Lease, LeaseStatus, LossTime, ResumeToken,
+    SourceKind, TokenVersion, LOSS_WARNING_WITHIN,
 };
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
@@ -119,6 +120,7 @@ fn document_lines<'a>(
             ),
             theme,
         ),
+        field("source", source_text(lease), theme),
         field(
             "note",
             lease
@@ -142,15 +144,36 @@ fn document_lines<'a>(
     lines
 }
 
+/// What the resource reads, from what its listener recorded: `capped collection
+/// shop.events` or `change stream on shop.orders`; a dash before any listener has.
+fn source_text(lease: &Lease) -> String {
+    match &lease.watch {
+        None => DASH.to_string(),
+        Some(watch) => {
+            let ns = format!(
+                "{}.{}",
+                escape_control(&watch.db),
+                escape_control(&watch.coll)
+            );
+            match watch.source {
+                SourceKind::Capped => format!("capped collection {ns}"),
+                SourceKind::ChangeStream => format!("change stream on {ns}"),
+            }
+        }
+    }
+}
+
 /// The whole resume token, never shortened: hex in lines of `width` characters under
-/// its field name, so it can be read off the screen (or copied with `c`).
+/// its field name, so it can be read off the screen (or copied with `c`). A capped
+/// collection's position is the `_id` of its entry.
 fn token_lines<'a>(token: Option<&ResumeToken>, width: usize, theme: &Theme) -> Vec<Line<'a>> {
     let text = match token {
         None => "null".to_string(),
-        Some(token) => match token.data_hex() {
+        Some(token) => match (token_entry(token), token.data_hex()) {
+            (Some(id), _) => format!("{{_id: ObjectId(\"{}\")}}", id.to_hex()),
             // Escaped first: a corrupt token may hold anything.
-            Some(hex) => escape_control(hex),
-            None => "(not a hex _data token)".into(),
+            (None, Some(hex)) => escape_control(hex),
+            (None, None) => "(not a hex _data token)".into(),
         },
     };
     let chars: Vec<char> = text.chars().collect();
@@ -248,6 +271,13 @@ fn checkpoint_lines<'a>(resource: &str, state: &ConsoleState, theme: &Theme) -> 
                     Span::styled(
                         match (checkpoint.token.decode(), checkpoint.token.recorded_time()) {
                             (Ok(decoded), _) => cluster_clock(decoded.time),
+                            // A capped collection's position: its entry's time.
+                            (Err(_), _) if token_entry(&checkpoint.token).is_some() => {
+                                checkpoint.token.time().map_or_else(
+                                    || DASH.to_string(),
+                                    |t| format!("entry {}", cluster_clock(t)),
+                                )
+                            }
                             // A Cosmos DB token: the document time recorded beside it.
                             (Err(_), Some(at)) => format!("doc {}", at.format("%H:%M:%S")),
                             (Err(_), None) => DASH.to_string(),
@@ -274,8 +304,10 @@ fn checkpoint_lines<'a>(resource: &str, state: &ConsoleState, theme: &Theme) -> 
 fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) -> Vec<Line<'a>> {
     let lease = &entry.lease;
     let health = &entry.health;
+    let capped_position = lease.resume_token.as_ref().and_then(token_entry);
     let decoded = match &lease.resume_token {
         None => "no token: resumes from resumeAt, else the oldest entry".to_string(),
+        Some(_) if capped_position.is_some() => DASH.to_string(),
         Some(token) => match token.decode() {
             Ok(d) => format!(
                 "{} (token {})",
@@ -297,7 +329,16 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
                 .map_or_else(|| DASH.to_string(), cluster_clock),
             theme,
         ),
-        field("decoded", decoded, theme),
+        match capped_position {
+            // After this entry, in the collection's insertion order, and the entry's
+            // time (its ObjectId's, whole seconds).
+            Some(id) => field(
+                "position",
+                format!("after {} ({})", id.to_hex(), cluster_clock(entry_time(&id))),
+                theme,
+            ),
+            None => field("decoded", decoded, theme),
+        },
         field("lag", duration(health.lag), theme),
         field(
             "headroom",

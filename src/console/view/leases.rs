@@ -17,6 +17,8 @@ use crate::model::{token_time_cell, LeaseStatus, LossTime, LOSS_WARNING_WITHIN};
 fn width_of(column: Column, wide: bool) -> u16 {
     match column {
         Column::Kind => 6,
+        // `stream`, `capped`.
+        Column::Source => 6,
         Column::Version => 6,
         Column::Expires => 9,
         Column::LastCommit => 9,
@@ -61,8 +63,8 @@ impl ColumnLayout {
 /// The columns for a table `width` cells wide whose visible resources and holders
 /// are `resource` and `holder` cells long at most.
 ///
-/// The optional columns (time to loss, token time, kind, last commit, then the wide
-/// headroom bar)
+/// The optional columns (time to loss, token time, kind, source, last commit, then
+/// the wide headroom bar)
 /// are added, in that order, only while resource and holder still get all they ask
 /// for (up to [`NAME_CAP`]); until then they share what the base columns leave. So a
 /// wider terminal never shows less of a resource or a holder than a narrower one, and
@@ -82,7 +84,7 @@ pub fn columns_for(width: u16, resource: u16, holder: u16) -> ColumnLayout {
         Column::Status,
     ];
     // Each step adds to the one before; the last one that fits wins.
-    let steps: [(&[Column], bool); 6] = [
+    let steps: [(&[Column], bool); 7] = [
         (&[], false),
         (&[Column::LossIn], false),
         (&[Column::LossIn, Column::TokenTime], false),
@@ -92,6 +94,16 @@ pub fn columns_for(width: u16, resource: u16, holder: u16) -> ColumnLayout {
                 Column::LossIn,
                 Column::TokenTime,
                 Column::Kind,
+                Column::Source,
+            ],
+            false,
+        ),
+        (
+            &[
+                Column::LossIn,
+                Column::TokenTime,
+                Column::Kind,
+                Column::Source,
                 Column::LastCommit,
             ],
             false,
@@ -101,6 +113,7 @@ pub fn columns_for(width: u16, resource: u16, holder: u16) -> ColumnLayout {
                 Column::LossIn,
                 Column::TokenTime,
                 Column::Kind,
+                Column::Source,
                 Column::LastCommit,
             ],
             true,
@@ -281,6 +294,10 @@ fn row<'a>(
                 };
                 Cell::from(Span::styled(text(lease.kind.as_str().into()), style))
             }
+            Column::Source => match lease.source() {
+                Some(source) => Cell::from(text(source.as_str().into())),
+                None => Cell::from(Span::styled(DASH, theme.muted)),
+            },
             Column::Holder => match (holder_text(entry, now), lease.live_holder(now)) {
                 (Some(holder), Some(_)) => Cell::from(text(holder)),
                 (Some(holder), None) => Cell::from(Span::styled(text(holder), theme.muted)),

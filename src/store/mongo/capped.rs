@@ -17,7 +17,7 @@ use mongodb::options::CursorType;
 use mongodb::{Collection, Cursor};
 use tokio::time::Instant;
 
-use super::errors::{code_of, with_one_retry, CallError};
+use super::errors::{code_of, is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
 use crate::model::{entry_time, entry_token, first_id_of, token_entry, EntrySpan};
 use crate::store::{
@@ -203,6 +203,47 @@ impl CappedFeed for MongoStore {
             Err(e) => Err(e.into_store_hinted(
                 &action,
                 "createCollection on the database (readWrite has it)",
+            )),
+        }
+    }
+
+    /// `insert` of one entry, majority. The `_id` is made here when missing, so one
+    /// retry is safe: a duplicate `_id` on the retry means the first attempt landed.
+    async fn append_entry(&self, ns: &Namespace, mut entry: Document) -> StoreResult<ObjectId> {
+        let id = match entry.get("_id") {
+            Some(Bson::ObjectId(id)) => *id,
+            Some(other) => {
+                return Err(StoreError::InvalidArgument(format!(
+                    "an entry's _id must be an ObjectId, found {other}"
+                )))
+            }
+            None => {
+                let id = ObjectId::new();
+                entry.insert("_id", id);
+                id
+            }
+        };
+        let action = format!("append to capped collection {ns}");
+        let collection = self.tail_collection(ns);
+        let mut attempts = 0;
+        let inserted = with_one_retry(self.write_timeout(), &action, || {
+            attempts += 1;
+            std::future::IntoFuture::into_future(
+                collection
+                    .insert_one(entry.clone())
+                    .write_concern(self.majority()),
+            )
+        })
+        .await;
+        match inserted {
+            Ok(_) => Ok(id),
+            Err(CallError::Driver(e)) if attempts > 1 && is_duplicate_key(&e) => Ok(id),
+            Err(e) => Err(e.into_store_hinted(
+                &action,
+                &format!(
+                    "insert on the capped collection (readWrite on the {} database)",
+                    ns.db
+                ),
             )),
         }
     }

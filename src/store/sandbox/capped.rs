@@ -221,6 +221,10 @@ impl CappedFeed for SandboxStore {
         self.create_capped(ns, usize::try_from(max_bytes).unwrap_or(usize::MAX))
     }
 
+    async fn append_entry(&self, ns: &Namespace, entry: Document) -> StoreResult<ObjectId> {
+        SandboxStore::append(self, ns, entry)
+    }
+
     async fn capped_stats(&self, ns: &Namespace) -> StoreResult<CappedStats> {
         let state = self.lock();
         let log = state.capped.logs.get(ns).ok_or_else(|| {
