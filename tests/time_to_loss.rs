@@ -543,3 +543,120 @@ async fn the_sandbox_oplog_drops_a_stalled_point_within_the_predicted_range() {
         "still there after the latest {latest:?}: lost after {lost_after:?}"
     );
 }
+
+/// A capped collection drops its oldest entries as appends need the room: a stalled
+/// position on one filled at a steady rate falls off between the earliest and the
+/// latest predicted, through the same read the console, `leases` and the exporter use
+/// — on the sandbox's capped collections and on a real replica set's.
+async fn a_capped_position_falls_off_within_the_predicted_range<S>(
+    store: S,
+    ns: streamward::store::Namespace,
+    pace: Duration,
+) where
+    S: streamward::store::Store + streamward::store::CappedFeed + OplogFigures,
+{
+    use streamward::model::{entry_token, Lease, LossTracker, SourceKind, WatchTarget};
+    use streamward::store::read_time_to_loss;
+
+    store.ensure_capped(&ns, 256 * 1024).await.unwrap();
+    // One ~1 kB entry per `pace`.
+    async fn append<S: streamward::store::CappedFeed>(
+        store: &S,
+        ns: &streamward::store::Namespace,
+        pace: Duration,
+    ) {
+        store
+            .append_entry(ns, doc! { "blob": "c".repeat(1_000) })
+            .await
+            .unwrap();
+        tokio::time::sleep(pace).await;
+    }
+    // Full first: a collection that still has room drops nothing.
+    for _ in 0..400 {
+        append(&store, &ns, pace).await;
+    }
+    let position = store.capped_window(&ns).await.unwrap().unwrap().newest;
+    let mut lease = Lease::vacant("stalled-events");
+    lease.resume_token = Some(entry_token(position));
+    lease.watch = Some(WatchTarget {
+        db: ns.db.clone(),
+        coll: ns.coll.clone(),
+        source: SourceKind::Capped,
+        ..Default::default()
+    });
+    let leases = [lease];
+    let mut tracker = LossTracker::default();
+    let mut predicted = None;
+    for sample in 0..4 {
+        for _ in 0..(if sample > 0 { 10 } else { 0 }) {
+            append(&store, &ns, pace).await;
+        }
+        let now = store.server_now().await.unwrap();
+        let reading = read_time_to_loss(&store, &mut tracker, now, &leases).await;
+        assert_eq!(reading.unpredicted.get("stalled-events"), None);
+        predicted = reading
+            .predicted
+            .get("stalled-events")
+            .cloned()
+            .map(|p| (p, now));
+    }
+    let (ttl, predicted_at) = predicted.expect("a prediction after four reads");
+    assert!(
+        ttl.missing.is_empty(),
+        "every input known: {:?}",
+        ttl.missing
+    );
+    let mut lost_at = None;
+    for _ in 0..4_000 {
+        append(&store, &ns, pace).await;
+        if store.capped_window(&ns).await.unwrap().unwrap().oldest > position {
+            lost_at = Some(store.server_now().await.unwrap());
+            break;
+        }
+    }
+    let lost_after = (lost_at.expect("the stalled position fell off") - predicted_at)
+        .to_std()
+        .unwrap();
+    let (LossTime::In(earliest), Some(LossTime::In(latest))) = (ttl.earliest, ttl.latest) else {
+        panic!("a stalled position on a busy collection: {ttl:?}");
+    };
+    println!("capped {ns}: predicted {earliest:?}–{latest:?}, lost after {lost_after:?}");
+    assert!(
+        earliest <= lost_after,
+        "lost after {lost_after:?}, before the earliest {earliest:?}"
+    );
+    // One append's step of slack: the loss is seen after the append that caused it.
+    assert!(
+        lost_after <= latest + pace * 3,
+        "still there after the latest {latest:?}: lost after {lost_after:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sandbox_capped_collection_drops_a_stalled_position_within_the_predicted_range() {
+    use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+    let epoch = chrono::DateTime::parse_from_rfc3339("2026-11-24T00:00:00Z")
+        .unwrap()
+        .with_timezone(&Utc);
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+    a_capped_position_falls_off_within_the_predicted_range(
+        store,
+        streamward::store::Namespace::new("shop", "events"),
+        Duration::from_millis(20),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prediction_brackets_the_real_loss_of_a_capped_position() {
+    support::live::live("capped_time_to_loss", |db: LiveDb| async move {
+        let ns = db.ns("events");
+        a_capped_position_falls_off_within_the_predicted_range(
+            db.store,
+            ns,
+            Duration::from_millis(20),
+        )
+        .await;
+    })
+    .await;
+}

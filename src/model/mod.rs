@@ -33,8 +33,8 @@ pub use source::{
     EntryStart, SourceKind, SourceWindows,
 };
 pub use time_to_loss::{
-    predict as predict_time_to_loss, truncation_chunk, HistoryBefore, LossInput, LossInputs,
-    LossTime, LossTracker, Missing, NotReady, OplogRates, OplogStats, Rate, TimeToLoss,
+    predict as predict_time_to_loss, truncation_chunk, CappedSample, HistoryBefore, LossInput,
+    LossInputs, LossTime, LossTracker, Missing, NotReady, OplogRates, OplogStats, Rate, TimeToLoss,
     TrailingRate, DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, LOSS_WARNING_WITHIN,
     MAX_ENTRY_BYTES,
 };

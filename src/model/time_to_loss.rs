@@ -925,7 +925,7 @@ impl OplogRates {
 }
 
 mod tracker;
-pub use tracker::{LossTracker, NotReady, LOSS_RATE_SPAN};
+pub use tracker::{CappedSample, LossTracker, NotReady, LOSS_RATE_SPAN};
 
 #[cfg(test)]
 mod sim;

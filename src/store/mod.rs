@@ -3,6 +3,7 @@
 
 mod audit;
 mod capped;
+mod capped_loss;
 mod checkpoints;
 mod documents;
 mod error;

@@ -67,7 +67,21 @@ pub struct LossReading {
 /// after the figures (counted from the newest end, the bytes written meanwhile make it
 /// err early, not late). Through a
 /// mongos a point is lost once it is lost on any shard ([`TimeToLoss::soonest`]).
-pub async fn read_time_to_loss<S: OplogFigures>(
+///
+/// A lease that tails a capped collection is predicted from its collection instead
+/// (`capped_loss`), with the same model.
+pub async fn read_time_to_loss<S: OplogFigures + super::CappedFeed>(
+    store: &S,
+    tracker: &mut LossTracker,
+    now: DateTime<Utc>,
+    leases: &[Lease],
+) -> LossReading {
+    let mut reading = read_oplog_time_to_loss(store, tracker, now, leases).await;
+    super::capped_loss::read_capped_time_to_loss(store, tracker, now, leases, &mut reading).await;
+    reading
+}
+
+async fn read_oplog_time_to_loss<S: OplogFigures>(
     store: &S,
     tracker: &mut LossTracker,
     now: DateTime<Utc>,
@@ -121,16 +135,8 @@ pub async fn read_time_to_loss<S: OplogFigures>(
         let Some(at) = lease.resume_point().time() else {
             continue;
         };
-        // A capped lease's history is its collection's, not the oplog's: predicting it
-        // from the oplog would say "never" of a lease its collection is about to lose.
-        if let Some(collection) = crate::model::capped_collection(lease) {
-            reading.unpredicted.insert(
-                lease.resource.clone(),
-                format!(
-                    "it tails capped collection {collection}, whose time to loss is not \
-                     predicted (only the oplog's is)"
-                ),
-            );
+        // A capped lease's history is its collection's (see `capped_loss`).
+        if crate::model::capped_collection(lease).is_some() {
             continue;
         }
         match count_history(store, at, &parts).await {
@@ -302,10 +308,10 @@ mod tests {
     async fn two_reads(store: &Scripted, leases: &[Lease]) -> LossReading {
         let mut tracker = LossTracker::default();
         let first = Utc.timestamp_opt(1_800_000_100, 0).unwrap();
-        let measuring = read_time_to_loss(store, &mut tracker, first, leases).await;
+        let measuring = read_oplog_time_to_loss(store, &mut tracker, first, leases).await;
         assert_eq!(measuring.unknown, None);
         assert!(measuring.predicted.is_empty() && measuring.unpredicted.is_empty());
-        read_time_to_loss(
+        read_oplog_time_to_loss(
             store,
             &mut tracker,
             first + chrono::TimeDelta::seconds(10),

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use super::{HistoryBefore, LossInputs, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate};
 use crate::model::{Lease, OplogWindow};
+use bson::oid::ObjectId;
 
 /// Why an oplog's figures do not allow a prediction yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,35 @@ pub struct LossTracker {
     oplogs: HashMap<Option<String>, OplogRates>,
     /// Per held lease: its resume point's time, in seconds, over time.
     progress: HashMap<String, TrailingRate>,
+    /// Per capped collection a lease tails (`db.coll`): its rates and its running count
+    /// of bytes appended, which MongoDB does not keep for it.
+    capped: HashMap<String, CappedTrack>,
+}
+
+/// What successive reads of one capped collection gave.
+#[derive(Debug, Clone)]
+struct CappedTrack {
+    rates: OplogRates,
+    /// Its newest entry at the last read: the appends of the next read come after it.
+    newest: ObjectId,
+    /// Bytes appended since the first read (the collection's "bytes written").
+    written: u64,
+    /// The largest entry seen appended.
+    largest: u64,
+}
+
+/// One read of a capped collection, as [`LossTracker::record_capped`] takes it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CappedSample {
+    pub window: OplogWindow,
+    pub newest: ObjectId,
+    pub size_bytes: u64,
+    pub max_bytes: u64,
+    pub entries: u64,
+    /// Bytes appended since the last read (after its newest entry); `None` on the first.
+    pub appended: Option<u64>,
+    /// The largest entry among those (or among all, on the first read).
+    pub largest: u64,
 }
 
 impl Default for LossTracker {
@@ -57,7 +87,90 @@ impl LossTracker {
             span,
             oplogs: HashMap::new(),
             progress: HashMap::new(),
+            capped: HashMap::new(),
         }
+    }
+
+    /// The newest entry the last read of capped collection `name` saw: the bytes
+    /// appended since are those of the entries after it.
+    pub fn capped_newest(&self, name: &str) -> Option<ObjectId> {
+        self.capped.get(name).map(|track| track.newest)
+    }
+
+    /// One read of capped collection `name` at `now`; returns its figures as the
+    /// prediction takes them: bytes written = the running sum of what was appended,
+    /// entries dropped one at a time (one truncation = the largest entry seen), no
+    /// checkpoint or retention delay.
+    pub fn record_capped(
+        &mut self,
+        name: &str,
+        now: DateTime<Utc>,
+        sample: &CappedSample,
+    ) -> OplogStats {
+        let track = self
+            .capped
+            .entry(name.to_string())
+            .or_insert_with(|| CappedTrack {
+                rates: OplogRates::new(self.span),
+                newest: sample.newest,
+                written: 0,
+                largest: 0,
+            });
+        track.written += sample.appended.unwrap_or(0);
+        track.largest = track.largest.max(sample.largest).max(1);
+        track.newest = sample.newest;
+        let stats = OplogStats {
+            size_bytes: sample.size_bytes,
+            max_bytes: sample.max_bytes,
+            entries: sample.entries,
+            written_bytes: Some(track.written),
+            checkpoint_interval: Some(Duration::ZERO),
+            min_retention: Some(Duration::ZERO),
+            largest_entry_bytes: Some(track.largest),
+            truncation_bytes: Some(track.largest),
+        };
+        track.rates.record(now, Some(&sample.window), Some(&stats));
+        stats
+    }
+
+    /// Forgets what it saw of `name` (its appended bytes could not be counted): the
+    /// next read starts measuring again.
+    pub fn forget_capped(&mut self, name: &str) {
+        self.capped.remove(name);
+    }
+
+    /// Forgets the capped collections not among `names` (no lease tails them now).
+    pub fn keep_capped<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        let kept: Vec<&str> = names.into_iter().collect();
+        self.capped.retain(|name, _| kept.contains(&name.as_str()));
+    }
+
+    /// Whether capped collection `name` has a fill rate yet (two reads).
+    pub fn ready_capped(&self, name: &str) -> Result<(), NotReady> {
+        match self
+            .capped
+            .get(name)
+            .map(|t| (t.rates.fill_rate(), t.rates.reads()))
+        {
+            Some((Some(_), _)) => Ok(()),
+            Some((None, reads)) if reads >= 2 => Err(NotReady::NoFillRate),
+            _ => Err(NotReady::Measuring),
+        }
+    }
+
+    /// When `lease`'s position may leave capped collection `name`, as
+    /// [`Self::predict_on`] for an oplog.
+    pub fn predict_capped(
+        &self,
+        name: &str,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        window: OplogWindow,
+        stats: &OplogStats,
+        history: HistoryBefore,
+    ) -> Option<TimeToLoss> {
+        let rates = &self.capped.get(name)?.rates;
+        self.predict_with(rates, now, lease, Some(window), Some(stats), Some(history))
     }
 
     /// One read of a replica set: the window and the oplog's figures as read at `now`
@@ -161,9 +274,21 @@ impl LossTracker {
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
     ) -> Option<TimeToLoss> {
+        let oplog = self.oplogs.get(&shard.map(str::to_string))?;
+        self.predict_with(oplog, now, lease, window, stats, history)
+    }
+
+    fn predict_with(
+        &self,
+        oplog: &OplogRates,
+        now: DateTime<Utc>,
+        lease: &Lease,
+        window: Option<OplogWindow>,
+        stats: Option<&OplogStats>,
+        history: Option<HistoryBefore>,
+    ) -> Option<TimeToLoss> {
         let resume_at = lease.resume_point().time()?;
         stats?;
-        let oplog = self.oplogs.get(&shard.map(str::to_string))?;
         oplog.fill_rate()?;
         let progress = match lease.live_holder(now) {
             None => Rate::exactly(0.0),
