@@ -127,6 +127,66 @@ pub trait CappedFeed: Send + Sync {
     ) -> impl Future<Output = StoreResult<EntryBytes>> + Send;
 }
 
+/// Where a tail's next cursor starts: decided from a start point the same way by
+/// both stores ([`tail_position`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum TailPosition {
+    /// After this entry, in insertion order.
+    After(ObjectId),
+    /// Entries whose `_id` is at or above this one (a start at a time).
+    From(ObjectId),
+    /// Every entry: nothing has been read yet and the start was "now" on an empty
+    /// collection, so whatever is appended first is new.
+    Everything,
+}
+
+/// Where a tail of `ns` from `start` begins; `newest` is the collection's newest entry,
+/// read by the caller for a start at now. `InvalidArgument` for a change stream's token.
+pub(crate) fn tail_position(
+    ns: &Namespace,
+    start: StartPoint,
+    newest: Option<ObjectId>,
+) -> super::StoreResult<TailPosition> {
+    Ok(match start {
+        StartPoint::After(token) => match crate::model::token_entry(&token) {
+            Some(id) => TailPosition::After(id),
+            None => {
+                return Err(super::StoreError::InvalidArgument(format!(
+                    "resume token {token} is not a position in capped collection {ns} \
+                     ({{_id: ObjectId}}): rewind the lease to a time or an entry's _id, or \
+                     reset it"
+                )))
+            }
+        },
+        StartPoint::At(at) => TailPosition::From(crate::model::first_id_of(at.secs)),
+        StartPoint::Now => newest.map_or(TailPosition::Everything, TailPosition::After),
+    })
+}
+
+/// A tail asked of a collection that exists and is not capped.
+pub(crate) fn not_capped(ns: &Namespace) -> super::StoreError {
+    super::StoreError::InvalidArgument(format!(
+        "{ns} is not a capped collection: a capped source tails one (create it with \
+         capped: true and a size), or configure the resource as a change stream"
+    ))
+}
+
+/// The entry a tail resumes after is gone and `oldest` is newer: what followed it may be
+/// gone too (MongoDB's code for a tailable cursor's lost position, CappedPositionLost).
+pub(crate) fn position_overwritten(
+    ns: &Namespace,
+    after: ObjectId,
+    oldest: ObjectId,
+) -> super::StoreError {
+    super::StoreError::HistoryLost {
+        code: 136,
+        message: format!(
+            "entry {after} of {ns} has been overwritten and the oldest entry left ({oldest}) \
+             is newer: entries after it may be gone"
+        ),
+    }
+}
+
 /// The entries of one span of a capped collection, by their BSON size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct EntryBytes {

@@ -19,7 +19,7 @@ use tokio::time::Instant;
 
 use super::errors::{code_of, is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
-use crate::model::{entry_time, entry_token, first_id_of, token_entry, EntrySpan};
+use crate::model::{entry_time, entry_token, first_id_of, EntrySpan};
 use crate::store::{
     CappedFeed, CappedStats, CappedWindow, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
     Namespace, OperationType, StartPoint, StoreError, StoreResult, APPEND_SKEW,
@@ -33,17 +33,7 @@ const SEEK_PATIENCE: Duration = Duration::from_secs(2);
 const CURSOR_NOT_FOUND: i32 = 43;
 const TAIL_HINT: &str = "find on the capped collection (the built-in read role has it)";
 
-/// Where the next cursor starts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Position {
-    /// After this entry, in insertion order.
-    After(ObjectId),
-    /// Entries whose `_id` is at or above this one (a start at a time).
-    From(ObjectId),
-    /// Every entry: nothing has been read yet and the start was "now" on an empty
-    /// collection, so whatever is appended first is new.
-    Everything,
-}
+use crate::store::capped::TailPosition as Position;
 
 impl MongoStore {
     fn tail_collection(&self, ns: &Namespace) -> Collection<Document> {
@@ -136,28 +126,13 @@ impl CappedFeed for MongoStore {
         options: FeedOptions,
     ) -> StoreResult<MongoTail> {
         if self.is_capped(ns).await? == Some(false) {
-            return Err(StoreError::InvalidArgument(format!(
-                "{ns} is not a capped collection: a capped source tails one (create it with \
-                 capped: true and a size), or configure the resource as a change stream"
-            )));
+            return Err(crate::store::capped::not_capped(ns));
         }
-        let position = match start {
-            StartPoint::After(token) => match token_entry(&token) {
-                Some(id) => Position::After(id),
-                None => {
-                    return Err(StoreError::InvalidArgument(format!(
-                        "resume token {token} is not a position in capped collection {ns} \
-                         ({{_id: ObjectId}}): rewind the lease to a time or an entry's _id, or \
-                         reset it"
-                    )))
-                }
-            },
-            StartPoint::At(at) => Position::From(first_id_of(at.secs)),
-            StartPoint::Now => match self.capped_edge(ns, -1).await? {
-                Some(newest) => Position::After(newest),
-                None => Position::Everything,
-            },
+        let newest = match start {
+            StartPoint::Now => self.capped_edge(ns, -1).await?,
+            _ => None,
         };
+        let position = crate::store::capped::tail_position(ns, start, newest)?;
         Ok(MongoTail {
             store: self.clone(),
             ns: ns.clone(),
@@ -405,14 +380,9 @@ impl MongoTail {
                 } else {
                     match self.store.capped_edge(&self.ns, 1).await? {
                         Some(oldest) if oldest > after => {
-                            return Err(StoreError::HistoryLost {
-                                code: CAPPED_POSITION_LOST,
-                                message: format!(
-                                    "entry {after} of {} has been overwritten and the oldest \
-                                     entry left ({oldest}) is newer: entries after it may be gone",
-                                    self.ns
-                                ),
-                            })
+                            return Err(crate::store::capped::position_overwritten(
+                                &self.ns, after, oldest,
+                            ))
                         }
                         // Not an entry (an operator's position), or the collection was
                         // emptied: whatever is above it comes after it.

@@ -9,7 +9,7 @@ use bson::{doc, Bson, Document};
 use tokio::time::Instant;
 
 use super::{count, SandboxStore};
-use crate::model::{first_id_of, object_id_at, token_entry, EntrySpan};
+use crate::model::{object_id_at, EntrySpan};
 use crate::store::{
     CappedFeed, CappedStats, CappedWindow, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
     Namespace, OperationType, StartPoint, StoreError, StoreResult,
@@ -134,13 +134,7 @@ impl SandboxStore {
     }
 }
 
-/// Where the next read starts.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Position {
-    After(ObjectId),
-    From(ObjectId),
-    Everything,
-}
+use crate::store::capped::TailPosition as Position;
 
 /// An open tail: the next sequence number to read and what it passes over.
 #[derive(Debug, Clone, Copy)]
@@ -170,28 +164,15 @@ impl CappedFeed for SandboxStore {
         count(&self.inner.calls.open);
         let state = self.lock();
         if state.collections.contains_key(ns) {
-            return Err(StoreError::InvalidArgument(format!(
-                "{ns} is not a capped collection: a capped source tails one (create it with \
-                 capped: true and a size), or configure the resource as a change stream"
-            )));
+            return Err(crate::store::capped::not_capped(ns));
         }
-        let position = match start {
-            StartPoint::After(token) => match token_entry(&token) {
-                Some(id) => Position::After(id),
-                None => {
-                    return Err(StoreError::InvalidArgument(format!(
-                        "resume token {token} is not a position in capped collection {ns} \
-                         ({{_id: ObjectId}}): rewind the lease to a time or an entry's _id, or \
-                         reset it"
-                    )))
-                }
-            },
-            StartPoint::At(at) => Position::From(first_id_of(at.secs)),
-            StartPoint::Now => match state.capped.logs.get(ns).and_then(|log| log.entries.back()) {
-                Some(newest) => Position::After(newest.id),
-                None => Position::Everything,
-            },
-        };
+        let newest = state
+            .capped
+            .logs
+            .get(ns)
+            .and_then(|log| log.entries.back())
+            .map(|newest| newest.id);
+        let position = crate::store::capped::tail_position(ns, start, newest)?;
         drop(state);
         Ok(SandboxTail {
             store: self.clone(),
@@ -298,14 +279,9 @@ impl SandboxTail {
                 },
                 None => match log.entries.front() {
                     Some(oldest) if oldest.id > after => {
-                        return Err(StoreError::HistoryLost {
-                            code: 136,
-                            message: format!(
-                                "entry {after} of {} has been overwritten and the oldest entry \
-                                 left ({}) is newer: entries after it may be gone",
-                                self.ns, oldest.id
-                            ),
-                        })
+                        return Err(crate::store::capped::position_overwritten(
+                            &self.ns, after, oldest.id,
+                        ))
                     }
                     _ => Cursor {
                         next_seq: first_seq,
