@@ -75,16 +75,7 @@ pub(super) async fn read_capped_time_to_loss<S: CappedFeed>(
                     continue;
                 }
             };
-            match predicted {
-                Some(loss) => {
-                    reading.predicted.insert(lease.resource.clone(), loss);
-                }
-                None => {
-                    reading
-                        .unpredicted
-                        .insert(lease.resource.clone(), "no prediction".into());
-                }
-            }
+            reading.record(&lease.resource, predicted);
         }
     }
 }

@@ -176,18 +176,24 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
                         Some(history),
                     )
                 });
-        match TimeToLoss::soonest(each) {
+        reading.record(&lease.resource, TimeToLoss::soonest(each));
+    }
+    reading
+}
+
+impl LossReading {
+    /// `resource`'s prediction, or that the model gave none.
+    pub(super) fn record(&mut self, resource: &str, predicted: Option<TimeToLoss>) {
+        match predicted {
             Some(loss) => {
-                reading.predicted.insert(lease.resource.clone(), loss);
+                self.predicted.insert(resource.to_string(), loss);
             }
             None => {
-                reading
-                    .unpredicted
-                    .insert(lease.resource.clone(), "no prediction".into());
+                self.unpredicted
+                    .insert(resource.to_string(), "no prediction".into());
             }
         }
     }
-    reading
 }
 
 /// The bytes before `at` in each oplog of `parts`, in their order. A history that
