@@ -56,9 +56,11 @@ impl EventStore for MongoStore {
         self.ensure_capped(ns, bytes as u64).await.expect("exists");
     }
     async fn append(&self, ns: &Namespace, mut entry: Document) -> ObjectId {
-        let id = match entry.get_object_id("_id") {
-            Ok(id) => id,
-            Err(_) => {
+        let id = match entry.get("_id") {
+            Some(bson::Bson::ObjectId(id)) => *id,
+            // Another kind of _id, kept as it is; the returned id means nothing then.
+            Some(_) => ObjectId::from_bytes([0; 12]),
+            None => {
                 let id = ObjectId::new();
                 entry.insert("_id", id);
                 id
@@ -523,6 +525,36 @@ async fn live_resumes_after_a_long_seek_and_idles_without_error() {
             (0..20_002).collect::<Vec<_>>(),
             "each once, in order"
         );
+    })
+    .await;
+}
+
+/// Only ObjectId `_id`s are entries: one with another `_id` is passed over, whichever
+/// way the tail started, and the listener goes on without an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn live_an_entry_without_an_object_id_is_passed_over() {
+    live("capped_foreign_id", |db: LiveDb| async move {
+        let ns = db.ns("events");
+        let store = db.store.clone();
+        store.create(&ns, 1 << 20).await;
+        let seen = Seen::default();
+        let mut started_now = config(ns.clone(), "now");
+        started_now.bootstrap = streamward::engine::Bootstrap::Now;
+        let listener = ListenerHandle::spawn(store.clone(), started_now, seen.clone());
+        common::eventually(PATIENCE, "streaming", || {
+            common::state(&listener) == ListenerState::Streaming
+        })
+        .await;
+        store
+            .append(&ns, doc! { "_id": "not-an-oid", "n": -1_i64 })
+            .await;
+        store.append(&ns, doc! { "n": 0_i64 }).await;
+        common::eventually(PATIENCE, "the ObjectId entry", || seen.len() >= 1).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let snapshot = listener.snapshot();
+        listener.stop().await;
+        assert_eq!(seen.all(), vec![0]);
+        assert_eq!(snapshot.last_error, None);
     })
     .await;
 }

@@ -370,7 +370,9 @@ impl MongoTail {
     /// when the entry it resumes after is gone and the oldest entry is newer.
     async fn open_cursor(&mut self) -> StoreResult<()> {
         let (filter, seeking) = match self.position {
-            Position::Everything => (doc! {}, None),
+            // Every other start is an `_id` range, which holds ObjectIds only; this
+            // one leaves other `_id`s out too, so no start hands them over.
+            Position::Everything => (doc! { "_id": { "$type": "objectId" } }, None),
             Position::From(from) => (doc! { "_id": { "$gte": from } }, None),
             Position::After(after) => {
                 if self.store.holds_entry(&self.ns, after).await? {
