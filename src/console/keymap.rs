@@ -352,7 +352,7 @@ pub const BINDINGS: &[Binding] = &[
         keys: &[key('c')],
         command: KeyCommand::CopyToken,
         scope: Scope::Detail,
-        help: "copy the whole resume token (hex) to the clipboard (OSC 52)",
+        help: "copy the resume token (hex), or a capped entry _id (OSC 52)",
         hint: Some("copy token"),
     },
     Binding {

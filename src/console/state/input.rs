@@ -305,13 +305,18 @@ impl ConsoleState {
         self.start_planning(None, request)
     }
 
-    /// The selected lease's resume token as hex, when it has one that is hex.
-    pub fn selected_token_hex(&self) -> Option<String> {
+    /// The selected lease's position as text to paste: a change stream's resume token
+    /// as hex (for `rewind --to-token`), or a capped collection's entry `_id` (for
+    /// `rewind --to-id`); with what it is.
+    pub fn selected_token_hex(&self) -> Option<(&'static str, String)> {
         let token = self.leases.selected()?.lease.resume_token.as_ref()?;
+        if let Some(id) = crate::model::token_entry(token) {
+            return Some(("the position's entry _id", id.to_hex()));
+        }
         token
             .data_hex()
             .filter(|hex| !hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit()))
-            .map(str::to_string)
+            .map(|hex| ("the resume token", hex.to_string()))
     }
 
     /// The last error of an in-process listener of the selected lease: its holder's
@@ -336,14 +341,11 @@ impl ConsoleState {
 
     fn copy_token(&mut self) -> Vec<Effect> {
         match self.selected_token_hex() {
-            Some(text) => vec![Effect::Copy {
-                what: "the resume token",
-                text,
-            }],
+            Some((what, text)) => vec![Effect::Copy { what, text }],
             None => {
                 self.notify(
                     NoticeLevel::Error,
-                    "nothing copied: this lease has no resume token in hex (resumeAt or the oldest entry instead)",
+                    "nothing copied: this lease has no resume token in hex nor an entry _id (resumeAt or the oldest entry instead)",
                 );
                 Vec::new()
             }

@@ -1221,7 +1221,7 @@ fn the_detail_copies_the_whole_token_and_the_last_error() {
         7,
     );
     with_token.resume_token = Some(token.clone());
-    state.apply(DataEvent::LeaseChanged(Box::new(with_token)), now());
+    state.apply(DataEvent::LeaseChanged(Box::new(with_token.clone())), now());
     let mut failing = crate::engine::ListenerSnapshot::new("pet-aggregates", "pets-1");
     failing.last_error = Some("history lost:\n resume point fell off\u{1b}[2J".into());
     state.apply(DataEvent::Listeners(vec![failing]), now());
@@ -1234,6 +1234,19 @@ fn the_detail_copies_the_whole_token_and_the_last_error() {
             text: token.data_hex().unwrap().to_string(),
         }]
     );
+    // A capped lease's position copies as its entry's _id, for rewind --to-id.
+    let mut capped = lease("pet-aggregates", 4);
+    let entry = crate::model::object_id_at(now(), *b"app-1", 9);
+    capped.resume_token = Some(crate::model::entry_token(entry));
+    state.apply(DataEvent::LeaseChanged(Box::new(capped)), now());
+    assert_eq!(
+        press(&mut state, KeyCode::Char('c')),
+        vec![Effect::Copy {
+            what: "the position's entry _id",
+            text: entry.to_hex(),
+        }]
+    );
+    state.apply(DataEvent::LeaseChanged(Box::new(with_token)), now());
     assert_eq!(
         press(&mut state, KeyCode::Char('C')),
         vec![Effect::Copy {
