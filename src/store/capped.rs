@@ -194,9 +194,14 @@ pub struct EntryBytes {
     pub bytes: u64,
     /// The largest entry among them.
     pub largest: u64,
+    /// The greatest `_id` among them (not the last appended: appenders' ids interleave).
+    pub greatest: Option<ObjectId>,
     /// Every entry of the span was counted (not stopped at the limit).
     pub complete: bool,
 }
+
+/// An upper bound above every `_id`: a span that ends with it has no upper end.
+pub(crate) const ABOVE_EVERY_ID: EntryStart = EntryStart::After(ObjectId::from_bytes([0xff; 12]));
 
 /// The `_id` filter of the entries in `span`, as MongoDB's query language says it.
 pub(crate) fn span_filter(span: &EntrySpan) -> bson::Document {

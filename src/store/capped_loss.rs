@@ -4,16 +4,18 @@
 //! from the collection's size, maximum and fill rate and the bytes before the position.
 //!
 //! MongoDB keeps no count of the bytes appended to a capped collection, so each read
-//! sums the entries appended after the previous read's newest one ([`LossTracker`]
-//! keeps the running total). An entry appended later with an older `_id` than that
-//! newest one is not summed: the fill rate errs low by it.
+//! sums the entries whose `_id` is above the greatest `_id` the previous read saw
+//! ([`LossTracker`] keeps the running total and that `_id`; by `_id`, not by the last
+//! appended, since appenders' ids interleave). An entry appended later with an `_id`
+//! below that greatest one is not summed: the fill rate errs low by it.
 
 use chrono::{DateTime, Utc};
 
+use super::capped::ABOVE_EVERY_ID;
 use super::{CappedFeed, LossReading, Namespace, HISTORY_COUNT_LIMIT};
 use crate::model::{
     capped_collection, entry_time, CappedSample, EntrySpan, EntryStart, HistoryBefore, Lease,
-    LossTracker, NotReady, OplogStats, OplogWindow,
+    LossTracker, OplogStats, OplogWindow,
 };
 
 /// The most entries summed as one read's appends; past it the read's rate is unknown.
@@ -49,14 +51,16 @@ pub(super) async fn read_capped_time_to_loss<S: CappedFeed>(
                 continue;
             }
         };
-        if let Err(not_ready) = tracker.ready_capped(&name) {
-            if not_ready != NotReady::Measuring {
-                for lease in &tailing {
-                    reading.unpredicted.insert(
-                        lease.resource.clone(),
-                        format!("capped collection {name}: {not_ready}"),
-                    );
-                }
+        if tracker.ready_capped(&name).is_err() {
+            // Said for its leases, so nothing shows the oplog's state as theirs.
+            for lease in &tailing {
+                reading.unpredicted.insert(
+                    lease.resource.clone(),
+                    format!(
+                        "measuring the fill rate of capped collection {name} (two reads are \
+                         needed)"
+                    ),
+                );
             }
             continue;
         }
@@ -82,7 +86,6 @@ pub(super) async fn read_capped_time_to_loss<S: CappedFeed>(
 
 struct Figures {
     window: OplogWindow,
-    newest: bson::oid::ObjectId,
     stats: OplogStats,
 }
 
@@ -97,25 +100,31 @@ async fn read_figures<S: CappedFeed>(
     let name = ns.to_string();
     let unread = |e: super::StoreError| format!("capped collection {name} could not be read: {e}");
     let stats = store.capped_stats(ns).await.map_err(unread)?;
+    if let Some(max) = stats.max_count {
+        return Err(format!(
+            "capped collection {name} is also bounded to {max} entries, which drops entries \
+             the byte model does not see coming: its time to loss is not predicted"
+        ));
+    }
     let Some(window) = store.capped_window(ns).await.map_err(unread)? else {
         return Ok(None);
     };
-    let (appended, largest) = match tracker.capped_newest(&name) {
+    let (appended, largest, greatest) = match tracker.capped_newest(&name) {
         None => {
             let all = EntrySpan {
                 from: EntryStart::Oldest,
-                until: EntryStart::After(window.newest),
+                until: ABOVE_EVERY_ID,
             };
             let counted = store
                 .entry_bytes(ns, all, u64::from(HISTORY_COUNT_LIMIT))
                 .await
                 .map_err(unread)?;
-            (None, counted.largest)
+            (None, counted.largest, counted.greatest)
         }
         Some(previous) => {
             let since = EntrySpan {
                 from: EntryStart::After(previous),
-                until: EntryStart::After(window.newest),
+                until: ABOVE_EVERY_ID,
             };
             let counted = store
                 .entry_bytes(ns, since, APPENDED_COUNT_LIMIT)
@@ -128,12 +137,16 @@ async fn read_figures<S: CappedFeed>(
                      {name} between two reads, too many to count; measuring again"
                 ));
             }
-            (Some(counted.bytes), counted.largest)
+            (
+                Some(counted.bytes),
+                counted.largest,
+                counted.greatest.max(Some(previous)),
+            )
         }
     };
     let sample = CappedSample {
         window: window.times(),
-        newest: window.newest,
+        newest: greatest.unwrap_or(window.newest),
         size_bytes: stats.size_bytes,
         max_bytes: stats.max_bytes,
         entries: stats.count,
@@ -143,7 +156,6 @@ async fn read_figures<S: CappedFeed>(
     let stats = tracker.record_capped(&name, now, &sample);
     Ok(Some(Figures {
         window: sample.window,
-        newest: window.newest,
         stats,
     }))
 }
@@ -175,7 +187,7 @@ async fn history_before<S: CappedFeed>(
     let limit = u64::from(HISTORY_COUNT_LIMIT);
     let newer = EntrySpan {
         from: own,
-        until: EntryStart::After(figures.newest),
+        until: ABOVE_EVERY_ID,
     };
     let counted = store.entry_bytes(ns, newer, limit).await.map_err(failed)?;
     if counted.complete {

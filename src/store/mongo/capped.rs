@@ -292,6 +292,7 @@ impl CappedFeed for MongoStore {
                 "entries": { "$sum": 1 },
                 "bytes": { "$sum": { "$bsonSize": "$$ROOT" } },
                 "largest": { "$max": { "$bsonSize": "$$ROOT" } },
+                "greatest": { "$max": "$_id" },
             } },
         ];
         let replies: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
@@ -323,6 +324,10 @@ impl CappedFeed for MongoStore {
             entries: entries.min(limit),
             bytes: number("bytes")?,
             largest: number("largest")?,
+            greatest: match reply.get("greatest") {
+                Some(Bson::ObjectId(id)) => Some(*id),
+                _ => None,
+            },
             complete: entries <= limit,
         })
     }

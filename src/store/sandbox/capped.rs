@@ -15,10 +15,6 @@ use crate::store::{
     Namespace, OperationType, StartPoint, StoreError, StoreResult,
 };
 
-/// The bytes-per-entry a capped collection counts beyond its document, so a tiny
-/// document still takes room (as a record does in a real one).
-const ENTRY_OVERHEAD: usize = 16;
-
 struct Entry {
     seq: u64,
     id: ObjectId,
@@ -54,7 +50,9 @@ impl CappedLog {
     }
 
     fn push(&mut self, id: ObjectId, document: Document) {
-        let bytes = bson::to_vec(&document).map_or(0, |b| b.len()) + ENTRY_OVERHEAD;
+        // MongoDB counts an entry's BSON size against the collection's size (collStats
+        // `size`, `$bsonSize`), nothing more.
+        let bytes = bson::to_vec(&document).map_or(0, |b| b.len());
         self.entries.push_back(Entry {
             seq: self.next_seq,
             id,
@@ -250,6 +248,7 @@ impl CappedFeed for SandboxStore {
             counted.entries += 1;
             counted.bytes += entry.bytes as u64;
             counted.largest = counted.largest.max(entry.bytes as u64);
+            counted.greatest = counted.greatest.max(Some(entry.id));
         }
         Ok(counted)
     }
