@@ -200,6 +200,11 @@ async fn export_then_import_restores_every_token_byte_for_byte_audited_and_undoa
         assert_eq!(moved.len(), 2);
 
         let restored = store.list().await.unwrap().items;
+        assert_eq!(
+            exported.len(),
+            restored.len(),
+            "the same leases, none missing or added"
+        );
         for (then, now) in exported.iter().zip(&restored) {
             assert_eq!(then.resource, now.resource);
             assert_eq!(

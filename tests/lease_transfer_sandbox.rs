@@ -172,6 +172,11 @@ async fn export_then_import_on_the_sandbox_restores_each_token_as_one_audited_mo
     let reply: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(reply["moved"].as_array().map(Vec::len), Some(2), "{reply}");
     let after = store.list().await.unwrap().items;
+    assert_eq!(
+        before.len(),
+        after.len(),
+        "the same leases, none missing or added"
+    );
     for (then, now) in before.iter().zip(&after) {
         assert_eq!(
             then.resume_token.as_ref().map(ResumeToken::as_document),

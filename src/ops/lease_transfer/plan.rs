@@ -114,11 +114,12 @@ impl ImportPlan {
         self.items.iter().filter_map(ImportItem::move_plan)
     }
 
-    pub fn unchanged(&self) -> usize {
+    /// The leases already at the file's point: nothing to do for them.
+    pub fn unchanged(&self) -> impl Iterator<Item = &str> {
         self.items
             .iter()
             .filter(|i| i.step == ImportStep::Unchanged)
-            .count()
+            .map(ImportItem::resource)
     }
 }
 

@@ -92,12 +92,7 @@ pub async fn execute_import<S: OperatorStore + AuditLog>(
     reason: Option<String>,
 ) -> Result<ImportReport, Box<ImportStopped>> {
     let mut report = ImportReport {
-        unchanged: plan
-            .items
-            .iter()
-            .filter(|i| i.step == super::ImportStep::Unchanged)
-            .map(|i| i.resource().to_string())
-            .collect(),
+        unchanged: plan.unchanged().map(str::to_string).collect(),
         ..ImportReport::default()
     };
     if let Some(refusal) = plan.first_refusal() {
