@@ -161,15 +161,18 @@ impl LeaseHealth {
         let headroom = token_time
             .zip(window)
             .map(|(t, w)| t.saturating_since(w.first));
+        let lost = token_time.zip(window).is_some_and(|(t, w)| t < w.first);
         let headroom_share = headroom.zip(window).map(|(h, w)| {
             let length = w.length().as_secs_f64();
-            if length <= 0.0 {
+            if lost {
+                // Nothing of its history is left, however short the window is.
+                0.0
+            } else if length <= 0.0 {
                 1.0
             } else {
                 (h.as_secs_f64() / length).clamp(0.0, 1.0)
             }
         });
-        let lost = token_time.zip(window).is_some_and(|(t, w)| t < w.first);
         let expired = lease.live_holder(now).is_none();
         let unclaimed = thresholds.unclaimed_for(lease, now).is_some();
         let caught_up = token_time.zip(window).is_some_and(|(t, w)| t >= w.last);
@@ -445,5 +448,25 @@ mod tests {
             let s = status(&held_lease(Some(token), now), &window, now);
             prop_assert_eq!(s == LeaseStatus::Lost, token < first);
         }
+    }
+
+    /// A lost position has no headroom left, also in a window of zero length (a capped
+    /// collection whose entries were all made in one second): not "0s (100%)".
+    #[test]
+    fn a_lost_position_has_no_share_of_a_zero_length_window() {
+        let mut lease = Lease::vacant("r");
+        lease.resume_token = Some(crate::model::ResumeToken::encode(
+            crate::model::ClusterTime::new(1_800_000_000, 1),
+            crate::model::TokenKind::Event,
+            1,
+        ));
+        let window = OplogWindow::new(
+            crate::model::ClusterTime::new(1_800_000_005, 1),
+            crate::model::ClusterTime::new(1_800_000_005, 1),
+        );
+        let now = DateTime::from_timestamp(1_800_000_006, 0).unwrap();
+        let health = LeaseHealth::assess(&lease, Some(&window), now, &HealthThresholds::default());
+        assert_eq!(health.status, LeaseStatus::Lost);
+        assert_eq!(health.headroom_share, Some(0.0));
     }
 }
