@@ -18,6 +18,7 @@ mod documents;
 mod errors;
 mod feed;
 mod increments;
+mod lease_hub;
 mod lease_write;
 mod leases;
 mod oplog_stats;
@@ -35,7 +36,7 @@ use mongodb::{Client, Collection};
 pub use capped::MongoTail;
 pub use connect::MongoSettings;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
-pub use leases::MongoLeaseWatch;
+pub use lease_hub::MongoLeaseWatch;
 pub use redact::{redact_message, redact_uri, ConnectionString};
 
 use crate::model::{Deployment, StreamProfile};
@@ -60,6 +61,8 @@ pub struct MongoStore {
     shard_clients: Arc<shards::ShardClients>,
     /// Set once the checkpoints' index was asked for (made or refused): asked once.
     checkpoint_index: Arc<tokio::sync::OnceCell<()>>,
+    /// The one change stream on the lease collection every lease watch shares.
+    lease_hub: Arc<lease_hub::LeaseHub>,
     /// The configured profile, else the one the host names tell.
     profile: StreamProfile,
     /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
@@ -109,6 +112,7 @@ impl MongoStore {
             router: opened.router,
             shard_clients: Arc::default(),
             checkpoint_index: Arc::default(),
+            lease_hub: Arc::default(),
             profile,
             no_oplog,
         })
