@@ -22,6 +22,7 @@ mod lease_hub;
 mod lease_write;
 mod leases;
 mod oplog_stats;
+mod read_pace;
 mod redact;
 mod shards;
 pub mod version;
@@ -63,6 +64,8 @@ pub struct MongoStore {
     checkpoint_index: Arc<tokio::sync::OnceCell<()>>,
     /// The one change stream on the lease collection every lease watch shares.
     lease_hub: Arc<lease_hub::LeaseHub>,
+    /// How many data streams may wait on the server at once ([`read_pace`]).
+    await_slots: Arc<tokio::sync::Semaphore>,
     /// The configured profile, else the one the host names tell.
     profile: StreamProfile,
     /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
@@ -104,6 +107,7 @@ impl MongoStore {
         }
         let no_oplog = profile == StreamProfile::CosmosDb
             || Deployment::detect(None, None, &hosts) == Deployment::CosmosDb;
+        let await_slots = read_pace::await_slots(opened.options.max_pool_size);
         Ok(MongoStore {
             client: opened.client,
             settings: Arc::new(settings),
@@ -113,6 +117,7 @@ impl MongoStore {
             shard_clients: Arc::default(),
             checkpoint_index: Arc::default(),
             lease_hub: Arc::default(),
+            await_slots,
             profile,
             no_oplog,
         })
