@@ -1,7 +1,7 @@
 //! Many listeners in one process on a real replica set (issue 16): the lease watches
 //! share one change stream, data streams beyond the store's await slots poll, and
 //! nothing is missed or late by more than a read wait either way.
-//! `STREAMWARD_TEST_URI=… cargo test --test fleet_live`.
+//! `STREAMWARD_TEST_URI=… cargo test --test lease_stream_live`.
 
 mod support;
 
