@@ -55,6 +55,35 @@ async fn connections(store: &MongoStore) -> i64 {
     }
 }
 
+/// The server's CPU time so far (`serverStatus.extra_info`, Linux), if it says.
+async fn server_cpu(store: &MongoStore) -> Option<Duration> {
+    let status = store
+        .client()
+        .database("admin")
+        .run_command(doc! { "serverStatus": 1 })
+        .await
+        .ok()?;
+    let extra = status.get_document("extra_info").ok()?;
+    let micros = |field: &str| match extra.get(field) {
+        Some(bson::Bson::Int64(n)) => u64::try_from(*n).ok(),
+        Some(bson::Bson::Int32(n)) => u64::try_from(*n).ok(),
+        _ => None,
+    };
+    Some(Duration::from_micros(
+        micros("user_time_us")? + micros("system_time_us")?,
+    ))
+}
+
+/// This process's CPU time so far (`utime + stime` of /proc/self/stat), if it says.
+fn client_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // USER_HZ is 100 on Linux.
+    Some(Duration::from_millis(ticks * 10))
+}
+
 /// How long one takeover may take before it is counted as this long.
 const TAKEOVER_PATIENCE: Duration = Duration::from_secs(60);
 
@@ -106,6 +135,8 @@ struct Figures {
     quiet: Duration,
     /// Resident memory added by the fleet, per resource (holder and standby).
     rss_per_resource_kib: Option<u64>,
+    /// CPU time per second of quiet, in this process and in the server.
+    quiet_cpu: (Option<f64>, Option<f64>),
 }
 
 impl Figures {
@@ -169,7 +200,19 @@ async fn run_fleet(uri: &str, resources: usize, takeovers: usize, quiet: Duratio
         started.elapsed()
     );
     let settled = lease_versions(&store, &db).await;
+    let (client_before, server_before) = (client_cpu(), server_cpu(&store).await);
+    let quiet_started = Instant::now();
     tokio::time::sleep(quiet.max(Duration::from_secs(2))).await;
+    let quiet_spent = quiet_started.elapsed().as_secs_f64();
+    let share = |before: Option<Duration>, after: Option<Duration>| {
+        before
+            .zip(after)
+            .map(|(b, a)| a.saturating_sub(b).as_secs_f64() / quiet_spent)
+    };
+    let quiet_cpu = (
+        share(client_before, client_cpu()),
+        share(server_before, server_cpu(&store).await),
+    );
     let connections_held = connections(&store).await - before;
     let rss_per_resource_kib = rss_before
         .zip(rss_kib())
@@ -223,14 +266,20 @@ async fn run_fleet(uri: &str, resources: usize, takeovers: usize, quiet: Duratio
         lost_in_quiet,
         quiet,
         rss_per_resource_kib,
+        quiet_cpu,
     }
+}
+
+fn percent(share: Option<f64>) -> String {
+    share.map_or_else(|| "?".to_string(), |s| format!("{:.0}%", s * 100.0))
 }
 
 fn report(figures: &Figures) {
     eprintln!(
         "{} resources: takeover p50 {:.1?}, p99 {:.1?}, max {:.1?} over {} takeovers, {} not \
          done within {TAKEOVER_PATIENCE:?} (counted as that long); {} leases changed hands \
-         unasked in {:?} of quiet; {} KiB resident per resource",
+         unasked in {:?} of quiet, using {} of a core here and {} in the server; {} KiB \
+         resident per resource",
         figures.resources,
         figures.p(0.5),
         figures.p(0.99),
@@ -239,6 +288,8 @@ fn report(figures: &Figures) {
         figures.timed_out,
         figures.lost_in_quiet,
         figures.quiet,
+        percent(figures.quiet_cpu.0),
+        percent(figures.quiet_cpu.1),
         figures
             .rss_per_resource_kib
             .map_or_else(|| "?".to_string(), |k| k.to_string()),

@@ -595,6 +595,45 @@ async fn every_lease_watch_shares_one_change_stream_with_update_lookup_routed_by
     );
 }
 
+#[tokio::test]
+async fn watches_waiting_behind_a_failed_open_share_its_error_and_a_later_watch_tries_again() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "aggregate",
+        [Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on sw to execute command",
+        )],
+    );
+    let watches = (0..20).map(|i| store.watch(LeaseScope::One(format!("r{i}"))));
+    let outcomes = futures_util::future::join_all(watches).await;
+    for outcome in &outcomes {
+        let error = outcome.as_ref().err().expect("refused").to_string();
+        assert!(error.contains("not permitted"), "{error}");
+    }
+    assert_eq!(
+        server.commands_stripped("aggregate").len(),
+        1,
+        "twenty watches at once, one open sent"
+    );
+    server.script(
+        "aggregate",
+        [Action::ok(
+            doc! { "cursor": { "id": 78_i64, "ns": "sw.leases", "firstBatch": [] } },
+        )],
+    );
+    server.on("getMore", |_| {
+        Action::ok(doc! { "cursor": { "id": 78_i64, "ns": "sw.leases", "nextBatch": [] } })
+    });
+    store
+        .watch(LeaseScope::One("r0".into()))
+        .await
+        .expect("a later watch opens the stream anew");
+    assert_eq!(server.commands_stripped("aggregate").len(), 2);
+}
+
 // ---------------------------------------------------------------- operator actions and audit
 
 #[tokio::test]

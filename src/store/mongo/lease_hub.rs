@@ -9,6 +9,7 @@
 //! error: every watch then receives that error, and the next watch opens a new stream.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -41,7 +42,17 @@ type Delivery = Result<LeaseChange, StoreError>;
 #[derive(Debug, Default)]
 pub(super) struct LeaseHub {
     /// Held while a stream is opened, so concurrent watches wait for that one.
-    current: tokio::sync::Mutex<Option<Arc<Routes>>>,
+    current: tokio::sync::Mutex<Current>,
+    /// Opens that failed so far: a watch that waited behind a failed open gets its
+    /// error instead of trying again itself, so a thousand standbys facing a server out
+    /// of reach are told in one timeout, not in a thousand in a row.
+    failed_opens: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct Current {
+    routes: Option<Arc<Routes>>,
+    last_failure: Option<StoreError>,
 }
 
 /// Where the running stream's changes go: per resource, and to watches on all leases.
@@ -115,15 +126,28 @@ impl LeaseHub {
         store: &MongoStore,
         scope: LeaseScope,
     ) -> StoreResult<MongoLeaseWatch> {
+        let failed_before = self.failed_opens.load(Ordering::SeqCst);
         let mut current = self.current.lock().await;
-        let receiver = match current.as_ref() {
+        let receiver = match current.routes.as_ref() {
             Some(routes) => routes.subscribe(&scope),
             None => {
-                let stream = store.open_lease_stream().await?;
+                if self.failed_opens.load(Ordering::SeqCst) != failed_before {
+                    if let Some(failure) = &current.last_failure {
+                        return Err(failure.clone());
+                    }
+                }
+                let stream = match store.open_lease_stream().await {
+                    Ok(stream) => stream,
+                    Err(failure) => {
+                        current.last_failure = Some(failure.clone());
+                        self.failed_opens.fetch_add(1, Ordering::SeqCst);
+                        return Err(failure);
+                    }
+                };
                 let routes = Arc::new(Routes::new());
                 // Subscribed before the stream is read: its first batch is not missed.
                 let receiver = routes.subscribe(&scope);
-                *current = Some(Arc::clone(&routes));
+                current.routes = Some(Arc::clone(&routes));
                 tokio::spawn(Arc::clone(self).run(stream, routes, store.lease_watch_bound()));
                 receiver
             }
@@ -183,9 +207,13 @@ impl LeaseHub {
     }
 }
 
-fn clear_if_current(current: &mut Option<Arc<Routes>>, routes: &Arc<Routes>) {
-    if current.as_ref().is_some_and(|c| Arc::ptr_eq(c, routes)) {
-        *current = None;
+fn clear_if_current(current: &mut Current, routes: &Arc<Routes>) {
+    if current
+        .routes
+        .as_ref()
+        .is_some_and(|c| Arc::ptr_eq(c, routes))
+    {
+        current.routes = None;
     }
 }
 
