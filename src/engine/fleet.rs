@@ -1,0 +1,311 @@
+//! A process's membership of a fleet (docs/protocol.md, "Membership and balancing"):
+//! it announces itself and the listeners it runs on the server's clock, reads the
+//! members and the leases on a timer, plans (`model::BalancePlan`) and tells its
+//! listeners which lease to hand over at their next batch boundary and whether to leave
+//! a vacant lease to a member short of its share for a while. Fencing keeps every
+//! handover safe; balancing only decides who tries.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{Announcement, BalancePlan, MemberListener};
+use crate::store::{LeaseStore, MemberScope, MembershipStore, StoreResult};
+
+/// How a process takes part in a fleet.
+#[derive(Debug, Clone)]
+pub struct FleetConfig {
+    /// Unique per running process: its membership document's `_id`.
+    pub process: String,
+    pub host: String,
+    pub pid: u32,
+    /// How long the membership lasts without a renewal (`expiresAt = $$NOW + ttl`).
+    pub ttl: Duration,
+    /// How often it renews and plans again: well inside the ttl.
+    pub renew_every: Duration,
+    /// How long a process at or over its share leaves a vacant lease to a member short
+    /// of its own before it takes it anyway, so no lease stays orphaned.
+    pub grace: Duration,
+}
+
+impl FleetConfig {
+    /// `process` on this host and pid; membership for 10 s, renewed every third of it,
+    /// a vacant lease left to another for one ttl at most.
+    pub fn new(process: impl Into<String>) -> Self {
+        let ttl = Duration::from_secs(10);
+        Self {
+            process: process.into(),
+            host: std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".into()),
+            pid: std::process::id(),
+            ttl,
+            renew_every: ttl / 3,
+            grace: ttl,
+        }
+    }
+
+    /// The same with a different ttl, the renewal and the grace derived from it.
+    pub fn with_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self.renew_every = ttl / 3;
+        self.grace = ttl;
+        self
+    }
+}
+
+/// One registered listener, as the fleet knows it.
+#[derive(Debug, Clone, Default)]
+struct Seat {
+    listener: String,
+    /// Holding its lease now (told by the listener).
+    holding: bool,
+    /// The last plan asks it to hand its lease over.
+    handover: bool,
+}
+
+struct Shared {
+    config: FleetConfig,
+    seats: Mutex<BTreeMap<String, Seat>>,
+    /// The last plan, and a counter bumped whenever a plan or a seat changes.
+    plan: Mutex<Option<Arc<BalancePlan>>>,
+    changed: watch::Sender<u64>,
+    /// Asks the task to announce and plan now (a listener registered).
+    nudge: Notify,
+    shutdown: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+    last_error: Mutex<Option<String>>,
+}
+
+/// A process's handle on its fleet membership; clones share it.
+#[derive(Clone)]
+pub struct Fleet {
+    shared: Arc<Shared>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Fleet {
+    /// Joins: starts the task that announces, renews and plans.
+    pub fn start<S>(store: S, config: FleetConfig) -> Self
+    where
+        S: LeaseStore + MembershipStore + Clone + 'static,
+    {
+        let (changed, _) = watch::channel(0);
+        let fleet = Fleet {
+            shared: Arc::new(Shared {
+                config,
+                seats: Mutex::new(BTreeMap::new()),
+                plan: Mutex::new(None),
+                changed,
+                nudge: Notify::new(),
+                shutdown: CancellationToken::new(),
+                task: Mutex::new(None),
+                last_error: Mutex::new(None),
+            }),
+        };
+        let task = tokio::spawn(fleet.clone().run(store));
+        *lock(&fleet.shared.task) = Some(task);
+        fleet
+    }
+
+    pub fn config(&self) -> &FleetConfig {
+        &self.shared.config
+    }
+
+    /// The last plan, once there is one.
+    pub fn plan(&self) -> Option<Arc<BalancePlan>> {
+        lock(&self.shared.plan).clone()
+    }
+
+    /// The last error of announcing or planning, cleared by the next success.
+    pub fn last_error(&self) -> Option<String> {
+        lock(&self.shared.last_error).clone()
+    }
+
+    /// How many of this process's listeners hold their lease now.
+    pub fn holding(&self) -> u32 {
+        let held = lock(&self.shared.seats)
+            .values()
+            .filter(|s| s.holding)
+            .count();
+        u32::try_from(held).unwrap_or(u32::MAX)
+    }
+
+    /// Leaves gracefully: stops renewing and deletes the membership document. Stop the
+    /// listeners first (their leases are released by their own stop).
+    pub async fn stop(&self) {
+        self.shared.shutdown.cancel();
+        let task = lock(&self.shared.task).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+
+    /// A crash: stops renewing without leaving; the membership runs until it expires.
+    pub fn crash(&self) {
+        if let Some(task) = lock(&self.shared.task).take() {
+            task.abort();
+        }
+    }
+
+    /// Registers the listener of `resource` with this process (announced at once).
+    pub fn seat(&self, resource: &str, listener: &str) -> FleetSeat {
+        lock(&self.shared.seats).insert(
+            resource.to_string(),
+            Seat {
+                listener: listener.to_string(),
+                ..Seat::default()
+            },
+        );
+        self.shared.nudge.notify_one();
+        FleetSeat {
+            fleet: self.clone(),
+            resource: resource.to_string(),
+        }
+    }
+
+    fn bump(&self) {
+        self.shared.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    async fn run<S: LeaseStore + MembershipStore>(self, store: S) {
+        let config = self.shared.config.clone();
+        loop {
+            match self.round(&store).await {
+                Ok(()) => *lock(&self.shared.last_error) = None,
+                Err(error) => {
+                    tracing::warn!(process = %config.process, %error, "fleet: announcing or planning failed");
+                    *lock(&self.shared.last_error) = Some(error.to_string());
+                }
+            }
+            let next = Instant::now() + config.renew_every;
+            tokio::select! {
+                biased;
+                () = self.shared.shutdown.cancelled() => break,
+                () = self.shared.nudge.notified() => {}
+                () = sleep_until(next) => {}
+            }
+        }
+        if let Err(error) = store.leave(&config.process).await {
+            tracing::warn!(process = %config.process, %error, "fleet: could not leave; the membership runs until it expires");
+        }
+    }
+
+    /// One renewal and one plan: announce, read the live members, the leases and the
+    /// server's clock, plan, and tell the seats.
+    async fn round<S: LeaseStore + MembershipStore>(&self, store: &S) -> StoreResult<()> {
+        let config = &self.shared.config;
+        let listeners: Vec<MemberListener> = lock(&self.shared.seats)
+            .iter()
+            .map(|(resource, seat)| MemberListener {
+                resource: resource.clone(),
+                listener: seat.listener.clone(),
+            })
+            .collect();
+        store
+            .announce(
+                &Announcement {
+                    process: config.process.clone(),
+                    host: config.host.clone(),
+                    pid: config.pid,
+                    listeners,
+                },
+                config.ttl,
+            )
+            .await?;
+        let members = store.members(MemberScope::Live).await?;
+        let leases = store.list().await?;
+        let now = store.server_now().await?;
+        let plan = BalancePlan::of(&members.items, &leases.items, now);
+        {
+            let mut seats = lock(&self.shared.seats);
+            for (resource, seat) in seats.iter_mut() {
+                seat.handover = plan
+                    .hands_over(resource)
+                    .is_some_and(|h| h.from == config.process);
+            }
+        }
+        tracing::debug!(process = %config.process, share = ?plan.share(&config.process), held = plan.held(&config.process), handovers = plan.handovers.len(), "fleet: planned");
+        *lock(&self.shared.plan) = Some(Arc::new(plan));
+        self.bump();
+        Ok(())
+    }
+}
+
+/// What one listener asks of its process's fleet.
+#[derive(Clone)]
+pub struct FleetSeat {
+    fleet: Fleet,
+    resource: String,
+}
+
+impl FleetSeat {
+    /// Whether the last plan asks this listener to hand its lease over.
+    pub fn handover_requested(&self) -> bool {
+        lock(&self.fleet.shared.seats)
+            .get(&self.resource)
+            .is_some_and(|s| s.handover && s.holding)
+    }
+
+    /// The listener holds its lease (`true`) or no longer does.
+    pub fn set_holding(&self, holding: bool) {
+        let changed = {
+            let mut seats = lock(&self.fleet.shared.seats);
+            match seats.get_mut(&self.resource) {
+                Some(seat) if seat.holding != holding => {
+                    seat.holding = holding;
+                    if !holding {
+                        // Asked once per plan: a lease taken back later is not
+                        // handed over again on the same plan's word.
+                        seat.handover = false;
+                    }
+                    true
+                }
+                _ => false,
+            }
+        };
+        if changed {
+            self.fleet.bump();
+        }
+    }
+
+    /// Whether the listener may try to acquire now, rather than leave the lease to a
+    /// member short of its share: no plan yet, or the plan says defer.
+    pub fn may_acquire_now(&self) -> bool {
+        let Some(plan) = self.fleet.plan() else {
+            return false;
+        };
+        !plan.defers(
+            &self.fleet.shared.config.process,
+            &self.resource,
+            self.fleet.holding(),
+        )
+    }
+
+    /// Waits until the listener may try to acquire: at once unless the plan says to
+    /// leave the lease to another, and at most the grace. `false` when shut down.
+    pub async fn clear_to_acquire(&self, shutdown: &CancellationToken) -> bool {
+        let deadline = Instant::now() + self.fleet.shared.config.grace;
+        let mut changes = self.fleet.shared.changed.subscribe();
+        loop {
+            changes.borrow_and_update();
+            if self.may_acquire_now() {
+                return true;
+            }
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return false,
+                () = sleep_until(deadline) => return true,
+                changed = changes.changed() => if changed.is_err() { return true },
+            }
+        }
+    }
+}
