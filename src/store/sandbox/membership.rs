@@ -22,14 +22,12 @@ impl MembershipStore for SandboxStore {
             .map_or(now, |m| m.started_at);
         let mut listeners = announcement.listeners.clone();
         listeners.sort();
-        // MongoDB keeps dates to the millisecond.
         let millis = TimeDelta::milliseconds(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX));
-        let now = truncate_to_millis(now);
         let member = Member {
             process: announcement.process.clone(),
             host: announcement.host.clone(),
             pid: announcement.pid,
-            started_at: truncate_to_millis(started_at),
+            started_at,
             renewed_at: now,
             expires_at: now + millis,
             listeners,
@@ -59,8 +57,4 @@ impl MembershipStore for SandboxStore {
         self.lock().members.remove(process);
         Ok(())
     }
-}
-
-fn truncate_to_millis(at: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
-    chrono::DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
 }
