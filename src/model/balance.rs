@@ -124,15 +124,12 @@ impl BalancePlan {
                 }
             }
         }
-        let capacities: Vec<(String, u32, u32)> = runners
+        let capacities: Vec<Capacity> = runners
             .iter()
-            .map(|r| {
-                let capacity = u32::try_from(r.resources.len()).unwrap_or(u32::MAX);
-                (
-                    r.process.clone(),
-                    capacity,
-                    held.get(&r.process).copied().unwrap_or(0),
-                )
+            .map(|r| Capacity {
+                process: r.process.clone(),
+                can_run: u32::try_from(r.resources.len()).unwrap_or(u32::MAX),
+                held: held.get(&r.process).copied().unwrap_or(0),
             })
             .collect();
         let total = u32::try_from(by_resource.len()).unwrap_or(u32::MAX);
@@ -149,15 +146,12 @@ impl BalancePlan {
             }
         }
         let mut handovers = BTreeMap::new();
-        loop {
-            // The member most over its share gives first (ties: the smaller id).
-            let Some((&from, _)) = excess
-                .iter()
-                .filter(|(_, e)| **e > 0)
-                .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
-            else {
-                break;
-            };
+        // The member most over its share gives first (ties: the smaller id).
+        while let Some((&from, _)) = excess
+            .iter()
+            .filter(|(_, e)| **e > 0)
+            .max_by(|a, b| a.1.cmp(b.1).then_with(|| b.0.cmp(a.0)))
+        {
             let mut candidates: Vec<&&LeaseHolding> = holds
                 .get(from)
                 .map(|h| h.iter().collect())
@@ -241,34 +235,44 @@ impl BalancePlan {
     }
 }
 
-/// Splits `total` leases among `members` (process, capacity, held now) as evenly as
+/// One member as [`fair_shares`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capacity {
+    pub process: String,
+    /// How many of the resources it can run.
+    pub can_run: u32,
+    /// How many leases it holds now.
+    pub held: u32,
+}
+
+/// Splits `total` leases among `members` as evenly as
 /// their capacities allow: a member that can run fewer than an even split gets all it
 /// can run, the rest is split evenly among the others, and where the split leaves a
 /// remainder the members holding the most now get one more (ties: the smaller id), so
 /// a fleet already within one of even moves nothing. The shares sum to `total` when
 /// the capacities cover it (they do when `total` counts the resources some member runs).
-pub fn fair_shares(total: u32, members: &[(String, u32, u32)]) -> BTreeMap<String, u32> {
+pub fn fair_shares(total: u32, members: &[Capacity]) -> BTreeMap<String, u32> {
     let mut shares = BTreeMap::new();
-    let mut active: Vec<&(String, u32, u32)> = members.iter().collect();
+    let mut active: Vec<&Capacity> = members.iter().collect();
     let mut remaining = total;
     while !active.is_empty() {
         let n = u32::try_from(active.len()).unwrap_or(u32::MAX);
         let even = remaining / n;
-        let (capped, open): (Vec<&(String, u32, u32)>, Vec<&(String, u32, u32)>) =
-            active.iter().partition(|m| m.1 <= even);
+        let (capped, open): (Vec<&Capacity>, Vec<&Capacity>) =
+            active.iter().partition(|m| m.can_run <= even);
         if capped.is_empty() {
             let mut order = open;
-            order.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+            order.sort_by(|a, b| b.held.cmp(&a.held).then_with(|| a.process.cmp(&b.process)));
             let extra = remaining % n;
             for (i, member) in order.iter().enumerate() {
                 let one_more = u32::from(u32::try_from(i).unwrap_or(u32::MAX) < extra);
-                shares.insert(member.0.clone(), even + one_more);
+                shares.insert(member.process.clone(), even + one_more);
             }
             break;
         }
         for member in &capped {
-            shares.insert(member.0.clone(), member.1);
-            remaining -= member.1;
+            shares.insert(member.process.clone(), member.can_run);
+            remaining -= member.can_run;
         }
         active = open;
     }

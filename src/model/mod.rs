@@ -19,7 +19,7 @@ mod topology;
 pub use audit::{
     AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict, FOLD_INCREMENTS_ACTION,
 };
-pub use balance::{fair_shares, BalancePlan, Handover, Holding, LeaseHolding, Runner};
+pub use balance::{fair_shares, BalancePlan, Capacity, Handover, Holding, LeaseHolding, Runner};
 pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
 pub use health::{
