@@ -44,3 +44,12 @@ async fn a_second_process_takes_half_and_the_survivor_takes_all() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_settle_at_four_and_a_graceful_leave_at_six() {
+    live("fleet_three", |live| async move {
+        fleet::three_processes_settle_at_four_and_a_graceful_leave_at_six(&LiveFleet { live })
+            .await;
+    })
+    .await;
+}

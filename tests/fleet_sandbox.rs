@@ -41,3 +41,15 @@ async fn a_second_process_takes_half_and_the_survivor_takes_all() {
     };
     fleet::a_second_process_takes_half_and_the_survivor_takes_all(&harness).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn three_processes_settle_at_four_and_a_graceful_leave_at_six() {
+    let epoch = Utc
+        .with_ymd_and_hms(2031, 6, 1, 12, 0, 0)
+        .single()
+        .expect("a valid date");
+    let harness = SandboxFleet {
+        store: SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch)),
+    };
+    fleet::three_processes_settle_at_four_and_a_graceful_leave_at_six(&harness).await;
+}

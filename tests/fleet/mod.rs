@@ -382,3 +382,67 @@ async fn lease_versions(store: &impl LeaseStore) -> BTreeMap<String, (i64, Optio
         .map(|l| (l.resource, (l.version, l.holder)))
         .collect()
 }
+
+/// Three processes settle at four leases each, the two that join at once sharing what
+/// the first hands over; one stops gracefully (releases, leaves) and the other two
+/// settle at six each without waiting for any expiry.
+pub async fn three_processes_settle_at_four_and_a_graceful_leave_at_six<H: FleetHarness>(h: &H) {
+    let observer = h.process_store().await;
+    let patience = h.patience();
+    let journal = Journal::default();
+    let a = start_process(h, "a", &journal).await;
+    wait_for_holdings(
+        &observer,
+        patience,
+        "a alone takes all",
+        exactly(&[("a", 12)]),
+    )
+    .await;
+    let b = start_process(h, "b", &journal).await;
+    let c = start_process(h, "c", &journal).await;
+    let settled = wait_for_holdings(
+        &observer,
+        patience,
+        "a, b and c hold four each",
+        exactly(&[("a", 4), ("b", 4), ("c", 4)]),
+    )
+    .await;
+    let plan = a.fleet.plan().expect("a has planned");
+    assert_eq!(
+        plan.shares.values().copied().collect::<Vec<_>>(),
+        [4, 4, 4],
+        "{plan:?}"
+    );
+
+    // c stops: its listeners release, its fleet leaves.
+    for listener in c.listeners {
+        assert!(listener.stop().await.is_some());
+    }
+    c.fleet.stop().await;
+    let left = observer
+        .members(streamward::store::MemberScope::All)
+        .await
+        .expect("members");
+    assert!(
+        left.items.iter().all(|m| m.process != "c"),
+        "c left: {:?}",
+        left.items
+    );
+    let resettled = wait_for_holdings(
+        &observer,
+        // Sooner than a lease period would pass twice if anything waited for expiry.
+        patience,
+        "a and b hold six each after c left",
+        exactly(&[("a", 6), ("b", 6)]),
+    )
+    .await;
+    for process in [a, b] {
+        for listener in process.listeners {
+            assert!(listener.stop().await.is_some());
+        }
+        process.fleet.stop().await;
+    }
+    eprintln!(
+        "fleet figures: 4/4/4 {settled:?} after b and c started; 6/6 {resettled:?} after c stopped"
+    );
+}
