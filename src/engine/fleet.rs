@@ -40,7 +40,7 @@ impl FleetConfig {
         let ttl = Duration::from_secs(10);
         Self {
             process: process.into(),
-            host: std::env::var("HOSTNAME").unwrap_or_else(|_| "unknown".into()),
+            host: host_name(),
             pid: std::process::id(),
             ttl,
             renew_every: ttl / 3,
@@ -55,6 +55,16 @@ impl FleetConfig {
         self.grace = ttl;
         self
     }
+}
+
+/// This machine's name, for operators: `HOSTNAME`, else the kernel's, else "unknown".
+fn host_name() -> String {
+    std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/proc/sys/kernel/hostname").ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".into())
 }
 
 /// One registered listener, as the fleet knows it.
@@ -221,7 +231,7 @@ impl Fleet {
                 config.ttl,
             )
             .await?;
-        let members = store.members(MemberScope::Live).await?;
+        let members = store.list_members(MemberScope::Live).await?;
         let leases = store.list().await?;
         let now = store.server_now().await?;
         let plan = BalancePlan::of(&members.items, &leases.items, now);

@@ -28,7 +28,7 @@ pub use health::{
 pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
-pub use membership::{member_field, Announcement, Member, MemberListener};
+pub use membership::{member_field, Announcement, Member, MemberListener, ProcessView};
 pub use oplog_window::OplogWindow;
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};

@@ -30,7 +30,7 @@ pub trait MembershipStore: Send + Sync {
     ) -> impl Future<Output = StoreResult<Member>> + Send;
 
     /// The membership documents, sorted by `_id`, and those that cannot be read.
-    fn members(
+    fn list_members(
         &self,
         scope: MemberScope,
     ) -> impl Future<Output = StoreResult<Listing<Member>>> + Send;

@@ -66,7 +66,7 @@ pub async fn announce_joins_then_renews_on_the_server_clock<H: Harness>(h: &H) {
     assert_eq!(second.expires_at, plus(second.renewed_at, 2 * LONG));
     assert_eq!(second.listeners.len(), 1, "the listeners are replaced");
 
-    let all = store.members(MemberScope::All).await.expect("members");
+    let all = store.list_members(MemberScope::All).await.expect("members");
     assert!(all.malformed.is_empty());
     assert_eq!(all.items, vec![second]);
 }
@@ -81,15 +81,15 @@ pub async fn an_expired_member_is_not_live_and_rejoins_with_a_new_start<H: Harne
         .announce(&announcement("p1", &["a"]), LONG)
         .await
         .expect("announce p1");
-    let live = store.members(MemberScope::Live).await.expect("live");
+    let live = store.list_members(MemberScope::Live).await.expect("live");
     let ids: Vec<&str> = live.items.iter().map(|m| m.process.as_str()).collect();
     assert_eq!(ids, ["p1", "p2"], "sorted by _id");
 
     wait_until_server_passes(store, short.expires_at).await;
-    let live = store.members(MemberScope::Live).await.expect("live");
+    let live = store.list_members(MemberScope::Live).await.expect("live");
     let ids: Vec<&str> = live.items.iter().map(|m| m.process.as_str()).collect();
     assert_eq!(ids, ["p1"], "expiry is inclusive, by the server's clock");
-    let all = store.members(MemberScope::All).await.expect("all");
+    let all = store.list_members(MemberScope::All).await.expect("all");
     assert_eq!(
         all.items.len(),
         2,
@@ -117,7 +117,7 @@ pub async fn leaving_removes_only_the_own_document_and_twice_is_harmless<H: Harn
     store.leave("p1").await.expect("leave");
     store.leave("p1").await.expect("leave again");
     store.leave("never-joined").await.expect("leave unknown");
-    let all = store.members(MemberScope::All).await.expect("all");
+    let all = store.list_members(MemberScope::All).await.expect("all");
     let ids: Vec<&str> = all.items.iter().map(|m| m.process.as_str()).collect();
     assert_eq!(ids, ["p2"]);
 }

@@ -281,7 +281,7 @@ pub async fn a_second_process_takes_half_and_the_survivor_takes_all<H: FleetHarn
     }
     b.fleet.stop().await;
     let gone = observer
-        .members(streamward::store::MemberScope::All)
+        .list_members(streamward::store::MemberScope::All)
         .await
         .expect("members");
     let names: Vec<&str> = gone.items.iter().map(|m| m.process.as_str()).collect();
@@ -420,7 +420,7 @@ pub async fn three_processes_settle_at_four_and_a_graceful_leave_at_six<H: Fleet
     }
     c.fleet.stop().await;
     let left = observer
-        .members(streamward::store::MemberScope::All)
+        .list_members(streamward::store::MemberScope::All)
         .await
         .expect("members");
     assert!(
@@ -445,4 +445,43 @@ pub async fn three_processes_settle_at_four_and_a_graceful_leave_at_six<H: Fleet
     eprintln!(
         "fleet figures: 4/4/4 {settled:?} after b and c started; 6/6 {resettled:?} after c stopped"
     );
+}
+
+/// Two processes, `a` then `b`, balanced at six leases each; for checks of what
+/// operators see. Stop them with [`stop_all`].
+#[allow(dead_code)]
+pub async fn balanced_pair<H: FleetHarness>(h: &H) -> Vec<Running> {
+    let observer = h.process_store().await;
+    let journal = Journal::default();
+    let a = start_process(h, "a", &journal).await;
+    wait_for_holdings(
+        &observer,
+        h.patience(),
+        "a takes all",
+        exactly(&[("a", 12)]),
+    )
+    .await;
+    let b = start_process(h, "b", &journal).await;
+    wait_for_holdings(
+        &observer,
+        h.patience(),
+        "a and b hold six each",
+        exactly(&[("a", 6), ("b", 6)]),
+    )
+    .await;
+    vec![Running(a), Running(b)]
+}
+
+/// A process started by [`balanced_pair`].
+pub struct Running(Process);
+
+/// Stops every listener, then leaves.
+#[allow(dead_code)]
+pub async fn stop_all(processes: Vec<Running>) {
+    for Running(process) in processes {
+        for listener in process.listeners {
+            assert!(listener.stop().await.is_some());
+        }
+        process.fleet.stop().await;
+    }
 }

@@ -94,7 +94,7 @@ impl MembershipStore for MongoStore {
     }
 
     /// `find` sorted by `_id`; live ones by `{$expr: {$gt: ["$expiresAt", "$$NOW"]}}`.
-    async fn members(&self, scope: MemberScope) -> StoreResult<Listing<Member>> {
+    async fn list_members(&self, scope: MemberScope) -> StoreResult<Listing<Member>> {
         let action = "list the processes";
         let filter = match scope {
             MemberScope::Live => {

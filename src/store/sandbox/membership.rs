@@ -38,7 +38,7 @@ impl MembershipStore for SandboxStore {
         Ok(member)
     }
 
-    async fn members(&self, scope: MemberScope) -> StoreResult<Listing<Member>> {
+    async fn list_members(&self, scope: MemberScope) -> StoreResult<Listing<Member>> {
         count(&self.inner.calls.membership);
         let now = self.inner.clock.now();
         let state = self.lock();
