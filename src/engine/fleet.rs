@@ -68,9 +68,13 @@ fn host_name() -> String {
 }
 
 /// One registered listener, as the fleet knows it.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Seat {
     listener: String,
+    /// Able to take its lease: not stuck waiting for an operator. Only available seats
+    /// (and holding ones) are announced, so no lease is handed towards a listener that
+    /// would not take it.
+    available: bool,
     /// Holding its lease now (told by the listener).
     holding: bool,
     /// The last plan asks it to hand its lease over.
@@ -80,14 +84,27 @@ struct Seat {
 struct Shared {
     config: FleetConfig,
     seats: Mutex<BTreeMap<String, Seat>>,
-    /// The last plan, and a counter bumped whenever a plan or a seat changes.
-    plan: Mutex<Option<Arc<BalancePlan>>>,
+    /// What the last round left: a plan, or why there is none.
+    plan: Mutex<Planned>,
     changed: watch::Sender<u64>,
     /// Asks the task to announce and plan now (a listener registered).
     nudge: Notify,
     shutdown: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
     last_error: Mutex<Option<String>>,
+}
+
+/// What the listeners go by.
+#[derive(Debug, Clone, Default)]
+enum Planned {
+    /// Before the first round: a listener waits for it (at most the grace).
+    #[default]
+    NotYet,
+    Plan(Arc<BalancePlan>),
+    /// The last round failed (the membership may lapse, others may not count this
+    /// process): no plan, so no handovers and no deferring. The listeners behave as
+    /// outside any fleet until a round succeeds again.
+    Failed,
 }
 
 /// A process's handle on its fleet membership; clones share it.
@@ -113,7 +130,7 @@ impl Fleet {
             shared: Arc::new(Shared {
                 config,
                 seats: Mutex::new(BTreeMap::new()),
-                plan: Mutex::new(None),
+                plan: Mutex::new(Planned::NotYet),
                 changed,
                 nudge: Notify::new(),
                 shutdown: CancellationToken::new(),
@@ -132,7 +149,10 @@ impl Fleet {
 
     /// The last plan, once there is one.
     pub fn plan(&self) -> Option<Arc<BalancePlan>> {
-        lock(&self.shared.plan).clone()
+        match &*lock(&self.shared.plan) {
+            Planned::Plan(plan) => Some(plan.clone()),
+            Planned::NotYet | Planned::Failed => None,
+        }
     }
 
     /// The last error of announcing or planning, cleared by the next success.
@@ -172,7 +192,9 @@ impl Fleet {
             resource.to_string(),
             Seat {
                 listener: listener.to_string(),
-                ..Seat::default()
+                available: true,
+                holding: false,
+                handover: false,
             },
         );
         self.shared.nudge.notify_one();
@@ -192,8 +214,13 @@ impl Fleet {
             match self.round(&store).await {
                 Ok(()) => *lock(&self.shared.last_error) = None,
                 Err(error) => {
-                    tracing::warn!(process = %config.process, %error, "fleet: announcing or planning failed");
+                    tracing::warn!(process = %config.process, %error, "fleet: announcing or planning failed; its listeners neither hand over nor defer until it succeeds");
                     *lock(&self.shared.last_error) = Some(error.to_string());
+                    for seat in lock(&self.shared.seats).values_mut() {
+                        seat.handover = false;
+                    }
+                    *lock(&self.shared.plan) = Planned::Failed;
+                    self.bump();
                 }
             }
             let next = Instant::now() + config.renew_every;
@@ -215,6 +242,7 @@ impl Fleet {
         let config = &self.shared.config;
         let listeners: Vec<MemberListener> = lock(&self.shared.seats)
             .iter()
+            .filter(|(_, seat)| seat.available || seat.holding)
             .map(|(resource, seat)| MemberListener {
                 resource: resource.clone(),
                 listener: seat.listener.clone(),
@@ -244,7 +272,7 @@ impl Fleet {
             }
         }
         tracing::debug!(process = %config.process, share = ?plan.share(&config.process), held = plan.held(&config.process), handovers = plan.handovers.len(), "fleet: planned");
-        *lock(&self.shared.plan) = Some(Arc::new(plan));
+        *lock(&self.shared.plan) = Planned::Plan(Arc::new(plan));
         self.bump();
         Ok(())
     }
@@ -287,11 +315,28 @@ impl FleetSeat {
         }
     }
 
-    /// Whether the listener may try to acquire now, rather than leave the lease to a
-    /// member short of its share: no plan yet, or the plan says defer.
+    /// The listener can take its lease (`true`), or is stuck waiting for an operator.
+    /// Announced at once.
+    pub fn set_available(&self, available: bool) {
+        if let Some(seat) = lock(&self.fleet.shared.seats).get_mut(&self.resource) {
+            seat.available = available;
+        }
+        self.fleet.shared.nudge.notify_one();
+    }
+
+    /// The listener has exited: it no longer runs here. Announced at once.
+    pub fn withdraw(&self) {
+        lock(&self.fleet.shared.seats).remove(&self.resource);
+        self.fleet.shared.nudge.notify_one();
+    }
+
+    /// Whether the listener may try to acquire now, rather than wait for the first plan
+    /// or leave the lease to a member short of its share as the plan says.
     pub fn may_acquire_now(&self) -> bool {
-        let Some(plan) = self.fleet.plan() else {
-            return false;
+        let plan = match &*lock(&self.fleet.shared.plan) {
+            Planned::NotYet => return false,
+            Planned::Failed => return true,
+            Planned::Plan(plan) => plan.clone(),
         };
         !plan.defers(
             &self.fleet.shared.config.process,
@@ -317,5 +362,130 @@ impl FleetSeat {
                 changed = changes.changed() => if changed.is_err() { return true },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+    use chrono::TimeZone;
+
+    fn sandbox() -> SandboxStore {
+        let epoch = chrono::Utc
+            .with_ymd_and_hms(2031, 6, 1, 12, 0, 0)
+            .single()
+            .unwrap_or_default();
+        SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch))
+    }
+
+    fn runs(process: &str, resources: &[&str]) -> Announcement {
+        Announcement {
+            process: process.into(),
+            host: "h".into(),
+            pid: 1,
+            listeners: resources
+                .iter()
+                .map(|r| MemberListener {
+                    resource: (*r).into(),
+                    listener: format!("{process}/{r}"),
+                })
+                .collect(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_process_at_its_share_leaves_a_vacant_lease_to_one_short_of_it_for_the_grace_at_most()
+    {
+        let store = sandbox();
+        // b runs both resources and holds nothing: it is short of its share of one.
+        store
+            .announce(&runs("b", &["r0", "r1"]), Duration::from_secs(3600))
+            .await
+            .unwrap();
+        let config = FleetConfig::new("a").with_ttl(Duration::from_secs(3));
+        let fleet = Fleet::start(store.clone(), config.clone());
+        let r0 = fleet.seat("r0", "a/r0");
+        let r1 = fleet.seat("r1", "a/r1");
+        assert!(!r0.may_acquire_now(), "no plan yet: wait for the first");
+        r1.set_holding(true);
+        let start = Instant::now();
+        let shutdown = CancellationToken::new();
+        assert!(r0.clear_to_acquire(&shutdown).await);
+        let waited = start.elapsed();
+        assert!(fleet.plan().is_some());
+        assert!(
+            waited >= config.grace && waited < config.grace + Duration::from_millis(50),
+            "a with its share (r1) leaves r0 to b for the grace, then takes it: {waited:?}"
+        );
+
+        // b leaves: a's share is both, and the next round says so.
+        store.leave("b").await.unwrap();
+        tokio::time::sleep(config.renew_every + Duration::from_millis(10)).await;
+        assert_eq!(fleet.plan().and_then(|p| p.share("a")), Some(2));
+        assert!(r0.may_acquire_now());
+
+        // A listener that exits is no longer announced.
+        r0.withdraw();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let members = store.list_members(MemberScope::Live).await.unwrap();
+        let announced: Vec<&str> = members.items[0]
+            .listeners
+            .iter()
+            .map(|l| l.resource.as_str())
+            .collect();
+        assert_eq!(announced, ["r1"]);
+
+        fleet.stop().await;
+        let left = store.list_members(MemberScope::All).await.unwrap();
+        assert!(left.items.is_empty(), "a left on stop: {:?}", left.items);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shutdown_ends_the_wait_and_a_handover_is_asked_only_of_a_holder() {
+        let store = sandbox();
+        store
+            .announce(&runs("b", &["r0", "r1"]), Duration::from_secs(3600))
+            .await
+            .unwrap();
+        // a holds both leases.
+        for r in ["r0", "r1"] {
+            let request = crate::store::AcquireRequest {
+                resource: r.into(),
+                listener: format!("a/{r}"),
+                kind: crate::model::LockKind::Update,
+                lease: Duration::from_secs(3600),
+                watch: None,
+            };
+            store.acquire(&request).await.unwrap();
+        }
+        let fleet = Fleet::start(store.clone(), FleetConfig::new("a"));
+        let r0 = fleet.seat("r0", "a/r0");
+        let r1 = fleet.seat("r1", "a/r1");
+        r0.set_holding(true);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let plan = fleet.plan().expect("planned");
+        assert_eq!(plan.handovers.len(), 1, "{plan:?}");
+        let handed = plan.handovers.keys().next().cloned().unwrap_or_default();
+        // Acquired at the same server time: the smaller resource goes first.
+        assert_eq!(handed, "r0");
+        // Only a seat that holds its lease is asked: r1's listener has not said it holds.
+        assert!(r0.handover_requested());
+        assert!(!r1.handover_requested());
+        // Once it has released, it is not asked again on the same plan's word.
+        r0.set_holding(false);
+        r0.set_holding(true);
+        assert!(!r0.handover_requested());
+
+        r0.set_holding(false);
+        let shutdown = CancellationToken::new();
+        shutdown.cancel();
+        // a holds two of a share of one in the plan's eyes and b is short: it would
+        // wait, but it is shut down.
+        r1.set_holding(true);
+        assert!(!r0.clear_to_acquire(&shutdown).await);
+        fleet.crash();
+        let stayed = store.list_members(MemberScope::All).await.unwrap();
+        assert_eq!(stayed.items.len(), 2, "a crash does not leave");
     }
 }

@@ -147,6 +147,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
 
     pub async fn run(mut self) -> ListenerExit {
         let exit = self.run_until_exit().await;
+        if let Some(seat) = &self.fleet {
+            // No longer runs here: the fleet stops announcing it.
+            seat.withdraw();
+        }
         self.status.send_modify(|s| {
             s.version = None;
             s.state = match &exit {
@@ -187,7 +191,16 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 Ok(AcquireOutcome::Acquired(lease)) => match self.hold_seated(lease).await {
                     TenureEnd::Shutdown => return ListenerExit::Stopped,
                     TenureEnd::Stuck(stuck) => {
-                        if self.wait_for_operator(stuck).await.is_err() {
+                        // Not a taker for its lease while it waits: balancing must not
+                        // hand the lease towards it.
+                        if let Some(seat) = &self.fleet {
+                            seat.set_available(false);
+                        }
+                        let waited = self.wait_for_operator(stuck).await;
+                        if let Some(seat) = &self.fleet {
+                            seat.set_available(true);
+                        }
+                        if waited.is_err() {
                             return ListenerExit::Stopped;
                         }
                     }
