@@ -21,6 +21,7 @@ mod increments;
 mod lease_hub;
 mod lease_write;
 mod leases;
+mod membership;
 mod oplog_stats;
 mod read_pace;
 mod redact;
