@@ -130,6 +130,13 @@ async fn every_standby_of_a_process_waits_on_one_lease_stream_and_takes_over_at_
     .await;
 }
 
+/// A store on `live`'s database with a pool of 4, which leaves one await slot.
+async fn one_slot_store(live: &LiveDb) -> MongoStore {
+    let mut settings = MongoSettings::new(format!("{}&maxPoolSize=4", live.uri));
+    settings.leases = Namespace::new(live.db.clone(), "leases");
+    MongoStore::connect(settings).await.expect("connect")
+}
+
 /// What one listener handled, in order.
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<Vec<(i32, Instant)>>>);
@@ -150,10 +157,8 @@ impl Handler for Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_past_the_await_slots_poll_and_miss_nothing_nor_lag_past_a_read_wait() {
     live("fleet_polling_streams", |live: LiveDb| async move {
-        // A pool of 4 leaves one await slot: five of the six streams poll.
-        let mut settings = MongoSettings::new(format!("{}&maxPoolSize=4", live.uri));
-        settings.leases = Namespace::new(live.db.clone(), "leases");
-        let store = MongoStore::connect(settings).await.expect("connect");
+        // One await slot: five of the six streams poll.
+        let store = one_slot_store(&live).await;
         const STREAMS: usize = 6;
         const WRITES: i32 = 20;
         let mut listeners = Vec::new();
@@ -244,10 +249,8 @@ async fn streams_past_the_await_slots_poll_and_miss_nothing_nor_lag_past_a_read_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capped_tails_past_the_await_slots_poll_and_miss_nothing() {
     live("fleet_polling_tails", |live: LiveDb| async move {
-        // A pool of 4 leaves one await slot: two of the three tails poll.
-        let mut settings = MongoSettings::new(format!("{}&maxPoolSize=4", live.uri));
-        settings.leases = Namespace::new(live.db.clone(), "leases");
-        let store = MongoStore::connect(settings).await.expect("connect");
+        // One await slot: two of the three tails poll.
+        let store = one_slot_store(&live).await;
         const TAILS: usize = 3;
         const ENTRIES: i32 = 15;
         let mut listeners = Vec::new();
