@@ -7,6 +7,7 @@ mod health;
 mod lease;
 mod lease_write;
 mod oplog_window;
+mod partition;
 mod profile;
 mod resume_token;
 mod source;
@@ -26,6 +27,10 @@ pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
+pub use partition::{
+    hashed_index_key, inherited_start, Inherited, Partition, PartitionError, UnhashableKey,
+    MAX_PARTITIONS,
+};
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
 pub use source::{
