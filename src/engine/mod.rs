@@ -5,6 +5,7 @@ pub mod fenced;
 mod handler;
 mod increment;
 mod listener;
+mod partitioned;
 mod source;
 mod standby;
 mod status;
