@@ -17,6 +17,8 @@
 
 #[path = "../tests/support/live.rs"]
 mod live;
+#[path = "partitions_bench.rs"]
+mod partitions_bench;
 
 use std::time::{Duration, Instant};
 
@@ -88,6 +90,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn main() {
     let Some(uri) = live::live_uri("fleet bench", live::URI_VAR) else {
         println!("fleet: skipped: {} is not set", live::URI_VAR);
+        partitions_bench::run();
         return;
     };
     let resources = env_number("STREAMWARD_FLEET_RESOURCES", 1_000).max(1) as usize;
@@ -193,4 +196,5 @@ fn main() {
         )
     });
     println!("{line}");
+    partitions_bench::run();
 }
