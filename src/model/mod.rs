@@ -28,8 +28,8 @@ pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use oplog_window::OplogWindow;
 pub use partition::{
-    hashed_index_key, inherited_start, Inherited, Partition, PartitionError, UnhashableKey,
-    MAX_PARTITIONS,
+    hashed_index_key, inherited_start, lease_order, Inherited, Partition, PartitionError,
+    UnhashableKey, MAX_PARTITIONS,
 };
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};

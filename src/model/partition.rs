@@ -136,6 +136,17 @@ impl fmt::Display for Partition {
     }
 }
 
+/// Lease ids in the order listings show them: by resource, a resource's own lease
+/// first and then its partitions by count and index (`r`, `r#0/2`, `r#1/2`, `r#0/3`),
+/// so each resource's partitions are listed together under it.
+pub fn lease_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let key = |id: &str| match Partition::parse_lease_id(id) {
+        Some((resource, p)) => (resource.to_string(), Some((p.count, p.index))),
+        None => (id.to_string(), None),
+    };
+    key(a).cmp(&key(b))
+}
+
 /// A value [`hashed_index_key`] does not hash the way the server does.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("a document key of BSON type {0} cannot be partitioned here (JavaScript code with scope is hashed by the server in a way this code does not reproduce)")]
@@ -554,6 +565,16 @@ mod tests {
                 assert_eq!(holders, 1, "k{id} in {count} partitions");
             }
         }
+    }
+
+    #[test]
+    fn listings_put_a_resources_partitions_under_it() {
+        let mut ids = vec!["r#1/3", "r-x", "r#0/3", "r", "r#10/12", "r#2/12", "q#0/1"];
+        ids.sort_by(|a, b| lease_order(a, b));
+        assert_eq!(
+            ids,
+            ["q#0/1", "r", "r#0/3", "r#1/3", "r#2/12", "r#10/12", "r-x"]
+        );
     }
 
     fn lease(id: &str, at: Option<u32>) -> Lease {
