@@ -16,8 +16,9 @@ use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
     entry_token, object_id_at, AuditRecord, AuditState, ClusterTime, Deployment, Invalidation,
-    Lease, LockKind, LossInput, LossTime, Missing, OplogAccess, OplogStats, OplogWindow, Rate,
-    ResumeToken, ShardOplog, SourceKind, TimeToLoss, TokenKind, Topology, WatchTarget,
+    Lease, LockKind, LossInput, LossTime, Member, MemberListener, Missing, OplogAccess, OplogStats,
+    OplogWindow, Rate, ResumeToken, ShardOplog, SourceKind, TimeToLoss, TokenKind, Topology,
+    WatchTarget,
 };
 use streamward::store::LossReading;
 
@@ -688,6 +689,73 @@ fn listeners_view_when_attached() {
     let mut state = state(Mode::Attached);
     press(&mut state, KeyCode::Char('3'));
     insta::assert_snapshot!(screen(&mut state, 80, 24));
+}
+
+/// Two live processes of a fleet and a crashed one, over the fixed leases: app-1
+/// holds three and stands by for the mailer, app-3 holds the mailer and stands by for
+/// two of app-1's; app-2 crashed (its lease an outsider's).
+fn fleet_processes() -> DataEvent {
+    let member = |process: &str, expires_in: i64, listeners: &[(&str, &str)]| Member {
+        process: process.into(),
+        host: format!("{process}.example"),
+        pid: 4242,
+        started_at: ago(600),
+        renewed_at: now() + chrono::Duration::seconds(expires_in - 10),
+        expires_at: now() + chrono::Duration::seconds(expires_in),
+        listeners: listeners
+            .iter()
+            .map(|(resource, listener)| MemberListener {
+                resource: (*resource).into(),
+                listener: (*listener).into(),
+            })
+            .collect(),
+    };
+    DataEvent::Processes(Ok(vec![
+        member(
+            "app-1",
+            8,
+            &[
+                ("shop.orders", "app-1/4242-orders"),
+                ("pet-aggregates", "app-1/4242-pets"),
+                ("shop.events", "app-1/4242-events"),
+                ("shop.mailer", "app-1/4242-mailer"),
+            ],
+        ),
+        member(
+            "app-3",
+            6,
+            &[
+                ("shop.mailer", "app-3/90-mailer"),
+                ("shop.orders", "app-3/90-orders"),
+                ("pet-aggregates", "app-3/90-pets"),
+            ],
+        ),
+        member("app-2", -25, &[("shop.invoices", "app-2/771")]),
+    ]))
+}
+
+#[test]
+fn listeners_view_with_fleet_processes() {
+    snapshot_both_sizes("listeners_fleet", |state| {
+        state.apply(fleet_processes(), now());
+        press(state, KeyCode::Char('3'));
+    });
+    let mut attached = state(Mode::Attached);
+    attached.apply(fleet_processes(), now());
+    press(&mut attached, KeyCode::Char('3'));
+    let shown = screen(&mut attached, 120, 40);
+    // Four resources, two live members: shares 2 and 2. app-1 holds three, so it hands
+    // one over to app-3 (all acquired alike: the smallest name goes first).
+    assert!(shown.contains("Fleet processes (3)"), "{shown}");
+    let app1 = shown
+        .lines()
+        .find(|l| l.contains("│app-1 "))
+        .unwrap_or_default();
+    assert!(
+        app1.contains(" 2 ") && app1.contains("pet-aggregates  "),
+        "{app1}"
+    );
+    insta::assert_snapshot!("listeners_fleet_attached_120x40", shown);
 }
 
 #[test]

@@ -543,35 +543,95 @@ fn event(hex: &str, id: &str, full: Option<Document>) -> Document {
 }
 
 #[tokio::test]
-async fn lease_watch_is_a_change_stream_filtered_to_one_id_with_update_lookup() {
+async fn every_lease_watch_shares_one_change_stream_with_update_lookup_routed_by_lease() {
+    // A current-thread runtime: the shared stream's task reads nothing before the test
+    // awaits a change, so all three watches are there for its first events.
     let server = WireServer::start().await;
     let store = connected(&server).await;
     server.script(
         "aggregate",
-        [Action::ok(doc! { "cursor": { "id": 77_i64, "ns": "sw.leases", "firstBatch": [
-            event("8263E5B9D2000000012B042C0100296E5A1004", "shop.orders", Some(lease_doc("worker-2", 6))),
+        [Action::ok(
+            doc! { "cursor": { "id": 77_i64, "ns": "sw.leases", "firstBatch": [] } },
+        )],
+    );
+    server.script(
+        "getMore",
+        [Action::ok(doc! { "cursor": { "id": 77_i64, "ns": "sw.leases", "nextBatch": [
+            event("8263E5B9D2000000012B042C0100296E5A1004", "pets.cats", Some(lease_doc("worker-1", 3))),
+            event("8263E5B9D2000000022B042C0100296E5A1004", "shop.orders", Some(lease_doc("worker-2", 6))),
         ] } })],
     );
-    let mut watch = store
+    // Then the stream stays open and quiet.
+    server.on("getMore", |_| {
+        Action::ok(doc! { "cursor": { "id": 77_i64, "ns": "sw.leases", "nextBatch": [] } })
+    });
+    let mut orders = store
         .watch(LeaseScope::One("shop.orders".into()))
         .await
         .unwrap();
-    let change = watch.changed().await.unwrap();
-    assert_eq!(change.resource, "shop.orders");
+    let mut cats = store
+        .watch(LeaseScope::One("pets.cats".into()))
+        .await
+        .unwrap();
+    let mut all = store.watch(LeaseScope::All).await.unwrap();
+    let change = orders.changed().await.unwrap();
+    assert_eq!(change.resource, "shop.orders", "pets.cats is not its lease");
     assert_eq!(change.lease.unwrap().holder.as_deref(), Some("worker-2"));
-    let sent = server.commands_stripped("aggregate").remove(0);
+    assert_eq!(cats.changed().await.unwrap().resource, "pets.cats");
+    assert_eq!(all.changed().await.unwrap().resource, "pets.cats");
+    assert_eq!(all.changed().await.unwrap().resource, "shop.orders");
+    let sent = server.commands_stripped("aggregate");
     assert_eq!(
         sent,
-        doc! {
+        vec![doc! {
             "aggregate": "leases",
             "pipeline": [
                 { "$changeStream": { "fullDocument": "updateLookup" } },
-                { "$match": { "documentKey._id": "shop.orders" } },
             ],
             "cursor": {},
             "$db": "sw",
-        }
+        }],
+        "one stream for every watch"
     );
+}
+
+#[tokio::test]
+async fn watches_waiting_behind_a_failed_open_share_its_error_and_a_later_watch_tries_again() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script(
+        "aggregate",
+        [Action::error(
+            13,
+            "Unauthorized",
+            "not authorized on sw to execute command",
+        )],
+    );
+    let watches = (0..20).map(|i| store.watch(LeaseScope::One(format!("r{i}"))));
+    let outcomes = futures_util::future::join_all(watches).await;
+    for outcome in &outcomes {
+        let error = outcome.as_ref().err().expect("refused").to_string();
+        assert!(error.contains("not permitted"), "{error}");
+    }
+    assert_eq!(
+        server.commands_stripped("aggregate").len(),
+        1,
+        "twenty watches at once, one open sent"
+    );
+    server.script(
+        "aggregate",
+        [Action::ok(
+            doc! { "cursor": { "id": 78_i64, "ns": "sw.leases", "firstBatch": [] } },
+        )],
+    );
+    server.on("getMore", |_| {
+        Action::ok(doc! { "cursor": { "id": 78_i64, "ns": "sw.leases", "nextBatch": [] } })
+    });
+    store
+        .watch(LeaseScope::One("r0".into()))
+        .await
+        .expect("a later watch opens the stream anew");
+    assert_eq!(server.commands_stripped("aggregate").len(), 2);
 }
 
 // ---------------------------------------------------------------- operator actions and audit

@@ -16,6 +16,7 @@ pub mod lease_table;
 pub mod lease_transfer;
 pub mod limits;
 pub mod output;
+pub mod processes;
 pub mod settings;
 
 use std::io::Write;
@@ -73,6 +74,8 @@ pub enum Command {
     Leases(cluster::LeasesArgs),
     /// Show the oplog window, the cluster time and the replica set members.
     Oplog(OplogArgs),
+    /// List the processes of a fleet: fair share, leases held, handing over, standby (reads only).
+    Processes(processes::ProcessesArgs),
     /// Serve the cluster's leases, lag, headroom and oplog window as Prometheus metrics (reads only).
     Exporter(exporter::ExporterArgs),
     /// Fence out a lease's holder: release it to any standby, hand it to one (--to), or hold it (--hold).
@@ -159,6 +162,7 @@ impl Command {
                 }
             }
             Command::Oplog(args) => global.reader(&args.common),
+            Command::Processes(args) => global.reader(&args.common),
             Command::Exporter(args) => {
                 global.cluster(&args.cluster);
                 global.config(&args.config);
@@ -275,6 +279,7 @@ async fn dispatch(
             None => cluster::leases(settings, &args, out).await,
         },
         Command::Oplog(_) => cluster::oplog(settings, out).await,
+        Command::Processes(_) => processes::list(settings, out).await,
         Command::Exporter(args) => exporter::run(&args, settings).await,
         Command::Takeover(args) => {
             guarded::action(settings, args.request(), &args.options, out).await

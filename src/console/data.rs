@@ -52,6 +52,9 @@ pub enum DataEvent {
     ServerClock(DateTime<Utc>),
     /// The replica set members, or why they cannot be read (e.g. a missing role).
     Members(Result<Vec<MemberRow>, String>),
+    /// The fleet's process documents, expired ones too, or why they cannot be read
+    /// (docs/protocol.md, "Membership and balancing").
+    Processes(Result<Vec<crate::model::Member>, String>),
     /// What the cluster is and whether its oplog can be read.
     Topology(crate::model::Topology),
     /// In-process listeners (IN-PROCESS and DEMO modes only).

@@ -246,6 +246,17 @@ async fn read_window<S: ClusterProbe>(
                     return;
                 }
             }
+            let processes = store
+                .list_members(crate::store::MemberScope::All)
+                .await
+                .map(|listing| listing.items)
+                .map_err(|e| e.to_string());
+            if send(&events, DataEvent::Processes(processes))
+                .await
+                .is_err()
+            {
+                return;
+            }
         }
         reads = reads.wrapping_add(1);
         if !oplog_readable {

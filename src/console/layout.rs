@@ -64,6 +64,31 @@ pub fn table_rows(body: Rect) -> (u16, usize) {
     (first, usize::from(body.height.saturating_sub(3)))
 }
 
+/// The listeners view: the listeners on top and, when a fleet's processes announce
+/// themselves, their table below (at most half the body; none when too small to show).
+pub fn split_listeners(body: Rect, processes: usize) -> (Rect, Option<Rect>) {
+    if processes == 0 {
+        return (body, None);
+    }
+    let wanted = u16::try_from(processes)
+        .unwrap_or(u16::MAX)
+        .saturating_add(3);
+    let height = wanted.min(body.height / 2);
+    if height < 4 {
+        return (body, None);
+    }
+    let list = Rect {
+        height: body.height - height,
+        ..body
+    };
+    let below = Rect {
+        y: body.y + list.height,
+        height,
+        ..body
+    };
+    (list, Some(below))
+}
+
 /// The lease detail and the audit view split their body: the list on top, details below.
 pub fn split_list(body: Rect) -> (Rect, Rect) {
     let list_height = (body.height / 2).max(3).min(body.height);

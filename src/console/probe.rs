@@ -7,13 +7,13 @@ use super::data::MemberRow;
 use crate::model::{ClusterTime, OplogWindow, Topology};
 use crate::store::mongo::MongoStore;
 use crate::store::sandbox::SandboxStore;
-use crate::store::{CheckpointStore, OplogFigures, OpsStore, StoreResult};
+use crate::store::{CheckpointStore, MembershipStore, OplogFigures, OpsStore, StoreResult};
 
 /// Entries counted per oplog read at most; beyond that the rate shows as a lower bound
 /// (a bound on the read's cost: the exporter reads every 15 s by default).
 pub const OPS_COUNT_LIMIT: u32 = 1_000_000;
 
-pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore {
+pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore + MembershipStore {
     /// Where the console is connected, safe to print (no password).
     fn describe(&self) -> String;
 

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::fleet::{Fleet, FleetSeat};
 use super::standby::{wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
@@ -75,6 +76,8 @@ pub struct Listener<S: Store, H: Handler> {
     /// Where this listener's series go, when the host application asked for them.
     metrics: Option<ListenerMetrics>,
     checkpoints: Checkpoints,
+    /// This listener's seat in its process's fleet, when it runs in one.
+    fleet: Option<FleetSeat>,
 }
 
 /// The checkpoints this listener records: when it last started one, and the one being
@@ -119,7 +122,16 @@ impl<S: Store, H: Handler> Listener<S, H> {
             backoff: Backoff::default(),
             metrics: None,
             checkpoints: Checkpoints::default(),
+            fleet: None,
         }
+    }
+
+    /// Runs as one of `fleet`'s listeners: it hands its lease over at a batch boundary
+    /// when the fleet's plan asks, and leaves a vacant lease to a member short of its
+    /// share for a while (docs/protocol.md, "Membership and balancing").
+    pub fn with_fleet(mut self, fleet: &Fleet) -> Self {
+        self.fleet = Some(fleet.seat(&self.config.resource, &self.config.listener_id));
+        self
     }
 
     /// Records into `metrics` as it goes (`metrics::EngineMetrics::listener`).
@@ -135,6 +147,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
 
     pub async fn run(mut self) -> ListenerExit {
         let exit = self.run_until_exit().await;
+        if let Some(seat) = &self.fleet {
+            // No longer runs here: the fleet stops announcing it.
+            seat.withdraw();
+        }
         self.status.send_modify(|s| {
             s.version = None;
             s.state = match &exit {
@@ -162,12 +178,29 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     return ListenerExit::Stopped;
                 }
             }
+            if let Some(seat) = self.fleet.clone() {
+                if !seat.may_acquire_now() {
+                    self.set_state(ListenerState::Standby);
+                    if !seat.clear_to_acquire(&self.shutdown).await {
+                        return ListenerExit::Stopped;
+                    }
+                }
+            }
             self.set_state(ListenerState::Acquiring);
             match self.store.acquire(&self.acquire_request()).await {
-                Ok(AcquireOutcome::Acquired(lease)) => match self.hold(lease).await {
+                Ok(AcquireOutcome::Acquired(lease)) => match self.hold_seated(lease).await {
                     TenureEnd::Shutdown => return ListenerExit::Stopped,
                     TenureEnd::Stuck(stuck) => {
-                        if self.wait_for_operator(stuck).await.is_err() {
+                        // Not a taker for its lease while it waits: balancing must not
+                        // hand the lease towards it.
+                        if let Some(seat) = &self.fleet {
+                            seat.set_available(false);
+                        }
+                        let waited = self.wait_for_operator(stuck).await;
+                        if let Some(seat) = &self.fleet {
+                            seat.set_available(true);
+                        }
+                        if waited.is_err() {
                             return ListenerExit::Stopped;
                         }
                     }
@@ -241,6 +274,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
             lease: self.config.lease,
             watch: Some(self.config.watch_target()),
         }
+    }
+
+    /// [`Self::hold`], telling the fleet (if any) while it holds.
+    async fn hold_seated(&mut self, lease: Lease) -> TenureEnd {
+        if let Some(seat) = &self.fleet {
+            seat.set_holding(true);
+        }
+        let end = self.hold(lease).await;
+        if let Some(seat) = &self.fleet {
+            seat.set_holding(false);
+        }
+        end
     }
 
     /// Holds one version of the lease until it is lost, released or the listener stops.
@@ -371,6 +416,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
     /// where it was not lost.
     async fn settle(&mut self, p: &mut Progress, batch: ChangeBatch) -> Result<(), TenureEnd> {
         let count = batch.events.len();
+        // The fleet asks for this lease: commit where this batch got to, then release.
+        let handing_over = self
+            .fleet
+            .as_ref()
+            .is_some_and(FleetSeat::handover_requested);
         let to_commit = if count > 0 {
             match self.handler.handle(&batch.events, &p.fence).await {
                 Ok(()) => {}
@@ -386,8 +436,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             self.set_state(ListenerState::Committing);
             batch.resume_token
         } else {
-            let heartbeat_due =
-                p.committed.is_none() || p.last_commit.elapsed() >= self.config.heartbeat;
+            let heartbeat_due = handing_over
+                || p.committed.is_none()
+                || p.last_commit.elapsed() >= self.config.heartbeat;
             // The same token is no progress, whatever time is recorded beside either.
             batch.resume_token.filter(|t| {
                 heartbeat_due
@@ -443,6 +494,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         .await)
                 }
             }
+        }
+        if handing_over {
+            tracing::info!(resource = %p.tenure.resource, version = p.tenure.version, "handing the lease over to balance the fleet");
+            if let Err(e) = self.store.release(&p.tenure).await {
+                tracing::warn!(resource = %p.tenure.resource, error = %e, "could not release the lease; it runs until it expires");
+            }
+            return Err(TenureEnd::Rotated);
         }
         if Instant::now() >= p.next_refresh {
             match self.store.acquire(&self.acquire_request()).await {

@@ -2,6 +2,7 @@
 
 mod config;
 pub mod fenced;
+mod fleet;
 mod handler;
 mod increment;
 mod listener;
@@ -12,6 +13,7 @@ mod status;
 mod supervisor;
 
 pub use config::{Bootstrap, ListenerConfig};
+pub use fleet::{Fleet, FleetConfig, FleetSeat};
 pub use handler::{Handler, HandlerError, NoopHandler};
 pub use increment::{event_token, increment_once, Increment};
 pub use listener::{Listener, ListenerExit};

@@ -22,6 +22,20 @@ impl ListenerHandle {
         Self::start(listener, shutdown)
     }
 
+    /// [`ListenerHandle::spawn`] as one of `fleet`'s listeners: it hands its lease over
+    /// at a batch boundary when the fleet's plan asks (docs/protocol.md, "Membership and
+    /// balancing").
+    pub fn spawn_in_fleet<S: Store, H: Handler>(
+        store: S,
+        config: ListenerConfig,
+        handler: H,
+        fleet: &super::Fleet,
+    ) -> Self {
+        let shutdown = CancellationToken::new();
+        let listener = Listener::new(store, config, handler, shutdown.clone()).with_fleet(fleet);
+        Self::start(listener, shutdown)
+    }
+
     /// [`ListenerHandle::spawn`], recording this listener's series into `metrics`
     /// (labelled by its resource and id; docs/metrics.md).
     pub fn spawn_with_metrics<S: Store, H: Handler>(

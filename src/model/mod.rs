@@ -1,11 +1,13 @@
 //! Pure types and arithmetic: no I/O, no async.
 
 mod audit;
+mod balance;
 mod checkpoint;
 mod cluster_time;
 mod health;
 mod lease;
 mod lease_write;
+mod membership;
 mod oplog_window;
 mod partition;
 mod profile;
@@ -18,6 +20,7 @@ mod topology;
 pub use audit::{
     AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict, FOLD_INCREMENTS_ACTION,
 };
+pub use balance::{fair_shares, BalancePlan, Capacity, Handover, Holding, LeaseHolding, Runner};
 pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
 pub use health::{
@@ -26,6 +29,7 @@ pub use health::{
 pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
+pub use membership::{member_field, Announcement, Member, MemberListener, ProcessView};
 pub use oplog_window::OplogWindow;
 pub use partition::{
     hashed_index_key, inherited_start, lease_order, Inherited, Partition, PartitionError,

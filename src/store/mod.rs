@@ -11,6 +11,7 @@ mod feed;
 mod increments;
 mod leases;
 mod listing;
+mod membership;
 pub mod mongo;
 mod namespace;
 mod oplog_figures;
@@ -40,6 +41,7 @@ pub use leases::{
     OperatorChange, OperatorStore, ResumeChange, SwapOutcome, Tenure, TenureWrite,
 };
 pub use listing::{Listing, MalformedDocument};
+pub use membership::{MemberScope, MembershipStore};
 pub use namespace::Namespace;
 pub use oplog_figures::{
     read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,

@@ -14,12 +14,14 @@ mod documents;
 mod feed;
 mod history;
 mod leases;
+mod membership;
 mod operator;
 
 pub use documents::*;
 pub use feed::*;
 pub use history::*;
 pub use leases::*;
+pub use membership::*;
 pub use operator::*;
 
 /// Every check, listed once: `$run!(steady; …)` with the checks any store runs and
@@ -44,6 +46,10 @@ macro_rules! every_check {
             expiry_is_computed_on_the_server_clock,
             get_and_list_read_what_is_stored,
             the_lease_watch_sees_each_change_of_its_lease,
+            // membership
+            announce_joins_then_renews_on_the_server_clock,
+            an_expired_member_is_not_live_and_rejoins_with_a_new_start,
+            leaving_removes_only_the_own_document_and_twice_is_harmless,
             // operator actions
             an_operator_change_applies_with_the_next_version_then_its_audit,
             operator_swap_applies_without_an_audit_record,
@@ -88,11 +94,11 @@ use streamward::store::{
     AcquireOutcome, AcquireRequest, ChangeEvent, ChangeStream, FeedOptions, LeaseStore, Namespace,
     Store, StoreError,
 };
-use streamward::store::{DocumentStore, FencedMemberWrites, OpsStore};
+use streamward::store::{DocumentStore, FencedMemberWrites, MembershipStore, OpsStore};
 
 /// What a check needs from the store under test besides its ports.
 pub trait Harness: Send + Sync + 'static {
-    type Store: Store + DocumentStore + FencedMemberWrites + OpsStore;
+    type Store: Store + DocumentStore + FencedMemberWrites + OpsStore + MembershipStore;
 
     fn store(&self) -> &Self::Store;
 

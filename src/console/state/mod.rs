@@ -210,6 +210,8 @@ pub struct ConsoleState {
     /// Server clock minus local clock, from the last oplog read.
     server_offset: chrono::Duration,
     pub members: Result<Vec<MemberRow>, String>,
+    /// The fleet's process documents as last read, or why they cannot be.
+    pub processes: Result<Vec<crate::model::Member>, String>,
     /// What the cluster is, once read (never for the sandbox).
     pub topology: Option<Topology>,
     pub listeners: Vec<ListenerSnapshot>,
@@ -268,6 +270,7 @@ impl ConsoleState {
             ops_per_sec: None,
             server_offset: chrono::Duration::zero(),
             members: Ok(Vec::new()),
+            processes: Ok(Vec::new()),
             topology: None,
             listeners: Vec::new(),
             listener_cursor: ListCursor::default(),
@@ -283,6 +286,20 @@ impl ConsoleState {
             size: (0, 0),
             assessed_at: setup.now,
         }
+    }
+
+    /// The fleet's processes with the leases they hold and stand by for, against the
+    /// leases and the server's clock as the console knows them; empty when no process
+    /// announces itself (or the documents cannot be read).
+    pub fn process_views(&self) -> Vec<crate::model::ProcessView> {
+        let Ok(members) = &self.processes else {
+            return Vec::new();
+        };
+        if members.is_empty() {
+            return Vec::new();
+        }
+        let leases: Vec<Lease> = self.leases.entries().map(|e| e.lease.clone()).collect();
+        crate::model::ProcessView::all(members, &leases, self.server_now())
     }
 
     /// The server's clock, estimated from the last oplog read and the local clock.
@@ -375,6 +392,7 @@ impl ConsoleState {
                 }
             }
             DataEvent::Members(members) => self.members = members,
+            DataEvent::Processes(processes) => self.processes = processes,
             DataEvent::Topology(topology) => {
                 if topology.oplog != OplogAccess::Readable {
                     // Known unreadable: the header says why; no window to show.
@@ -602,6 +620,10 @@ impl ConsoleState {
         let body = super::layout::areas(area).body;
         match self.view {
             View::Audit => super::layout::table_rows(super::layout::split_list(body).0).1,
+            View::Listeners => {
+                let processes = self.process_views().len();
+                super::layout::table_rows(super::layout::split_listeners(body, processes).0).1
+            }
             _ => super::layout::table_rows(body).1,
         }
     }

@@ -10,7 +10,95 @@ use crate::console::layout;
 use crate::console::state::{visible_start, ConsoleState};
 use crate::console::theme::Theme;
 use crate::engine::ListenerState;
-use crate::model::text::escape_control;
+use crate::model::text::{escape_control, relative_time};
+use crate::model::ProcessView;
+
+const PROCESS_HEADERS: [&str; 6] = [
+    "PROCESS",
+    "MEMBERSHIP",
+    "SHARE",
+    "HOLDS",
+    "HANDING OVER",
+    "STANDBY",
+];
+
+/// Resource names, escaped, space-separated; a dash for none.
+fn names(resources: &[String]) -> String {
+    if resources.is_empty() {
+        return DASH.to_string();
+    }
+    resources
+        .iter()
+        .map(|r| escape_control(r))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The fleet's processes (docs/protocol.md, "Membership and balancing"): each one's
+/// membership, fair share, the leases it holds, hands over and stands by for.
+fn draw_processes(
+    frame: &mut Frame,
+    area: Rect,
+    processes: &[ProcessView],
+    state: &ConsoleState,
+    theme: &Theme,
+) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.border)
+        .title(Span::styled(
+            format!(" Fleet processes ({}) ", processes.len()),
+            theme.title,
+        ));
+    let widths = [
+        Constraint::Fill(2),
+        Constraint::Length(20),
+        Constraint::Length(5),
+        Constraint::Fill(3),
+        Constraint::Fill(2),
+        Constraint::Fill(3),
+    ];
+    let cells = table_widths(&widths, area.width, 1);
+    let fit_to = |column: usize, text: String| fit(&text, cells.get(column).copied().unwrap_or(0));
+    let now = state.server_now();
+    let rows: Vec<Row> = processes
+        .iter()
+        .map(|p| {
+            let (membership, style) = if p.live {
+                (
+                    format!("live, exp. {}", relative_time(p.member.expires_at, now)),
+                    theme.ok,
+                )
+            } else {
+                (
+                    format!("expired {}", relative_time(p.member.expires_at, now)),
+                    theme.danger,
+                )
+            };
+            Row::new(vec![
+                Cell::from(fit_to(0, escape_control(&p.member.process))),
+                Cell::from(Span::styled(fit_to(1, membership), style)),
+                Cell::from(fit_to(
+                    2,
+                    p.share.map_or_else(|| DASH.to_string(), |s| s.to_string()),
+                )),
+                Cell::from(fit_to(3, format!("{} {}", p.holds.len(), names(&p.holds)))),
+                Cell::from(Span::styled(fit_to(4, names(&p.handing_over)), theme.warn)),
+                Cell::from(Span::styled(fit_to(5, names(&p.standby)), theme.muted)),
+            ])
+        })
+        .collect();
+    let table = Table::new(rows, widths)
+        .header(Row::new(PROCESS_HEADERS).style(theme.title))
+        .block(block)
+        .column_spacing(1)
+        .style(if state.is_stale() {
+            theme.stale
+        } else {
+            theme.base
+        });
+    frame.render_widget(table, area);
+}
 
 const HEADERS: [&str; 9] = [
     "RESOURCE",
@@ -25,6 +113,11 @@ const HEADERS: [&str; 9] = [
 ];
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
+    let processes = state.process_views();
+    let (area, below) = layout::split_listeners(area, processes.len());
+    if let Some(below) = below {
+        draw_processes(frame, below, &processes, state, theme);
+    }
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(theme.border)

@@ -57,6 +57,11 @@ impl MongoSettings {
         Namespace::new(self.leases.db.clone(), "audit")
     }
 
+    /// Where the processes of a fleet announce themselves: beside the leases.
+    pub fn processes(&self) -> Namespace {
+        Namespace::new(self.leases.db.clone(), "processes")
+    }
+
     /// Where the resources' checkpoints are kept: beside the leases.
     pub fn checkpoints(&self) -> Namespace {
         Namespace::new(self.leases.db.clone(), "checkpoints")

@@ -12,6 +12,7 @@ use mongodb::Client;
 use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::cosmos;
 use super::errors::{bounded, next_within, with_one_retry};
+use super::read_pace::ReadPace;
 use super::MongoStore;
 use crate::model::{
     ClusterTime, Deployment, OplogAccess, OplogWindow, Partition, ResumeToken, ShardOplog,
@@ -406,13 +407,14 @@ impl ChangeFeed for MongoStore {
             StartPoint::At(time) => Some(bson::Timestamp::from(time)),
             _ => None,
         };
+        let (pace, server_wait) = ReadPace::choose(&self.await_slots, options.max_await);
         let opened = bounded(self.timeout() + options.max_await, &action, async {
             let mut watch = collection
                 .watch()
                 .pipeline(pipeline)
                 .full_document(FullDocumentType::UpdateLookup)
                 .batch_size(options.batch_size.max(1))
-                .max_await_time(options.max_await)
+                .max_await_time(server_wait)
                 .resume_after(resume_after);
             if let Some(at) = start_at {
                 watch = watch.start_at_operation_time(at);
@@ -446,6 +448,7 @@ impl ChangeFeed for MongoStore {
             profile: self.profile,
             pending: None,
             last_token: started_after,
+            pace,
         })
     }
 
@@ -547,6 +550,8 @@ pub struct MongoChangeStream {
     /// Cosmos DB: the last token this stream handed out (or started after). An empty
     /// read's token is progress only when it is another one.
     last_token: Option<Document>,
+    /// Waiting on the server for changes, or polling ([`ReadPace`]).
+    pace: ReadPace,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -569,9 +574,22 @@ impl ChangeStream for MongoChangeStream {
     /// first. A dead cursor answers `None` at once to every read, so the end is
     /// remembered and returned at once from then on, never read again.
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
-        if self.profile == StreamProfile::CosmosDb {
-            return self.next_pages().await;
+        self.pace.turn().await;
+        let started = tokio::time::Instant::now();
+        let batch = if self.profile == StreamProfile::CosmosDb {
+            self.next_pages().await
+        } else {
+            self.next_changes().await
+        };
+        if let Ok(batch) = &batch {
+            self.pace.record(started, batch.events.is_empty());
         }
+        batch
+    }
+}
+
+impl MongoChangeStream {
+    async fn next_changes(&mut self) -> StoreResult<ChangeBatch> {
         if let Some(ended) = &self.ended {
             return Err(ended.clone());
         }
@@ -649,9 +667,7 @@ impl ChangeStream for MongoChangeStream {
         }
         Ok(batch)
     }
-}
 
-impl MongoChangeStream {
     /// A batch under the Cosmos DB profile: whole pages. Every event of one Cosmos DB
     /// page carries the same resume token, a continuation that resumes after the whole
     /// page (Microsoft's documentation of `GetChangeStreamTokens`: "Each document

@@ -4,21 +4,20 @@
 use std::future::IntoFuture;
 use std::time::Duration;
 
-use bson::{doc, Bson, Document};
+use bson::{doc, Document};
 use chrono::{DateTime, Utc};
-use mongodb::change_stream::ChangeStream;
-use mongodb::options::{FullDocumentType, ReturnDocument};
+use mongodb::options::ReturnDocument;
 
-use super::codec::{lease_from_document, malformed_document, read_each, required_date};
-use super::errors::{bounded, is_duplicate_key, next_within, with_one_retry, CallError};
+use super::codec::{lease_from_document, read_each, required_date};
+use super::errors::{bounded, is_duplicate_key, with_one_retry, CallError};
+use super::lease_hub::MongoLeaseWatch;
 use super::lease_write::{render_alternatives, render_filtered};
 use super::MongoStore;
 use crate::model::lease_field as field;
-use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite, StreamProfile};
+use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing,
-    Namespace, OperatorChange, OperatorStore, StoreError, StoreResult, SwapOutcome, Tenure,
-    TenureWrite,
+    AcquireOutcome, AcquireRequest, LeaseScope, LeaseStore, Listing, Namespace, OperatorChange,
+    OperatorStore, StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
 };
 
 /// The filter and pipeline of `acquire`: refresh, else take, chosen in the pipeline.
@@ -32,7 +31,7 @@ fn filtered_command(write: &LeaseWrite) -> StoreResult<(Document, Vec<Document>)
 }
 
 impl MongoStore {
-    fn lease_hint(&self) -> String {
+    pub(super) fn lease_hint(&self) -> String {
         format!(
             "readWrite on the {} database (the streamwardListener role in docs/permissions.md)",
             self.settings.leases.db
@@ -242,38 +241,9 @@ impl LeaseStore for MongoStore {
         Ok(read_each(&documents, lease_from_document))
     }
 
+    /// A watch on the store's one shared stream on the lease collection ([`super::lease_hub`]).
     async fn watch(&self, scope: LeaseScope) -> StoreResult<MongoLeaseWatch> {
-        let action = "watch the lease collection";
-        let pipeline = match (self.profile, &scope) {
-            (StreamProfile::MongoDb, LeaseScope::One(resource)) => {
-                vec![doc! { "$match": { format!("documentKey.{}", field::RESOURCE): resource } }]
-            }
-            (StreamProfile::MongoDb, LeaseScope::All) => vec![],
-            // The pipeline Cosmos DB requires; one lease is matched on its full document,
-            // as Microsoft's example for a single shard key matches `fullDocument.a`.
-            (StreamProfile::CosmosDb, LeaseScope::One(resource)) => {
-                super::cosmos::change_stream_pipeline(Some(
-                    doc! { format!("fullDocument.{}", field::RESOURCE): resource },
-                ))
-            }
-            (StreamProfile::CosmosDb, LeaseScope::All) => {
-                super::cosmos::change_stream_pipeline(None)
-            }
-        };
-        let leases = self.leases();
-        let stream = bounded(self.timeout(), action, async {
-            leases
-                .watch()
-                .pipeline(pipeline)
-                .full_document(FullDocumentType::UpdateLookup)
-                .await
-        })
-        .await
-        .map_err(|e| self.lease_error(e, action))?;
-        Ok(MongoLeaseWatch {
-            stream: stream.with_type::<Document>(),
-            read_bound: self.timeout() + LEASE_WATCH_AWAIT,
-        })
+        self.lease_hub.watch(self, scope).await
     }
 
     async fn server_now(&self) -> StoreResult<DateTime<Utc>> {
@@ -301,54 +271,5 @@ impl OperatorStore for MongoStore {
         limit: u64,
     ) -> StoreResult<u64> {
         self.count_oplog_changes(ns, from, to, limit).await
-    }
-}
-
-/// Lease changes from a change stream on the lease collection.
-/// The server's default `maxAwaitTimeMS` for a change stream's getMore.
-const LEASE_WATCH_AWAIT: Duration = Duration::from_secs(1);
-const WATCH_ACTION: &str = "watch the leases";
-
-pub struct MongoLeaseWatch {
-    stream: ChangeStream<Document>,
-    /// One getMore answers within the server's await time; past this bound it is not answering.
-    read_bound: Duration,
-}
-
-impl LeaseWatch for MongoLeaseWatch {
-    async fn changed(&mut self) -> StoreResult<LeaseChange> {
-        loop {
-            // One getMore at a time, each bounded, so a server that stops answering is
-            // reported instead of leaving a standby waiting forever.
-            let next = next_within(&mut self.stream, self.read_bound, WATCH_ACTION)
-                .await
-                .map_err(|e| e.into_store(WATCH_ACTION))?;
-            let event = match next {
-                Some(event) => event,
-                None if self.stream.is_alive() => continue,
-                None => return Err(StoreError::Closed),
-            };
-            let operation = event.get_str("operationType").unwrap_or_default();
-            if operation == "invalidate" {
-                return Err(StoreError::Closed);
-            }
-            let resource = match event.get_document("documentKey").map(|k| k.get("_id")) {
-                Ok(Some(Bson::String(id))) => id.clone(),
-                // Events without a lease key (drop, rename, a foreign document) say nothing about leases.
-                _ => continue,
-            };
-            let (lease, malformed) = match event.get("fullDocument") {
-                Some(Bson::Document(document)) => match lease_from_document(document) {
-                    Ok(lease) => (Some(lease), None),
-                    Err(error) => (None, Some(malformed_document(document, error)?)),
-                },
-                _ => (None, None),
-            };
-            return Ok(LeaseChange {
-                resource,
-                lease,
-                malformed,
-            });
-        }
     }
 }

@@ -18,9 +18,12 @@ mod documents;
 mod errors;
 mod feed;
 mod increments;
+mod lease_hub;
 mod lease_write;
 mod leases;
+mod membership;
 mod oplog_stats;
+mod read_pace;
 mod redact;
 mod shards;
 pub mod version;
@@ -35,7 +38,7 @@ use mongodb::{Client, Collection};
 pub use capped::MongoTail;
 pub use connect::MongoSettings;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
-pub use leases::MongoLeaseWatch;
+pub use lease_hub::MongoLeaseWatch;
 pub use redact::{redact_message, redact_uri, ConnectionString};
 
 use crate::model::{Deployment, StreamProfile};
@@ -60,6 +63,10 @@ pub struct MongoStore {
     shard_clients: Arc<shards::ShardClients>,
     /// Set once the checkpoints' index was asked for (made or refused): asked once.
     checkpoint_index: Arc<tokio::sync::OnceCell<()>>,
+    /// The one change stream on the lease collection every lease watch shares.
+    lease_hub: Arc<lease_hub::LeaseHub>,
+    /// How many data streams may wait on the server at once ([`read_pace`]).
+    await_slots: Arc<tokio::sync::Semaphore>,
     /// The configured profile, else the one the host names tell.
     profile: StreamProfile,
     /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
@@ -101,6 +108,7 @@ impl MongoStore {
         }
         let no_oplog = profile == StreamProfile::CosmosDb
             || Deployment::detect(None, None, &hosts) == Deployment::CosmosDb;
+        let await_slots = read_pace::await_slots(opened.options.max_pool_size);
         Ok(MongoStore {
             client: opened.client,
             settings: Arc::new(settings),
@@ -109,6 +117,8 @@ impl MongoStore {
             router: opened.router,
             shard_clients: Arc::default(),
             checkpoint_index: Arc::default(),
+            lease_hub: Arc::default(),
+            await_slots,
             profile,
             no_oplog,
         })

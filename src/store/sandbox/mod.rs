@@ -10,6 +10,7 @@ mod feed;
 mod history;
 mod increments;
 mod leases;
+mod membership;
 mod state;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,6 +67,7 @@ pub struct CallCounts {
     pub list: AtomicU64,
     pub watch: AtomicU64,
     pub record_checkpoint: AtomicU64,
+    pub membership: AtomicU64,
     pub server_now: AtomicU64,
     pub operator_swap: AtomicU64,
     pub audit_writes: AtomicU64,

@@ -20,6 +20,8 @@ pub struct State {
     /// The last checkpoint id given.
     pub next_checkpoint: u64,
     pub history: Option<Vec<HistoryEntry>>,
+    /// The processes' membership documents, by process id.
+    pub members: BTreeMap<String, crate::model::Member>,
     pub capped: super::capped::CappedCollections,
 }
 
@@ -33,6 +35,7 @@ impl State {
             checkpoints: HashMap::new(),
             next_checkpoint: 0,
             history: record_history.then(Vec::new),
+            members: BTreeMap::new(),
             capped: Default::default(),
         }
     }

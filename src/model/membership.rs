@@ -1,0 +1,177 @@
+//! Process membership (docs/protocol.md, "Membership and balancing"): the document a
+//! process keeps renewed on the server's clock while it runs, saying which listeners
+//! (resources) it runs.
+
+use chrono::{DateTime, Utc};
+
+/// One listener a process runs: the resource and the listener id that holds its lease
+/// when this process does.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MemberListener {
+    pub resource: String,
+    pub listener: String,
+}
+
+/// A process as its membership document says, times by the server's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The document's `_id`: unique per running process.
+    pub process: String,
+    pub host: String,
+    pub pid: u32,
+    /// When this membership began: the first announce, or the first after it had expired.
+    pub started_at: DateTime<Utc>,
+    pub renewed_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    /// The listeners it runs, sorted by resource.
+    pub listeners: Vec<MemberListener>,
+}
+
+impl Member {
+    /// A member is live while `expiresAt > now` (the same rule as a lease's holder).
+    pub fn is_live(&self, now: DateTime<Utc>) -> bool {
+        self.expires_at > now
+    }
+
+    /// Whether one of its listeners is `listener`.
+    pub fn runs_listener(&self, listener: &str) -> bool {
+        self.listeners.iter().any(|l| l.listener == listener)
+    }
+}
+
+/// What a process announces; the store adds the server's times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Announcement {
+    pub process: String,
+    pub host: String,
+    pub pid: u32,
+    pub listeners: Vec<MemberListener>,
+}
+
+/// The membership document's field names, spelled once.
+pub mod member_field {
+    pub const PROCESS: &str = "_id";
+    pub const HOST: &str = "host";
+    pub const PID: &str = "pid";
+    pub const STARTED_AT: &str = "startedAt";
+    pub const RENEWED_AT: &str = "renewedAt";
+    pub const EXPIRES_AT: &str = "expiresAt";
+    pub const LISTENERS: &str = "listeners";
+    pub const RESOURCE: &str = "resource";
+    pub const LISTENER_ID: &str = "listenerId";
+}
+
+/// One process as operators see it (`streamward processes`): its membership, the leases
+/// its listeners hold, the resources it stands by for, and its fair share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessView {
+    pub member: Member,
+    pub live: bool,
+    /// Its fair share among the live members; `None` once its membership expired.
+    pub share: Option<u32>,
+    /// Resources whose lease one of its listeners holds live.
+    pub holds: Vec<String>,
+    /// Resources it runs a listener for without holding the lease.
+    pub standby: Vec<String>,
+    /// Leases it holds that the plan asks it to hand over.
+    pub handing_over: Vec<String>,
+}
+
+impl ProcessView {
+    /// Every member in `members` (expired ones too, last), sorted by process id within
+    /// each group, against `leases` at the server's `now`.
+    pub fn all(members: &[Member], leases: &[super::Lease], now: DateTime<Utc>) -> Vec<Self> {
+        let plan = super::BalancePlan::of(members, leases, now);
+        let holder_of: std::collections::BTreeMap<&str, &str> = leases
+            .iter()
+            .filter_map(|l| l.live_holder(now).map(|h| (l.resource.as_str(), h)))
+            .collect();
+        let mut views: Vec<Self> = members
+            .iter()
+            .map(|member| {
+                let (holds, standby): (Vec<&MemberListener>, Vec<&MemberListener>) =
+                    member.listeners.iter().partition(|l| {
+                        holder_of.get(l.resource.as_str()) == Some(&l.listener.as_str())
+                    });
+                let names = |ls: Vec<&MemberListener>| -> Vec<String> {
+                    ls.into_iter().map(|l| l.resource.clone()).collect()
+                };
+                let holds = names(holds);
+                let live = member.is_live(now);
+                let handing_over = holds
+                    .iter()
+                    .filter(|r| {
+                        live && plan.hands_over(r).is_some_and(|h| h.from == member.process)
+                    })
+                    .cloned()
+                    .collect();
+                Self {
+                    member: member.clone(),
+                    live,
+                    share: live.then(|| plan.share(&member.process)).flatten(),
+                    holds,
+                    standby: names(standby),
+                    handing_over,
+                }
+            })
+            .collect();
+        views.sort_by(|a, b| {
+            b.live
+                .cmp(&a.live)
+                .then_with(|| a.member.process.cmp(&b.member.process))
+        });
+        views
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Lease;
+    use chrono::{TimeDelta, TimeZone};
+
+    fn member(process: &str, resources: &[&str], expires_in: i64, now: DateTime<Utc>) -> Member {
+        Member {
+            process: process.into(),
+            host: "h".into(),
+            pid: 1,
+            started_at: now,
+            renewed_at: now,
+            expires_at: now + TimeDelta::seconds(expires_in),
+            listeners: resources
+                .iter()
+                .map(|r| MemberListener {
+                    resource: (*r).into(),
+                    listener: format!("{process}/{r}"),
+                })
+                .collect(),
+        }
+    }
+
+    fn held(resource: &str, holder: &str, now: DateTime<Utc>) -> Lease {
+        let mut lease = Lease::vacant(resource);
+        lease.holder = Some(holder.into());
+        lease.expires_at = Some(now + TimeDelta::seconds(5));
+        lease
+    }
+
+    #[test]
+    fn each_process_shows_what_it_holds_stands_by_for_and_hands_over() {
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap();
+        let members = [
+            member("b", &["x", "y"], 5, now),
+            member("a", &["x", "y"], 5, now),
+            member("dead", &["x"], -1, now),
+        ];
+        let leases = [held("x", "a/x", now), held("y", "a/y", now)];
+        let views = ProcessView::all(&members, &leases, now);
+        let ids: Vec<&str> = views.iter().map(|v| v.member.process.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "dead"], "live ones first");
+        assert_eq!(views[0].holds, ["x", "y"]);
+        assert_eq!(views[0].share, Some(1));
+        assert_eq!(views[0].handing_over.len(), 1, "{:?}", views[0]);
+        assert_eq!(views[1].standby, ["x", "y"]);
+        assert!(views[1].holds.is_empty());
+        assert_eq!((views[2].live, views[2].share), (false, None));
+    }
+}
