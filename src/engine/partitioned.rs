@@ -73,3 +73,62 @@ pub(super) async fn inherited<S: LeaseStore>(
     }
     Ok(found.at)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Namespace;
+
+    fn config(partition: Partition) -> ListenerConfig {
+        ListenerConfig::new("r", "l", Namespace::new("shop", "orders")).partitioned(partition)
+    }
+
+    #[test]
+    fn a_partition_is_refused_where_it_cannot_be_served() {
+        let p = Partition::new(1, 3).unwrap();
+        assert_eq!(refusal(&config(p), StreamProfile::MongoDb), None);
+        let unpartitioned = ListenerConfig::new("r", "l", Namespace::new("shop", "orders"));
+        assert_eq!(refusal(&unpartitioned, StreamProfile::CosmosDb), None);
+
+        let cosmos = refusal(&config(p), StreamProfile::CosmosDb).unwrap();
+        assert!(
+            cosmos.contains("r#1/3") && cosmos.contains("Cosmos DB"),
+            "{cosmos}"
+        );
+
+        let mut capped = config(p);
+        capped.source = SourceKind::Capped;
+        let capped = refusal(&capped, StreamProfile::MongoDb).unwrap();
+        assert!(
+            capped.contains("capped") && capped.contains("1/3"),
+            "{capped}"
+        );
+
+        // A lease id that is not the partition's own: another partition's, or none.
+        for resource in ["r", "r#0/3", "r#1/2"] {
+            let mut wrong = config(p);
+            wrong.resource = resource.into();
+            let why = refusal(&wrong, StreamProfile::MongoDb).unwrap();
+            assert!(
+                why.contains("ListenerConfig::partitioned"),
+                "{resource}: {why}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_lease_records_what_the_partition_reads() {
+        let p = Partition::new(2, 4).unwrap();
+        let config = config(p);
+        assert_eq!(config.resource, "r#2/4");
+        let watch = config.watch_target();
+        assert_eq!(watch.pipeline, p.pipeline_text());
+        assert!(
+            watch.pipeline.contains("$toHashedIndexKey"),
+            "{}",
+            watch.pipeline
+        );
+        let plain = ListenerConfig::new("r", "l", Namespace::new("shop", "orders"));
+        assert_eq!(plain.watch_target().pipeline, "");
+    }
+}
