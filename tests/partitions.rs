@@ -605,3 +605,76 @@ async fn a_partition_whose_lease_id_is_not_its_own_is_refused() {
     };
     assert!(why.contains("ListenerConfig::partitioned"), "{why}");
 }
+
+/// Partition leases in a fleet (docs/protocol.md, "Membership and balancing"): two
+/// processes, each running a listener for each of four partitions, end up holding two
+/// each, and every change is delivered from the partition its hash names. On the
+/// sandbox, on a virtual clock.
+#[tokio::test(start_paused = true)]
+async fn sandbox_a_fleet_of_two_processes_holds_two_of_four_partitions_each() {
+    use streamward::engine::{Fleet, FleetConfig};
+    let epoch = chrono::TimeZone::with_ymd_and_hms(&Utc, 2031, 6, 1, 12, 0, 0)
+        .single()
+        .expect("a valid date");
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+    let ns = Namespace::new("shop", "orders");
+    let recorder = Recorder::new(store.clone(), Namespace::new("shop", "projection"));
+    let lease = Duration::from_secs(2);
+    let mut processes = Vec::new();
+    for name in ["a", "b"] {
+        let fleet = Fleet::start(store.clone(), FleetConfig::new(name).with_ttl(lease));
+        let listeners: Vec<ListenerHandle> = Partition::all(4)
+            .expect("valid")
+            .into_iter()
+            .map(|p| {
+                let mut config = config(&ns, p, &format!("{name}/p{}", p.index()));
+                config.lease = lease;
+                config.heartbeat = Duration::from_secs(1);
+                ListenerHandle::spawn_in_fleet(store.clone(), config, recorder.clone(), &fleet)
+            })
+            .collect();
+        processes.push((fleet, listeners));
+    }
+    let held = |leases: &[streamward::model::Lease], now| {
+        let mut held = BTreeMap::new();
+        for lease in leases {
+            if let Some(holder) = lease.live_holder(now) {
+                let process = holder.split('/').next().unwrap_or(holder).to_string();
+                *held.entry(process).or_insert(0_usize) += 1;
+            }
+        }
+        held
+    };
+    let balanced = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = store.server_now().await.expect("now");
+        let leases = store.list().await.expect("list").items;
+        if held(&leases, now) == balanced {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not balanced within a minute: {:?}",
+            held(&leases, now)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let keys = keys(20);
+    write_round(&store, &ns, &keys, 0).await;
+    write_round(&store, &ns, &keys, 1).await;
+    wait_for(&recorder, "both rounds", |d| {
+        let got: BTreeSet<(String, i64)> = d.iter().map(|d| (d.key.clone(), d.n)).collect();
+        keys.iter()
+            .all(|k| got.contains(&(key_text(k), 0)) && got.contains(&(key_text(k), 1)))
+    })
+    .await;
+    for d in recorder.deliveries() {
+        let key = keys.iter().find(|k| key_text(k) == d.key).expect("written");
+        assert_eq!(d.lease, lease_of(key, 4), "{} in its partition", d.key);
+    }
+    for (fleet, listeners) in processes {
+        stop_all(listeners).await;
+        drop(fleet);
+    }
+}
