@@ -24,7 +24,9 @@ use streamward::engine::{
 };
 use streamward::model::{hashed_index_key, Fence, Partition, SourceKind};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use streamward::store::{ChangeEvent, DocumentStore, LeaseStore, Namespace, Store};
+use streamward::store::{
+    ChangeEvent, DocumentStore, LeaseStore, MembershipStore, Namespace, Store,
+};
 use support::live::{live, LiveDb};
 
 const RESOURCE: &str = "orders-projection";
@@ -607,34 +609,18 @@ async fn a_partition_whose_lease_id_is_not_its_own_is_refused() {
 }
 
 /// Partition leases in a fleet (docs/protocol.md, "Membership and balancing"): two
-/// processes, each running a listener for each of four partitions, end up holding two
-/// each, and every change is delivered from the partition its hash names. On the
-/// sandbox, on a virtual clock.
-#[tokio::test(start_paused = true)]
-async fn sandbox_a_fleet_of_two_processes_holds_two_of_four_partitions_each() {
+/// processes (one store each), each running a listener for each of four partitions,
+/// end up holding two each, and every change is delivered from the partition its hash
+/// names.
+async fn a_fleet_of_two_processes_holds_two_of_four_partitions_each<S>(stores: [S; 2], db: &str)
+where
+    S: Store + DocumentStore + MembershipStore + Sync,
+{
     use streamward::engine::{Fleet, FleetConfig};
-    let epoch = chrono::TimeZone::with_ymd_and_hms(&Utc, 2031, 6, 1, 12, 0, 0)
-        .single()
-        .expect("a valid date");
-    let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
-    let ns = Namespace::new("shop", "orders");
-    let recorder = Recorder::new(store.clone(), Namespace::new("shop", "projection"));
+    let store = stores[0].clone();
+    let ns = Namespace::new(db, "orders");
+    let recorder = Recorder::new(store.clone(), Namespace::new(db, "projection"));
     let lease = Duration::from_secs(2);
-    let mut processes = Vec::new();
-    for name in ["a", "b"] {
-        let fleet = Fleet::start(store.clone(), FleetConfig::new(name).with_ttl(lease));
-        let listeners: Vec<ListenerHandle> = Partition::all(4)
-            .expect("valid")
-            .into_iter()
-            .map(|p| {
-                let mut config = config(&ns, p, &format!("{name}/p{}", p.index()));
-                config.lease = lease;
-                config.heartbeat = Duration::from_secs(1);
-                ListenerHandle::spawn_in_fleet(store.clone(), config, recorder.clone(), &fleet)
-            })
-            .collect();
-        processes.push((fleet, listeners));
-    }
     let held = |leases: &[streamward::model::Lease], now| {
         let mut held = BTreeMap::new();
         for lease in leases {
@@ -645,21 +631,57 @@ async fn sandbox_a_fleet_of_two_processes_holds_two_of_four_partitions_each() {
         }
         held
     };
-    let balanced = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)]);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let now = store.server_now().await.expect("now");
-        let leases = store.list().await.expect("list").items;
-        if held(&leases, now) == balanced {
-            break;
+    let wait_for_holdings = |wanted: BTreeMap<String, usize>| {
+        let store = store.clone();
+        async move {
+            let deadline = tokio::time::Instant::now() + PATIENCE;
+            loop {
+                let now = store.server_now().await.expect("now");
+                let leases = store.list().await.expect("list").items;
+                if held(&leases, now) == wanted {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "not {wanted:?} within {PATIENCE:?}: {:?}",
+                    held(&leases, now)
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
         }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not balanced within a minute: {:?}",
-            held(&leases, now)
+    };
+    // a alone takes all four; b joins and each ends with two, handed over.
+    let mut processes = Vec::new();
+    for (name, process_store) in ["a", "b"].into_iter().zip(stores) {
+        let fleet = Fleet::start(
+            process_store.clone(),
+            FleetConfig::new(name).with_ttl(lease),
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        let listeners: Vec<ListenerHandle> = Partition::all(4)
+            .expect("valid")
+            .into_iter()
+            .map(|p| {
+                let mut config = config(&ns, p, &format!("{name}/p{}", p.index()));
+                config.lease = lease;
+                config.heartbeat = Duration::from_secs(1);
+                ListenerHandle::spawn_in_fleet(
+                    process_store.clone(),
+                    config,
+                    recorder.clone(),
+                    &fleet,
+                )
+            })
+            .collect();
+        processes.push((fleet, listeners));
+        if name == "a" {
+            wait_for_holdings(BTreeMap::from([("a".to_string(), 4)])).await;
+        }
     }
+    let balanced = BTreeMap::from([("a".to_string(), 2), ("b".to_string(), 2)]);
+    wait_for_holdings(balanced.clone()).await;
+    // And it stays so, two lease periods on.
+    tokio::time::sleep(2 * lease).await;
+    wait_for_holdings(balanced).await;
     let keys = keys(20);
     write_round(&store, &ns, &keys, 0).await;
     write_round(&store, &ns, &keys, 1).await;
@@ -677,4 +699,32 @@ async fn sandbox_a_fleet_of_two_processes_holds_two_of_four_partitions_each() {
         stop_all(listeners).await;
         drop(fleet);
     }
+}
+
+/// On a virtual clock.
+#[tokio::test(start_paused = true)]
+async fn sandbox_a_fleet_of_two_processes_holds_two_of_four_partitions_each() {
+    let epoch = chrono::TimeZone::with_ymd_and_hms(&Utc, 2031, 6, 1, 12, 0, 0)
+        .single()
+        .expect("a valid date");
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+    a_fleet_of_two_processes_holds_two_of_four_partitions_each([store.clone(), store], "shop")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn live_a_fleet_of_two_processes_holds_two_of_four_partitions_each() {
+    live("partitions_fleet", |live: LiveDb| async move {
+        use streamward::store::mongo::{MongoSettings, MongoStore};
+        // The second process: its own client, leases in the same database.
+        let mut settings = MongoSettings::new(live.uri.clone());
+        settings.leases = Namespace::new(live.db.clone(), "leases");
+        let second = MongoStore::connect(settings).await.expect("connect");
+        a_fleet_of_two_processes_holds_two_of_four_partitions_each(
+            [live.store.clone(), second],
+            &live.db,
+        )
+        .await;
+    })
+    .await;
 }
