@@ -8,7 +8,8 @@
 //!   changes in order and in the partition its hash names;
 //! - changing P from 2 to 3 loses nothing: the new partitions start at the oldest
 //!   committed point of the old ones, and the source-version fence absorbs what the
-//!   more advanced old partition had already handled.
+//!   more advanced old partition had already handled;
+//! - in a fleet of two processes, four partition leases settle at two each.
 
 mod support;
 
