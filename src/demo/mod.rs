@@ -30,6 +30,9 @@ pub struct DemoNamespaces {
     /// The event store: a capped collection the workload appends order events to.
     pub events: Namespace,
     pub event_counts: Namespace,
+    /// The same tag counts as `aggregates`, kept by the partitioned resource
+    /// [`pets::CENSUS_RESOURCE`].
+    pub census: Namespace,
 }
 
 impl Default for DemoNamespaces {
@@ -42,6 +45,7 @@ impl Default for DemoNamespaces {
             mails: Namespace::new("shop", "mails"),
             events: Namespace::new("shop", "events"),
             event_counts: Namespace::new("shop", "event_counts"),
+            census: Namespace::new("demo", "tag_census"),
         }
     }
 }
@@ -59,6 +63,7 @@ impl DemoNamespaces {
             mails: at(defaults.mails),
             events: at(defaults.events),
             event_counts: at(defaults.event_counts),
+            census: at(defaults.census),
         }
     }
 
@@ -72,6 +77,7 @@ impl DemoNamespaces {
             &self.mails,
             &self.events,
             &self.event_counts,
+            &self.census,
         ]
         .iter()
         .map(|ns| ns.db.as_str())
@@ -96,6 +102,7 @@ mod tests {
         assert_eq!(ns.mails.to_string(), "t1.mails");
         assert_eq!(ns.events.to_string(), "t1.events");
         assert_eq!(ns.event_counts.to_string(), "t1.event_counts");
+        assert_eq!(ns.census.to_string(), "t1.tag_census");
         assert_eq!(ns.databases(), ["t1"]);
         assert_eq!(DemoNamespaces::default().databases(), ["demo", "shop"]);
     }

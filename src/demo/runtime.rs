@@ -8,12 +8,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{EventCounts, DEMO_EVENTS_BYTES, EVENTS_RESOURCE};
 use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
-use super::pets::{PetAggregates, PET_RESOURCE};
+use super::pets::{PetAggregates, CENSUS_PARTITIONS, CENSUS_RESOURCE, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
 use super::{DemoNamespaces, DemoStore};
 use crate::engine::{ListenerConfig, ListenerHandle};
 use crate::metrics::EngineMetrics;
-use crate::model::SourceKind;
+use crate::model::{Partition, SourceKind};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use crate::store::StoreResult;
 
@@ -183,6 +183,23 @@ impl<S: DemoStore> DemoRuntime<S> {
                 ),
                 PetAggregates::writing_to(store.clone(), ns.aggregates.clone()),
             ));
+            // A partitioned resource across the listeners: every listener runs one
+            // per partition, so each partition has a holder and standbys.
+            for partition in Partition::all(CENSUS_PARTITIONS).unwrap_or_default() {
+                let census = listener_config(
+                    config,
+                    CENSUS_RESOURCE,
+                    &format!("{id}-census{}", partition.index()),
+                    ns.animals.clone(),
+                )
+                .partitioned(partition);
+                listeners.push(spawn_listener(
+                    config.metrics.as_ref(),
+                    store.clone(),
+                    census,
+                    PetAggregates::writing_to(store.clone(), ns.census.clone()),
+                ));
+            }
             listeners.push(spawn_listener(
                 config.metrics.as_ref(),
                 store.clone(),
@@ -365,6 +382,13 @@ mod tests {
         let counts = stored_counts_in(store, &ns.aggregates).await.expect("read");
         if counts != expected_counts(&animals) {
             return Err(format!("tag counts {counts:?} differ from a recomputation"));
+        }
+        // The partitioned resource's copy too: its two partitions together.
+        let census = stored_counts_in(store, &ns.census).await.expect("read");
+        if census != expected_counts(&animals) {
+            return Err(format!(
+                "the partitioned census {census:?} differs from a recomputation"
+            ));
         }
         Ok(())
     }
@@ -550,12 +574,13 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let held = loop {
             let leases = store.list().await.unwrap().items;
-            if leases.len() == 3 && leases.iter().all(|l| l.holder.is_some()) {
+            // Pets, orders, the event store and the census's two partitions.
+            if leases.len() == 5 && leases.iter().all(|l| l.holder.is_some()) {
                 break leases;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the three leases held: {leases:?}"
+                "the five leases held: {leases:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
