@@ -769,6 +769,17 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 }
 
+/// A listener whose task is aborted (a crash, a panic elsewhere in its task) is
+/// dropped without returning from `run`: its fleet must stop announcing it all the
+/// same, or the plan would keep leaving leases to a listener that is gone.
+impl<S: Store, H: Handler> Drop for Listener<S, H> {
+    fn drop(&mut self) {
+        if let Some(seat) = &self.fleet {
+            seat.withdraw();
+        }
+    }
+}
+
 /// The date at `field` (a dotted path through embedded documents) of the event's
 /// document, or what is wrong with it, naming the document's key.
 fn document_time(event: &ChangeEvent, field: &str) -> Result<DateTime<Utc>, String> {
