@@ -7,12 +7,12 @@ pub mod rebuild;
 pub mod runtime;
 pub mod workload;
 
-use crate::store::{DocumentStore, FencedMemberWrites, Namespace, Store};
+use crate::store::{DocumentStore, FencedMemberWrites, MembershipStore, Namespace, Store};
 
 /// What the demo needs from a store: the engine's ports for its listeners, and
 /// documents (with the tag aggregate's member upsert) for its handlers and workload.
-pub trait DemoStore: Store + DocumentStore + FencedMemberWrites {}
-impl<T: Store + DocumentStore + FencedMemberWrites> DemoStore for T {}
+pub trait DemoStore: Store + DocumentStore + FencedMemberWrites + MembershipStore {}
+impl<T: Store + DocumentStore + FencedMemberWrites + MembershipStore> DemoStore for T {}
 
 /// Where the demo's collections live. The default is the layout the console and
 /// documentation show (`demo.animals`, `demo.tag_locations`, `shop.orders`,

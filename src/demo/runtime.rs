@@ -11,7 +11,7 @@ use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
 use super::pets::{PetAggregates, CENSUS_PARTITIONS, CENSUS_RESOURCE, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
 use super::{DemoNamespaces, DemoStore};
-use crate::engine::{ListenerConfig, ListenerHandle};
+use crate::engine::{Fleet, FleetConfig, ListenerConfig, ListenerHandle};
 use crate::metrics::EngineMetrics;
 use crate::model::{Partition, SourceKind};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
@@ -55,22 +55,21 @@ impl Default for DemoConfig {
     }
 }
 
-/// A listener of the demo, recording into `metrics` when there are any.
+/// A listener of the demo process `fleet`, recording into `metrics` when there are any.
 fn spawn_listener<S: DemoStore, H: crate::engine::Handler>(
-    metrics: Option<&EngineMetrics>,
+    (metrics, fleet): (Option<&EngineMetrics>, &Fleet),
     store: S,
     config: ListenerConfig,
     handler: H,
 ) -> ListenerHandle {
-    match metrics {
-        Some(metrics) => ListenerHandle::spawn_with_metrics(store, config, handler, metrics),
-        None => ListenerHandle::spawn(store, config, handler),
-    }
+    ListenerHandle::spawn_with(store, config, handler, metrics, Some(fleet))
 }
 
 pub struct DemoRuntime<S = SandboxStore> {
     pub store: S,
     pub listeners: Vec<ListenerHandle>,
+    /// The demo's processes, one per set of listeners.
+    fleets: Vec<Fleet>,
     namespaces: DemoNamespaces,
     shutdown: CancellationToken,
     /// `None` once [`DemoRuntime::stop_workload`] has collected it.
@@ -170,10 +169,15 @@ impl<S: DemoStore> DemoRuntime<S> {
         let host = hostname();
         let ns = &config.namespaces;
         let mut listeners = Vec::new();
+        let mut fleets = Vec::new();
         for n in 1..=config.listeners_per_resource {
             let id = format!("{host}/{}-{n}", std::process::id());
+            // Each set of listeners is one process of a fleet, which balances the
+            // leases over the three (docs/protocol.md, "Membership and balancing").
+            let fleet = Fleet::start(store.clone(), FleetConfig::new(id.clone()));
+            let attach = (config.metrics.as_ref(), &fleet);
             listeners.push(spawn_listener(
-                config.metrics.as_ref(),
+                attach,
                 store.clone(),
                 listener_config(
                     config,
@@ -194,14 +198,14 @@ impl<S: DemoStore> DemoRuntime<S> {
                 )
                 .partitioned(partition);
                 listeners.push(spawn_listener(
-                    config.metrics.as_ref(),
+                    attach,
                     store.clone(),
                     census,
                     PetAggregates::writing_to(store.clone(), ns.census.clone()),
                 ));
             }
             listeners.push(spawn_listener(
-                config.metrics.as_ref(),
+                attach,
                 store.clone(),
                 listener_config(
                     config,
@@ -219,14 +223,14 @@ impl<S: DemoStore> DemoRuntime<S> {
             );
             events.source = SourceKind::Capped;
             listeners.push(spawn_listener(
-                config.metrics.as_ref(),
+                attach,
                 store.clone(),
                 events,
                 EventCounts::writing_to(store.clone(), ns.event_counts.clone(), config.batch_size),
             ));
             if let Some(delay) = config.mailer_delay {
                 listeners.push(spawn_listener(
-                    config.metrics.as_ref(),
+                    attach,
                     store.clone(),
                     listener_config(
                         config,
@@ -242,6 +246,7 @@ impl<S: DemoStore> DemoRuntime<S> {
                     ),
                 ));
             }
+            fleets.push(fleet);
         }
         let shutdown = CancellationToken::new();
         let mut workload = Workload::writing_to(store.clone(), config.workload.clone(), ns.clone());
@@ -255,6 +260,7 @@ impl<S: DemoStore> DemoRuntime<S> {
         Self {
             store,
             listeners,
+            fleets,
             namespaces: ns.clone(),
             shutdown,
             workload: Some(workload),
@@ -287,6 +293,9 @@ impl<S: DemoStore> DemoRuntime<S> {
         }
         for listener in self.listeners {
             listener.stop().await;
+        }
+        for fleet in &self.fleets {
+            fleet.stop().await;
         }
     }
 }
