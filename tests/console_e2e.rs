@@ -222,6 +222,31 @@ impl PtySession {
         self.wait_for_within(DEADLINE, what, sandbox, done);
     }
 
+    /// [`PtySession::wait_for`] on a table taller than the screen: goes to its first
+    /// and its last rows in turn (`g`, `G`) until `done` holds on one of them.
+    fn wait_for_in_either_end(
+        &mut self,
+        what: &str,
+        sandbox: &Sandbox,
+        done: impl Fn(&str) -> bool,
+    ) {
+        let started = Instant::now();
+        for key in ["G", "g"].iter().cycle() {
+            self.send(key);
+            let turn = Instant::now();
+            while turn.elapsed() < Duration::from_millis(500) {
+                if done(&self.contents()) {
+                    return;
+                }
+                std::thread::sleep(POLL);
+            }
+            if started.elapsed() > DEADLINE {
+                break;
+            }
+        }
+        self.wait_for_within(Duration::ZERO, what, sandbox, done);
+    }
+
     /// [`PtySession::wait_for`] with its own deadline, for what takes longer than one
     /// screen change (the demo's mailer falling off the oplog).
     fn wait_for_within(
@@ -716,20 +741,31 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
     );
     // The standbys take the lease in turn and fail on the same lost history within a
     // second; once all three wait for an operator, the lease stays as it is. The
-    // listeners do not all fit at 80×24 (six per process): the last rows hold the
-    // third process's, and every process's mailer is its last.
+    // listeners do not all fit at 80×24 (six per process, and the fleet's processes
+    // below them): the last rows hold the last two processes' mailers (each process's
+    // mailer is its last listener), the first rows the first one's.
+    let history_lost = |screen: &str| {
+        let rows = listener_rows(screen, "shop.ma");
+        (!rows.is_empty()
+            && rows
+                .iter()
+                .all(|cells| cells.get(2).is_some_and(|s| s == "history-lost")))
+        .then_some(rows.len())
+    };
     session.send("3");
     session.send("G");
     session.wait_for(
-        "all the mailer's listeners history-lost",
+        "the last rows' mailer listeners history-lost",
         &sandbox,
-        |screen| {
-            let rows = listener_rows(screen, "shop.ma");
-            rows.len() == MAILER_LISTENERS
-                && rows
-                    .iter()
-                    .all(|cells| cells.get(2).is_some_and(|s| s == "history-lost"))
-        },
+        |screen| history_lost(screen).is_some(),
+    );
+    let last = history_lost(&session.contents()).unwrap_or_default();
+    session.send("g");
+    // The rest of them, there, history-lost too.
+    session.wait_for(
+        "the first rows' mailer listeners history-lost",
+        &sandbox,
+        |screen| history_lost(screen) == Some(MAILER_LISTENERS.saturating_sub(last)),
     );
     session.send("1");
     session.wait_for("the leases view", &sandbox, |screen| {
@@ -801,7 +837,8 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
         })
     });
     session.send("3");
-    session.wait_for("a mailer listener streaming", &sandbox, |screen| {
+    // Whichever process's mailer took the lease: the first rows or the last.
+    session.wait_for_in_either_end("a mailer listener streaming", &sandbox, |screen| {
         streaming_mailer_events(screen).is_some()
     });
     let counted = streaming_mailer_events(&session.contents()).unwrap_or(u64::MAX);

@@ -174,7 +174,12 @@ impl<S: DemoStore> DemoRuntime<S> {
             let id = format!("{host}/{}-{n}", std::process::id());
             // Each set of listeners is one process of a fleet, which balances the
             // leases over the three (docs/protocol.md, "Membership and balancing").
-            let fleet = Fleet::start(store.clone(), FleetConfig::new(id.clone()));
+            // Its membership lasts a lease: a fleet whose membership outlasts its leases
+            // plans on stale holders (docs/protocol.md, "Limits").
+            let fleet = Fleet::start(
+                store.clone(),
+                FleetConfig::new(id.clone()).with_ttl(config.lease),
+            );
             let attach = (config.metrics.as_ref(), &fleet);
             listeners.push(spawn_listener(
                 attach,
