@@ -25,6 +25,8 @@
 
 #[path = "../tests/support/live.rs"]
 mod live;
+#[path = "partitions_bench.rs"]
+mod partitions_bench;
 
 use std::time::{Duration, Instant};
 
@@ -299,6 +301,7 @@ fn report(figures: &Figures) {
 fn main() {
     let Some(uri) = live::live_uri("fleet bench", live::URI_VAR) else {
         println!("fleet: skipped: {} is not set", live::URI_VAR);
+        partitions_bench::run();
         return;
     };
     let resources = env_number("STREAMWARD_FLEET_RESOURCES", 1_000).max(1) as usize;
@@ -337,6 +340,7 @@ fn main() {
         fleet.connections,
         fleet.p(0.99).as_millis()
     );
+    partitions_bench::run();
 }
 
 /// The same run's baseline: a fleet this small never queued on the pool, before or after.

@@ -389,6 +389,34 @@ fn leases_view() {
     snapshot_both_sizes("leases", |_| {});
 }
 
+/// A resource split into three partitions, with the leases of its earlier split in
+/// two still there: all five shown together, each partition under the row before.
+#[test]
+fn leases_view_groups_partitions_under_their_resource() {
+    snapshot_both_sizes("leases_partitions", |state| {
+        let mut all = leases();
+        for (id, holder, version, age) in [
+            ("orders-projection#1/3", Some("app-2/812-p1"), 3, 2),
+            ("orders-projection#0/2", None, 9, 400),
+            ("orders-projection#0/3", Some("app-1/4242-p0"), 2, 1),
+            ("orders-projection#2/3", Some("app-3/97-p2"), 2, 1),
+            ("orders-projection#1/2", None, 7, 420),
+        ] {
+            let mut partition = lease(id, holder, version, age);
+            if holder.is_none() {
+                partition.expires_at = Some(ago(300));
+            }
+            if let Some((_, p)) = streamward::model::Partition::parse_lease_id(id) {
+                if let Some(watch) = partition.watch.as_mut() {
+                    watch.pipeline = p.pipeline_text();
+                }
+            }
+            all.push(partition);
+        }
+        state.apply(DataEvent::LeaseSnapshot(all.into()), now());
+    });
+}
+
 #[test]
 fn leases_view_filtered_frozen_and_sorted() {
     snapshot_both_sizes("leases_filtered", |state| {

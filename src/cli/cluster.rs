@@ -272,7 +272,9 @@ pub async fn leases(
     }
     snapshot.note_window_unknown();
     let thresholds = settings.thresholds;
-    let all: Vec<&Lease> = snapshot.leases.iter().collect();
+    let mut all: Vec<&Lease> = snapshot.leases.iter().collect();
+    // A partitioned resource's leases together, under its own (docs/protocol.md, "Partitions").
+    all.sort_by(|a, b| crate::model::lease_order(&a.resource, &b.resource));
     match settings.output {
         OutputFormat::Table => {
             super::guarded::warn_malformed("lease document", &snapshot.malformed);

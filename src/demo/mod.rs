@@ -7,12 +7,12 @@ pub mod rebuild;
 pub mod runtime;
 pub mod workload;
 
-use crate::store::{DocumentStore, FencedMemberWrites, Namespace, Store};
+use crate::store::{DocumentStore, FencedMemberWrites, MembershipStore, Namespace, Store};
 
 /// What the demo needs from a store: the engine's ports for its listeners, and
 /// documents (with the tag aggregate's member upsert) for its handlers and workload.
-pub trait DemoStore: Store + DocumentStore + FencedMemberWrites {}
-impl<T: Store + DocumentStore + FencedMemberWrites> DemoStore for T {}
+pub trait DemoStore: Store + DocumentStore + FencedMemberWrites + MembershipStore {}
+impl<T: Store + DocumentStore + FencedMemberWrites + MembershipStore> DemoStore for T {}
 
 /// Where the demo's collections live. The default is the layout the console and
 /// documentation show (`demo.animals`, `demo.tag_locations`, `shop.orders`,
@@ -30,6 +30,9 @@ pub struct DemoNamespaces {
     /// The event store: a capped collection the workload appends order events to.
     pub events: Namespace,
     pub event_counts: Namespace,
+    /// The same tag counts as `aggregates`, kept by the partitioned resource
+    /// [`pets::CENSUS_RESOURCE`].
+    pub census: Namespace,
 }
 
 impl Default for DemoNamespaces {
@@ -42,6 +45,7 @@ impl Default for DemoNamespaces {
             mails: Namespace::new("shop", "mails"),
             events: Namespace::new("shop", "events"),
             event_counts: Namespace::new("shop", "event_counts"),
+            census: Namespace::new("demo", "tag_census"),
         }
     }
 }
@@ -59,6 +63,7 @@ impl DemoNamespaces {
             mails: at(defaults.mails),
             events: at(defaults.events),
             event_counts: at(defaults.event_counts),
+            census: at(defaults.census),
         }
     }
 
@@ -72,6 +77,7 @@ impl DemoNamespaces {
             &self.mails,
             &self.events,
             &self.event_counts,
+            &self.census,
         ]
         .iter()
         .map(|ns| ns.db.as_str())
@@ -96,6 +102,7 @@ mod tests {
         assert_eq!(ns.mails.to_string(), "t1.mails");
         assert_eq!(ns.events.to_string(), "t1.events");
         assert_eq!(ns.event_counts.to_string(), "t1.event_counts");
+        assert_eq!(ns.census.to_string(), "t1.tag_census");
         assert_eq!(ns.databases(), ["t1"]);
         assert_eq!(DemoNamespaces::default().databases(), ["demo", "shop"]);
     }

@@ -19,6 +19,12 @@ pub const LOCATIONS: [&str; 3] = ["house", "backyard", "frontyard"];
 pub const TAGS: [&str; 6] = ["fluffy", "loud", "sleepy", "hungry", "striped", "tiny"];
 /// The lease resource of the incremental aggregate listener.
 pub const PET_RESOURCE: &str = "pet-aggregates";
+/// The same aggregate kept by a partitioned resource (docs/protocol.md, "Partitions"):
+/// [`CENSUS_PARTITIONS`] partition leases (`pet-census#0/2`, `pet-census#1/2`), each
+/// held by one of the demo's listeners, the others standing by. The per-member source
+/// versions make the two partitions' writes to one tag document commute.
+pub const CENSUS_RESOURCE: &str = "pet-census";
+pub const CENSUS_PARTITIONS: u32 = 2;
 
 /// `demo.animals`, where the default layout keeps the animals.
 pub fn animals_ns() -> Namespace {

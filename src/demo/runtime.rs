@@ -8,12 +8,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::{EventCounts, DEMO_EVENTS_BYTES, EVENTS_RESOURCE};
 use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
-use super::pets::{PetAggregates, PET_RESOURCE};
+use super::pets::{PetAggregates, CENSUS_PARTITIONS, CENSUS_RESOURCE, PET_RESOURCE};
 use super::workload::{Workload, WorkloadConfig};
 use super::{DemoNamespaces, DemoStore};
-use crate::engine::{ListenerConfig, ListenerHandle};
+use crate::engine::{Fleet, FleetConfig, ListenerConfig, ListenerHandle};
 use crate::metrics::EngineMetrics;
-use crate::model::SourceKind;
+use crate::model::{Partition, SourceKind};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use crate::store::StoreResult;
 
@@ -55,22 +55,21 @@ impl Default for DemoConfig {
     }
 }
 
-/// A listener of the demo, recording into `metrics` when there are any.
+/// A listener of the demo process `fleet`, recording into `metrics` when there are any.
 fn spawn_listener<S: DemoStore, H: crate::engine::Handler>(
-    metrics: Option<&EngineMetrics>,
+    (metrics, fleet): (Option<&EngineMetrics>, &Fleet),
     store: S,
     config: ListenerConfig,
     handler: H,
 ) -> ListenerHandle {
-    match metrics {
-        Some(metrics) => ListenerHandle::spawn_with_metrics(store, config, handler, metrics),
-        None => ListenerHandle::spawn(store, config, handler),
-    }
+    ListenerHandle::spawn_with(store, config, handler, metrics, Some(fleet))
 }
 
 pub struct DemoRuntime<S = SandboxStore> {
     pub store: S,
     pub listeners: Vec<ListenerHandle>,
+    /// The demo's processes, one per set of listeners.
+    fleets: Vec<Fleet>,
     namespaces: DemoNamespaces,
     shutdown: CancellationToken,
     /// `None` once [`DemoRuntime::stop_workload`] has collected it.
@@ -170,10 +169,15 @@ impl<S: DemoStore> DemoRuntime<S> {
         let host = hostname();
         let ns = &config.namespaces;
         let mut listeners = Vec::new();
+        let mut fleets = Vec::new();
         for n in 1..=config.listeners_per_resource {
             let id = format!("{host}/{}-{n}", std::process::id());
+            // Each set of listeners is one process of a fleet, which balances the
+            // leases over the three (docs/protocol.md, "Membership and balancing").
+            let fleet = Fleet::start(store.clone(), FleetConfig::new(id.clone()));
+            let attach = (config.metrics.as_ref(), &fleet);
             listeners.push(spawn_listener(
-                config.metrics.as_ref(),
+                attach,
                 store.clone(),
                 listener_config(
                     config,
@@ -183,8 +187,25 @@ impl<S: DemoStore> DemoRuntime<S> {
                 ),
                 PetAggregates::writing_to(store.clone(), ns.aggregates.clone()),
             ));
+            // A partitioned resource across the listeners: every listener runs one
+            // per partition, so each partition has a holder and standbys.
+            for partition in Partition::all(CENSUS_PARTITIONS).unwrap_or_default() {
+                let census = listener_config(
+                    config,
+                    CENSUS_RESOURCE,
+                    &format!("{id}-census{}", partition.index()),
+                    ns.animals.clone(),
+                )
+                .partitioned(partition);
+                listeners.push(spawn_listener(
+                    attach,
+                    store.clone(),
+                    census,
+                    PetAggregates::writing_to(store.clone(), ns.census.clone()),
+                ));
+            }
             listeners.push(spawn_listener(
-                config.metrics.as_ref(),
+                attach,
                 store.clone(),
                 listener_config(
                     config,
@@ -202,14 +223,14 @@ impl<S: DemoStore> DemoRuntime<S> {
             );
             events.source = SourceKind::Capped;
             listeners.push(spawn_listener(
-                config.metrics.as_ref(),
+                attach,
                 store.clone(),
                 events,
                 EventCounts::writing_to(store.clone(), ns.event_counts.clone(), config.batch_size),
             ));
             if let Some(delay) = config.mailer_delay {
                 listeners.push(spawn_listener(
-                    config.metrics.as_ref(),
+                    attach,
                     store.clone(),
                     listener_config(
                         config,
@@ -225,6 +246,7 @@ impl<S: DemoStore> DemoRuntime<S> {
                     ),
                 ));
             }
+            fleets.push(fleet);
         }
         let shutdown = CancellationToken::new();
         let mut workload = Workload::writing_to(store.clone(), config.workload.clone(), ns.clone());
@@ -238,6 +260,7 @@ impl<S: DemoStore> DemoRuntime<S> {
         Self {
             store,
             listeners,
+            fleets,
             namespaces: ns.clone(),
             shutdown,
             workload: Some(workload),
@@ -270,6 +293,9 @@ impl<S: DemoStore> DemoRuntime<S> {
         }
         for listener in self.listeners {
             listener.stop().await;
+        }
+        for fleet in &self.fleets {
+            fleet.stop().await;
         }
     }
 }
@@ -365,6 +391,13 @@ mod tests {
         let counts = stored_counts_in(store, &ns.aggregates).await.expect("read");
         if counts != expected_counts(&animals) {
             return Err(format!("tag counts {counts:?} differ from a recomputation"));
+        }
+        // The partitioned resource's copy too: its two partitions together.
+        let census = stored_counts_in(store, &ns.census).await.expect("read");
+        if census != expected_counts(&animals) {
+            return Err(format!(
+                "the partitioned census {census:?} differs from a recomputation"
+            ));
         }
         Ok(())
     }
@@ -550,12 +583,13 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let held = loop {
             let leases = store.list().await.unwrap().items;
-            if leases.len() == 3 && leases.iter().all(|l| l.holder.is_some()) {
+            // Pets, orders, the event store and the census's two partitions.
+            if leases.len() == 5 && leases.iter().all(|l| l.holder.is_some()) {
                 break leases;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "the three leases held: {leases:?}"
+                "the five leases held: {leases:?}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         };

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::model::{LockKind, SourceKind, WatchTarget};
+use crate::model::{LockKind, Partition, SourceKind, WatchTarget};
 use crate::store::Namespace;
 
 /// Where a listener without any resume point starts.
@@ -63,6 +63,9 @@ pub struct ListenerConfig {
     pub checkpoint_every: Option<Duration>,
     /// Checkpoints kept per resource; older ones are deleted as new ones are recorded.
     pub checkpoints_kept: u32,
+    /// One partition of a partitioned resource (docs/protocol.md, "Partitions"): then
+    /// `resource` is the partition's lease id, as [`ListenerConfig::partitioned`] sets it.
+    pub partition: Option<Partition>,
 }
 
 impl ListenerConfig {
@@ -89,7 +92,16 @@ impl ListenerConfig {
             document_time_field: None,
             checkpoint_every: Some(Duration::from_secs(60)),
             checkpoints_kept: crate::store::CHECKPOINTS_KEPT,
+            partition: None,
         }
+    }
+
+    /// This listener reads `partition` of its resource: its lease becomes the
+    /// partition's (`resource#index/count`) and its stream keeps that partition's keys.
+    pub fn partitioned(mut self, partition: Partition) -> Self {
+        self.resource = partition.lease_id(&self.resource);
+        self.partition = Some(partition);
+        self
     }
 
     pub fn refresh_interval(&self) -> Duration {
@@ -107,7 +119,10 @@ impl ListenerConfig {
         WatchTarget {
             db: self.watch.db.clone(),
             coll: self.watch.coll.clone(),
-            pipeline: String::new(),
+            pipeline: self
+                .partition
+                .map(Partition::pipeline_text)
+                .unwrap_or_default(),
             source: self.source,
         }
     }

@@ -204,6 +204,7 @@ impl Fleet {
         FleetSeat {
             fleet: self.clone(),
             resource: resource.to_string(),
+            listener: listener.to_string(),
         }
     }
 
@@ -286,6 +287,7 @@ impl Fleet {
 pub struct FleetSeat {
     fleet: Fleet,
     resource: String,
+    listener: String,
 }
 
 impl FleetSeat {
@@ -329,8 +331,16 @@ impl FleetSeat {
 
     /// The listener has exited: it no longer runs here. Announced at once.
     pub fn withdraw(&self) {
-        lock(&self.fleet.shared.seats).remove(&self.resource);
-        self.fleet.shared.nudge.notify_one();
+        let mut seats = lock(&self.fleet.shared.seats);
+        // A listener of the same resource seated since is not this one's to withdraw.
+        if seats
+            .get(&self.resource)
+            .is_some_and(|seat| seat.listener == self.listener)
+        {
+            seats.remove(&self.resource);
+            drop(seats);
+            self.fleet.shared.nudge.notify_one();
+        }
     }
 
     /// Whether the listener may try to acquire now, rather than wait for the first plan

@@ -249,6 +249,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
 
     /// A configuration this store can never serve, refused before anything is written.
     fn refusal(&self) -> Option<String> {
+        if let Some(refusal) = super::partitioned::refusal(&self.config, self.store.profile()) {
+            return Some(refusal);
+        }
         match (self.store.profile(), self.config.bootstrap) {
             (StreamProfile::CosmosDb, Bootstrap::Oldest) => Some(format!(
                 "{} is configured to bootstrap from the oldest oplog entry, which Azure Cosmos DB \
@@ -308,16 +311,24 @@ impl<S: Store, H: Handler> Listener<S, H> {
         };
         let source = self.config.source;
         let watch = &self.config.watch;
-        let mut opened =
-            super::source::open(&self.store, source, watch, start.clone(), options).await;
+        let partition = self.config.partition;
+        let mut opened = super::source::open(
+            &self.store,
+            source,
+            watch,
+            partition,
+            start.clone(),
+            options,
+        )
+        .await;
         if matches!(opened, Err(StoreError::HistoryLost { .. }))
             && lease.resume_point() == ResumePoint::Oldest
         {
             // The oldest entry fell off between reading the window and opening: read it again, once.
             opened = match self.start_point(&lease).await {
                 Ok(start) => {
-                    super::source::open(&self.store, source, &self.config.watch, start, options)
-                        .await
+                    let watch = &self.config.watch;
+                    super::source::open(&self.store, source, watch, partition, start, options).await
                 }
                 Err(end) => return self.give_back(&tenure, end).await,
             };
@@ -576,8 +587,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 
     /// Bootstrap order: committed token, operator's `resumeAt`, oldest oplog entry.
+    /// A partition lease with neither first takes the oldest point of the resource's
+    /// earlier split, where there was one (docs/protocol.md, "Partitions").
     async fn start_point(&mut self, lease: &Lease) -> Result<StartPoint, TenureEnd> {
-        match lease.resume_point() {
+        let point = lease.resume_point();
+        if point == ResumePoint::Oldest && self.config.partition.is_some() {
+            match super::partitioned::inherited(&self.store, &self.config).await {
+                Ok(Some(at)) => return Ok(StartPoint::At(at)),
+                Ok(None) => {}
+                Err(e) => return Err(TenureEnd::Failed(e.to_string())),
+            }
+        }
+        match point {
             ResumePoint::Token(token) => Ok(StartPoint::After(token)),
             ResumePoint::At(time) => Ok(StartPoint::At(time)),
             ResumePoint::Oldest => match self.config.bootstrap {
@@ -750,6 +771,17 @@ impl<S: Store, H: Handler> Listener<S, H> {
     fn record_error(&self, error: String) {
         tracing::warn!(resource = %self.config.resource, %error, "listener error");
         self.status.send_modify(|s| s.last_error = Some(error));
+    }
+}
+
+/// A listener whose task is aborted (a crash, a panic elsewhere in its task) is
+/// dropped without returning from `run`: its fleet must stop announcing it all the
+/// same, or the plan would keep leaving leases to a listener that is gone.
+impl<S: Store, H: Handler> Drop for Listener<S, H> {
+    fn drop(&mut self) {
+        if let Some(seat) = &self.fleet {
+            seat.withdraw();
+        }
     }
 }
 

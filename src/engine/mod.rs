@@ -6,6 +6,7 @@ mod fleet;
 mod handler;
 mod increment;
 mod listener;
+mod partitioned;
 mod source;
 mod standby;
 mod status;

@@ -2,10 +2,10 @@
 //! collection's entries by a tailable cursor. Both hand over batches of events with
 //! their tokens; the rest of the listener does not tell them apart.
 
-use crate::model::{ClusterTime, SourceKind};
+use crate::model::{ClusterTime, Partition, SourceKind};
 use crate::store::{
     CappedFeed, ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, Store,
-    StoreResult,
+    StoreError, StoreResult,
 };
 
 pub(super) enum SourceStream<S: Store> {
@@ -26,15 +26,31 @@ pub(super) async fn open<S: Store>(
     store: &S,
     source: SourceKind,
     ns: &Namespace,
+    partition: Option<Partition>,
     start: StartPoint,
     options: FeedOptions,
 ) -> StoreResult<SourceStream<S>> {
-    Ok(match source {
-        SourceKind::ChangeStream => SourceStream::Changes(store.open(ns, start, options).await?),
-        SourceKind::Capped => SourceStream::Entries(store.tail(ns, start, options).await?),
+    Ok(match (source, partition) {
+        (SourceKind::ChangeStream, partition) => {
+            SourceStream::Changes(store.open_partition(ns, partition, start, options).await?)
+        }
+        (SourceKind::Capped, None) => SourceStream::Entries(store.tail(ns, start, options).await?),
+        (SourceKind::Capped, Some(partition)) => {
+            return Err(StoreError::InvalidArgument(capped_partition(ns, partition)))
+        }
     })
 }
 
 /// Where a capped source with no resume point starts: at its oldest entry, i.e. every
 /// `_id` from the epoch on (the collection holds nothing older than its oldest).
 pub(super) const CAPPED_OLDEST: StartPoint = StartPoint::At(ClusterTime::new(0, 0));
+
+/// Why a capped source is not partitioned: its position is one `_id` (the last entry
+/// read), so partitions of it could not each keep their own place.
+pub(super) fn capped_partition(ns: &Namespace, partition: Partition) -> String {
+    format!(
+        "partition {partition} of the capped collection {ns}: a capped source resumes from \
+         one position (the last entry's _id) and is read whole; only change-stream \
+         sources are partitioned"
+    )
+}

@@ -31,9 +31,7 @@ impl ListenerHandle {
         handler: H,
         fleet: &super::Fleet,
     ) -> Self {
-        let shutdown = CancellationToken::new();
-        let listener = Listener::new(store, config, handler, shutdown.clone()).with_fleet(fleet);
-        Self::start(listener, shutdown)
+        Self::spawn_with(store, config, handler, None, Some(fleet))
     }
 
     /// [`ListenerHandle::spawn`], recording this listener's series into `metrics`
@@ -44,21 +42,38 @@ impl ListenerHandle {
         handler: H,
         metrics: &EngineMetrics,
     ) -> Self {
-        let series = metrics.listener(&config.resource, &config.listener_id);
+        Self::spawn_with(store, config, handler, Some(metrics), None)
+    }
+
+    /// [`ListenerHandle::spawn`], recording into `metrics` and as one of `fleet`'s
+    /// listeners, each where given.
+    pub fn spawn_with<S: Store, H: Handler>(
+        store: S,
+        config: ListenerConfig,
+        handler: H,
+        metrics: Option<&EngineMetrics>,
+        fleet: Option<&super::Fleet>,
+    ) -> Self {
+        let series = metrics.map(|m| m.listener(&config.resource, &config.listener_id));
         let shutdown = CancellationToken::new();
-        let listener =
-            Listener::new(store, config, handler, shutdown.clone()).with_metrics(series.clone());
-        // The state gauge follows the status the listener publishes.
-        let mut states = listener.subscribe();
-        tokio::spawn(async move {
-            loop {
-                let state = states.borrow_and_update().state;
-                series.state(state);
-                if states.changed().await.is_err() {
-                    break;
+        let mut listener = Listener::new(store, config, handler, shutdown.clone());
+        if let Some(fleet) = fleet {
+            listener = listener.with_fleet(fleet);
+        }
+        if let Some(series) = series {
+            listener = listener.with_metrics(series.clone());
+            // The state gauge follows the status the listener publishes.
+            let mut states = listener.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    let state = states.borrow_and_update().state;
+                    series.state(state);
+                    if states.changed().await.is_err() {
+                        break;
+                    }
                 }
-            }
-        });
+            });
+        }
         Self::start(listener, shutdown)
     }
 

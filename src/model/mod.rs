@@ -9,6 +9,7 @@ mod lease;
 mod lease_write;
 mod membership;
 mod oplog_window;
+mod partition;
 mod profile;
 mod resume_token;
 mod source;
@@ -30,6 +31,10 @@ pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use membership::{member_field, Announcement, Member, MemberListener, ProcessView};
 pub use oplog_window::OplogWindow;
+pub use partition::{
+    hashed_index_key, inherited_start, lease_order, Inherited, Partition, PartitionError,
+    UnhashableKey, MAX_PARTITIONS,
+};
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};
 pub use source::{

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bson::Document;
 
 use super::{Namespace, StoreResult};
-use crate::model::{ClusterTime, OplogWindow, ResumeToken, StreamProfile};
+use crate::model::{ClusterTime, OplogWindow, Partition, ResumeToken, StreamProfile};
 
 /// Where a stream opens: `resumeAfter`, `startAtOperationTime` (inclusive), or now.
 #[derive(Debug, Clone, PartialEq)]
@@ -191,6 +191,29 @@ pub trait ChangeFeed: Send + Sync {
         start: StartPoint,
         options: FeedOptions,
     ) -> impl Future<Output = StoreResult<Self::Stream>> + Send;
+
+    /// [`ChangeFeed::open`], keeping only the changes of `partition`'s document keys
+    /// and every change that is not about one document (a drop, rename or
+    /// invalidate reaches every partition): docs/protocol.md, "Partitions". `None`
+    /// opens the whole stream. A store that cannot filter by partition refuses with
+    /// `InvalidArgument`.
+    fn open_partition(
+        &self,
+        ns: &Namespace,
+        partition: Option<Partition>,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> impl Future<Output = StoreResult<Self::Stream>> + Send {
+        async move {
+            match partition {
+                None => self.open(ns, start, options).await,
+                Some(partition) => Err(super::StoreError::InvalidArgument(format!(
+                    "this store cannot read partition {partition} of {ns}: it has no \
+                     server-side filter by hashed document key"
+                ))),
+            }
+        }
+    }
 
     /// First (`op != "n"`) and last oplog entry. `NotPermitted` without access to the oplog.
     fn oplog_window(&self) -> impl Future<Output = StoreResult<OplogWindow>> + Send;

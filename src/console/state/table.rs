@@ -7,7 +7,9 @@ use std::collections::{HashMap, VecDeque};
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{HealthThresholds, Lease, LeaseHealth, LeaseStatus, SourceWindows, TimeToLoss};
+use crate::model::{
+    HealthThresholds, Lease, LeaseHealth, LeaseStatus, Partition, SourceWindows, TimeToLoss,
+};
 
 /// Holder and version changes kept per lease for the detail view.
 const CHANGES_KEPT: usize = 32;
@@ -145,6 +147,23 @@ impl Filter {
     }
 }
 
+/// The resource a lease belongs to: a partition lease's resource, else its own id.
+pub fn group_of(lease_id: &str) -> &str {
+    Partition::parse_lease_id(lease_id).map_or(lease_id, |(resource, _)| resource)
+}
+
+/// How the RESOURCE column names a lease shown right after `previous`: a partition
+/// lease under a row of the same resource as `  #index/count`, every other lease by
+/// its id.
+pub fn resource_label(lease_id: &str, previous: Option<&str>) -> String {
+    match Partition::parse_lease_id(lease_id) {
+        Some((resource, partition)) if previous.is_some_and(|p| group_of(p) == resource) => {
+            format!("  #{partition}")
+        }
+        _ => lease_id.to_string(),
+    }
+}
+
 fn contains_folded(haystack: &str, lowercase_needle: &str) -> bool {
     if haystack.is_ascii() && lowercase_needle.is_ascii() {
         haystack
@@ -172,6 +191,12 @@ pub struct LeaseTable {
     by_resource: HashMap<String, usize>,
     /// Indices into `entries` of the rows shown, filtered and sorted.
     order: Vec<usize>,
+    /// `order` with each resource's partition leases gathered under it (at the place
+    /// of the group's first row in `order`), when there are partition leases; else
+    /// empty and `order` is what is shown ([`LeaseTable::regroup`]).
+    grouped: Vec<usize>,
+    /// How many leases are partition leases (`resource#i/P`).
+    partition_leases: usize,
     sort: Column,
     descending: bool,
     filter: Filter,
@@ -196,6 +221,8 @@ impl LeaseTable {
             entries: Vec::new(),
             by_resource: HashMap::new(),
             order: Vec::new(),
+            grouped: Vec::new(),
+            partition_leases: 0,
             sort: Column::Status,
             descending: false,
             filter: Filter::default(),
@@ -214,9 +241,54 @@ impl LeaseTable {
 
     fn recount(&mut self) {
         self.status_counts = [0; STATUSES];
+        self.partition_leases = 0;
         for entry in &self.entries {
             self.status_counts[entry.health.status as usize] += 1;
+            if Partition::parse_lease_id(&entry.lease.resource).is_some() {
+                self.partition_leases += 1;
+            }
         }
+    }
+
+    /// The rows shown, in the order shown.
+    fn shown_order(&self) -> &[usize] {
+        if self.grouped.is_empty() {
+            &self.order
+        } else {
+            &self.grouped
+        }
+    }
+
+    /// Gathers each resource's partition leases (and its unpartitioned lease) under
+    /// the group's first row in the sorted order: the group sits where its most urgent
+    /// member sorts, its members in partition order. O(n), and only while there are
+    /// partition leases; without any, the sorted order is shown as it is.
+    fn regroup(&mut self) {
+        self.grouped.clear();
+        if self.partition_leases == 0 {
+            return;
+        }
+        let entries = &self.entries;
+        let mut members: HashMap<&str, Vec<usize>> = HashMap::new();
+        for &i in &self.order {
+            members
+                .entry(group_of(&entries[i].lease.resource))
+                .or_default()
+                .push(i);
+        }
+        for group in members.values_mut() {
+            group.sort_by_key(|&i| {
+                Partition::parse_lease_id(&entries[i].lease.resource)
+                    .map(|(_, p)| (p.count(), p.index()))
+            });
+        }
+        let mut grouped = Vec::with_capacity(self.order.len());
+        for &i in &self.order {
+            if let Some(group) = members.remove(group_of(&entries[i].lease.resource)) {
+                grouped.extend(group);
+            }
+        }
+        self.grouped = grouped;
     }
 
     pub fn len(&self) -> usize {
@@ -249,7 +321,9 @@ impl LeaseTable {
     }
 
     pub fn selected(&self) -> Option<&LeaseEntry> {
-        self.order.get(self.selected).map(|&i| &self.entries[i])
+        self.shown_order()
+            .get(self.selected)
+            .map(|&i| &self.entries[i])
     }
 
     pub fn get(&self, resource: &str) -> Option<&LeaseEntry> {
@@ -262,9 +336,10 @@ impl LeaseTable {
 
     /// The rows `start..start + count` of the shown order.
     pub fn rows(&self, start: usize, count: usize) -> impl Iterator<Item = &LeaseEntry> {
-        let end = start.saturating_add(count).min(self.order.len());
+        let shown = self.shown_order();
+        let end = start.saturating_add(count).min(shown.len());
         let start = start.min(end);
-        self.order[start..end].iter().map(|&i| &self.entries[i])
+        shown[start..end].iter().map(|&i| &self.entries[i])
     }
 
     pub fn offset(&self) -> usize {
@@ -342,6 +417,9 @@ impl LeaseTable {
             None => {
                 let health = self.assess(&lease);
                 self.status_counts[health.status as usize] += 1;
+                if Partition::parse_lease_id(&lease.resource).is_some() {
+                    self.partition_leases += 1;
+                }
                 let index = self.entries.len();
                 self.by_resource.insert(lease.resource.clone(), index);
                 self.entries.push(LeaseEntry {
@@ -359,6 +437,7 @@ impl LeaseTable {
                 .partition_point(|&i| self.compare(i, index) == Ordering::Less);
             self.order.insert(position, index);
         }
+        self.regroup();
         self.reselect(keep.as_deref());
     }
 
@@ -382,6 +461,7 @@ impl LeaseTable {
             let mut order = std::mem::take(&mut self.order);
             order.sort_by(|&a, &b| self.compare(a, b));
             self.order = order;
+            self.regroup();
         } else {
             self.rebuild_order();
         }
@@ -493,7 +573,13 @@ impl LeaseTable {
         }
         let found = resource
             .and_then(|r| self.by_resource.get(r).copied())
-            .and_then(|index| self.position_of(index));
+            .and_then(|index| {
+                if self.grouped.is_empty() {
+                    self.position_of(index)
+                } else {
+                    self.grouped.iter().position(|&i| i == index)
+                }
+            });
         self.selected = match found {
             Some(position) => position,
             None => self.selected.min(self.order.len().saturating_sub(1)),
@@ -514,6 +600,7 @@ impl LeaseTable {
             .collect();
         order.sort_unstable_by(|&a, &b| self.compare(a, b));
         self.order = order;
+        self.regroup();
     }
 
     fn assess(&self, lease: &Lease) -> LeaseHealth {
@@ -655,6 +742,44 @@ mod tests {
         table.upsert(lease("e", None, 0), now());
         assert_eq!(shown(&table), ["a", "b", "d", "e", "f"]);
         assert_eq!(table.selected().unwrap().lease.resource, "d");
+    }
+
+    #[test]
+    fn a_resources_partitions_are_shown_together_where_its_first_one_sorts() {
+        let mut table = table_of(&["b", "r#1/2", "a", "r#0/2", "r"]);
+        table.sort_by(Column::Version, true);
+        // Equal versions: by name, reversed; r's group sits where r#1/2 sorts.
+        assert_eq!(shown(&table), ["r", "r#0/2", "r#1/2", "b", "a"]);
+        // One partition moves up: the whole group moves with it, in partition order.
+        table.upsert(lease("r#1/2", Some("h"), 9), now());
+        table.upsert(lease("b", Some("h"), 5), now());
+        assert_eq!(shown(&table), ["r", "r#0/2", "r#1/2", "b", "a"]);
+        table.upsert(lease("r#1/2", Some("h"), 1), now());
+        table.upsert(lease("b", Some("h"), 10), now());
+        assert_eq!(shown(&table), ["b", "r", "r#0/2", "r#1/2", "a"]);
+        // A new split of the same resource joins the group, after the old one.
+        table.upsert(lease("r#0/3", None, 0), now());
+        assert_eq!(shown(&table), ["b", "r", "r#0/2", "r#1/2", "r#0/3", "a"]);
+        // The selection follows its lease into the group.
+        table.move_selection(3, 10);
+        assert_eq!(table.selected().unwrap().lease.resource, "r#1/2");
+        table.upsert(lease("a", Some("h"), 20), now());
+        assert_eq!(table.selected().unwrap().lease.resource, "r#1/2");
+        assert_eq!(shown(&table)[0], "a");
+        // The filter applies to each lease; what is left stays grouped.
+        table.set_filter(Filter::new("#"));
+        assert_eq!(shown(&table), ["r#0/2", "r#1/2", "r#0/3"]);
+    }
+
+    #[test]
+    fn a_partition_under_its_resource_is_labelled_by_its_partition() {
+        assert_eq!(resource_label("r#1/4", Some("r#0/4")), "  #1/4");
+        assert_eq!(resource_label("r#0/4", Some("r")), "  #0/4");
+        assert_eq!(resource_label("r#0/4", Some("q#0/4")), "r#0/4");
+        assert_eq!(resource_label("r#0/4", None), "r#0/4");
+        assert_eq!(resource_label("r", Some("r#0/4")), "r");
+        assert_eq!(group_of("a#b#2/3"), "a#b");
+        assert_eq!(group_of("shop.orders"), "shop.orders");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use super::format::{bar, cluster_clock, duration, fit, status_style, text_width, DASH};
 use crate::console::layout;
-use crate::console::state::{visible_start, Column, ConsoleState, LeaseEntry};
+use crate::console::state::{resource_label, visible_start, Column, ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
 use crate::model::text::{escape_control, relative_time};
 use crate::model::{token_time_cell, LeaseStatus, LossTime, LOSS_WARNING_WITHIN};
@@ -226,8 +226,11 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     let now = state.server_now();
     // Only the visible rows are measured: a frame costs what it draws.
     let (mut resource_need, mut holder_need) = (0, 0);
+    let mut previous: Option<&str> = None;
     for entry in table.rows(start, height) {
-        resource_need = resource_need.max(text_width(&escape_control(&entry.lease.resource)));
+        let label = resource_label(&entry.lease.resource, previous);
+        previous = Some(&entry.lease.resource);
+        resource_need = resource_need.max(text_width(&escape_control(&label)));
         holder_need = holder_need.max(holder_text(entry, now).map_or(0, |h| text_width(&h)));
     }
     let cap = |n: usize| u16::try_from(n).unwrap_or(u16::MAX);
@@ -241,9 +244,15 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     } else {
         theme.base
     };
+    // A resource's partition leases are shown together, each under the one before.
+    let mut previous: Option<&str> = None;
     let rows: Vec<Row> = table
         .rows(start, height)
-        .map(|entry| row(entry, &layout, state, theme).style(row_style))
+        .map(|entry| {
+            let label = resource_label(&entry.lease.resource, previous);
+            previous = Some(&entry.lease.resource);
+            row(entry, label, &layout, state, theme).style(row_style)
+        })
         .collect();
     let widths: Vec<Constraint> = layout
         .columns
@@ -274,6 +283,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
 
 fn row<'a>(
     entry: &'a LeaseEntry,
+    label: String,
     layout: &ColumnLayout,
     state: &ConsoleState,
     theme: &Theme,
@@ -285,7 +295,7 @@ fn row<'a>(
         let width = usize::from(width);
         let text = |value: String| fit(&value, width);
         match column {
-            Column::Resource => Cell::from(text(escape_control(&lease.resource))),
+            Column::Resource => Cell::from(text(escape_control(&label))),
             Column::Kind => {
                 let style = if lease.kind == crate::model::LockKind::Bulk {
                     theme.warn

@@ -15,8 +15,8 @@ use super::errors::{bounded, next_within, with_one_retry};
 use super::read_pace::ReadPace;
 use super::MongoStore;
 use crate::model::{
-    ClusterTime, Deployment, OplogAccess, OplogWindow, ResumeToken, ShardOplog, ShardWindows,
-    StreamProfile, Topology,
+    ClusterTime, Deployment, OplogAccess, OplogWindow, Partition, ResumeToken, ShardOplog,
+    ShardWindows, StreamProfile, Topology,
 };
 use crate::store::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
@@ -359,9 +359,21 @@ impl ChangeFeed for MongoStore {
         start: StartPoint,
         options: FeedOptions,
     ) -> StoreResult<MongoChangeStream> {
+        self.open_partition(ns, None, start, options).await
+    }
+
+    /// A partition's stream carries [`Partition::change_stream_stage`] (MongoDB 6.0
+    /// and newer have `$toHashedIndexKey`); refused under the Cosmos DB profile.
+    async fn open_partition(
+        &self,
+        ns: &Namespace,
+        partition: Option<Partition>,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<MongoChangeStream> {
         let action = format!("open a change stream on {ns}");
         let collection = self.collection(ns);
-        let pipeline = match self.profile {
+        let mut pipeline = match self.profile {
             StreamProfile::MongoDb => Vec::new(),
             StreamProfile::CosmosDb => {
                 if let StartPoint::At(at) = &start {
@@ -370,6 +382,15 @@ impl ChangeFeed for MongoStore {
                 cosmos::change_stream_pipeline(None)
             }
         };
+        if let Some(partition) = partition {
+            if self.profile == StreamProfile::CosmosDb {
+                return Err(StoreError::InvalidArgument(format!(
+                    "partition {partition} of {ns}: Azure Cosmos DB change streams take only \
+                     the pipeline it requires, not a filter by hashed document key"
+                )));
+            }
+            pipeline.push(partition.change_stream_stage());
+        }
         let started_after = match &start {
             StartPoint::After(token) => Some(token.as_document().clone()),
             _ => None,

@@ -6,7 +6,7 @@ use bson::Document;
 
 use super::change_log::{HistoryLost, Scan};
 use super::{count, SandboxStore};
-use crate::model::{ClusterTime, OplogWindow, ResumeToken, TokenKind};
+use crate::model::{ClusterTime, OplogWindow, Partition, ResumeToken, TokenKind};
 use crate::store::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, OperationType,
     StartPoint, StoreError, StoreResult,
@@ -31,6 +31,18 @@ impl ChangeFeed for SandboxStore {
     async fn open(
         &self,
         ns: &Namespace,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<SandboxStream> {
+        self.open_partition(ns, None, start, options).await
+    }
+
+    /// A partition's stream keeps the changes whose `documentKey._id` hashes into it
+    /// ([`Partition::holds_key`], MongoDB's hashed index key), and every drop or rename.
+    async fn open_partition(
+        &self,
+        ns: &Namespace,
+        partition: Option<Partition>,
         start: StartPoint,
         options: FeedOptions,
     ) -> StoreResult<SandboxStream> {
@@ -63,6 +75,7 @@ impl ChangeFeed for SandboxStore {
         Ok(SandboxStream {
             store: self.clone(),
             ns: ns.clone(),
+            partition,
             position,
             resume_time,
             resumes_from,
@@ -108,6 +121,8 @@ impl SandboxStore {
 pub struct SandboxStream {
     store: SandboxStore,
     ns: Namespace,
+    /// Only this partition's document changes, when set.
+    partition: Option<Partition>,
     /// Sequence number of the next log entry to scan.
     position: u64,
     /// Time of everything this stream has passed over, for the post-batch token.
@@ -134,6 +149,8 @@ impl SandboxStream {
         // Like a collection change stream: document changes on `ns`; a drop or rename of
         // it ends the stream there (the server's `invalidate`), after the changes before it.
         let mut closed = None;
+        let mut unhashable = None;
+        let partition = self.partition;
         let state = self.store.lock();
         state.log.check_resumable(self.resumes_from)?;
         self.position = state.log.read_from(
@@ -144,13 +161,26 @@ impl SandboxStream {
                     closed = Some((cause, entry.time));
                     Scan::Stop
                 } else if entry.event.ns == *ns && !entry.is_command() {
-                    Scan::Keep
+                    match partition.map(|p| p.holds_key(&entry.event.document_key)) {
+                        None | Some(Ok(true)) => Scan::Keep,
+                        Some(Ok(false)) => Scan::Skip,
+                        Some(Err(e)) => {
+                            unhashable = Some(e);
+                            Scan::Stop
+                        }
+                    }
                 } else {
                     Scan::Skip
                 }
             },
             &mut self.scratch,
         )?;
+        if let Some(e) = unhashable {
+            return Err(StoreError::InvalidArgument(format!(
+                "partition {} of {ns}: {e}",
+                partition.map(|p| p.to_string()).unwrap_or_default()
+            )));
+        }
         let scanned_to = state.log.last_time();
         let at_end = self.position == state.log.end();
         // `fullDocument: updateLookup`: an update carries the document as it is when

@@ -1,7 +1,8 @@
-//! Many listeners in one process on a real replica set (issue 16): the lease watches
-//! share one change stream, data streams beyond the store's await slots poll, and
-//! nothing is missed or late by more than a read wait either way.
-//! `STREAMWARD_TEST_URI=… cargo test --test lease_stream_live`.
+//! Many listeners in one process on a real replica set, inside the driver's pool
+//! (issue 16): the lease watches share one change stream, data streams (change streams
+//! and capped tails) beyond the store's await slots poll, and nothing is missed or late
+//! by more than a read wait either way.
+//! `STREAMWARD_TEST_URI=… cargo test --test pool_live`.
 
 mod support;
 
@@ -14,9 +15,9 @@ use futures_util::TryStreamExt;
 use streamward::engine::{
     Bootstrap, Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState,
 };
-use streamward::model::Fence;
+use streamward::model::{Fence, SourceKind};
 use streamward::store::mongo::{MongoSettings, MongoStore};
-use streamward::store::{ChangeEvent, Namespace};
+use streamward::store::{CappedFeed, ChangeEvent, Namespace};
 use support::live::{live, LiveDb};
 
 fn config(resource: &str, listener: &str, ns: Namespace) -> ListenerConfig {
@@ -129,6 +130,13 @@ async fn every_standby_of_a_process_waits_on_one_lease_stream_and_takes_over_at_
     .await;
 }
 
+/// A store on `live`'s database with a pool of 4, which leaves one await slot.
+async fn one_slot_store(live: &LiveDb) -> MongoStore {
+    let mut settings = MongoSettings::new(format!("{}&maxPoolSize=4", live.uri));
+    settings.leases = Namespace::new(live.db.clone(), "leases");
+    MongoStore::connect(settings).await.expect("connect")
+}
+
 /// What one listener handled, in order.
 #[derive(Clone, Default)]
 struct Seen(Arc<Mutex<Vec<(i32, Instant)>>>);
@@ -149,10 +157,8 @@ impl Handler for Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_past_the_await_slots_poll_and_miss_nothing_nor_lag_past_a_read_wait() {
     live("fleet_polling_streams", |live: LiveDb| async move {
-        // A pool of 4 leaves one await slot: five of the six streams poll.
-        let mut settings = MongoSettings::new(format!("{}&maxPoolSize=4", live.uri));
-        settings.leases = Namespace::new(live.db.clone(), "leases");
-        let store = MongoStore::connect(settings).await.expect("connect");
+        // One await slot: five of the six streams poll.
+        let store = one_slot_store(&live).await;
         const STREAMS: usize = 6;
         const WRITES: i32 = 20;
         let mut listeners = Vec::new();
@@ -236,6 +242,65 @@ async fn streams_past_the_await_slots_poll_and_miss_nothing_nor_lag_past_a_read_
             worst < read_wait + Duration::from_millis(400),
             "a change is handled within a read wait of its write (read wait {read_wait:?}), the latest after {worst:?}"
         );
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capped_tails_past_the_await_slots_poll_and_miss_nothing() {
+    live("fleet_polling_tails", |live: LiveDb| async move {
+        // One await slot: two of the three tails poll.
+        let store = one_slot_store(&live).await;
+        const TAILS: usize = 3;
+        const ENTRIES: i32 = 15;
+        let mut listeners = Vec::new();
+        for i in 0..TAILS {
+            let ns = live.ns(&format!("log{i}"));
+            store.ensure_capped(&ns, 1 << 20).await.expect("capped");
+            let seen = Seen::default();
+            let mut config = config(&format!("log{i}"), "p", ns.clone());
+            config.source = SourceKind::Capped;
+            let handle = ListenerHandle::spawn(store.clone(), config, seen.clone());
+            wait_for(&handle, ListenerState::Streaming, Duration::from_secs(20)).await;
+            listeners.push((ns, seen, handle));
+        }
+        let started = Instant::now();
+        for n in 0..ENTRIES {
+            for (ns, _, _) in &listeners {
+                store
+                    .append_entry(ns, doc! { "n": n })
+                    .await
+                    .expect("append");
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while listeners
+            .iter()
+            .any(|(_, seen, _)| seen.0.lock().expect("seen").len() < ENTRIES as usize)
+        {
+            assert!(Instant::now() < deadline, "every entry handled");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "{TAILS} tails, {ENTRIES} entries each, all handled after {:?}",
+            started.elapsed()
+        );
+        for (ns, seen, handle) in listeners {
+            let order: Vec<i32> = seen
+                .0
+                .lock()
+                .expect("seen")
+                .iter()
+                .map(|(n, _)| *n)
+                .collect();
+            assert_eq!(
+                order,
+                (0..ENTRIES).collect::<Vec<_>>(),
+                "{ns}: each once, in order"
+            );
+            handle.stop().await;
+        }
     })
     .await;
 }
