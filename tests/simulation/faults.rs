@@ -37,7 +37,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use streamward::model::{
-    Announcement, AuditRecord, ClusterTime, Invalidation, Lease, Member, OplogWindow, ResumeToken,
+    Announcement, AuditRecord, ClusterTime, Invalidation, Lease, Member, OplogWindow, Partition,
+    ResumeToken,
 };
 use streamward::store::sandbox::{SandboxLeaseWatch, SandboxStore, SandboxStream};
 use streamward::store::{
@@ -694,11 +695,25 @@ impl ChangeFeed for FaultyStore {
         start: StartPoint,
         options: FeedOptions,
     ) -> StoreResult<FaultyStream> {
+        self.open_partition(ns, None, start, options).await
+    }
+
+    /// A partition's stream fails like any other: the sandbox filters it by the hash.
+    async fn open_partition(
+        &self,
+        ns: &Namespace,
+        partition: Option<Partition>,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<FaultyStream> {
         let stream = self.cluster.streams.fetch_add(1, Ordering::SeqCst) + 1;
         let resume = Resume::of_start(&start);
         let (done, fault) = self
             .run(Kind::Read, |_| async {
-                let result = self.inner.open(ns, start, options).await;
+                let result = self
+                    .inner
+                    .open_partition(ns, partition, start, options)
+                    .await;
                 let first = now_or_never(self.inner.oplog_window())
                     .and_then(|w| w.ok())
                     .map(|w| w.first);

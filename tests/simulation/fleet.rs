@@ -40,7 +40,7 @@ use rand::{Rng, SeedableRng};
 use streamward::engine::{
     Fleet, FleetConfig, Handler, HandlerError, ListenerConfig, ListenerHandle,
 };
-use streamward::model::{ClusterTime, Fence};
+use streamward::model::{ClusterTime, Fence, Partition};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::{
     ChangeEvent, DocumentStore, LeaseStore, MemberScope, MembershipStore, Namespace, WriteFence,
@@ -60,8 +60,20 @@ const MAX_PROCESSES: usize = 5;
 /// The longest injected timeout (12 s) and the longest back-off (60 s), and a little.
 const DRAIN: Duration = Duration::from_secs(75);
 /// Keys per resource: few, so each key sees many changes.
-const KEYS: usize = 4;
+const KEYS: usize = 6;
 const DB: &str = "fleet";
+/// The partitioned resource: its leases are `pr#i/P`.
+const PARTITIONED: &str = "pr";
+
+/// One lease the processes run a listener for.
+#[derive(Debug, Clone)]
+struct LeaseSpec {
+    /// The lease id: the resource, or `resource#i/P` for a partition.
+    lease: String,
+    /// The resource, whose namespace the listener watches.
+    resource: String,
+    partition: Option<Partition>,
+}
 
 fn resource_name(i: usize) -> String {
     format!("r{i:02}")
@@ -126,7 +138,10 @@ pub struct FleetSim {
     cluster: Arc<Cluster>,
     sim: Arc<str>,
     app: Recorder,
+    /// The resources the workload writes to (their namespaces).
     resources: Vec<String>,
+    /// Every lease, a partitioned resource's one per partition.
+    leases: Vec<LeaseSpec>,
     processes: BTreeMap<String, Process>,
     started: u64,
     writes: u64,
@@ -144,13 +159,39 @@ impl FleetSim {
             .and_then(|s| s.parse().ok())
             .unwrap_or(1.0);
         let profile = FaultProfile::draw(&mut rng, scale);
-        let resources = rng.gen_range(8..=12);
-        Self::with(seed, rng, profile, resources)
+        let resources = rng.gen_range(6..=9);
+        let partitions = rng.gen_range(2..=4);
+        Self::with(seed, rng, profile, resources, partitions)
     }
 
-    /// A run with this fault profile and this many resources (a focused test).
-    pub fn with(seed: u64, rng: SmallRng, profile: FaultProfile, resources: usize) -> Self {
-        let resources = (0..resources).map(resource_name).collect();
+    /// A run with this fault profile, this many plain resources and one resource split
+    /// into `partitions` (none when 0).
+    pub fn with(
+        seed: u64,
+        rng: SmallRng,
+        profile: FaultProfile,
+        resources: usize,
+        partitions: u32,
+    ) -> Self {
+        let mut resources: Vec<String> = (0..resources).map(resource_name).collect();
+        let mut leases: Vec<LeaseSpec> = resources
+            .iter()
+            .map(|r| LeaseSpec {
+                lease: r.clone(),
+                resource: r.clone(),
+                partition: None,
+            })
+            .collect();
+        if partitions > 0 {
+            resources.push(PARTITIONED.into());
+            for partition in Partition::all(partitions).expect("a valid count") {
+                leases.push(LeaseSpec {
+                    lease: partition.lease_id(PARTITIONED),
+                    resource: PARTITIONED.into(),
+                    partition: Some(partition),
+                });
+            }
+        }
         let epoch = Utc
             .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
             .single()
@@ -174,6 +215,7 @@ impl FleetSim {
             cluster,
             sim: Arc::from("sim"),
             resources,
+            leases,
             processes: BTreeMap::new(),
             started: 0,
             writes: 0,
@@ -218,12 +260,16 @@ impl FleetSim {
         let read_ahead = self.rng.gen_bool(0.8);
         self.note(format!(
             "join {name}: {} listeners, batch {batch}, read-ahead {read_ahead}",
-            self.resources.len()
+            self.leases.len()
         ));
         let mut listeners = Vec::new();
-        for (i, resource) in self.resources.clone().iter().enumerate() {
-            let id = format!("{name}/{resource}");
+        for (i, spec) in self.leases.clone().iter().enumerate() {
+            let resource = &spec.resource;
+            let id = format!("{name}/{}", spec.lease);
             let mut config = ListenerConfig::new(resource.as_str(), id.clone(), watched(resource));
+            if let Some(partition) = spec.partition {
+                config = config.partitioned(partition);
+            }
             config.lease = LEASE;
             config.max_batch_wait = Duration::from_millis(300);
             config.heartbeat = 2 * SECOND;
@@ -239,8 +285,13 @@ impl FleetSim {
                 &format!("{id}/handler"),
                 self.actor_seed(n | 1),
             );
-            self.checker.register(&id, resource, watched(resource));
-            self.fleet_checker.register(&id, resource);
+            // The per-listener checks expect every change of the namespace in a hold;
+            // a partition's listener sees its keys only, checked by the fleet's checks.
+            if spec.partition.is_none() {
+                self.checker.register(&id, resource, watched(resource));
+            }
+            self.fleet_checker
+                .register(&id, watched(resource), spec.partition);
             let pause = Arc::new(PauseSwitch::default());
             let actor = engine.actor().clone();
             let inner = KeyLog {
@@ -368,7 +419,7 @@ impl FleetSim {
         pause.arm();
         self.note(format!(
             "pause the next batch of {name}/{} for {length:?}",
-            self.resources[i]
+            self.leases[i].lease
         ));
         tokio::spawn(async move {
             tokio::time::sleep(length).await;
@@ -415,9 +466,9 @@ impl FleetSim {
             .map(|l| l.items)
             .unwrap_or_default();
         let mut holders: BTreeMap<String, (Option<String>, i64)> = self
-            .resources
+            .leases
             .iter()
-            .map(|r| (r.clone(), (None, -1)))
+            .map(|l| (l.lease.clone(), (None, -1)))
             .collect();
         for lease in leases {
             if let Some(entry) = holders.get_mut(&lease.resource) {
@@ -432,7 +483,7 @@ impl FleetSim {
     /// or `ceil(R/N)`; and every lease has a live holder of a live process.
     pub fn check_balance(&self) -> Result<BTreeMap<String, (Option<String>, i64)>, Violation> {
         let holders = self.holders();
-        let r = self.resources.len();
+        let r = self.leases.len();
         let n = self.processes.len();
         let (low, high) = (r / n, r.div_ceil(n));
         let mut held: BTreeMap<&str, usize> =
@@ -512,7 +563,8 @@ impl FleetSim {
                 ),
             });
         }
-        for resource in &self.resources {
+        for spec in &self.leases {
+            let resource = &spec.lease;
             let lease = now_or_never(self.store.get(resource))
                 .and_then(|r| r.ok())
                 .flatten();
@@ -520,7 +572,9 @@ impl FleetSim {
                 .as_ref()
                 .and_then(|l| l.resume_token.as_ref())
                 .and_then(|t| t.time());
-            let last = self.fleet_checker.last_change(&watched(resource));
+            let last = self
+                .fleet_checker
+                .last_change(&watched(&spec.resource), spec.partition);
             if last.is_some_and(|last| token.is_none_or(|t| t < last)) {
                 return Err(Violation {
                     resource: Some(resource.clone()),
@@ -560,8 +614,8 @@ impl FleetSim {
 
     pub fn dump(&self) -> Vec<String> {
         let mut lines = vec![format!(
-            "fleet: {} resources, faults {:?}",
-            self.resources.len(),
+            "fleet: {} leases, faults {:?}",
+            self.leases.len(),
             self.profile
         )];
         lines.push("-- what every actor observed (time, actor, observation):".into());
@@ -633,7 +687,8 @@ pub async fn run(sim: &mut FleetSim) -> Result<(), Violation> {
 
 /// One listener as the fleet checks see it.
 struct SeatObs {
-    resource: String,
+    ns: Namespace,
+    partition: Option<Partition>,
     /// Non-empty batches its stream handed over and its handler has not been given
     /// yet, with how many of their first changes the stream re-delivered.
     delivered: VecDeque<(Vec<ClusterTime>, usize)>,
@@ -658,7 +713,6 @@ pub struct FleetChecker {
     seen: usize,
     /// Every change the workload made: (namespace, time) → key.
     keys: BTreeMap<(Namespace, ClusterTime), String>,
-    last: BTreeMap<Namespace, ClusterTime>,
     seats: BTreeMap<Arc<str>, SeatObs>,
     /// (resource, version) → the listener the store granted it to.
     granted: BTreeMap<(String, i64), Arc<str>>,
@@ -670,6 +724,11 @@ pub struct FleetChecker {
     handled: BTreeSet<(Namespace, ClusterTime)>,
 }
 
+/// Whether `key` (a string `_id`) is `partition`'s, by the hash the server uses.
+fn holds(partition: Partition, key: &str) -> bool {
+    partition.holds_key(&doc! { "_id": key }).unwrap_or(false)
+}
+
 fn violation(resource: &str, message: String) -> Violation {
     Violation {
         resource: Some(resource.to_string()),
@@ -678,11 +737,12 @@ fn violation(resource: &str, message: String) -> Violation {
 }
 
 impl FleetChecker {
-    pub fn register(&mut self, id: &str, resource: &str) {
+    pub fn register(&mut self, id: &str, ns: Namespace, partition: Option<Partition>) {
         self.seats.insert(
             Arc::from(id),
             SeatObs {
-                resource: resource.to_string(),
+                ns,
+                partition,
                 delivered: VecDeque::new(),
                 tenure: None,
             },
@@ -704,8 +764,13 @@ impl FleetChecker {
         self.keys.len()
     }
 
-    pub fn last_change(&self, ns: &Namespace) -> Option<ClusterTime> {
-        self.last.get(ns).copied()
+    /// The last change of `ns` (of its keys in `partition`, when one is named).
+    pub fn last_change(&self, ns: &Namespace, partition: Option<Partition>) -> Option<ClusterTime> {
+        self.keys
+            .iter()
+            .filter(|((n, _), key)| n == ns && partition.is_none_or(|p| holds(p, key)))
+            .map(|((_, t), _)| *t)
+            .next_back()
     }
 
     /// The changes written that no handler returned `Ok` for.
@@ -722,7 +787,6 @@ impl FleetChecker {
         match &entry.obs {
             Obs::Wrote { ns, id, time, .. } => {
                 self.keys.insert((ns.clone(), *time), id.clone());
-                self.last.insert(ns.clone(), *time);
                 Ok(())
             }
             Obs::Acquire { resource, call, .. } => {
@@ -867,7 +931,8 @@ impl FleetChecker {
         let Some(seat) = self.seats.get_mut(actor) else {
             return Ok(());
         };
-        let ns = watched(&seat.resource);
+        let ns = seat.ns.clone();
+        let partition = seat.partition;
         let duplicates = match seat.delivered.front() {
             Some((batch, duplicates)) if batch.as_slice() == events => {
                 let duplicates = *duplicates;
@@ -900,6 +965,17 @@ impl FleetChecker {
                     ),
                 ));
             };
+            if let Some(p) = partition.filter(|p| !holds(*p, key)) {
+                return Err(violation(
+                    resource,
+                    format!(
+                        "{actor} v{version}, reading partition {}/{}, was given {key}'s change at {}, a key of another partition",
+                        p.index(),
+                        p.count(),
+                        T(*time)
+                    ),
+                ));
+            }
             let again = !self.handled.insert((ns.clone(), *time));
             if i < duplicates {
                 // The stream itself delivered this one again (the fault layer says so).

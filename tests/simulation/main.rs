@@ -387,7 +387,7 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
             duplicate: 1.0,
             ..FaultProfile::none()
         };
-        let mut sim = fleet::FleetSim::with(seed, SmallRng::seed_from_u64(seed), profile, 1);
+        let mut sim = fleet::FleetSim::with(seed, SmallRng::seed_from_u64(seed), profile, 1, 0);
         sim.join();
         let result = async {
             for _ in 0..40 {
