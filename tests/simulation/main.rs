@@ -12,8 +12,14 @@
 //! an operator, and checks the documents downstream: the aggregates against a
 //! recomputation, the outbox against the orders the application wrote.
 //!
+//! The fleet scenario (`fleet`, test `fleet_simulation`) runs processes, each a
+//! `Fleet` with a listener per lease (plain resources and the partitions of one),
+//! joining, leaving and crashing through the same fault layer, and checks per-key
+//! order, no change lost, one holder per lease version and balance after two lease
+//! periods of quiet (see `fleet.rs`).
+//!
 //! `STREAMWARD_SIM_SEEDS=N` sets how many seeds run (default 24);
-//! `STREAMWARD_SIM_SEED=S` replays one seed alone and prints its whole history
+//! `STREAMWARD_SIM_SEED=S` replays one seed alone (of the test named) and prints its whole history
 //! when it fails (`STREAMWARD_SIM_DUMP=1`: also when it passes);
 //! `STREAMWARD_SIM_FAULT_SCALE=F` multiplies the fault rates;
 //! `STREAMWARD_SIM_WALL_SECS=T` is how long one seed may take in wall time (120).
