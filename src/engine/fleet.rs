@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
@@ -86,7 +86,11 @@ struct Shared {
     seats: Mutex<BTreeMap<String, Seat>>,
     /// What the last round left: a plan, or why there is none.
     plan: Mutex<Planned>,
-    changed: watch::Sender<u64>,
+    /// Wakes every listener waiting in `clear_to_acquire` when the plan or a holding
+    /// changes. A `Notify` wakes its waiters in the order they came (a `watch` channel
+    /// spreads them over several at random, so a run on a paused clock would not
+    /// replay).
+    changed: Notify,
     /// Asks the task to announce and plan now (a listener registered).
     nudge: Notify,
     shutdown: CancellationToken,
@@ -125,13 +129,12 @@ impl Fleet {
     where
         S: LeaseStore + MembershipStore + Clone + 'static,
     {
-        let (changed, _) = watch::channel(0);
         let fleet = Fleet {
             shared: Arc::new(Shared {
                 config,
                 seats: Mutex::new(BTreeMap::new()),
                 plan: Mutex::new(Planned::NotYet),
-                changed,
+                changed: Notify::new(),
                 nudge: Notify::new(),
                 shutdown: CancellationToken::new(),
                 task: Mutex::new(None),
@@ -206,7 +209,7 @@ impl Fleet {
     }
 
     fn bump(&self) {
-        self.shared.changed.send_modify(|n| *n = n.wrapping_add(1));
+        self.shared.changed.notify_waiters();
     }
 
     async fn run<S: LeaseStore + MembershipStore>(self, store: S) {
@@ -359,9 +362,11 @@ impl FleetSeat {
     /// leave the lease to another, and at most the grace. `false` when shut down.
     pub async fn clear_to_acquire(&self, shutdown: &CancellationToken) -> bool {
         let deadline = Instant::now() + self.fleet.shared.config.grace;
-        let mut changes = self.fleet.shared.changed.subscribe();
         loop {
-            changes.borrow_and_update();
+            // Registered before the check, so a change between the two is not missed.
+            let changed = self.fleet.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             if self.may_acquire_now() {
                 return true;
             }
@@ -369,7 +374,7 @@ impl FleetSeat {
                 biased;
                 () = shutdown.cancelled() => return false,
                 () = sleep_until(deadline) => return true,
-                changed = changes.changed() => if changed.is_err() { return true },
+                () = changed => {}
             }
         }
     }

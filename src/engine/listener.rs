@@ -445,6 +445,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     && p.committed.as_ref().map(ResumeToken::as_document) != Some(t.as_document())
             })
         };
+        // A stream that hands over again what it delivered before (resumed from an
+        // older point) can end a batch behind the last commit: committing that token
+        // would move the lease's point back, and the next holder would handle committed
+        // changes again. Where both times are known, the point only moves on.
+        let to_commit = to_commit.filter(|token| !behind(token, p.committed.as_ref()));
         let to_commit =
             to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
         if let Some(token) = to_commit {
@@ -782,6 +787,17 @@ impl<S: Store, H: Handler> Drop for Listener<S, H> {
 
 /// The date at `field` (a dotted path through embedded documents) of the event's
 /// document, or what is wrong with it, naming the document's key.
+/// Whether change stream token `token` is behind `committed` by the cluster times
+/// decoded from both (`false` where either has none: a capped collection's position
+/// or a time recorded beside the token is no order of the stream).
+fn behind(token: &ResumeToken, committed: Option<&ResumeToken>) -> bool {
+    let time = |t: &ResumeToken| t.decode().ok().map(|d| d.time);
+    match (time(token), committed.and_then(time)) {
+        (Some(token), Some(committed)) => token < committed,
+        _ => false,
+    }
+}
+
 fn document_time(event: &ChangeEvent, field: &str) -> Result<DateTime<Utc>, String> {
     let key = || bson::Bson::Document(event.document_key.clone()).into_relaxed_extjson();
     let Some(document) = &event.full_document else {
@@ -850,8 +866,8 @@ fn classify(error: StoreError, resource: &str, source: SourceKind, at: ResumePoi
 
 #[cfg(test)]
 mod tests {
-    use super::{document_time, Backoff};
-    use crate::model::ResumeToken;
+    use super::{behind, document_time, Backoff};
+    use crate::model::{ClusterTime, ResumeToken, TokenKind};
     use crate::store::{ChangeEvent, Namespace, OperationType};
     use bson::{doc, Document};
     use chrono::TimeZone;
@@ -902,5 +918,22 @@ mod tests {
         assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
         backoff.reset();
         assert_eq!(backoff.next(base), base);
+    }
+
+    #[test]
+    fn a_token_is_behind_only_by_decoded_cluster_times() {
+        let at = |secs, inc| ResumeToken::encode(ClusterTime::new(secs, inc), TokenKind::Event, 0);
+        assert!(behind(&at(100, 1), Some(&at(100, 3))));
+        assert!(
+            !behind(&at(100, 3), Some(&at(100, 3))),
+            "the same time is no step back"
+        );
+        assert!(!behind(&at(101, 0), Some(&at(100, 3))));
+        assert!(!behind(&at(100, 1), None), "nothing committed yet");
+        // A capped collection's position has no cluster time to order by.
+        let entry =
+            ResumeToken::from_document(doc! { "_id": bson::oid::ObjectId::from_bytes([0; 12]) });
+        assert!(!behind(&entry, Some(&at(100, 3))));
+        assert!(!behind(&at(100, 1), Some(&entry)));
     }
 }

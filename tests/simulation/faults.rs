@@ -36,14 +36,17 @@ use bson::{Bson, Document};
 use chrono::{DateTime, TimeDelta, Utc};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use streamward::model::{AuditRecord, ClusterTime, Invalidation, Lease, OplogWindow, ResumeToken};
+use streamward::model::{
+    Announcement, AuditRecord, ClusterTime, Invalidation, Lease, Member, OplogWindow, Partition,
+    ResumeToken,
+};
 use streamward::store::sandbox::{SandboxLeaseWatch, SandboxStore, SandboxStream};
 use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, ChangeBatch, ChangeEvent,
     ChangeFeed, ChangeStream, CheckpointStore, DocumentStore, FeedOptions, FencedMemberWrites,
-    LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing, Namespace, OperatorChange,
-    OperatorStore, StartPoint, StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
-    WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+    LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing, MemberScope, MembershipStore,
+    Namespace, OperatorChange, OperatorStore, StartPoint, StoreError, StoreResult, SwapOutcome,
+    Tenure, TenureWrite, WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -692,11 +695,25 @@ impl ChangeFeed for FaultyStore {
         start: StartPoint,
         options: FeedOptions,
     ) -> StoreResult<FaultyStream> {
+        self.open_partition(ns, None, start, options).await
+    }
+
+    /// A partition's stream fails like any other: the sandbox filters it by the hash.
+    async fn open_partition(
+        &self,
+        ns: &Namespace,
+        partition: Option<Partition>,
+        start: StartPoint,
+        options: FeedOptions,
+    ) -> StoreResult<FaultyStream> {
         let stream = self.cluster.streams.fetch_add(1, Ordering::SeqCst) + 1;
         let resume = Resume::of_start(&start);
         let (done, fault) = self
             .run(Kind::Read, |_| async {
-                let result = self.inner.open(ns, start, options).await;
+                let result = self
+                    .inner
+                    .open_partition(ns, partition, start, options)
+                    .await;
                 let first = now_or_never(self.inner.oplog_window())
                     .and_then(|w| w.ok())
                     .map(|w| w.first);
@@ -731,6 +748,7 @@ impl ChangeFeed for FaultyStore {
             batch_size: options.batch_size.max(1) as usize,
             delivered: VecDeque::new(),
             pending: VecDeque::new(),
+            pending_duplicates: 0,
         })
     }
 
@@ -951,6 +969,30 @@ impl DocumentStore for FaultyStore {
     }
 }
 
+/// A fleet's membership calls fail like any other: an announce or a leave may fail,
+/// time out, or apply with its reply lost; a read of the members may fail. Recorded
+/// only when a fault replaced the reply.
+impl MembershipStore for FaultyStore {
+    async fn announce(&self, announcement: &Announcement, ttl: Duration) -> StoreResult<Member> {
+        self.plain(
+            "announce",
+            Kind::Write,
+            self.inner.announce(announcement, ttl),
+        )
+        .await
+    }
+
+    async fn list_members(&self, scope: MemberScope) -> StoreResult<Listing<Member>> {
+        self.plain("list_members", Kind::Read, self.inner.list_members(scope))
+            .await
+    }
+
+    async fn leave(&self, process: &str) -> StoreResult<()> {
+        self.plain("leave", Kind::Write, self.inner.leave(process))
+            .await
+    }
+}
+
 impl FencedMemberWrites for FaultyStore {
     async fn fenced_member_upsert(
         &self,
@@ -1039,6 +1081,8 @@ pub struct FaultyStream {
     delivered: VecDeque<ChangeEvent>,
     /// Changes read but not handed over yet (a batch a duplicate made too long).
     pending: VecDeque<ChangeEvent>,
+    /// How many of `pending`'s first changes are re-deliveries.
+    pending_duplicates: usize,
 }
 
 impl FaultyStream {
@@ -1073,7 +1117,9 @@ impl ChangeStream for FaultyStream {
         if !self.pending.is_empty() {
             let take = self.batch_size.min(self.pending.len());
             let events: Vec<ChangeEvent> = self.pending.drain(..take).collect();
-            return Ok(self.hand_over(events, 0));
+            let duplicates = self.pending_duplicates.min(take);
+            self.pending_duplicates -= duplicates;
+            return Ok(self.hand_over(events, duplicates));
         }
         let store = self.store.clone();
         let inner = &mut self.inner;
@@ -1155,6 +1201,7 @@ impl ChangeStream for FaultyStream {
         let take = self.batch_size.min(all.len());
         let events: Vec<ChangeEvent> = all.drain(..take).collect();
         self.pending = all;
+        self.pending_duplicates = duplicates - duplicates.min(take);
         Ok(self.hand_over(events, duplicates.min(take)))
     }
 }

@@ -12,8 +12,14 @@
 //! an operator, and checks the documents downstream: the aggregates against a
 //! recomputation, the outbox against the orders the application wrote.
 //!
+//! The fleet scenario (`fleet`, test `fleet_simulation`) runs processes, each a
+//! `Fleet` with a listener per lease (plain resources and the partitions of one),
+//! joining, leaving and crashing through the same fault layer, and checks per-key
+//! order, no change lost, one holder per lease version and balance after two lease
+//! periods of quiet (see `fleet.rs`).
+//!
 //! `STREAMWARD_SIM_SEEDS=N` sets how many seeds run (default 24);
-//! `STREAMWARD_SIM_SEED=S` replays one seed alone and prints its whole history
+//! `STREAMWARD_SIM_SEED=S` replays one seed alone (of the test named) and prints its whole history
 //! when it fails (`STREAMWARD_SIM_DUMP=1`: also when it passes);
 //! `STREAMWARD_SIM_FAULT_SCALE=F` multiplies the fault rates;
 //! `STREAMWARD_SIM_WALL_SECS=T` is how long one seed may take in wall time (120).
@@ -22,6 +28,7 @@
 
 mod checks;
 mod faults;
+mod fleet;
 mod observe;
 mod operator;
 mod sim;
@@ -47,14 +54,20 @@ struct Failure {
     dump: Vec<String>,
     /// The test to run again, when it is not the randomized one.
     test: Option<&'static str>,
+    /// A seed of the fleet scenario.
+    fleet: bool,
 }
 
 impl Failure {
     fn replay(&self) -> String {
-        match self.test {
-            Some(test) => format!("replay with: cargo test --release --test simulation {test}"),
-            None => format!(
-                "replay with: STREAMWARD_SIM_SEED={} cargo test --release --test simulation",
+        match (self.test, self.fleet) {
+            (Some(test), _) => format!("replay with: cargo test --release --test simulation {test}"),
+            (None, true) => format!(
+                "replay with: STREAMWARD_SIM_SEED={} cargo test --release --test simulation fleet_simulation",
+                self.seed
+            ),
+            (None, false) => format!(
+                "replay with: STREAMWARD_SIM_SEED={} cargo test --release --test simulation randomized_lease_protocol_simulation",
                 self.seed
             ),
         }
@@ -132,6 +145,7 @@ fn failure(sim: &Sim, violation: Violation) -> Failure {
         message: violation.message,
         dump: sim.dump(violation.resource.as_deref()),
         test: None,
+        fleet: false,
     }
 }
 
@@ -147,20 +161,48 @@ fn wall_limit() -> Duration {
     Duration::from_secs(secs)
 }
 
+/// Which run a seed drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    /// Three listeners per resource, operators, faults (`sim`).
+    Randomized,
+    /// Processes joining, leaving and crashing (`fleet`).
+    Fleet,
+}
+
 /// Runs one seed on a thread of its own, under the wall-time limit.
-fn run_seed(seed: u64) -> Result<Observed, Failure> {
+fn run_seed_of(scenario: Scenario, seed: u64) -> Result<Observed, Failure> {
     let (traced, trace) = mpsc::channel::<Trace>();
     let (finished, outcome) = mpsc::channel();
+    let fleet = scenario == Scenario::Fleet;
     let spawned = std::thread::Builder::new()
         .name(format!("simulation seed {seed}"))
         .spawn(move || {
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 runtime().block_on(async move {
-                    let mut sim = Sim::new(seed);
-                    let _ = traced.send(sim.trace.clone());
-                    match run(&mut sim).await {
-                        Ok(()) => Ok(sim.trace.render(|_| true)),
-                        Err(violation) => Err(failure(&sim, violation)),
+                    match scenario {
+                        Scenario::Randomized => {
+                            let mut sim = Sim::new(seed);
+                            let _ = traced.send(sim.trace.clone());
+                            match run(&mut sim).await {
+                                Ok(()) => Ok(sim.trace.render(|_| true)),
+                                Err(violation) => Err(failure(&sim, violation)),
+                            }
+                        }
+                        Scenario::Fleet => {
+                            let mut sim = fleet::FleetSim::new(seed);
+                            let _ = traced.send(sim.trace.clone());
+                            match fleet::run(&mut sim).await {
+                                Ok(()) => Ok(sim.trace.render(|_| true)),
+                                Err(violation) => Err(Failure {
+                                    seed,
+                                    message: violation.message,
+                                    dump: sim.dump(),
+                                    test: None,
+                                    fleet: true,
+                                }),
+                            }
+                        }
                     }
                 })
             }));
@@ -172,6 +214,7 @@ fn run_seed(seed: u64) -> Result<Observed, Failure> {
             message: format!("could not start its thread: {error}"),
             dump: Vec::new(),
             test: None,
+            fleet,
         });
     }
     let observed = |message: String| Failure {
@@ -182,6 +225,7 @@ fn run_seed(seed: u64) -> Result<Observed, Failure> {
             .map(|t| t.render(|_| true))
             .unwrap_or_default(),
         test: None,
+        fleet,
     };
     match outcome.recv_timeout(wall_limit()) {
         Ok(Ok(result)) => result,
@@ -200,11 +244,11 @@ fn run_seed(seed: u64) -> Result<Observed, Failure> {
     }
 }
 
-#[test]
-fn randomized_lease_protocol_simulation() {
+/// Runs the seeds `STREAMWARD_SIM_SEED` or `STREAMWARD_SIM_SEEDS` ask for.
+fn run_seeds(scenario: Scenario) {
     if let Ok(one) = std::env::var("STREAMWARD_SIM_SEED") {
         let seed: u64 = one.parse().expect("STREAMWARD_SIM_SEED must be a number");
-        match run_seed(seed) {
+        match run_seed_of(scenario, seed) {
             Err(failure) => {
                 failure.report(true);
                 panic!("seed {seed} failed: {}", failure.message);
@@ -230,7 +274,7 @@ fn randomized_lease_protocol_simulation() {
                 scope.spawn(move || {
                     let mut failed = Vec::new();
                     for seed in (worker..seeds).step_by(threads as usize) {
-                        if let Err(failure) = run_seed(seed) {
+                        if let Err(failure) = run_seed_of(scenario, seed) {
                             failure.report(false);
                             failed.push(seed);
                         }
@@ -246,32 +290,49 @@ fn randomized_lease_protocol_simulation() {
     });
     assert!(
         failures.is_empty(),
-        "{} of {seeds} seeds failed: {failures:?} (each printed how to replay it)",
+        "{} of {seeds} {scenario:?} seeds failed: {failures:?} (each printed how to replay it)",
         failures.len()
     );
-    println!("simulation: {seeds} seeds passed");
+    println!("simulation: {seeds} {scenario:?} seeds passed");
+}
+
+#[test]
+fn randomized_lease_protocol_simulation() {
+    run_seeds(Scenario::Randomized);
+}
+
+/// The fleet scenario (`fleet`): processes join, leave and crash; per-key order, no
+/// change lost, one holder per lease version, balance after two quiet lease periods.
+#[test]
+fn fleet_simulation() {
+    run_seeds(Scenario::Fleet);
 }
 
 /// A seed is a replay: two runs of it observe exactly the same, step by step, so
 /// the `STREAMWARD_SIM_SEED=N` a failure prints reproduces it.
 #[test]
 fn a_seed_replays_exactly() {
-    for seed in 0..6 {
-        let first = run_seed(seed).map_err(|f| f.message);
-        let second = run_seed(seed).map_err(|f| f.message);
+    let seeds = (0..6).map(|s| (Scenario::Randomized, s));
+    let fleet = (0..4).map(|s| (Scenario::Fleet, s));
+    for (scenario, seed) in seeds.chain(fleet) {
+        let first = run_seed_of(scenario, seed).map_err(|f| f.message);
+        let second = run_seed_of(scenario, seed).map_err(|f| f.message);
         match (&first, &second) {
             (Ok(a), Ok(b)) => {
                 let diverged = a.iter().zip(b).position(|(x, y)| x != y);
                 assert!(
                     a == b,
-                    "seed {seed} ran differently twice: first difference at entry {diverged:?} of {} and {}: {:?} / {:?}",
+                    "{scenario:?} seed {seed} ran differently twice: first difference at entry {diverged:?} of {} and {}: {:?} / {:?}",
                     a.len(),
                     b.len(),
                     diverged.map(|d| &a[d]),
                     diverged.map(|d| &b[d]),
                 );
             }
-            _ => assert_eq!(first, second, "seed {seed} ran differently twice"),
+            _ => assert_eq!(
+                first, second,
+                "{scenario:?} seed {seed} ran differently twice"
+            ),
         }
     }
 }
@@ -311,6 +372,47 @@ fn a_listener_that_loses_history_while_catching_up_is_recovered_at_quiescence() 
         result.map_err(|violation| Failure {
             test: Some("a_listener_that_loses_history_while_catching_up"),
             ..failure(&sim, violation)
+        })
+    });
+    if let Err(failure) = outcome {
+        failure.report(true);
+        panic!("{}", failure.message);
+    }
+}
+
+/// Fleet seed 304: a stream re-delivered a change on its own (a batch of only
+/// changes delivered before, whose token is behind the last commit), and the listener
+/// committed that token, moving the lease's point back; a release on the next failure
+/// then made its successor handle an already committed change again. A listener never
+/// commits a token behind the one it committed.
+#[test]
+fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
+    let seed = 304;
+    let outcome = runtime().block_on(async move {
+        let profile = FaultProfile {
+            duplicate: 1.0,
+            ..FaultProfile::none()
+        };
+        let mut sim = fleet::FleetSim::with(seed, SmallRng::seed_from_u64(seed), profile, 1, 0);
+        sim.join();
+        let result = async {
+            for _ in 0..40 {
+                sim.write(1).await;
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                sim.check()?;
+            }
+            tokio::time::sleep(fleet::LEASE).await;
+            sim.check()?;
+            sim.check_nothing_lost()?;
+            sim.stop_all().await
+        }
+        .await;
+        result.map_err(|violation| Failure {
+            seed,
+            message: violation.message,
+            dump: sim.dump(),
+            test: Some("a_stream_that_redelivers_never_moves_the_committed_point_back"),
+            fleet: true,
         })
     });
     if let Err(failure) = outcome {
