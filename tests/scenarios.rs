@@ -668,3 +668,77 @@ async fn a_redelivered_order_never_makes_a_second_message() {
     );
     b.stop().await;
 }
+
+/// A handler whose every fenced write is refused.
+struct AlwaysFencedOut;
+
+impl streamward::engine::Handler for AlwaysFencedOut {
+    async fn handle(
+        &mut self,
+        _events: &[streamward::store::ChangeEvent],
+        _fence: &streamward::model::Fence,
+    ) -> Result<(), streamward::engine::HandlerError> {
+        Err(streamward::engine::HandlerError::Fenced(
+            "a newer fence is on the document".into(),
+        ))
+    }
+}
+
+/// A handler refused by a fence while nobody else holds the lease (a fence from
+/// another lease, a document another resource also writes) gets the lease straight back
+/// and is refused again: the listener backs off between rounds instead of acquiring
+/// and reopening its stream in a busy loop (found by the fleet simulation). The
+/// listener runs on a runtime of its own thread: a busy loop never yields, so it could
+/// be neither stopped nor shut down, and the test would hang instead of failing.
+#[test]
+fn a_handler_fenced_out_while_the_lease_is_still_ours_backs_off() {
+    let store = sandbox(1000);
+    let (status_tx, status_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let listener_store = store.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async move {
+            put_order(&listener_store, "o1", "placed").await;
+            let mut listener_config = config(ORDERS_RESOURCE, "fenced", orders_ns());
+            listener_config.bootstrap = Bootstrap::Oldest;
+            listener_config.retry_backoff = Duration::from_millis(50);
+            let listener = ListenerHandle::spawn(listener_store, listener_config, AlwaysFencedOut);
+            let _ = status_tx.send(listener.status.clone());
+            let _ = stop_rx.await;
+            listener.stop().await;
+        });
+    });
+    let status = status_rx.recv().expect("the listener started");
+    let acquires = || {
+        store
+            .calls()
+            .acquire
+            .load(std::sync::atomic::Ordering::SeqCst)
+    };
+    let started = std::time::Instant::now();
+    while status.borrow().lost_locks == 0 {
+        assert!(started.elapsed() < 5 * SECOND, "fenced out within 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = acquires();
+    std::thread::sleep(SECOND);
+    let rounds = acquires() - before;
+    // Pauses of 50, 100, 200, 400 ms: four or five rounds in a second.
+    assert!(
+        (2..=6).contains(&rounds),
+        "a second of refusals took {rounds} acquires"
+    );
+    let snapshot = status.borrow().clone();
+    assert!(
+        snapshot
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("stale fenced write")),
+        "{snapshot:?}"
+    );
+    let _ = stop_tx.send(());
+}

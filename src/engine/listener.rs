@@ -46,6 +46,9 @@ struct Progress {
 enum TenureEnd {
     Shutdown,
     LostLock(String),
+    /// The handler's fenced write was refused: a newer holder wrote, so the lease is
+    /// lost as far as the handler can tell, whatever the lease says.
+    FencedOut(String),
     Rotated,
     /// Cannot go on from this resume point: wait for an operator to move it.
     Stuck(Stuck),
@@ -205,18 +208,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         }
                     }
                     TenureEnd::Refused(e) => return ListenerExit::Refused(e),
-                    TenureEnd::LostLock(reason) => {
-                        tracing::warn!(resource = %self.config.resource, %reason, "lost the lease");
-                        if let Some(metrics) = &self.metrics {
-                            metrics.lost_lock();
-                        }
-                        self.status.send_modify(|s| {
-                            s.state = ListenerState::LostLock;
-                            s.lost_locks += 1;
-                            s.version = None;
-                            s.events_per_sec = 0.0;
-                            s.last_error = Some(reason);
-                        });
+                    TenureEnd::LostLock(reason) => self.lost_lock(reason),
+                    TenureEnd::FencedOut(reason) => {
+                        self.lost_lock(reason);
+                        // Refused while the lease may still be ours (a fence taken from
+                        // elsewhere), it would be refused again at once: pause, so it is
+                        // not a busy loop of acquires and reopened streams.
+                        cooldown = Some(self.backoff.next(self.config.retry_backoff));
                     }
                     TenureEnd::Rotated => {
                         self.set_state(ListenerState::Standby);
@@ -245,6 +243,20 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
         }
+    }
+
+    fn lost_lock(&self, reason: String) {
+        tracing::warn!(resource = %self.config.resource, %reason, "lost the lease");
+        if let Some(metrics) = &self.metrics {
+            metrics.lost_lock();
+        }
+        self.status.send_modify(|s| {
+            s.state = ListenerState::LostLock;
+            s.lost_locks += 1;
+            s.version = None;
+            s.events_per_sec = 0.0;
+            s.last_error = Some(reason);
+        });
     }
 
     /// A configuration this store can never serve, refused before anything is written.
@@ -425,7 +437,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             match self.handler.handle(&batch.events, &p.fence).await {
                 Ok(()) => {}
                 Err(HandlerError::Fenced(reason)) => {
-                    return Err(TenureEnd::LostLock(format!("stale fenced write: {reason}")))
+                    return Err(TenureEnd::FencedOut(format!(
+                        "stale fenced write: {reason}"
+                    )))
                 }
                 Err(e) => {
                     return Err(self
