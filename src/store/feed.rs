@@ -185,35 +185,27 @@ pub trait ChangeFeed: Send + Sync {
         StreamProfile::MongoDb
     }
 
+    /// The whole stream of `ns` from `start`.
     fn open(
         &self,
         ns: &Namespace,
         start: StartPoint,
         options: FeedOptions,
-    ) -> impl Future<Output = StoreResult<Self::Stream>> + Send;
+    ) -> impl Future<Output = StoreResult<Self::Stream>> + Send {
+        self.open_partition(ns, None, start, options)
+    }
 
-    /// [`ChangeFeed::open`], keeping only the changes of `partition`'s document keys
-    /// and every change that is not about one document (a drop, rename or
-    /// invalidate reaches every partition): docs/protocol.md, "Partitions". `None`
-    /// opens the whole stream. A store that cannot filter by partition refuses with
-    /// `InvalidArgument`.
+    /// The stream of `ns` from `start`, keeping only the changes of `partition`'s
+    /// document keys and every change that is not about one document (a drop, rename
+    /// or invalidate reaches every partition): docs/protocol.md, "Partitions". `None`
+    /// opens the whole stream.
     fn open_partition(
         &self,
         ns: &Namespace,
         partition: Option<Partition>,
         start: StartPoint,
         options: FeedOptions,
-    ) -> impl Future<Output = StoreResult<Self::Stream>> + Send {
-        async move {
-            match partition {
-                None => self.open(ns, start, options).await,
-                Some(partition) => Err(super::StoreError::InvalidArgument(format!(
-                    "this store cannot read partition {partition} of {ns}: it has no \
-                     server-side filter by hashed document key"
-                ))),
-            }
-        }
-    }
+    ) -> impl Future<Output = StoreResult<Self::Stream>> + Send;
 
     /// First (`op != "n"`) and last oplog entry. `NotPermitted` without access to the oplog.
     fn oplog_window(&self) -> impl Future<Output = StoreResult<OplogWindow>> + Send;

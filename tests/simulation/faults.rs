@@ -689,15 +689,6 @@ impl streamward::store::CappedFeed for FaultyStore {
 impl ChangeFeed for FaultyStore {
     type Stream = FaultyStream;
 
-    async fn open(
-        &self,
-        ns: &Namespace,
-        start: StartPoint,
-        options: FeedOptions,
-    ) -> StoreResult<FaultyStream> {
-        self.open_partition(ns, None, start, options).await
-    }
-
     /// A partition's stream fails like any other: the sandbox filters it by the hash.
     async fn open_partition(
         &self,

@@ -13,17 +13,10 @@ const OPERATIONS: [&str; 3] = ["insert", "update", "replace"];
 
 /// The pipeline every Cosmos DB change stream must have after `$changeStream`: a
 /// `$match` on `operationType`, then a `$project` of `_id`, `fullDocument`, `ns` and
-/// `documentKey`, exactly as Microsoft documents it. A `filter` of the caller's is
-/// combined with the operation match in one `$and`, the shape Microsoft shows for
-/// watching a single shard key.
-pub fn change_stream_pipeline(filter: Option<Document>) -> Vec<Document> {
-    let operations = doc! { "operationType": { "$in": OPERATIONS.to_vec() } };
-    let matched = match filter {
-        None => operations,
-        Some(filter) => doc! { "$and": [filter, operations] },
-    };
+/// `documentKey`, exactly as Microsoft documents it.
+pub fn change_stream_pipeline() -> Vec<Document> {
     vec![
-        doc! { "$match": matched },
+        doc! { "$match": { "operationType": { "$in": OPERATIONS.to_vec() } } },
         doc! { "$project": { "_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 1 } },
     ]
 }
@@ -63,16 +56,7 @@ mod tests {
             doc! { "$match": { "operationType": { "$in": ["insert", "update", "replace"] } } },
             doc! { "$project": { "_id": 1, "fullDocument": 1, "ns": 1, "documentKey": 1 } },
         ];
-        assert_eq!(change_stream_pipeline(None), documented);
-        let one = change_stream_pipeline(Some(doc! { "fullDocument._id": "r" }));
-        assert_eq!(
-            one[0],
-            doc! { "$match": { "$and": [
-                { "fullDocument._id": "r" },
-                { "operationType": { "$in": ["insert", "update", "replace"] } },
-            ] } }
-        );
-        assert_eq!(one[1], documented[1], "the projection never changes");
+        assert_eq!(change_stream_pipeline(), documented);
     }
 
     #[test]

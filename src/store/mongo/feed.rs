@@ -350,20 +350,11 @@ impl ChangeFeed for MongoStore {
         self.profile
     }
 
-    /// Under the Cosmos DB profile the stream has the pipeline Cosmos DB requires
+    /// A partition's stream carries [`Partition::change_stream_stage`] (MongoDB 6.0
+    /// and newer have `$toHashedIndexKey`); refused under the Cosmos DB profile. Under
+    /// that profile the stream has the pipeline Cosmos DB requires
     /// ([`cosmos::change_stream_pipeline`]) and opens after a token or at now: a start
     /// at a time is refused here (`InvalidArgument`), never sent.
-    async fn open(
-        &self,
-        ns: &Namespace,
-        start: StartPoint,
-        options: FeedOptions,
-    ) -> StoreResult<MongoChangeStream> {
-        self.open_partition(ns, None, start, options).await
-    }
-
-    /// A partition's stream carries [`Partition::change_stream_stage`] (MongoDB 6.0
-    /// and newer have `$toHashedIndexKey`); refused under the Cosmos DB profile.
     async fn open_partition(
         &self,
         ns: &Namespace,
@@ -379,7 +370,7 @@ impl ChangeFeed for MongoStore {
                 if let StartPoint::At(at) = &start {
                     return Err(cosmos::no_start_at_time(ns, *at));
                 }
-                cosmos::change_stream_pipeline(None)
+                cosmos::change_stream_pipeline()
             }
         };
         if let Some(partition) = partition {

@@ -247,7 +247,7 @@ impl MongoStore {
         let pipeline = match self.profile {
             StreamProfile::MongoDb => vec![],
             // The pipeline Cosmos DB requires.
-            StreamProfile::CosmosDb => super::cosmos::change_stream_pipeline(None),
+            StreamProfile::CosmosDb => super::cosmos::change_stream_pipeline(),
         };
         let leases = self.leases();
         let stream = bounded(self.timeout(), WATCH_ACTION, async {

@@ -28,15 +28,6 @@ impl From<HistoryLost> for StoreError {
 impl ChangeFeed for SandboxStore {
     type Stream = SandboxStream;
 
-    async fn open(
-        &self,
-        ns: &Namespace,
-        start: StartPoint,
-        options: FeedOptions,
-    ) -> StoreResult<SandboxStream> {
-        self.open_partition(ns, None, start, options).await
-    }
-
     /// A partition's stream keeps the changes whose `documentKey._id` hashes into it
     /// ([`Partition::holds_key`], MongoDB's hashed index key), and every drop or rename.
     async fn open_partition(
