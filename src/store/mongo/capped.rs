@@ -18,7 +18,6 @@ use mongodb::{Collection, Cursor};
 use tokio::time::Instant;
 
 use super::errors::{code_of, is_duplicate_key, with_one_retry, CallError};
-use super::read_pace::ReadPace;
 use super::MongoStore;
 use crate::model::{entry_time, entry_token, first_id_of, EntrySpan};
 use crate::store::{
@@ -134,13 +133,10 @@ impl CappedFeed for MongoStore {
             _ => None,
         };
         let position = crate::store::capped::tail_position(ns, start, newest)?;
-        let (pace, server_wait) = ReadPace::choose(&self.await_slots, options.max_await);
         Ok(MongoTail {
             store: self.clone(),
             ns: ns.clone(),
             options,
-            pace,
-            server_wait,
             position,
             cursor: None,
             seeking: None,
@@ -342,10 +338,6 @@ pub struct MongoTail {
     store: MongoStore,
     ns: Namespace,
     options: FeedOptions,
-    /// Waiting on the server for entries, or polling ([`ReadPace`]).
-    pace: ReadPace,
-    /// How long one getMore waits on the server: the read wait, or a poll's.
-    server_wait: Duration,
     /// Where a new cursor starts: after the last entry handed over.
     position: Position,
     cursor: Option<Cursor<Document>>,
@@ -413,7 +405,7 @@ impl MongoTail {
                 collection
                     .find(filter.clone())
                     .cursor_type(CursorType::TailableAwait)
-                    .max_await_time(self.server_wait)
+                    .max_await_time(self.options.max_await)
                     .batch_size(batch_size),
             )
         })
@@ -468,27 +460,15 @@ impl ChangeStream for MongoTail {
     /// Up to `batch_size` entries: the first waited for up to `max_await`, the rest
     /// only as far as the cursor already holds them.
     ///
-    /// A polling tail waits here only [`POLL_REPLY`]: the driver repeats an empty
-    /// getMore of a tailable cursor by itself, so a longer wait would be as many
-    /// getMores. A reply that comes later is taken up by the next poll.
+    /// A tail always waits on the server; it never polls ([`super::read_pace`]). The
+    /// driver repeats an empty getMore of a tailable cursor by itself and keeps the one
+    /// in flight, with its pooled connection, inside the cursor until the cursor is
+    /// read again: a poll cut short here would hold a connection through its pause.
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
-        self.pace.turn().await;
-        let started = Instant::now();
-        let wait = if self.server_wait < self.options.max_await {
-            POLL_REPLY
-        } else {
-            self.options.max_await
-        };
-        let batch = self.read_batch(started + wait).await;
-        if let Ok(batch) = &batch {
-            self.pace.record(started, batch.events.is_empty());
-        }
-        batch
+        let deadline = Instant::now() + self.options.max_await;
+        self.read_batch(deadline).await
     }
 }
-
-/// How long a polling tail's read waits for entries: about one getMore on a nearby server.
-const POLL_REPLY: Duration = Duration::from_millis(2);
 
 impl MongoTail {
     async fn read_batch(&mut self, deadline: Instant) -> StoreResult<ChangeBatch> {

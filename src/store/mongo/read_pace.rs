@@ -1,4 +1,4 @@
-//! How long a data stream's reads wait on the server. A getMore that waits for new
+//! How long a change stream's reads wait on the server. A getMore that waits for new
 //! changes holds a pooled connection the whole time, so a process with more streams
 //! than connections would queue its commits and renewals behind reads that are only
 //! waiting (benches/fleet.rs: 100 resources on the default pool of 10 lost leases that
@@ -6,7 +6,8 @@
 //! before (a change reaches it at once); every other stream polls, with a getMore that
 //! waits only [`POLL_AWAIT`] and, after an empty one, a pause on this side until the
 //! stream's read wait has passed. Polling costs each idle stream one short getMore per
-//! read wait, and a change up to one read wait of delay.
+//! read wait, and a change up to one read wait of delay. (Capped tails always wait:
+//! see `MongoTail::next_batch`.)
 
 use std::sync::Arc;
 use std::time::Duration;
