@@ -149,11 +149,8 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 
     pub async fn run(mut self) -> ListenerExit {
+        // (Its fleet stops announcing it when it is dropped, right after: see `Drop`.)
         let exit = self.run_until_exit().await;
-        if let Some(seat) = &self.fleet {
-            // No longer runs here: the fleet stops announcing it.
-            seat.withdraw();
-        }
         self.status.send_modify(|s| {
             s.version = None;
             s.state = match &exit {
@@ -514,12 +511,17 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
         }
-        if handing_over {
-            tracing::info!(resource = %p.tenure.resource, version = p.tenure.version, "handing the lease over to balance the fleet");
-            if let Err(e) = self.store.release(&p.tenure).await {
-                tracing::warn!(resource = %p.tenure.resource, error = %e, "could not release the lease; it runs until it expires");
+        // Handing over to balance the fleet and rotating end the same way: released at
+        // this batch boundary, after the commit.
+        let tenure_over = self
+            .config
+            .max_tenure
+            .is_some_and(|max| p.started.elapsed() >= max);
+        if handing_over || tenure_over {
+            if handing_over {
+                tracing::info!(resource = %p.tenure.resource, version = p.tenure.version, "handing the lease over to balance the fleet");
             }
-            return Err(TenureEnd::Rotated);
+            return Err(self.give_back(&p.tenure, TenureEnd::Rotated).await);
         }
         if Instant::now() >= p.next_refresh {
             match self.store.acquire(&self.acquire_request()).await {
@@ -538,14 +540,6 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         .await)
                 }
             }
-        }
-        if self
-            .config
-            .max_tenure
-            .is_some_and(|max| p.started.elapsed() >= max)
-        {
-            let _ = self.store.release(&p.tenure).await;
-            return Err(TenureEnd::Rotated);
         }
         Ok(())
     }
@@ -799,8 +793,6 @@ impl<S: Store, H: Handler> Drop for Listener<S, H> {
     }
 }
 
-/// The date at `field` (a dotted path through embedded documents) of the event's
-/// document, or what is wrong with it, naming the document's key.
 /// Whether change stream token `token` is behind `committed` by the cluster times
 /// decoded from both (`false` where either has none: a capped collection's position
 /// or a time recorded beside the token is no order of the stream).
@@ -812,6 +804,8 @@ fn behind(token: &ResumeToken, committed: Option<&ResumeToken>) -> bool {
     }
 }
 
+/// The date at `field` (a dotted path through embedded documents) of the event's
+/// document, or what is wrong with it, naming the document's key.
 fn document_time(event: &ChangeEvent, field: &str) -> Result<DateTime<Utc>, String> {
     let key = || bson::Bson::Document(event.document_key.clone()).into_relaxed_extjson();
     let Some(document) = &event.full_document else {
