@@ -639,7 +639,7 @@ impl ConsoleState {
         }
         let list = match self.view {
             View::Audit => layout::split_list(areas.body).0,
-            View::Listeners => layout::split_listeners(areas.body, self.process_views().len()).0,
+            View::Listeners => layout::split_listeners(areas.body, self.process_count()).0,
             _ => areas.body,
         };
         let (first_row, _) = layout::table_rows(list);

@@ -302,6 +302,12 @@ impl ConsoleState {
         crate::model::ProcessView::all(members, &leases, self.server_now())
     }
 
+    /// How many processes the fleet table shows (one per membership document): what
+    /// the layout needs, without planning the fleet.
+    pub fn process_count(&self) -> usize {
+        self.processes.as_ref().map_or(0, Vec::len)
+    }
+
     /// The server's clock, estimated from the last oplog read and the local clock.
     pub fn server_now(&self) -> DateTime<Utc> {
         self.now + self.server_offset
@@ -621,7 +627,7 @@ impl ConsoleState {
         match self.view {
             View::Audit => super::layout::table_rows(super::layout::split_list(body).0).1,
             View::Listeners => {
-                let processes = self.process_views().len();
+                let processes = self.process_count();
                 super::layout::table_rows(super::layout::split_listeners(body, processes).0).1
             }
             _ => super::layout::table_rows(body).1,
