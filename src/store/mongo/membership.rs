@@ -110,7 +110,13 @@ impl MembershipStore for MongoStore {
                 action,
             )
             .await
-            .map_err(|e| e.into_store_hinted(action, &self.membership_hint()))?;
+            .map_err(|e| {
+                let hint = format!(
+                    "find on {} (the streamwardReader role in docs/permissions.md)",
+                    self.settings.processes()
+                );
+                e.into_store_hinted(action, &hint)
+            })?;
         Ok(read_each(&documents, member_from_document))
     }
 
