@@ -698,7 +698,7 @@ where
     }
     for (fleet, listeners) in processes {
         stop_all(listeners).await;
-        drop(fleet);
+        fleet.stop().await;
     }
 }
 

@@ -177,11 +177,18 @@ pub async fn a_second_process_takes_half_and_the_survivor_takes_all<H: FleetHarn
     let watcher = {
         let seen = seen.clone();
         tokio::spawn(async move {
-            while let Ok(change) = watch.changed().await {
-                if let Some(lease) = change.lease {
-                    if let Ok(mut seen) = seen.lock() {
-                        seen.push((lease.resource, lease.version, lease.holder));
+            loop {
+                match watch.changed().await {
+                    Ok(change) => {
+                        if let Some(lease) = change.lease {
+                            if let Ok(mut seen) = seen.lock() {
+                                seen.push((lease.resource, lease.version, lease.holder));
+                            }
+                        }
                     }
+                    // A watch that ended saw only part of the changes: the checks
+                    // below would pass over a cut-off list.
+                    Err(error) => return error.to_string(),
                 }
             }
         })
@@ -290,6 +297,12 @@ pub async fn a_second_process_takes_half_and_the_survivor_takes_all<H: FleetHarn
         ["a"],
         "b left on its graceful stop; the crashed a did not"
     );
+    if watcher.is_finished() {
+        let ended = watcher.await;
+        panic!(
+            "the lease watch ended early, so its checks would see part of the changes: {ended:?}"
+        );
+    }
     watcher.abort();
 
     // Each version of each lease had one holder, and versions only grew.

@@ -122,9 +122,9 @@ async fn throughput<S: Store>(store: &S, target: &Target, db: &str, count: u32) 
     })
     .await;
     let elapsed = started.elapsed();
-    for listener in listeners {
-        listener.request_stop();
-    }
+    // Stopped and awaited: the next run must not share the store with these, and a
+    // runtime dropped under running listeners panics in the driver's tasks.
+    futures_util::future::join_all(listeners.into_iter().map(ListenerHandle::stop)).await;
     assert!(
         done.is_ok(),
         "P={count}: {} of {events} events handled within {PATIENCE:?}",
