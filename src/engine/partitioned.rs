@@ -50,11 +50,8 @@ pub(super) async fn inherited<S: LeaseStore>(
     // A lease of the earlier split that cannot be read: its point is unknown, so
     // nothing is known to be done.
     let unreadable = listing.malformed.iter().find(|m| {
-        m.id.as_deref().is_some_and(|id| {
-            id == resource
-                || Partition::parse_lease_id(id)
-                    .is_some_and(|(r, p)| r == resource && p.count() != partition.count())
-        })
+        m.id.as_deref()
+            .is_some_and(|id| partition.is_earlier_split(resource, id))
     });
     if let Some(unreadable) = unreadable {
         tracing::warn!(lease = %config.resource, %unreadable, "a lease of the earlier split is malformed: starting as a new resource");

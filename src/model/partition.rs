@@ -96,10 +96,22 @@ impl Partition {
     }
 
     /// Whether a change with this `documentKey` is this partition's. A key without
-    /// `_id` hashes as null, as the server hashes a missing field.
+    /// `_id` is every partition's, as [`Partition::change_stream_stage`] lets it through
+    /// on the server.
     pub fn holds_key(self, document_key: &Document) -> Result<bool, UnhashableKey> {
-        let id = document_key.get("_id").unwrap_or(&Bson::Null);
+        let Some(id) = document_key.get("_id") else {
+            return Ok(true);
+        };
         Ok(Self::of_hash(hashed_index_key(id)?, self.count) == self.index)
+    }
+
+    /// Whether lease `id` belongs to another split of `resource` than `self`'s: the
+    /// unpartitioned lease, or a partition lease of another count. Where a new
+    /// partition with no point of its own starts from ([`inherited_start`]).
+    pub fn is_earlier_split(self, resource: &str, id: &str) -> bool {
+        id == resource
+            || Self::parse_lease_id(id)
+                .is_some_and(|(r, p)| r == resource && p.count() != self.count)
     }
 
     /// The change-stream stage that keeps this partition's changes, and every change
@@ -407,10 +419,7 @@ pub fn inherited_start<'a>(
     let mut from = Vec::new();
     let mut oldest: Option<Option<ClusterTime>> = None;
     for lease in leases {
-        let earlier = lease.resource == resource
-            || Partition::parse_lease_id(&lease.resource)
-                .is_some_and(|(r, p)| r == resource && p.count() != partition.count());
-        if !earlier {
+        if !partition.is_earlier_split(resource, &lease.resource) {
             continue;
         }
         from.push(lease.resource.clone());
@@ -565,6 +574,10 @@ mod tests {
                 assert_eq!(holders, 1, "k{id} in {count} partitions");
             }
         }
+        // A key without _id is every partition's, as the server's stage lets it by.
+        let no_id = doc! { "sk": 1 };
+        let partitions = Partition::all(3).unwrap();
+        assert!(partitions.iter().all(|p| p.holds_key(&no_id).unwrap()));
     }
 
     #[test]
