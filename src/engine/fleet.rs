@@ -43,9 +43,10 @@ impl FleetConfig {
             host: host_name(),
             pid: std::process::id(),
             ttl,
-            renew_every: ttl / 3,
+            renew_every: ttl,
             grace: ttl,
         }
+        .with_ttl(ttl)
     }
 
     /// The same with a different ttl, the renewal and the grace derived from it.
@@ -252,7 +253,7 @@ impl Fleet {
                 listener: seat.listener.clone(),
             })
             .collect();
-        store
+        let announced = store
             .announce(
                 &Announcement {
                     process: config.process.clone(),
@@ -265,7 +266,9 @@ impl Fleet {
             .await?;
         let members = store.list_members(MemberScope::Live).await?;
         let leases = store.list().await?;
-        let now = store.server_now().await?;
+        // The server's clock at the renewal: a round trip or two before the reads,
+        // nothing to a plan made again every third of the ttl, and one call less.
+        let now = announced.renewed_at;
         let plan = BalancePlan::of(&members.items, &leases.items, now);
         {
             let mut seats = lock(&self.shared.seats);
