@@ -94,10 +94,15 @@ pub(super) struct Snapshot {
 
 impl Snapshot {
     pub(super) async fn read(store: &MongoStore, settings: &Settings) -> anyhow::Result<Snapshot> {
-        let listing = store
+        let mut listing = store
             .list()
             .await
             .with_context(|| format!("listing leases in {}", settings.leases))?;
+        // A partitioned resource's leases together, under its own (docs/protocol.md,
+        // "Partitions"), in every view of the snapshot: `leases`, `--watch`, `--check`.
+        listing
+            .items
+            .sort_by(|a, b| crate::model::lease_order(&a.resource, &b.resource));
         let (topology, window) = store
             .topology()
             .await
@@ -272,9 +277,7 @@ pub async fn leases(
     }
     snapshot.note_window_unknown();
     let thresholds = settings.thresholds;
-    let mut all: Vec<&Lease> = snapshot.leases.iter().collect();
-    // A partitioned resource's leases together, under its own (docs/protocol.md, "Partitions").
-    all.sort_by(|a, b| crate::model::lease_order(&a.resource, &b.resource));
+    let all: Vec<&Lease> = snapshot.leases.iter().collect();
     match settings.output {
         OutputFormat::Table => {
             super::guarded::warn_malformed("lease document", &snapshot.malformed);

@@ -179,11 +179,13 @@ async fn render_frame(
     thresholds: &HealthThresholds,
 ) -> anyhow::Result<String> {
     let store = &demo.store;
-    let leases = store
+    let mut leases = store
         .list()
         .await
         .context("listing the sandbox's leases")?
         .items;
+    // As `streamward leases` lists them: partitions under their resource.
+    leases.sort_by(|a, b| crate::model::lease_order(&a.resource, &b.resource));
     let window = store
         .oplog_window()
         .await
