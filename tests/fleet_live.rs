@@ -103,6 +103,32 @@ async fn the_processes_command_shows_each_process_with_its_leases_and_standbys()
         let (code, stdout, _) = support::live::run(after).await;
         assert_eq!(code, 0);
         assert!(stdout.starts_with("no processes"), "both left: {stdout}");
+
+        // A document that is not a membership is listed as one that cannot be read,
+        // not dropped, and no longer "no processes".
+        live.store
+            .client()
+            .database(&live.db)
+            .collection::<bson::Document>("processes")
+            .insert_one(bson::doc! { "_id": "odd", "expiresAt": "soon" })
+            .await
+            .expect("insert a malformed membership");
+        let mut json = support::live::streamward(&live);
+        json.args(["processes", "--output", "json"]);
+        let (code, stdout, stderr) = support::live::run(json).await;
+        assert_eq!(code, 0, "{stderr}");
+        let shown: serde_json::Value = serde_json::from_str(&stdout).expect("JSON");
+        assert_eq!(shown[0]["id"], "odd", "{stdout}");
+        assert_eq!(shown[0]["status"], "MALFORMED", "{stdout}");
+        let mut table = support::live::streamward(&live);
+        table.arg("processes");
+        let (code, stdout, stderr) = support::live::run(table).await;
+        assert_eq!(code, 0);
+        assert!(!stdout.starts_with("no processes"), "{stdout}");
+        assert!(
+            stderr.contains("odd"),
+            "the malformed document is warned about: {stderr}"
+        );
     })
     .await;
 }

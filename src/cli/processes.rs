@@ -40,7 +40,7 @@ pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()
     match settings.output {
         OutputFormat::Table => {
             super::guarded::warn_malformed("process document", &members.malformed);
-            if views.is_empty() {
+            if views.is_empty() && members.malformed.is_empty() {
                 writeln!(
                     out,
                     "no processes in {processes} (listeners announce themselves only when run in a fleet)"
@@ -50,7 +50,17 @@ pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()
             write!(out, "{}", table(&views, now))?;
         }
         OutputFormat::Json => {
-            let items: Vec<Value> = views.iter().map(process_json).collect();
+            // A document that cannot be read is listed as one, as `leases` does.
+            let items: Vec<Value> = views
+                .iter()
+                .map(process_json)
+                .chain(
+                    members
+                        .malformed
+                        .iter()
+                        .map(crate::ops::describe::malformed_json),
+                )
+                .collect();
             writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
         }
     }
