@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::lease_table::render_columns;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
-use crate::model::text::{escape_control, relative_time};
+use crate::model::text::{escape_control, relative_time, resource_names as names};
 use crate::model::ProcessView;
 use crate::store::{LeaseStore, MemberScope, MembershipStore};
 
@@ -65,18 +65,6 @@ pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()
         }
     }
     Ok(())
-}
-
-/// Resource names, escaped, space-separated; `-` for none.
-fn names(resources: &[String]) -> String {
-    if resources.is_empty() {
-        return "-".into();
-    }
-    resources
-        .iter()
-        .map(|r| escape_control(r))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 pub fn table(views: &[ProcessView], now: DateTime<Utc>) -> String {

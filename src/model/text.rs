@@ -5,6 +5,18 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+/// Resource names for a table cell, escaped, space-separated; `-` for none.
+pub fn resource_names(resources: &[String]) -> String {
+    if resources.is_empty() {
+        return "-".into();
+    }
+    resources
+        .iter()
+        .map(|r| escape_control(r))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Replaces control characters (and other non-printing ones) with visible escapes, so a
 /// string from the database cannot move the cursor, clear the screen or forge a line.
 pub fn escape_control(text: &str) -> String {

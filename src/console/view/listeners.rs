@@ -10,7 +10,7 @@ use crate::console::layout;
 use crate::console::state::{visible_start, ConsoleState};
 use crate::console::theme::Theme;
 use crate::engine::ListenerState;
-use crate::model::text::{escape_control, relative_time};
+use crate::model::text::{escape_control, relative_time, resource_names as names};
 use crate::model::ProcessView;
 
 const PROCESS_HEADERS: [&str; 6] = [
@@ -21,18 +21,6 @@ const PROCESS_HEADERS: [&str; 6] = [
     "HANDING OVER",
     "STANDBY",
 ];
-
-/// Resource names, escaped, space-separated; a dash for none.
-fn names(resources: &[String]) -> String {
-    if resources.is_empty() {
-        return DASH.to_string();
-    }
-    resources
-        .iter()
-        .map(|r| escape_control(r))
-        .collect::<Vec<_>>()
-        .join(" ")
-}
 
 /// The fleet's processes (docs/protocol.md, "Membership and balancing"): each one's
 /// membership, fair share, the leases it holds, hands over and stands by for.
