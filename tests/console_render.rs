@@ -759,6 +759,24 @@ fn listeners_view_with_fleet_processes() {
 }
 
 #[test]
+fn listeners_view_says_why_the_fleet_cannot_be_read() {
+    let mut attached = state(Mode::Attached);
+    attached.apply(
+        DataEvent::Processes(Err(
+            "not permitted to list the fleet's processes: not authorized (grant find on sw.processes)"
+                .into(),
+        )),
+        now(),
+    );
+    press(&mut attached, KeyCode::Char('3'));
+    let shown = screen(&mut attached, 120, 40);
+    assert!(
+        shown.contains("Fleet processes") && shown.contains("cannot read them: not permitted"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn audit_view() {
     snapshot_both_sizes("audit", |state| press(state, KeyCode::Char('4')));
 }

@@ -302,10 +302,11 @@ impl ConsoleState {
         crate::model::ProcessView::all(members, &leases, self.server_now())
     }
 
-    /// How many processes the fleet table shows (one per membership document): what
-    /// the layout needs, without planning the fleet.
+    /// How many rows the fleet table shows (one per membership document, or one
+    /// saying why they cannot be read): what the layout needs, without planning the
+    /// fleet.
     pub fn process_count(&self) -> usize {
-        self.processes.as_ref().map_or(0, Vec::len)
+        self.processes.as_ref().map_or(1, Vec::len)
     }
 
     /// The server's clock, estimated from the last oplog read and the local clock.

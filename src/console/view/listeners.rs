@@ -22,6 +22,23 @@ const PROCESS_HEADERS: [&str; 6] = [
     "STANDBY",
 ];
 
+/// Why the fleet's processes cannot be read (a role without `find` on them, say).
+fn draw_processes_unread(frame: &mut Frame, area: Rect, error: &str, theme: &Theme) {
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(theme.border)
+        .title(Span::styled(" Fleet processes ", theme.title));
+    frame.render_widget(
+        Paragraph::new(Line::styled(
+            format!("cannot read them: {}", escape_control(error)),
+            theme.danger,
+        ))
+        .wrap(ratatui::widgets::Wrap { trim: true })
+        .block(block),
+        area,
+    );
+}
+
 /// The fleet's processes (docs/protocol.md, "Membership and balancing"): each one's
 /// membership, fair share, the leases it holds, hands over and stands by for.
 fn draw_processes(
@@ -101,10 +118,12 @@ const HEADERS: [&str; 9] = [
 ];
 
 pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) {
-    let processes = state.process_views();
-    let (area, below) = layout::split_listeners(area, processes.len());
+    let (area, below) = layout::split_listeners(area, state.process_count());
     if let Some(below) = below {
-        draw_processes(frame, below, &processes, state, theme);
+        match &state.processes {
+            Ok(_) => draw_processes(frame, below, &state.process_views(), state, theme),
+            Err(error) => draw_processes_unread(frame, below, error, theme),
+        }
     }
     let block = Block::default()
         .borders(Borders::ALL)
