@@ -32,8 +32,8 @@ pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use membership::{member_field, Announcement, Member, MemberListener, ProcessView};
 pub use oplog_window::OplogWindow;
 pub use partition::{
-    hashed_index_key, inherited_start, lease_order, Inherited, Partition, PartitionError,
-    UnhashableKey, MAX_PARTITIONS,
+    hashed_index_key, inherited_start, lease_group, lease_order, Inherited, Partition,
+    PartitionError, UnhashableKey, MAX_PARTITIONS,
 };
 pub use profile::{StreamProfile, UnknownProfile};
 pub use resume_token::{DecodedToken, ResumeToken, TokenDecodeError, TokenKind, TokenVersion};

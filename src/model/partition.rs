@@ -152,11 +152,16 @@ impl fmt::Display for Partition {
 /// first and then its partitions by count and index (`r`, `r#0/2`, `r#1/2`, `r#0/3`),
 /// so each resource's partitions are listed together under it.
 pub fn lease_order(a: &str, b: &str) -> std::cmp::Ordering {
-    let key = |id: &str| match Partition::parse_lease_id(id) {
-        Some((resource, p)) => (resource.to_string(), Some((p.count, p.index))),
-        None => (id.to_string(), None),
+    let key = |id| match Partition::parse_lease_id(id) {
+        Some((resource, p)) => (resource, Some((p.count, p.index))),
+        None => (id, None),
     };
     key(a).cmp(&key(b))
+}
+
+/// The resource a lease belongs to: a partition lease's resource, else its own id.
+pub fn lease_group(lease_id: &str) -> &str {
+    Partition::parse_lease_id(lease_id).map_or(lease_id, |(resource, _)| resource)
 }
 
 /// A value [`hashed_index_key`] does not hash the way the server does.

@@ -24,8 +24,8 @@ pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};
 pub use input::{Effect, Input};
 pub use lists::ListCursor;
 pub use table::{
-    group_of, resource_label, visible_start, Column, Filter, HealthContext, HolderChange,
-    LeaseEntry, LeaseTable,
+    resource_label, visible_start, Column, Filter, HealthContext, HolderChange, LeaseEntry,
+    LeaseTable,
 };
 
 use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};

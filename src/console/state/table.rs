@@ -8,7 +8,8 @@ use std::collections::{HashMap, VecDeque};
 use chrono::{DateTime, Utc};
 
 use crate::model::{
-    HealthThresholds, Lease, LeaseHealth, LeaseStatus, Partition, SourceWindows, TimeToLoss,
+    lease_group, lease_order, HealthThresholds, Lease, LeaseHealth, LeaseStatus, Partition,
+    SourceWindows, TimeToLoss,
 };
 
 /// Holder and version changes kept per lease for the detail view.
@@ -147,17 +148,12 @@ impl Filter {
     }
 }
 
-/// The resource a lease belongs to: a partition lease's resource, else its own id.
-pub fn group_of(lease_id: &str) -> &str {
-    Partition::parse_lease_id(lease_id).map_or(lease_id, |(resource, _)| resource)
-}
-
 /// How the RESOURCE column names a lease shown right after `previous`: a partition
 /// lease under a row of the same resource as `  #index/count`, every other lease by
 /// its id.
 pub fn resource_label(lease_id: &str, previous: Option<&str>) -> String {
     match Partition::parse_lease_id(lease_id) {
-        Some((resource, partition)) if previous.is_some_and(|p| group_of(p) == resource) => {
+        Some((resource, partition)) if previous.is_some_and(|p| lease_group(p) == resource) => {
             format!("  #{partition}")
         }
         _ => lease_id.to_string(),
@@ -272,19 +268,18 @@ impl LeaseTable {
         let mut members: HashMap<&str, Vec<usize>> = HashMap::new();
         for &i in &self.order {
             members
-                .entry(group_of(&entries[i].lease.resource))
+                .entry(lease_group(&entries[i].lease.resource))
                 .or_default()
                 .push(i);
         }
         for group in members.values_mut() {
-            group.sort_by_key(|&i| {
-                Partition::parse_lease_id(&entries[i].lease.resource)
-                    .map(|(_, p)| (p.count(), p.index()))
+            group.sort_by(|&a, &b| {
+                lease_order(&entries[a].lease.resource, &entries[b].lease.resource)
             });
         }
         let mut grouped = Vec::with_capacity(self.order.len());
         for &i in &self.order {
-            if let Some(group) = members.remove(group_of(&entries[i].lease.resource)) {
+            if let Some(group) = members.remove(lease_group(&entries[i].lease.resource)) {
                 grouped.extend(group);
             }
         }
@@ -393,7 +388,8 @@ impl LeaseTable {
         self.replace_all(others, seen_at);
     }
 
-    /// Applies one changed lease in O(log n) plus a shift of the order.
+    /// Applies one changed lease in O(log n) plus a shift of the order, and, while
+    /// partition leases are shown, a regrouping of every shown row (O(n)).
     pub fn upsert(&mut self, lease: Lease, seen_at: DateTime<Utc>) {
         let keep = self.selected_resource();
         let index = match self.by_resource.get(&lease.resource) {
@@ -778,8 +774,8 @@ mod tests {
         assert_eq!(resource_label("r#0/4", Some("q#0/4")), "r#0/4");
         assert_eq!(resource_label("r#0/4", None), "r#0/4");
         assert_eq!(resource_label("r", Some("r#0/4")), "r");
-        assert_eq!(group_of("a#b#2/3"), "a#b");
-        assert_eq!(group_of("shop.orders"), "shop.orders");
+        assert_eq!(lease_group("a#b#2/3"), "a#b");
+        assert_eq!(lease_group("shop.orders"), "shop.orders");
     }
 
     #[test]
