@@ -16,6 +16,10 @@
 //! says it is skipped. `STREAMWARD_BENCH_EVENTS` (default 100,000) entries for the
 //! throughput, `STREAMWARD_BENCH_ROUNDS` (default 3) rounds, best of each side.
 
+#[path = "support/env.rs"]
+mod env;
+use env::env_number;
+
 #[path = "../tests/support/live.rs"]
 mod live;
 
@@ -32,13 +36,6 @@ use streamward::store::{CappedFeed, ChangeStream, FeedOptions, Namespace, StartP
 const MAX_AWAIT: Duration = Duration::from_millis(100);
 const CHUNK: u64 = 5_000;
 const BATCH: u32 = 1000;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// A fresh capped collection holding `entries` entries (sized to hold them all).
 async fn fill(store: &MongoStore, ns: &Namespace, entries: u64) {

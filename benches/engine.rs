@@ -6,6 +6,10 @@
 //! `cargo bench --bench engine`; `STREAMWARD_BENCH_EVENTS` overrides the event count
 //! (default 1,000,000) and `STREAMWARD_BENCH_ROUNDS` the rounds per measurement (3).
 
+#[path = "support/env.rs"]
+mod env;
+use env::env_number;
+
 use std::time::{Duration, Instant};
 
 use bson::doc;
@@ -14,13 +18,6 @@ use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::{
     ChangeFeed, ChangeStream, DocumentStore, FeedOptions, Namespace, StartPoint,
 };
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn filled_store(events: u64) -> SandboxStore {
     let store = SandboxStore::new(

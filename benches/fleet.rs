@@ -23,6 +23,10 @@
 //!
 //! Prints `fleet: resources=N connections=N takeover_p99_ms=N`.
 
+#[path = "support/env.rs"]
+mod env;
+use env::env_number;
+
 #[path = "../tests/support/live.rs"]
 mod live;
 #[path = "support/partitions.rs"]
@@ -34,13 +38,6 @@ use bson::{doc, Document};
 use streamward::engine::{Bootstrap, ListenerConfig, ListenerHandle, ListenerState, NoopHandler};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::Namespace;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 async fn connections(store: &MongoStore) -> i64 {
     let status = store

@@ -19,6 +19,10 @@
 //! `STREAMWARD_BENCH_ROUNDS_BATCH1` rounds (default 1: a round trip per change makes
 //! it slow). `STREAMWARD_BENCH_BATCHES=1000` runs one batch size only (for profiling).
 
+#[path = "support/env.rs"]
+mod env;
+use env::env_number;
+
 #[path = "../tests/support/live.rs"]
 mod live;
 
@@ -39,13 +43,6 @@ use streamward::store::{ChangeFeed, Namespace};
 /// How long a read waits on a quiet stream; never reached while changes are pending.
 const MAX_AWAIT: Duration = Duration::from_millis(100);
 const INSERT_CHUNK: u64 = 10_000;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Commands sent, by name; reset before each measured run.
 #[derive(Clone, Default)]

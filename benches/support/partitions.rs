@@ -13,6 +13,7 @@
 //! set's, or the sandbox's when there is no URI (said on stderr). Called at the end of
 //! `benches/fleet.rs`.
 
+use super::env::env_number;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -30,13 +31,6 @@ const RESOURCE: &str = "projection";
 const BATCH: u32 = 32;
 /// A run that has not handled everything by then is reported as failed.
 const PATIENCE: Duration = Duration::from_secs(300);
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// Takes a fixed time per event: the work a partition lets run side by side.
 #[derive(Clone)]
