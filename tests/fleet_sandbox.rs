@@ -30,26 +30,27 @@ impl FleetHarness for SandboxFleet {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_second_process_takes_half_and_the_survivor_takes_all() {
+/// A sandbox on a virtual clock (tokio's, paused), from a fixed date.
+fn virtual_sandbox() -> SandboxStore {
     let epoch = Utc
         .with_ymd_and_hms(2031, 6, 1, 12, 0, 0)
         .single()
         .expect("a valid date");
+    SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_second_process_takes_half_and_the_survivor_takes_all() {
     let harness = SandboxFleet {
-        store: SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch)),
+        store: virtual_sandbox(),
     };
     fleet::a_second_process_takes_half_and_the_survivor_takes_all(&harness).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn three_processes_settle_at_four_and_a_graceful_leave_at_six() {
-    let epoch = Utc
-        .with_ymd_and_hms(2031, 6, 1, 12, 0, 0)
-        .single()
-        .expect("a valid date");
     let harness = SandboxFleet {
-        store: SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch)),
+        store: virtual_sandbox(),
     };
     fleet::three_processes_settle_at_four_and_a_graceful_leave_at_six(&harness).await;
 }
@@ -63,11 +64,7 @@ async fn a_crashed_listener_is_no_longer_announced_by_its_process() {
     use streamward::engine::{Fleet, FleetConfig, ListenerConfig, ListenerHandle, ListenerState};
     use streamward::store::{MemberScope, MembershipStore};
 
-    let epoch = Utc
-        .with_ymd_and_hms(2031, 6, 1, 12, 0, 0)
-        .single()
-        .expect("a valid date");
-    let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+    let store = virtual_sandbox();
     let fleet = Fleet::start(store.clone(), FleetConfig::new("p"));
     let announced = || async {
         let members = store
