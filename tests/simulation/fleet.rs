@@ -16,9 +16,13 @@
 //!
 //! - **per-key order**: within a tenure each handler sees each key's changes in
 //!   increasing order (a stream's own re-delivery, marked by the fault layer, aside);
-//!   across handlers a key's change is handled again only when it had not been
-//!   committed (the uncommitted work of a holder that crashed, failed or lost its
-//!   lease), and a holder that releases its lease without having seen a failure has
+//!   across handlers a key's change is given to a handler again only when it had
+//!   not been committed at the moment the handler was given it (the uncommitted
+//!   work of a holder that crashed, failed or lost its lease). A holder paused in
+//!   its handler may *return* after a newer holder committed the same change: its
+//!   fenced writes landed before the newer holder's or were refused (checked per
+//!   write by [`Checker`]) and its commit is refused, which is what the protocol
+//!   promises (docs/protocol.md §5.3, timeline T2). A holder that releases its lease without having seen a failure has
 //!   committed everything it handled (a handover leaves nothing to redo);
 //! - **no lease held twice at one version**: every acquire the store granted, as an
 //!   observer saw it, maps (resource, version) to one listener;
@@ -692,7 +696,19 @@ struct SeatObs {
     /// Non-empty batches its stream handed over and its handler has not been given
     /// yet, with how many of their first changes the stream re-delivered.
     delivered: VecDeque<(Vec<ClusterTime>, usize)>,
+    /// The handler call under way: how far its lease had been committed when the
+    /// handler was given its batch.
+    given: Option<Given>,
     tenure: Option<TenureObs>,
+}
+
+/// A handler call as it began. The changes count as handed over then: a holder
+/// paused inside its handler may return after a newer holder committed the same
+/// changes, and that is the protocol working (docs/protocol.md §5.3, timeline T2),
+/// not a committed change handed out again.
+struct Given {
+    events: Vec<ClusterTime>,
+    committed: Option<ClusterTime>,
 }
 
 /// One tenure of one listener, from the acquire its engine was told succeeded.
@@ -744,6 +760,7 @@ impl FleetChecker {
                 ns,
                 partition,
                 delivered: VecDeque::new(),
+                given: None,
                 tenure: None,
             },
         );
@@ -835,6 +852,18 @@ impl FleetChecker {
                     if !events.is_empty() {
                         seat.delivered.push_back((events.clone(), *duplicates));
                     }
+                }
+                Ok(())
+            }
+            Obs::Given {
+                resource, events, ..
+            } => {
+                let committed = self.committed.get(resource).copied();
+                if let Some(seat) = self.seats.get_mut(actor) {
+                    seat.given = Some(Given {
+                        events: events.clone(),
+                        committed,
+                    });
                 }
                 Ok(())
             }
@@ -931,6 +960,12 @@ impl FleetChecker {
         let Some(seat) = self.seats.get_mut(actor) else {
             return Ok(());
         };
+        // Where the lease's commits stood when this call began; without a record of
+        // its beginning, where they stand now (the stricter reading).
+        let committed = match seat.given.take() {
+            Some(given) if given.events.as_slice() == events => given.committed,
+            _ => self.committed.get(resource).copied(),
+        };
         let ns = seat.ns.clone();
         let partition = seat.partition;
         let duplicates = match seat.delivered.front() {
@@ -954,7 +989,6 @@ impl FleetChecker {
             tenure.failed = true;
             return Ok(());
         }
-        let committed = self.committed.get(resource).copied();
         for (i, time) in events.iter().enumerate() {
             let Some(key) = self.keys.get(&(ns.clone(), *time)) else {
                 return Err(violation(
@@ -1001,7 +1035,7 @@ impl FleetChecker {
                 return Err(violation(
                     resource,
                     format!(
-                        "{actor} v{version} handled {key}'s change at {} again, after it had been committed (through {})",
+                        "{actor} v{version} was given {key}'s change at {} again, after it had been committed (through {})",
                         T(*time),
                         opt(&committed),
                     ),
@@ -1020,5 +1054,143 @@ impl FleetChecker {
             *last = (*last).max(*time);
         }
         Ok(())
+    }
+}
+
+/// The re-handling rule on hand-made histories: it judges a change by when the
+/// handler was given it, so a paused holder's late return passes and a hand-over
+/// after a commit does not.
+#[cfg(test)]
+mod rehandling {
+    use super::*;
+    use crate::trace::Call;
+
+    const T1: ClusterTime = ClusterTime::new(1_767_225_601, 2);
+
+    fn entry(actor: &str, obs: Obs) -> Entry {
+        Entry {
+            at: Duration::ZERO,
+            actor: Arc::from(actor),
+            obs,
+        }
+    }
+
+    fn acquired(actor: &str, version: i64) -> Entry {
+        let call = Call {
+            done: Some(AcquireDone::Acquired {
+                version,
+                resume: Resume::Oldest,
+            }),
+            fault: None,
+        };
+        entry(
+            actor,
+            Obs::Acquire {
+                resource: "r".into(),
+                before: None,
+                call,
+            },
+        )
+    }
+
+    fn batch(actor: &str) -> Entry {
+        let call = Call {
+            done: Some(Ok(())),
+            fault: None,
+        };
+        entry(
+            actor,
+            Obs::Batch {
+                stream: 1,
+                events: vec![T1],
+                duplicates: 0,
+                token: Some(T1),
+                call,
+                lost_before: None,
+            },
+        )
+    }
+
+    fn given(actor: &str, version: i64) -> Entry {
+        let obs = Obs::Given {
+            resource: "r".into(),
+            version,
+            events: vec![T1],
+        };
+        entry(actor, obs)
+    }
+
+    fn handled(actor: &str, version: i64) -> Entry {
+        let obs = Obs::Handled {
+            resource: "r".into(),
+            version,
+            events: vec![T1],
+            result: Ok(()),
+        };
+        entry(actor, obs)
+    }
+
+    fn committed(actor: &str, version: i64) -> Entry {
+        let call = Call {
+            done: Some(TenureDone::Done),
+            fault: None,
+        };
+        entry(
+            actor,
+            Obs::Commit {
+                resource: "r".into(),
+                listener: actor.into(),
+                version,
+                token: Some(T1),
+                before: None,
+                call,
+            },
+        )
+    }
+
+    /// Holder `a` (v1) is given the change and pauses in its handler; `b` takes v2,
+    /// handles and commits it; then `a` is given it (when `a_given_late`) and returns.
+    fn run(a_given_late: bool) -> Result<(), Violation> {
+        let mut checker = FleetChecker::default();
+        for seat in ["a", "b"] {
+            checker.register(seat, watched("r"), None);
+        }
+        let wrote = Obs::Wrote {
+            ns: watched("r"),
+            id: "k1".into(),
+            time: T1,
+            document: doc! {},
+        };
+        let mut history = vec![entry("app", wrote), acquired("a", 1), batch("a")];
+        if !a_given_late {
+            history.push(given("a", 1));
+        }
+        history.extend([
+            acquired("b", 2),
+            batch("b"),
+            given("b", 2),
+            handled("b", 2),
+            committed("b", 2),
+        ]);
+        if a_given_late {
+            history.push(given("a", 1));
+        }
+        history.push(handled("a", 1));
+        history.iter().try_for_each(|e| checker.apply(e))
+    }
+
+    #[test]
+    fn a_paused_holder_returning_after_a_newer_commit_is_the_protocol_working() {
+        assert!(run(false).is_ok(), "{:?}", run(false).err());
+    }
+
+    #[test]
+    fn a_change_given_after_it_was_committed_is_a_violation() {
+        let error = run(true).expect_err("given after the commit");
+        assert!(
+            error.message.contains("after it had been committed"),
+            "{}",
+            error.message
+        );
     }
 }

@@ -255,6 +255,14 @@ impl<H> Observed<H> {
 
 impl<H: Handler> Handler for Observed<H> {
     async fn handle(&mut self, events: &[ChangeEvent], fence: &Fence) -> Result<(), HandlerError> {
+        self.trace.push(
+            &self.actor,
+            Obs::Given {
+                resource: fence.resource.clone(),
+                version: fence.version,
+                events: events.iter().map(|e| e.cluster_time.unwrap()).collect(),
+            },
+        );
         self.pause.pause_if_armed().await;
         let result = self.inner.handle(events, fence).await;
         self.trace.push(

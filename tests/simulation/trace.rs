@@ -197,6 +197,13 @@ pub enum Obs {
         before: Option<LeaseSeen>,
         call: Call<TenureDone>,
     },
+    /// A handler was called with these changes (before any pause): the moment the
+    /// engine handed them over, which a late return does not move.
+    Given {
+        resource: String,
+        version: i64,
+        events: Vec<ClusterTime>,
+    },
     /// What a handler was given and what it returned (the wrapper in `observe`).
     Handled {
         resource: String,
@@ -398,6 +405,11 @@ impl fmt::Display for Obs {
                 lease(before),
                 call(c)
             ),
+            Obs::Given {
+                resource,
+                version,
+                events,
+            } => write!(f, "given {resource} v{version} {}", times(events)),
             Obs::Handled {
                 resource,
                 version,
