@@ -38,6 +38,8 @@ pub enum RefusalKind {
     NotOnThisDeployment,
     /// An import of leases exported from another cluster: its tokens mean nothing here.
     OtherCluster,
+    /// The fencing version is at its largest value: an action could only wrap it around.
+    VersionExhausted,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -55,6 +55,26 @@ pub(super) fn refuse_unaccepted_skip(
 /// What `reset --to now` skips when the lease and the oplog have not been read.
 pub(super) const UNCOUNTED_SKIP: &str = "unprocessed changes are skipped";
 
+/// Every action bumps the fencing version; at `i64::MAX` the bump would wrap to a
+/// negative version (or, on the server, turn the field into a double that no reader
+/// accepts). A fencing version must never go backwards, so nothing is written.
+pub(super) fn refuse_exhausted_version(lease: &Lease) -> Result<(), Refusal> {
+    if lease.version == i64::MAX {
+        return Err(Refusal::new(
+            RefusalKind::VersionExhausted,
+            format!(
+                "the fencing version of {:?} is {}, the largest an int64 holds: it cannot grow, \
+                 and a fencing version must never go back, so no action can change this lease. \
+                 A version this large was not reached by listeners (one step per change of \
+                 holder): find what wrote it (streamward audit), then stop every listener of \
+                 the resource and run it under a new resource name",
+                lease.resource, lease.version
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn refuse_bulk(lease: &Lease, action: ActionKind) -> Result<(), Refusal> {
     if lease.kind == LockKind::Bulk {
         return Err(Refusal::new(

@@ -208,6 +208,7 @@ fn decide(
             ),
         ));
     };
+    guards::refuse_exhausted_version(lease)?;
     match request {
         ActionRequest::Takeover { to, hold, .. } => {
             takeover::takeover(lease, to.as_deref(), *hold, facts)

@@ -1187,3 +1187,37 @@ fn on_cosmos_db_only_token_moves_are_planned() {
         RefusalKind::UndecodableToken
     );
 }
+
+#[test]
+fn no_action_wraps_a_fencing_version_at_its_largest_value() {
+    let mut lease = live_lease();
+    lease.version = i64::MAX;
+    let mut bulk = lease.clone();
+    bulk.kind = LockKind::Bulk;
+    let requests = [
+        (takeover(None, None), lease.clone()),
+        (takeover(None, Some(Duration::from_secs(60))), lease.clone()),
+        (
+            rewind(RewindTarget::By(Duration::from_secs(600))),
+            lease.clone(),
+        ),
+        (reset(ResetTarget::Oldest, false), lease.clone()),
+        (
+            ActionRequest::AbortBulk {
+                resource: "shop.orders".into(),
+            },
+            bulk,
+        ),
+    ];
+    for (request, lease) in requests {
+        let p = plan(&request, &facts(Some(lease)));
+        assert_eq!(refusal(&p), RefusalKind::VersionExhausted, "{request:?}");
+        assert!(p.change.is_none() && p.after.is_none(), "{request:?}");
+        let reason = p.refusal.map(|r| r.reason).unwrap_or_default();
+        assert!(reason.contains("9223372036854775807"), "{reason}");
+    }
+    // One below the largest value still moves, to the largest value.
+    lease.version = i64::MAX - 1;
+    let p = plan(&takeover(None, None), &facts(Some(lease)));
+    assert_eq!(p.after.map(|a| a.version), Some(i64::MAX));
+}
