@@ -148,68 +148,7 @@ impl MongoStore {
         })
         .await
         .map_err(|e| e.into_store_hinted(action, "the clusterMonitor role"))?;
-        let malformed = |detail: String| StoreError::Malformed {
-            what: "replSetGetStatus reply".into(),
-            detail,
-        };
-        let members = reply
-            .get_array("members")
-            .map_err(|e| malformed(format!("field members: {e}")))?;
-        let mut parsed = Vec::with_capacity(members.len());
-        for member in members {
-            let Bson::Document(member) = member else {
-                return Err(malformed(
-                    "field members: an entry is not a document".into(),
-                ));
-            };
-            let name = member
-                .get_str("name")
-                .map_err(|e| malformed(format!("field members.name: {e}")))?
-                .to_string();
-            let state = match member.get_str("stateStr").unwrap_or("UNKNOWN") {
-                "PRIMARY" => MemberState::Primary,
-                "SECONDARY" => MemberState::Secondary,
-                "ARBITER" => MemberState::Arbiter,
-                other => MemberState::Other(other.to_string()),
-            };
-            let healthy = match member.get("health") {
-                Some(Bson::Double(h)) => *h > 0.0,
-                Some(Bson::Int32(h)) => *h > 0,
-                Some(Bson::Int64(h)) => *h > 0,
-                _ => false,
-            };
-            let optime = member
-                .get_document("optime")
-                .ok()
-                .and_then(|o| o.get_timestamp("ts").ok())
-                .map(ClusterTime::from);
-            parsed.push((
-                ReplicaMember {
-                    name,
-                    state,
-                    healthy,
-                    optime,
-                    lag: None,
-                },
-                member
-                    .get_datetime("optimeDate")
-                    .ok()
-                    .map(|d| d.to_chrono()),
-            ));
-        }
-        let primary_date: Option<DateTime<Utc>> = parsed
-            .iter()
-            .find(|(m, _)| m.state == MemberState::Primary)
-            .and_then(|(_, d)| *d);
-        Ok(parsed
-            .into_iter()
-            .map(|(mut member, date)| {
-                member.lag = primary_date
-                    .zip(date)
-                    .map(|(p, d)| (p - d).to_std().unwrap_or_default());
-                member
-            })
-            .collect())
+        parse_members(&reply)
     }
 
     /// The first startable and the last entry of the oplog `client` reaches.
@@ -725,5 +664,111 @@ impl MongoChangeStream {
             events,
             resume_token,
         })
+    }
+}
+
+/// The members of a `replSetGetStatus` reply, each with its replication lag behind the
+/// primary. A member that is not healthy (unreachable: `health: 0`, its `optimeDate`
+/// the epoch) has no lag to show, rather than decades of it.
+fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
+    let malformed = |detail: String| StoreError::Malformed {
+        what: "replSetGetStatus reply".into(),
+        detail,
+    };
+    let members = reply
+        .get_array("members")
+        .map_err(|e| malformed(format!("field members: {e}")))?;
+    let mut parsed = Vec::with_capacity(members.len());
+    for member in members {
+        let Bson::Document(member) = member else {
+            return Err(malformed(
+                "field members: an entry is not a document".into(),
+            ));
+        };
+        let name = member
+            .get_str("name")
+            .map_err(|e| malformed(format!("field members.name: {e}")))?
+            .to_string();
+        let state = match member.get_str("stateStr").unwrap_or("UNKNOWN") {
+            "PRIMARY" => MemberState::Primary,
+            "SECONDARY" => MemberState::Secondary,
+            "ARBITER" => MemberState::Arbiter,
+            other => MemberState::Other(other.to_string()),
+        };
+        let healthy = match member.get("health") {
+            Some(Bson::Double(h)) => *h > 0.0,
+            Some(Bson::Int32(h)) => *h > 0,
+            Some(Bson::Int64(h)) => *h > 0,
+            _ => false,
+        };
+        let optime = member
+            .get_document("optime")
+            .ok()
+            .and_then(|o| o.get_timestamp("ts").ok())
+            .map(ClusterTime::from);
+        parsed.push((
+            ReplicaMember {
+                name,
+                state,
+                healthy,
+                optime,
+                lag: None,
+            },
+            member
+                .get_datetime("optimeDate")
+                .ok()
+                .map(|d| d.to_chrono()),
+        ));
+    }
+    let primary_date: Option<DateTime<Utc>> = parsed
+        .iter()
+        .find(|(m, _)| m.state == MemberState::Primary)
+        .and_then(|(_, d)| *d);
+    Ok(parsed
+        .into_iter()
+        .map(|(mut member, date)| {
+            member.lag = primary_date
+                .zip(date)
+                .filter(|_| member.healthy)
+                .map(|(p, d)| (p - d).to_std().unwrap_or_default());
+            member
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod member_tests {
+    use super::*;
+    use bson::Timestamp;
+
+    fn member(name: &str, health: f64, state: &str, secs: u32) -> Document {
+        doc! {
+            "name": name,
+            "health": health,
+            "stateStr": state,
+            "optime": { "ts": Timestamp { time: secs, increment: 1 }, "t": 1_i64 },
+            "optimeDate": bson::DateTime::from_millis(i64::from(secs) * 1000),
+        }
+    }
+
+    /// Shaped as MongoDB 6.0.5 answers while one member of three is down: the down
+    /// member has `health: 0`, `stateStr: "(not reachable/healthy)"`, and an optime at
+    /// the epoch (`ts: Timestamp(0, 0)`, `optimeDate: 1970-01-01`).
+    #[test]
+    fn an_unreachable_member_has_no_lag_instead_of_decades() {
+        let reply = doc! { "members": [
+            member("a:1", 1.0, "PRIMARY", 1_795_000_000),
+            member("b:2", 1.0, "SECONDARY", 1_794_999_997),
+            member("c:3", 0.0, "(not reachable/healthy)", 0),
+        ] };
+        let members = parse_members(&reply).expect("parses");
+        assert_eq!(members[0].lag, Some(Duration::ZERO));
+        assert_eq!(members[1].lag, Some(Duration::from_secs(3)));
+        assert!(!members[2].healthy);
+        assert_eq!(members[2].lag, None, "{:?}", members[2]);
+        assert_eq!(
+            members[2].state,
+            MemberState::Other("(not reachable/healthy)".into())
+        );
     }
 }
