@@ -17,7 +17,7 @@ pub struct HealthThresholds {
     /// A caught-up lease whose stream has had no entry for this long is IDLE.
     pub quiet_after: Duration,
     /// A lease free for the taking this long that nobody took is UNCLAIMED: a waiting
-    /// standby takes a lease at its expiry, so none is running.
+    /// standby takes a lease at its expiry, so none is waiting.
     pub unclaimed_after: Duration,
 }
 
@@ -49,7 +49,7 @@ pub enum LeaseStatus {
     /// The watched collection was dropped or renamed: its stream was closed for good.
     Invalidated,
     StuckBulk,
-    /// Free for the taking for a while and nobody took it: no listener of it is running.
+    /// Free for the taking for a while and nobody took it: no standby is waiting for it.
     Unclaimed,
     AtRisk,
     Behind,
@@ -87,12 +87,15 @@ impl LeaseStatus {
     }
 }
 
-/// What UNCLAIMED means for `resource`, free for the taking for `unclaimed` and not taken.
+/// What UNCLAIMED means for `resource`, free for the taking for `unclaimed` and not
+/// taken. Only what the lease shows: a listener that runs but fails before it holds
+/// (backing off after an error) leaves the same trace as none at all.
 pub fn unclaimed_explanation(resource: &str, unclaimed: Duration) -> String {
     format!(
-        "free for the taking for {} and nobody took it: no listener of {resource} is running \
-         (a waiting standby takes a lease at its expiry); start one: until then no operator \
-         action gets it processed",
+        "no holder for {}: no listener took it when it became free, though a waiting \
+         standby takes a lease at once. Either no listener of {resource} is running, or \
+         every one is backing off after an error (their last error says why); until one \
+         takes it, releasing it changes nothing",
         super::text::short_duration(unclaimed)
     )
 }

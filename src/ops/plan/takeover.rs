@@ -31,7 +31,7 @@ pub(super) fn takeover(
     }
     // Who picks the lease up after a release or a hold: a standby, if one is waiting.
     let taker = if unclaimed.is_some() {
-        "a standby would take it over, but none is waiting"
+        "a standby takes it over if one is waiting, but none took it when it was last free"
     } else {
         "any standby takes it over"
     };
