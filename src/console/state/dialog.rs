@@ -286,7 +286,7 @@ impl Dialog {
                             return DialogReply::Error(reason);
                         }
                         if let Some(expected) =
-                            plan.confirm_text().filter(|expected| typed != expected)
+                            plan.confirm_text().filter(|_| !plan.confirmed_by(typed))
                         {
                             return DialogReply::Error(format!(
                                 "type {} to confirm; nothing was written",
@@ -378,7 +378,7 @@ impl Dialog {
         };
         blocked(target.as_ref(), plan, moved.as_ref()).or_else(|| {
             plan.confirm_text()
-                .filter(|expected| typed != expected)
+                .filter(|_| !plan.confirmed_by(typed))
                 .map(|expected| format!("type {} to enable Apply", escape_control(expected)))
         })
     }

@@ -513,6 +513,36 @@ fn cancel_is_focused_and_the_resource_must_be_typed() {
 }
 
 #[test]
+fn a_name_a_terminal_cannot_type_is_confirmed_by_the_escaped_form_shown() {
+    // A newline and a right-to-left override: the dialog shows them escaped.
+    let name = "shop\norders\u{202e}x";
+    let shown = "shop\\norders\\u{202e}x";
+    assert_eq!(crate::model::text::escape_control(name), shown);
+    let mut state = state();
+    state.apply(window(), now());
+    state.apply(
+        DataEvent::LeaseSnapshot((vec![lease(name, 7)]).into()),
+        now(),
+    );
+    press(&mut state, KeyCode::Char('t'));
+    planned(&mut state, &takeover_of(name), &lease(name, 7));
+    press(&mut state, KeyCode::Tab);
+    type_text(&mut state, "shop");
+    let disabled = state.dialog.as_ref().and_then(Dialog::apply_disabled);
+    assert!(
+        disabled.as_deref().is_some_and(|d| d.contains(shown)),
+        "{disabled:?}"
+    );
+    type_text(&mut state, &shown["shop".len()..]);
+    assert_eq!(state.dialog.as_ref().and_then(Dialog::apply_disabled), None);
+    let effects = press(&mut state, KeyCode::Enter);
+    let [Effect::Execute { plan, .. }] = effects.as_slice() else {
+        panic!("execute: {effects:?}")
+    };
+    assert_eq!(plan.resource.as_deref(), Some(name));
+}
+
+#[test]
 fn a_plan_read_against_another_version_cannot_be_confirmed() {
     let mut state = loaded();
     press(&mut state, KeyCode::Char('t'));

@@ -17,6 +17,7 @@ use super::facts::PlanFacts;
 use super::refusal::{Refusal, RefusalKind};
 use super::request::{ActionKind, ActionRequest};
 use super::resume::ResumeMove;
+use crate::model::text::escape_control;
 use crate::model::{Lease, LockKind};
 use crate::store::{OperatorChange, ResumeChange};
 
@@ -72,6 +73,14 @@ impl Plan {
     /// The text the operator types to confirm, when one is needed.
     pub fn confirm_text(&self) -> Option<&str> {
         self.confirmation.as_ref().and(self.resource.as_deref())
+    }
+
+    /// Whether `typed` confirms this plan: nothing to type, or the resource name as
+    /// stored or as the console shows it (control and direction characters escaped,
+    /// which a terminal cannot type as they are).
+    pub fn confirmed_by(&self, typed: &str) -> bool {
+        self.confirm_text()
+            .is_none_or(|name| typed == name || typed == escape_control(name))
     }
 }
 
