@@ -53,6 +53,7 @@ async fn held_lease_with_a_real_token(live: &LiveDb) -> (Tenure, ResumeToken) {
         kind: LockKind::Update,
         lease: Duration::from_secs(60),
         watch: None,
+        seen_version: None,
     };
     let AcquireOutcome::Acquired(lease) = store.acquire(&request).await.unwrap() else {
         panic!("worker-1 should acquire a new lease");
@@ -386,6 +387,7 @@ async fn abort_bulk_gives_a_stuck_bulk_lease_back_to_the_listeners() {
             kind: LockKind::Update,
             lease: Duration::from_secs(60),
             watch: None,
+            seen_version: None,
         };
         assert_eq!(
             store.acquire(&incremental).await.unwrap(),

@@ -61,6 +61,7 @@ fn request(resource: &str, listener: &str) -> AcquireRequest {
         kind: LockKind::Update,
         lease: Duration::from_secs(10),
         watch: None,
+        seen_version: None,
     }
 }
 

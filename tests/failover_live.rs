@@ -736,6 +736,7 @@ async fn without_a_majority_no_commit_succeeds_and_nothing_is_lost_or_applied_tw
                 kind: streamward::model::LockKind::Update,
                 lease: Duration::from_secs(60),
                 watch: None,
+                seen_version: None,
             })
             .await
             .unwrap();

@@ -57,6 +57,7 @@ async fn committed(live: &LiveDb, resource: &str, listener: &str, token: &Resume
         kind: LockKind::Update,
         lease: Duration::from_secs(60),
         watch: None,
+        seen_version: None,
     };
     let AcquireOutcome::Acquired(lease) = live.store.acquire(&request).await.unwrap() else {
         panic!("{listener} should acquire {resource}");

@@ -58,6 +58,7 @@ async fn committed(store: &SandboxStore, resource: &str, listener: &str, token: 
             kind: LockKind::Update,
             lease: Duration::from_secs(60),
             watch: None,
+            seen_version: None,
         })
         .await
         .unwrap()

@@ -34,6 +34,7 @@ fn request(kind: LockKind) -> AcquireRequest {
         kind,
         lease: Duration::from_secs(30),
         watch: None,
+        seen_version: None,
     }
 }
 

@@ -481,6 +481,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             kind: LockKind::Update,
             lease: LEASE,
             watch: None,
+            seen_version: None,
         };
         assert_eq!(
             live.store.acquire(&probe).await.unwrap(),
@@ -654,6 +655,7 @@ async fn a_lease_holding_an_invalidate_token_is_invalidated_at_once_not_retried(
             kind: LockKind::Update,
             lease: Duration::from_millis(1),
             watch: None,
+            seen_version: None,
         };
         let AcquireOutcome::Acquired(old) = live.store.acquire(&request).await.unwrap() else {
             panic!("a new lease is free");
@@ -684,6 +686,56 @@ async fn a_lease_holding_an_invalidate_token_is_invalidated_at_once_not_retried(
         assert_eq!(live.lease().await.version, old.version + 1, "no retry loop");
         assert_eq!(state(&a), ListenerState::Invalidated);
         a.stop().await;
+    })
+    .await;
+}
+
+/// Dropping the lease collection under running listeners recreated every lease at
+/// version 0 within seconds, with the token at the oldest entry and status OK
+/// (issue 26). A listener that has seen its lease never creates it: the holder and
+/// the standby stop, say why, and the lease stays gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_lease_collection_is_not_recreated_at_version_zero() {
+    live("lease_dropped", |live| async move {
+        let a = live.spawn("a", live.outbox_handler("a"));
+        eventually("a holds version 0", || {
+            a.snapshot().version == Some(0) && state(&a) == ListenerState::Streaming
+        })
+        .await;
+        let b = live.spawn("b", live.outbox_handler("b"));
+        eventually("b stands by", || state(&b) == ListenerState::Standby).await;
+        within("a stops", a.stop()).await;
+        eventually("b took over at version 1", || {
+            b.snapshot().version == Some(1) && state(&b) == ListenerState::Streaming
+        })
+        .await;
+        let c = live.spawn("c", live.outbox_handler("c"));
+        eventually("c stands by", || state(&c) == ListenerState::Standby).await;
+
+        live.store
+            .client()
+            .database(&live.db)
+            .collection::<Document>("leases")
+            .drop()
+            .await
+            .unwrap();
+        eventually("the holder and the standby stop", || {
+            state(&b) == ListenerState::Refused && state(&c) == ListenerState::Refused
+        })
+        .await;
+        for (who, handle) in [("b", &b), ("c", &c)] {
+            let error = handle.snapshot().last_error.unwrap_or_default();
+            assert!(
+                error.contains("was at version 1 and is gone") && error.contains("never go back"),
+                "{who}: {error}"
+            );
+        }
+        tokio::time::sleep(2 * LEASE).await;
+        assert_eq!(
+            live.store.get(ORDERS).await.unwrap(),
+            None,
+            "nobody created the lease again"
+        );
     })
     .await;
 }

@@ -99,6 +99,7 @@ fn request(listener: &str) -> AcquireRequest {
         kind: LockKind::Update,
         lease: Duration::from_secs(30),
         watch: None,
+        seen_version: None,
     }
 }
 

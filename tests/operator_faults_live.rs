@@ -47,10 +47,11 @@ async fn held(live: &LiveDb) -> Lease {
         kind: LockKind::Update,
         lease: Duration::from_secs(60),
         watch: None,
+        seen_version: None,
     };
     match live.store.acquire(&request).await.expect("acquire") {
         AcquireOutcome::Acquired(lease) => lease,
-        AcquireOutcome::HeldByOther => panic!("the lease should be free for w1"),
+        other => panic!("the lease should be free for w1: {other:?}"),
     }
 }
 

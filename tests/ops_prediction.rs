@@ -32,6 +32,7 @@ async fn held_with_history() -> streamward::store::sandbox::SandboxStore {
             kind: LockKind::Update,
             lease: Duration::from_secs(10),
             watch: None,
+            seen_version: None,
         })
         .await
         .unwrap();

@@ -490,6 +490,7 @@ async fn a_waiting_standby_makes_a_bounded_number_of_store_calls() {
         kind: LockKind::Update,
         lease: 10 * SECOND,
         watch: None,
+        seen_version: None,
     };
     let mut own_calls = 0;
     store.acquire(&holder_request).await.unwrap();

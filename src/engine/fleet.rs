@@ -474,6 +474,7 @@ mod tests {
                 kind: crate::model::LockKind::Update,
                 lease: Duration::from_secs(3600),
                 watch: None,
+                seen_version: None,
             };
             store.acquire(&request).await.unwrap();
         }

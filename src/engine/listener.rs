@@ -10,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::fleet::{Fleet, FleetSeat};
-use super::standby::{wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
+use super::standby::{note_version, wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
 use chrono::{DateTime, Utc};
@@ -81,6 +81,9 @@ pub struct Listener<S: Store, H: Handler> {
     checkpoints: Checkpoints,
     /// This listener's seat in its process's fleet, when it runs in one.
     fleet: Option<FleetSeat>,
+    /// The highest version of its lease this listener has seen: from then on it never
+    /// creates the lease, and stops if the lease is gone or went back.
+    seen_version: Option<i64>,
 }
 
 /// The checkpoints this listener records: when it last started one, and the one being
@@ -126,6 +129,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             metrics: None,
             checkpoints: Checkpoints::default(),
             fleet: None,
+            seen_version: None,
         }
     }
 
@@ -187,7 +191,25 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
             self.set_state(ListenerState::Acquiring);
-            match self.store.acquire(&self.acquire_request()).await {
+            let acquired = self.store.acquire(&self.acquire_request()).await;
+            if let Ok(AcquireOutcome::Acquired(lease)) = &acquired {
+                if let Err(reason) = self.saw_version(lease.version) {
+                    // Someone created it anew and this listener now holds that: give
+                    // it back untouched rather than process under a version gone back.
+                    if let Some(tenure) = Tenure::of(lease) {
+                        let _ = self.store.release(&tenure).await;
+                    }
+                    return ListenerExit::Refused(reason);
+                }
+            }
+            match acquired {
+                Ok(AcquireOutcome::Vanished { seen_version }) => {
+                    return ListenerExit::Refused(version_went_back(
+                        &self.config.resource,
+                        seen_version,
+                        None,
+                    ));
+                }
                 Ok(AcquireOutcome::Acquired(lease)) => match self.hold_seated(lease).await {
                     TenureEnd::Shutdown => return ListenerExit::Stopped,
                     TenureEnd::Stuck(stuck) => {
@@ -225,8 +247,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 },
                 Ok(AcquireOutcome::HeldByOther) => {
                     self.set_state(ListenerState::Standby);
-                    match wait_for_vacancy(&self.store, &self.config, &self.shutdown).await {
+                    let seen = &mut self.seen_version;
+                    let waited =
+                        wait_for_vacancy(&self.store, &self.config, seen, &self.shutdown).await;
+                    match waited {
                         Ok(Vacancy::Maybe) => {}
+                        Ok(Vacancy::WentBack { found }) => {
+                            return ListenerExit::Refused(version_went_back(
+                                &self.config.resource,
+                                self.seen_version.unwrap_or(found),
+                                Some(found),
+                            ));
+                        }
                         Ok(Vacancy::Shutdown) => return ListenerExit::Stopped,
                         Err(e) => {
                             self.record_error(e.to_string());
@@ -282,7 +314,17 @@ impl<S: Store, H: Handler> Listener<S, H> {
             kind: self.config.kind,
             lease: self.config.lease,
             watch: Some(self.config.watch_target()),
+            seen_version: self.seen_version,
         }
+    }
+
+    /// Notes a version of the lease as seen. `Err` when it is below one seen before:
+    /// the lease was deleted and created anew (its fencing version went back).
+    fn saw_version(&mut self, version: i64) -> Result<(), String> {
+        let highest = self.seen_version;
+        note_version(&mut self.seen_version, version).map_err(|found| {
+            version_went_back(&self.config.resource, highest.unwrap_or(found), Some(found))
+        })
     }
 
     /// [`Self::hold`], telling the fleet (if any) while it holds.
@@ -796,6 +838,22 @@ impl<S: Store, H: Handler> Drop for Listener<S, H> {
 /// Whether change stream token `token` is behind `committed` by the cluster times
 /// decoded from both (`false` where either has none: a capped collection's position
 /// or a time recorded beside the token is no order of the stream).
+/// Why a listener stops when its lease is gone (`found` `None`) or was created anew
+/// below a version it had seen.
+fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
+    let what = match found {
+        None => "is gone (its collection dropped or the document deleted)".to_string(),
+        Some(found) => format!("is back at version {found} (deleted and created anew)"),
+    };
+    format!(
+        "lease {resource} was at version {seen} and {what}: a fencing version must never \
+         go back (writes fenced by the old versions would refuse every new one, and the \
+         resume point and operator moves are lost), so this listener stopped without \
+         creating it. Restore the lease (streamward leases import from an export, or \
+         recreate it at a version above {seen}), then restart the listeners"
+    )
+}
+
 fn behind(token: &ResumeToken, committed: Option<&ResumeToken>) -> bool {
     let time = |t: &ResumeToken| t.decode().ok().map(|d| d.time);
     match (time(token), committed.and_then(time)) {

@@ -16,6 +16,11 @@ use crate::store::{LeaseScope, LeaseStore, LeaseWatch, StoreResult};
 pub enum Vacancy {
     /// The lease was released or expired (as far as we can tell): try to acquire.
     Maybe,
+    /// The lease is back at `found`, below a version seen before: it was deleted and
+    /// created anew, and its fencing version went back.
+    WentBack {
+        found: i64,
+    },
     Shutdown,
 }
 
@@ -65,10 +70,24 @@ fn min_retry_gap(config: &ListenerConfig) -> Duration {
     (config.lease / 20).max(Duration::from_millis(10))
 }
 
-/// Waits until the lease may be free. Store calls: one watch, one read, one clock read.
+/// Notes `version` of the lease as seen (the highest one is kept); `Err(version)`
+/// when it is below one seen before: the lease was deleted and created anew.
+pub fn note_version(seen: &mut Option<i64>, version: i64) -> Result<(), i64> {
+    match *seen {
+        Some(highest) if version < highest => Err(version),
+        _ => {
+            *seen = Some(seen.map_or(version, |h| h.max(version)));
+            Ok(())
+        }
+    }
+}
+
+/// Waits until the lease may be free, noting every version of it read in `seen`.
+/// Store calls: one watch, one read, one clock read.
 pub async fn wait_for_vacancy<S: LeaseStore>(
     store: &S,
     config: &ListenerConfig,
+    seen: &mut Option<i64>,
     shutdown: &CancellationToken,
 ) -> StoreResult<Vacancy> {
     let mut watch = store
@@ -79,6 +98,9 @@ pub async fn wait_for_vacancy<S: LeaseStore>(
         server: store.server_now().await?,
         local: Instant::now(),
     };
+    if let Some(Err(found)) = lease.as_ref().map(|l| note_version(seen, l.version)) {
+        return Ok(Vacancy::WentBack { found });
+    }
     let mut deadline = retry_at(lease.as_ref(), config, &clock);
     loop {
         let far = Instant::now() + Duration::from_secs(3600);
@@ -87,6 +109,9 @@ pub async fn wait_for_vacancy<S: LeaseStore>(
             () = shutdown.cancelled() => return Ok(Vacancy::Shutdown),
             change = watch.changed() => {
                 let lease = change?.readable_lease()?;
+                if let Some(Err(found)) = lease.as_ref().map(|l| note_version(seen, l.version)) {
+                    return Ok(Vacancy::WentBack { found });
+                }
                 deadline = retry_at(lease.as_ref(), config, &clock);
                 if deadline.is_some_and(|d| d <= Instant::now() + min_retry_gap(config)) {
                     return Ok(Vacancy::Maybe);
@@ -106,8 +131,9 @@ pub enum Recovery {
 /// Whether an operator has decided where a stuck listener goes on: the lease's resume
 /// point is no longer `stuck_at`, or, for a closed stream (`invalidated`), the lease's
 /// `invalidated` record is gone (every action that moves a resume point clears it, also
-/// one that sets the same point again). A lease that is gone counts as moved too:
-/// acquiring starts it afresh.
+/// one that sets the same point again). A lease that is gone ends the wait too: the
+/// acquire that follows finds it vanished and the listener stops (it never creates a
+/// lease it has seen).
 pub fn operator_moved(lease: Option<&Lease>, stuck_at: &ResumePoint, invalidated: bool) -> bool {
     match lease {
         None => true,

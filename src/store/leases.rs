@@ -21,18 +21,36 @@ pub struct AcquireRequest {
     pub kind: LockKind,
     pub lease: Duration,
     pub watch: Option<WatchTarget>,
+    /// The highest version of this lease the caller has seen. With one, the acquire
+    /// never creates the document: a lease that was there and is gone (its collection
+    /// dropped, the document deleted) would come back at version 0, and a fencing
+    /// version must never go back. A missing document is then
+    /// [`AcquireOutcome::Vanished`].
+    pub seen_version: Option<i64>,
 }
 
 impl AcquireRequest {
-    /// The acquire as lease writes: refresh if the caller holds it, else take it.
+    /// The acquire as lease writes: refresh if the caller holds it, else take it
+    /// (creating it only when the caller has never seen it).
     pub fn writes(&self) -> [LeaseWrite; 2] {
-        LeaseWrite::acquire(
+        let mut writes = LeaseWrite::acquire(
             &self.resource,
             &self.listener,
             self.kind,
             self.lease,
             self.watch.as_ref(),
-        )
+        );
+        if self.seen_version.is_some() {
+            for write in &mut writes {
+                write.may_insert = false;
+            }
+        }
+        writes
+    }
+
+    /// Whether the acquire may create the lease document.
+    pub fn may_insert(&self) -> bool {
+        self.seen_version.is_none()
     }
 }
 
@@ -43,6 +61,9 @@ pub enum AcquireOutcome {
     Acquired(Lease),
     /// Someone else holds it (including a duplicate-key race on the upsert).
     HeldByOther,
+    /// The caller had seen the lease at `seen_version` and it is gone; nothing was
+    /// written (see [`AcquireRequest::seen_version`]).
+    Vanished { seen_version: i64 },
 }
 
 /// Who holds which version of which lease: the filter of commit and release.

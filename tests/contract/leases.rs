@@ -112,6 +112,41 @@ pub async fn a_live_lease_is_held_by_other<H: Harness>(h: &H) {
     );
 }
 
+/// A caller that has seen a lease never creates it: a lease that is gone would come
+/// back at version 0 (docs/protocol.md §3.1). Where it exists, nothing changes.
+pub async fn an_acquire_that_saw_the_lease_never_creates_it<H: Harness>(h: &H) {
+    let store = h.store();
+    let mut seen = update("gone", "a", LONG);
+    seen.seen_version = Some(3);
+    assert_eq!(
+        store.acquire(&seen).await.unwrap(),
+        AcquireOutcome::Vanished { seen_version: 3 }
+    );
+    assert_eq!(
+        store.get("gone").await.unwrap(),
+        None,
+        "nothing was created"
+    );
+
+    let held = acquired(store, &update("res", "a", LONG)).await;
+    let mut refresh = update("res", "a", LONG);
+    refresh.seen_version = Some(held.version);
+    assert_eq!(acquired(store, &refresh).await.version, held.version);
+    let mut other = update("res", "b", LONG);
+    other.seen_version = Some(held.version);
+    assert_eq!(
+        store.acquire(&other).await.unwrap(),
+        AcquireOutcome::HeldByOther
+    );
+    let tenure = tenure("res", "a", held.version);
+    assert_eq!(store.release(&tenure).await.unwrap(), TenureWrite::Done);
+    assert_eq!(
+        acquired(store, &other).await.version,
+        held.version + 1,
+        "taken with the next version, as without a seen version"
+    );
+}
+
 pub async fn racing_inserts_leave_exactly_one_holder<H: Harness>(h: &H) {
     const RACERS: usize = 8;
     let tasks: Vec<_> = (0..RACERS)
@@ -131,6 +166,9 @@ pub async fn racing_inserts_leave_exactly_one_holder<H: Harness>(h: &H) {
         {
             AcquireOutcome::Acquired(lease) => winners.push(lease),
             AcquireOutcome::HeldByOther => {}
+            AcquireOutcome::Vanished { .. } => {
+                panic!("a racer that never saw it found it vanished")
+            }
         }
     }
     assert_eq!(

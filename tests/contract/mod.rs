@@ -34,6 +34,7 @@ macro_rules! every_check {
             acquire_inserts_a_new_lease_at_version_zero,
             a_refresh_keeps_the_version_and_acquired_at,
             a_live_lease_is_held_by_other,
+            an_acquire_that_saw_the_lease_never_creates_it,
             racing_inserts_leave_exactly_one_holder,
             an_expired_lease_is_taken_over_with_the_next_version,
             a_released_lease_starts_a_new_tenure_even_for_the_same_listener,
@@ -129,6 +130,7 @@ pub fn request(resource: &str, listener: &str, kind: LockKind, lease: Duration) 
         kind,
         lease,
         watch: None,
+        seen_version: None,
     }
 }
 
@@ -140,8 +142,8 @@ pub fn update(resource: &str, listener: &str, lease: Duration) -> AcquireRequest
 pub async fn acquired(store: &impl LeaseStore, request: &AcquireRequest) -> Lease {
     match store.acquire(request).await.expect("acquire") {
         AcquireOutcome::Acquired(lease) => lease,
-        AcquireOutcome::HeldByOther => panic!(
-            "{} expected to acquire {} ({:?})",
+        other => panic!(
+            "{} expected to acquire {} ({:?}): {other:?}",
             request.listener, request.resource, request.kind
         ),
     }

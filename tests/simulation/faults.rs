@@ -505,6 +505,9 @@ impl LeaseStore for FaultyStore {
                         resume: Resume::of(&lease.resume_point()),
                     },
                     Ok(AcquireOutcome::HeldByOther) => AcquireDone::HeldByOther,
+                    Ok(AcquireOutcome::Vanished { seen_version }) => {
+                        AcquireDone::Error(format!("vanished after version {seen_version}"))
+                    }
                     Err(e) => AcquireDone::Error(e.to_string()),
                 };
                 ((before, done), result)

@@ -204,6 +204,7 @@ mod tests {
             kind,
             lease: Duration::from_secs(30),
             watch,
+            seen_version: None,
         }
         .writes()
     }

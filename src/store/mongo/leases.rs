@@ -156,7 +156,7 @@ impl LeaseStore for MongoStore {
         let reply = with_one_retry(self.write_timeout(), &action, || {
             leases
                 .find_one_and_update(filter.clone(), pipeline.clone())
-                .upsert(true)
+                .upsert(request.may_insert())
                 .return_document(ReturnDocument::After)
                 .write_concern(self.majority())
                 .into_future()
@@ -176,10 +176,13 @@ impl LeaseStore for MongoStore {
                     Ok(AcquireOutcome::HeldByOther)
                 }
             }
-            Ok(None) => Err(StoreError::Malformed {
-                what: "findAndModify reply".into(),
-                detail: format!("{action}: an upsert returned no document"),
-            }),
+            Ok(None) => match request.seen_version {
+                Some(seen_version) => Ok(AcquireOutcome::Vanished { seen_version }),
+                None => Err(StoreError::Malformed {
+                    what: "findAndModify reply".into(),
+                    detail: format!("{action}: an upsert returned no document"),
+                }),
+            },
             Err(CallError::Driver(e)) if is_duplicate_key(&e) => Ok(AcquireOutcome::HeldByOther),
             Err(e) => Err(self.lease_error(e, &action)),
         }

@@ -59,6 +59,9 @@ impl LeaseStore for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         let existing = state.leases.get(&request.resource);
+        if let (None, Some(seen_version)) = (existing, request.seen_version) {
+            return Ok(AcquireOutcome::Vanished { seen_version });
+        }
         let Some(lease) = LeaseWrite::apply_first(&request.writes(), existing, now) else {
             return Ok(AcquireOutcome::HeldByOther);
         };
