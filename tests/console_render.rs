@@ -417,6 +417,31 @@ fn leases_view_groups_partitions_under_their_resource() {
     });
 }
 
+/// The lease collection dropped under the console: the leases it listed are named as
+/// gone (the protocol never deletes one), not "no leases yet".
+#[test]
+fn leases_that_vanish_are_named_as_gone() {
+    snapshot_both_sizes("leases_vanished", |state| {
+        state.apply(DataEvent::LeaseSnapshot(Vec::new().into()), now());
+    });
+    // One deleted while the others stay: flagged in the title, the others shown.
+    let mut state = state(Mode::Demo);
+    let first = leases()[0].resource.clone();
+    state.apply(DataEvent::LeaseDeleted(first.clone()), now());
+    let shown = screen(&mut state, 120, 40);
+    assert!(shown.contains("1 GONE"), "{shown}");
+    assert_eq!(state.leases.vanished().keys().collect::<Vec<_>>(), [&first]);
+    // Created anew at a lower version: still gone; back at its version: no longer.
+    let mut back = leases()[0].clone();
+    let gone_at = back.version;
+    back.version = 0;
+    state.apply(DataEvent::LeaseChanged(Box::new(back.clone())), now());
+    assert!(!state.leases.vanished().is_empty());
+    back.version = gone_at;
+    state.apply(DataEvent::LeaseChanged(Box::new(back)), now());
+    assert!(state.leases.vanished().is_empty());
+}
+
 #[test]
 fn leases_view_filtered_frozen_and_sorted() {
     snapshot_both_sizes("leases_filtered", |state| {

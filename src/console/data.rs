@@ -27,6 +27,8 @@ pub enum DataEvent {
     LeaseChanged(Box<Lease>),
     /// A lease document changed into one that cannot be read.
     LeaseMalformed(MalformedDocument),
+    /// A lease document was deleted (the protocol never deletes one).
+    LeaseDeleted(String),
     Window {
         window: OplogWindow,
         server_now: DateTime<Utc>,

@@ -206,6 +206,9 @@ async fn follow_leases<S: LeaseStore>(
                     known.lock().remove(id);
                 }
                 send(events, DataEvent::LeaseMalformed(malformed)).await?;
+            } else {
+                known.lock().remove(&change.resource);
+                send(events, DataEvent::LeaseDeleted(change.resource)).await?;
             }
         }
     };

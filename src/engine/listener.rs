@@ -849,8 +849,10 @@ fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
         "lease {resource} was at version {seen} and {what}: a fencing version must never \
          go back (writes fenced by the old versions would refuse every new one, and the \
          resume point and operator moves are lost), so this listener stopped without \
-         creating it. Restore the lease (streamward leases import from an export, or \
-         recreate it at a version above {seen}), then restart the listeners"
+         creating it. To go on, create the lease document again at a version above \
+         {seen}, then move its resume point with `streamward leases import` from an \
+         export if there is one, and restart the listeners (docs/protocol.md, \
+         \"A lease that vanished\")"
     )
 }
 

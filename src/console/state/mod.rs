@@ -346,6 +346,15 @@ impl ConsoleState {
                 self.malformed_leases.retain(|d| d.id != document.id);
                 self.malformed_leases.push(document);
             }
+            DataEvent::LeaseDeleted(resource) => {
+                self.recovered(DataSource::Leases);
+                if self.frozen {
+                    self.leases.note_vanished(&resource);
+                    self.pending_changes.insert(resource, None);
+                } else {
+                    self.leases.delete(&resource, local_now);
+                }
+            }
             DataEvent::LeaseChanged(lease) => {
                 self.recovered(DataSource::Leases);
                 self.malformed_leases

@@ -3,7 +3,7 @@
 //! search and a shift, and a frame touches only the rows it draws.
 
 use std::cmp::Ordering;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use chrono::{DateTime, Utc};
 
@@ -207,6 +207,10 @@ pub struct LeaseTable {
     /// Leases per status (indexed by `LeaseStatus as usize`), kept with every change so
     /// the header costs nothing per frame.
     status_counts: [usize; STATUSES],
+    /// Leases listed before that are gone (deleted, or their collection dropped), with
+    /// the last version seen; one that comes back at that version or above is no
+    /// longer gone. Lease documents are never deleted by the protocol, so each is news.
+    vanished: BTreeMap<String, i64>,
 }
 
 const STATUSES: usize = LeaseStatus::Ok as usize + 1;
@@ -227,6 +231,25 @@ impl LeaseTable {
             offset: 0,
             context,
             status_counts: [0; STATUSES],
+            vanished: BTreeMap::new(),
+        }
+    }
+
+    /// Leases listed before that are gone, with the last version seen of each.
+    pub fn vanished(&self) -> &BTreeMap<String, i64> {
+        &self.vanished
+    }
+
+    /// Notes which of `leases` came back at or above the version they vanished at.
+    fn note_returned<'a>(&mut self, leases: impl IntoIterator<Item = &'a Lease>) {
+        for lease in leases {
+            if self
+                .vanished
+                .get(&lease.resource)
+                .is_some_and(|gone_at| lease.version >= *gone_at)
+            {
+                self.vanished.remove(&lease.resource);
+            }
         }
     }
 
@@ -341,8 +364,35 @@ impl LeaseTable {
         self.offset
     }
 
-    /// Replaces every lease (the watch reopened); keeps the selection on the same resource.
+    /// Replaces every lease (the watch reopened); keeps the selection on the same
+    /// resource. A lease listed before and missing now is noted as vanished.
     pub fn replace_all(&mut self, leases: Vec<Lease>, seen_at: DateTime<Utc>) {
+        let listed: HashSet<&str> = leases.iter().map(|l| l.resource.as_str()).collect();
+        for entry in &self.entries {
+            if !listed.contains(entry.lease.resource.as_str()) {
+                self.vanished
+                    .insert(entry.lease.resource.clone(), entry.lease.version);
+            }
+        }
+        self.note_returned(&leases);
+        self.rebuild(leases, seen_at);
+    }
+
+    /// The document of `resource` was deleted: noted as vanished, its row dropped.
+    pub fn delete(&mut self, resource: &str, seen_at: DateTime<Utc>) {
+        self.note_vanished(resource);
+        self.remove(resource, seen_at);
+    }
+
+    /// Notes `resource` as vanished, keeping its row (a frozen table drops it later).
+    pub fn note_vanished(&mut self, resource: &str) {
+        if let Some(entry) = self.get(resource) {
+            let version = entry.lease.version;
+            self.vanished.insert(resource.to_string(), version);
+        }
+    }
+
+    fn rebuild(&mut self, leases: Vec<Lease>, seen_at: DateTime<Utc>) {
         let keep = self.selected_resource();
         let mut previous: HashMap<String, LeaseEntry> = std::mem::take(&mut self.entries)
             .into_iter()
@@ -385,12 +435,13 @@ impl LeaseTable {
             .filter(|e| e.lease.resource != resource)
             .map(|e| e.lease.clone())
             .collect();
-        self.replace_all(others, seen_at);
+        self.rebuild(others, seen_at);
     }
 
     /// Applies one changed lease in O(log n) plus a shift of the order, and, while
     /// partition leases are shown, a regrouping of every shown row (O(n)).
     pub fn upsert(&mut self, lease: Lease, seen_at: DateTime<Utc>) {
+        self.note_returned([&lease]);
         let keep = self.selected_resource();
         let index = match self.by_resource.get(&lease.resource) {
             Some(&index) => {

@@ -202,19 +202,34 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
     if state.frozen {
         title.push(Span::styled("· FROZEN ", theme.warn));
     }
+    let vanished = table.vanished();
+    if !vanished.is_empty() {
+        title.push(Span::styled(
+            format!("· {} GONE ", vanished.len()),
+            theme.danger,
+        ));
+    }
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(theme.border)
         .title(Line::from(title));
 
     if table.shown() == 0 {
-        let message = if table.is_empty() {
-            "no leases yet: waiting for the lease collection"
-        } else {
-            "no lease matches the filter (esc clears it)"
+        let (message, style) = match (table.is_empty(), vanished.is_empty()) {
+            (true, false) => (vanished_text(vanished), theme.danger),
+            (true, true) => (
+                "no leases yet: waiting for the lease collection".to_string(),
+                theme.muted,
+            ),
+            (false, _) => (
+                "no lease matches the filter (esc clears it)".to_string(),
+                theme.muted,
+            ),
         };
         frame.render_widget(
-            Paragraph::new(Line::styled(message, theme.muted)).block(block),
+            Paragraph::new(Line::styled(message, style))
+                .wrap(ratatui::widgets::Wrap { trim: true })
+                .block(block),
             area,
         );
         return;
@@ -365,6 +380,28 @@ fn row<'a>(
         }
     });
     Row::new(cells.collect::<Vec<_>>())
+}
+
+/// What the empty table says when leases listed before are gone.
+fn vanished_text(vanished: &std::collections::BTreeMap<String, i64>) -> String {
+    let names: Vec<String> = vanished
+        .iter()
+        .take(5)
+        .map(|(resource, version)| format!("{} (v{version})", escape_control(resource)))
+        .collect();
+    let more = vanished.len().saturating_sub(names.len());
+    format!(
+        "the {} leases listed before are gone: {}{}. Deleted, or their collection dropped: \
+         listeners that saw them stop rather than recreate them at version 0 \
+         (docs/protocol.md, \"A lease that vanished\")",
+        vanished.len(),
+        names.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    )
 }
 
 #[cfg(test)]
