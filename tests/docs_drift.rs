@@ -423,12 +423,46 @@ fn path_exists(pattern: &str) -> bool {
     })
 }
 
+/// The modules under src/ the docs name without the `src/` prefix (`store/mongo/feed.rs`).
+const MODULES: [&str; 8] = [
+    "model/", "store/", "engine/", "ops/", "cli/", "console/", "demo/", "metrics/",
+];
+
+/// Paths named relative to src/: a word starting with one of [`MODULES`] that names a
+/// Rust file or a directory (`store/mongo/`), outside links.
+fn named_source_paths(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        for (at, _) in line.char_indices() {
+            let before = line[..at].chars().next_back();
+            if before.is_some_and(|c| c.is_ascii_alphanumeric() || "_./-~$(:".contains(c)) {
+                continue;
+            }
+            if !MODULES.iter().any(|m| line[at..].starts_with(m)) {
+                continue;
+            }
+            let len = line[at..]
+                .find(|c: char| !(c.is_ascii_alphanumeric() || "_./".contains(c)))
+                .unwrap_or(line.len() - at);
+            let path = line[at..at + len].trim_end_matches('.');
+            if path.ends_with(".rs") || path.ends_with('/') {
+                found.push((n + 1, format!("src/{path}")));
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn every_repository_path_the_docs_name_exists() {
     let mut failures = Vec::new();
     let mut checked = 0;
     for file in doc_files() {
-        for (line, path) in named_paths(&read(&file)) {
+        let text = read(&file);
+        let named = named_paths(&text)
+            .into_iter()
+            .chain(named_source_paths(&text));
+        for (line, path) in named {
             for path in expand_braces(&path) {
                 checked += 1;
                 if !path_exists(&path) {
@@ -694,3 +728,25 @@ fn the_config_reference_loads_and_shows_the_defaults() {
         );
     }
 }
+
+// ---------------------------------------------------------------- statuses
+
+#[test]
+fn the_status_reference_lists_every_status_in_the_order_they_are_judged() {
+    let text = read(Path::new("docs/reference/statuses.md"));
+    let documented: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once('`'))
+        .map(|(label, _)| label.to_string())
+        .collect();
+    let statuses: Vec<String> = streamward::model::LeaseStatus::ALL
+        .iter()
+        .map(|s| s.label().to_string())
+        .collect();
+    assert_eq!(
+        documented, statuses,
+        "docs/reference/statuses.md's table, against LeaseStatus::ALL (worst first)"
+    );
+}
+
