@@ -749,4 +749,3 @@ fn the_status_reference_lists_every_status_in_the_order_they_are_judged() {
         "docs/reference/statuses.md's table, against LeaseStatus::ALL (worst first)"
     );
 }
-

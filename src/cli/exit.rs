@@ -1,4 +1,4 @@
-//! Exit codes (listed in the README, "Exit codes"), and which failure means which. 0 is `ExitCode::SUCCESS`.
+//! Exit codes (listed in docs/reference/exit-codes.md), and which failure means which. 0 is `ExitCode::SUCCESS`.
 
 use std::process::ExitCode;
 
