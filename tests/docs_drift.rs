@@ -254,6 +254,105 @@ fn every_command_line_in_the_docs_parses() {
     );
 }
 
+/// The `streamward …` spans of inline code in a Markdown text outside code blocks.
+fn inline_commands(prose: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    // Inline code may wrap onto the next line: joined, numbered by its first line.
+    let lines: Vec<&str> = prose.lines().collect();
+    for (n, line) in lines.iter().enumerate() {
+        let mut rest: &str = line;
+        let mut next_line = lines.get(n + 1).copied().unwrap_or("");
+        while let Some(at) = rest.find("`streamward ") {
+            let after = &rest[at + 1..];
+            let span = match after.find('`') {
+                Some(end) => after[..end].to_string(),
+                None => {
+                    let end = next_line.find('`').unwrap_or(0);
+                    let joined = format!("{after} {}", &next_line[..end]);
+                    next_line = "";
+                    joined
+                }
+            };
+            rest = &after[span.len().min(after.len())..];
+            rest = rest.strip_prefix('`').unwrap_or(rest);
+            found.push((n + 1, span));
+        }
+    }
+    found
+}
+
+/// Whether the commands and `--options` an inline mention names exist: a mention in
+/// prose may leave out required values (`streamward rebuild`), so it is not parsed
+/// whole; but `streamward leases --check` must name a real command and option.
+fn check_mention(mention: &str) -> Result<(), String> {
+    let mut command = Cli::command();
+    command.build();
+    let mut current = &command;
+    let mut words = shell_words(mention).into_iter().skip(1).peekable();
+    while let Some(word) = words.peek() {
+        match current.find_subcommand(word) {
+            Some(sub) => {
+                current = sub;
+                words.next();
+            }
+            None => break,
+        }
+    }
+    for word in words {
+        let Some(long) = word.strip_prefix("--") else {
+            continue;
+        };
+        let long = long.split('=').next().unwrap_or_default();
+        let known = long == "help"
+            || long == "version"
+            || current.get_arguments().any(|a| a.get_long() == Some(long));
+        if !known {
+            return Err(format!("`{}` takes no --{long}", current.get_name()));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn every_command_mentioned_in_the_docs_prose_exists() {
+    let mut failures = Vec::new();
+    let mut checked = 0;
+    for file in doc_files() {
+        if file == Path::new(CLI_REFERENCE) {
+            continue;
+        }
+        let (_, prose) = split_blocks(&read(&file));
+        for (line, mention) in inline_commands(&prose) {
+            let first = mention.split_whitespace().nth(1).unwrap_or_default();
+            // `streamward COMMAND --help`, `streamward <command>`, `streamward …`: placeholders.
+            if first.chars().all(|c| c.is_uppercase()) || first.starts_with(['<', '…']) {
+                continue;
+            }
+            checked += 1;
+            let known = Cli::command()
+                .get_subcommands()
+                .any(|s| s.get_name() == first);
+            let result = match known {
+                true => check_mention(&mention),
+                false => Err(format!("no command {first}")),
+            };
+            if let Err(why) = result {
+                failures.push(format!("{}:{line}: `{mention}`: {why}", file.display()));
+            }
+        }
+    }
+    assert!(
+        checked > 20,
+        "only {checked} mentions found: is the scan broken?"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} commands mentioned in the docs do not exist:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 /// Every `[text](target)` of a Markdown text outside code blocks, with its line.
 fn links(prose: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
