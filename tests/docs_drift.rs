@@ -848,3 +848,23 @@ fn the_status_reference_lists_every_status_in_the_order_they_are_judged() {
         "docs/reference/statuses.md's table, against LeaseStatus::ALL (worst first)"
     );
 }
+
+// ---------------------------------------------------------------- lengths
+
+/// The entry pages stay short enough to read: facts go to the page they belong on
+/// (docs/README.md maps them) and are linked from here.
+#[test]
+fn the_entry_pages_stay_short() {
+    for (page, most) in [
+        ("README.md", 200),
+        ("docs/protocol.md", 500),
+        ("docs/architecture.md", 300),
+    ] {
+        let lines = read(Path::new(page)).lines().count();
+        assert!(
+            lines <= most,
+            "{page} has {lines} lines, more than {most}: move the detail to the page it \
+             belongs on (docs/README.md) and link to it"
+        );
+    }
+}
