@@ -399,6 +399,33 @@ async fn guards_that_need_no_server_refuse_before_connecting() {
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 
+/// The TOML parser's message spans lines (the line, a caret under the column, what it
+/// expected): they are printed as lines, not as one line of `\n` escapes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_config_file_prints_the_parsers_lines() {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config.path(), "leases = [1,\n").unwrap();
+    let path = config.path().to_str().unwrap().to_string();
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--config", &path]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(!err.contains("\\n"), "escaped line breaks: {err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some(format!("error: config file {path} is not valid:").as_str()),
+        "{err}"
+    );
+    assert!(
+        lines.contains(&"TOML parse error at line 1, column 14")
+            && lines.contains(&"1 | leases = [1,"),
+        "the parser's lines: {err}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn with_output_json_every_failure_is_a_json_object_on_stdout() {
     // Usage: no cluster, an unknown flag, a broken config file.

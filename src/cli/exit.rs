@@ -1,4 +1,4 @@
-//! Exit codes (listed in the README, "Exit codes"), and which failure means which. 0 is `ExitCode::SUCCESS`.
+//! Exit codes (listed in docs/reference/exit-codes.md), and which failure means which. 0 is `ExitCode::SUCCESS`.
 
 use std::process::ExitCode;
 
@@ -12,6 +12,17 @@ use crate::store::StoreError;
 #[derive(Debug, Error)]
 #[error("{0}")]
 pub struct UsageError(pub String);
+
+/// A config file that does not parse: a usage error (exit 2) whose detail is the TOML
+/// parser's own lines (the line, a caret under the column, what it expected), printed
+/// as lines rather than escaped into one.
+#[derive(Debug, Error)]
+#[error("config file {path} is not valid:\n{detail}")]
+pub struct InvalidConfig {
+    /// The file's path, control characters escaped.
+    pub path: String,
+    pub detail: String,
+}
 
 pub const ERROR: u8 = 1;
 pub const USAGE: u8 = 2;
@@ -103,7 +114,10 @@ pub fn code_of(error: &anyhow::Error) -> u8 {
     if is_broken_pipe(error) {
         return BROKEN_PIPE;
     }
-    if error.chain().any(|e| e.is::<UsageError>()) {
+    if error
+        .chain()
+        .any(|e| e.is::<UsageError>() || e.is::<InvalidConfig>())
+    {
         return USAGE;
     }
     if error

@@ -69,7 +69,17 @@ impl Out {
             return ExitCode::from(code);
         }
         let message = error_message(error);
-        say(format_args!("error: {}", escape_control(&message)));
+        // A config file's parse error is the parser's lines about the user's own file:
+        // each is escaped, the line breaks kept. Any other message is one line.
+        let shown = match error.chain().any(|e| e.is::<exit::InvalidConfig>()) {
+            true => message
+                .lines()
+                .map(escape_control)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            false => escape_control(&message),
+        };
+        say(format_args!("error: {shown}"));
         if self.format == OutputFormat::Json {
             let error = json!({
                 "message": message,

@@ -7,8 +7,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
-use super::exit::UsageError;
+use super::exit::{InvalidConfig, UsageError};
 use super::limits;
+use crate::model::text::escape_control;
 use crate::model::{HealthThresholds, StreamProfile};
 use crate::ops::PipelineRebuild;
 use crate::store::mongo::{ConnectionString, MongoSettings};
@@ -238,10 +239,10 @@ impl ConfigFile {
             )))
         })?;
         let config = Self::parse(&text).map_err(|e| {
-            anyhow::Error::new(UsageError(format!(
-                "config file {} is not valid: {e}",
-                path.display()
-            )))
+            anyhow::Error::new(InvalidConfig {
+                path: escape_control(&path.display().to_string()),
+                detail: e.to_string().trim_end().to_string(),
+            })
         })?;
         Ok((config, Some(path)))
     }
