@@ -851,8 +851,8 @@ fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
          resume point and operator moves are lost), so this listener stopped without \
          creating it. To go on, create the lease document again at a version above \
          {seen}, then move its resume point with `streamward leases import` from an \
-         export if there is one, and restart the listeners (docs/protocol.md, \
-         \"A lease that vanished\")"
+         export if there is one, and restart the listeners (docs/explanation/listener.md \
+         §9a)"
     )
 }
 

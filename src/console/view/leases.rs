@@ -393,7 +393,7 @@ fn vanished_text(vanished: &std::collections::BTreeMap<String, i64>) -> String {
     format!(
         "the {} leases listed before are gone: {}{}. Deleted, or their collection dropped: \
          listeners that saw them stop rather than recreate them at version 0 \
-         (docs/protocol.md, \"A lease that vanished\")",
+         (docs/explanation/listener.md §9a)",
         vanished.len(),
         names.join(", "),
         if more > 0 {
