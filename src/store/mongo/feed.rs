@@ -701,10 +701,12 @@ fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
             Some(Bson::Int64(h)) => *h > 0,
             _ => false,
         };
+        // An unreachable member's optime is `Timestamp(0, 0)`: none known, not 1970.
         let optime = member
             .get_document("optime")
             .ok()
             .and_then(|o| o.get_timestamp("ts").ok())
+            .filter(|ts| ts.time != 0 || ts.increment != 0)
             .map(ClusterTime::from);
         parsed.push((
             ReplicaMember {
@@ -746,7 +748,10 @@ mod member_tests {
             "name": name,
             "health": health,
             "stateStr": state,
-            "optime": { "ts": Timestamp { time: secs, increment: 1 }, "t": 1_i64 },
+            "optime": {
+                "ts": Timestamp { time: secs, increment: u32::from(secs != 0) },
+                "t": 1_i64,
+            },
             "optimeDate": bson::DateTime::from_millis(i64::from(secs) * 1000),
         }
     }
@@ -766,6 +771,7 @@ mod member_tests {
         assert_eq!(members[1].lag, Some(Duration::from_secs(3)));
         assert!(!members[2].healthy);
         assert_eq!(members[2].lag, None, "{:?}", members[2]);
+        assert_eq!(members[2].optime, None, "no optime rather than the epoch");
         assert_eq!(
             members[2].state,
             MemberState::Other("(not reachable/healthy)".into())
