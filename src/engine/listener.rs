@@ -835,9 +835,6 @@ impl<S: Store, H: Handler> Drop for Listener<S, H> {
     }
 }
 
-/// Whether change stream token `token` is behind `committed` by the cluster times
-/// decoded from both (`false` where either has none: a capped collection's position
-/// or a time recorded beside the token is no order of the stream).
 /// Why a listener stops when its lease is gone (`found` `None`) or was created anew
 /// below a version it had seen.
 fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
@@ -849,13 +846,16 @@ fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
         "lease {resource} was at version {seen} and {what}: a fencing version must never \
          go back (writes fenced by the old versions would refuse every new one, and the \
          resume point and operator moves are lost), so this listener stopped without \
-         creating it. To go on, create the lease document again at a version above \
-         {seen}, then move its resume point with `streamward leases import` from an \
-         export if there is one, and restart the listeners (docs/explanation/listener.md \
-         §9a)"
+         creating it. To go on, create the lease document again (or set its version) at \
+         a version above {seen}, then move its resume point with `streamward leases \
+         import` from an export if there is one, and restart the listeners \
+         (docs/explanation/listener.md §9a)"
     )
 }
 
+/// Whether change stream token `token` is behind `committed` by the cluster times
+/// decoded from both (`false` where either has none: a capped collection's position
+/// or a time recorded beside the token is no order of the stream).
 fn behind(token: &ResumeToken, committed: Option<&ResumeToken>) -> bool {
     let time = |t: &ResumeToken| t.decode().ok().map(|d| d.time);
     match (time(token), committed.and_then(time)) {
