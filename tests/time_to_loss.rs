@@ -559,23 +559,27 @@ async fn a_capped_position_falls_off_within_the_predicted_range<S>(
     use streamward::store::read_time_to_loss;
 
     store.ensure_capped(&ns, 256 * 1024).await.unwrap();
-    // One ~1 kB entry per `pace`.
+    // One ~1 kB entry on each tick of `pace` (a late tick is caught up, so the reads
+    // between samples do not slow the rate), then a read of the window.
     async fn append<S: streamward::store::CappedFeed>(
         store: &S,
         ns: &streamward::store::Namespace,
-        pace: Duration,
-    ) {
+        ticks: &mut tokio::time::Interval,
+    ) -> streamward::store::CappedWindow {
+        ticks.tick().await;
         store
             .append_entry(ns, doc! { "blob": "c".repeat(1_000) })
             .await
             .unwrap();
-        tokio::time::sleep(pace).await;
+        store.capped_window(ns).await.unwrap().unwrap()
     }
+    let mut ticks = tokio::time::interval(pace);
     // Full first: a collection that still has room drops nothing.
     for _ in 0..400 {
-        append(&store, &ns, pace).await;
+        append(&store, &ns, &mut ticks).await;
     }
     let position = store.capped_window(&ns).await.unwrap().unwrap().newest;
+    const APPENDS_PER_SAMPLE: u32 = 10;
     let mut lease = Lease::vacant("stalled-events");
     lease.resume_token = Some(entry_token(position));
     lease.watch = Some(WatchTarget {
@@ -587,11 +591,19 @@ async fn a_capped_position_falls_off_within_the_predicted_range<S>(
     let leases = [lease];
     let mut tracker = LossTracker::default();
     let mut predicted = None;
+    // The slowest pace of appending between two samples: the latest holds while the
+    // appends keep at least that rate.
+    let (mut sampled_before, mut slowest_step) = (None::<chrono::DateTime<Utc>>, Duration::ZERO);
     for sample in 0..4 {
-        for _ in 0..(if sample > 0 { 10 } else { 0 }) {
-            append(&store, &ns, pace).await;
+        for _ in 0..(if sample > 0 { APPENDS_PER_SAMPLE } else { 0 }) {
+            append(&store, &ns, &mut ticks).await;
         }
         let now = store.server_now().await.unwrap();
+        if let Some(before) = sampled_before {
+            let step = (now - before).to_std().unwrap() / APPENDS_PER_SAMPLE;
+            slowest_step = slowest_step.max(step);
+        }
+        sampled_before = Some(now);
         let reading = read_time_to_loss(&store, &mut tracker, now, &leases).await;
         let why = reading.unpredicted.get("stalled-events");
         if sample == 0 {
@@ -612,10 +624,10 @@ async fn a_capped_position_falls_off_within_the_predicted_range<S>(
         "every input known: {:?}",
         ttl.missing
     );
-    let mut lost_at = None;
+    let (mut lost_at, mut appended) = (None, 0u32);
     for _ in 0..4_000 {
-        append(&store, &ns, pace).await;
-        if store.capped_window(&ns).await.unwrap().unwrap().oldest > position {
+        appended += 1;
+        if append(&store, &ns, &mut ticks).await.oldest > position {
             lost_at = Some(store.server_now().await.unwrap());
             break;
         }
@@ -623,19 +635,33 @@ async fn a_capped_position_falls_off_within_the_predicted_range<S>(
     let lost_after = (lost_at.expect("the stalled position fell off") - predicted_at)
         .to_std()
         .unwrap();
+    let achieved_step = lost_after / appended;
     let (LossTime::In(earliest), Some(LossTime::In(latest))) = (ttl.earliest, ttl.latest) else {
         panic!("a stalled position on a busy collection: {ttl:?}");
     };
-    println!("capped {ns}: predicted {earliest:?}–{latest:?}, lost after {lost_after:?}");
+    println!(
+        "capped {ns}: predicted {earliest:?}–{latest:?}, lost after {lost_after:?} \
+         (one append per {achieved_step:?} while waiting, the slowest sampled {slowest_step:?})"
+    );
     assert!(
         earliest <= lost_after,
         "lost after {lost_after:?}, before the earliest {earliest:?}"
     );
-    // One append's step of slack: the loss is seen after the append that caused it.
-    assert!(
-        lost_after <= latest + pace * 3,
-        "still there after the latest {latest:?}: lost after {lost_after:?}"
-    );
+    // The latest holds while the appends kept at least the slowest rate measured; on a
+    // loaded machine they may not have. One append's step of slack: the loss is seen
+    // after the append that caused it.
+    // The server's clock reads whole milliseconds: a sample's step (ten appends) is
+    // known to a tenth of one.
+    if achieved_step <= slowest_step + Duration::from_micros(100) {
+        assert!(
+            lost_after <= latest + pace * 3,
+            "still there after the latest {latest:?}: lost after {lost_after:?}"
+        );
+    } else {
+        println!(
+            "   (the appends slowed below the slowest rate measured: the latest is not checked)"
+        );
+    }
 }
 
 #[tokio::test(start_paused = true)]
