@@ -9,8 +9,12 @@
 //! - **quiet**: two lease periods with nothing asked of the fleet; a lease whose
 //!   version moved meanwhile was lost by a renewal that came too late.
 //! - **takeover**: for a sample of resources, the holder is stopped (it commits and
-//!   releases) and the time until the standby holds the lease is measured; the 99th
-//!   percentile is reported.
+//!   releases) and the time until the standby streams is measured; p50, p99 and max
+//!   are reported, and where the slowest takeovers' time went: the holder's stop (its
+//!   release included), the standby seeing the release (to acquiring), the acquire, and
+//!   opening its stream (from the states the standby publishes). Beside them, from the
+//!   driver's pool and command events during the takeovers, per command: how long it
+//!   waited for a pooled connection and how long the server took to answer.
 //! - **memory**: resident memory the fleet added, per resource.
 //!
 //! The same run first measures a fleet of ten resources, the baseline the figures are
@@ -21,7 +25,8 @@
 //! `STREAMWARD_FLEET_TAKEOVERS` (default 100) takeovers timed,
 //! `STREAMWARD_FLEET_QUIET_SECS` (default 65) of quiet.
 //!
-//! Prints `fleet: resources=N connections=N takeover_p99_ms=N`.
+//! Prints `fleet: resources=N connections=N takeover_p99_ms=N`, then
+//! `fleet_takeover: resources=N p50_ms=N p99_ms=N max_ms=N slowest_5_waited_longest_on="…"`.
 
 #[path = "support/env.rs"]
 mod env;
@@ -31,6 +36,8 @@ use env::env_number;
 mod live;
 #[path = "support/partitions.rs"]
 mod partitions_bench;
+#[path = "support/pool_watch.rs"]
+mod pool_watch;
 
 use std::time::{Duration, Instant};
 
@@ -127,7 +134,10 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 struct Figures {
     resources: usize,
     connections: i64,
-    takeovers: Vec<Duration>,
+    /// Each takeover and where its time went, fastest first.
+    takeovers: Vec<(Duration, Stages)>,
+    /// What the pool made each kind of command wait during the takeovers.
+    pool_waits: Vec<String>,
     timed_out: usize,
     /// Leases whose version moved while nothing asked them to: renewals that came late.
     lost_in_quiet: usize,
@@ -140,7 +150,79 @@ struct Figures {
 
 impl Figures {
     fn p(&self, p: f64) -> Duration {
-        percentile(&self.takeovers, p)
+        let times: Vec<Duration> = self.takeovers.iter().map(|(took, _)| *took).collect();
+        percentile(&times, p)
+    }
+
+    fn max(&self) -> Duration {
+        self.takeovers
+            .last()
+            .map(|(took, _)| *took)
+            .unwrap_or_default()
+    }
+
+    /// Which wait was the longest in each of the [`SLOWEST`] takeovers, counted:
+    /// `stream opening 4, acquire 1`.
+    fn slowest_waited_on(&self) -> String {
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for (_, stages) in self.takeovers.iter().rev().take(SLOWEST) {
+            match counts
+                .iter_mut()
+                .find(|(name, _)| *name == stages.longest())
+            {
+                Some((_, n)) => *n += 1,
+                None => counts.push((stages.longest(), 1)),
+            }
+        }
+        counts.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+        let counts: Vec<String> = counts
+            .iter()
+            .map(|(name, n)| format!("{name} {n}"))
+            .collect();
+        counts.join(", ")
+    }
+}
+
+/// When, counted from the holder being asked to stop, one takeover got where.
+#[derive(Debug, Clone, Copy, Default)]
+struct Stages {
+    /// The holder's `stop` returned: it had committed, released and ended.
+    stopped: Duration,
+    /// The standby first said it was acquiring (it saw the lease change or a timer ran out).
+    acquiring: Option<Duration>,
+    /// The standby held the lease (its status carries the new version).
+    acquired: Option<Duration>,
+    /// The standby streamed.
+    streaming: Duration,
+}
+
+impl Stages {
+    /// The four waits a takeover is made of, named: the holder's stop (its release
+    /// included), from there to the standby acquiring (it saw the release on the lease
+    /// stream), the acquire, and opening the stream.
+    fn waits(&self) -> [(&'static str, Duration); 4] {
+        let acquired = self.acquired.unwrap_or(self.streaming);
+        let acquiring = self.acquiring.unwrap_or(acquired).min(acquired);
+        [
+            ("holder stop", self.stopped),
+            (
+                "release to acquiring",
+                acquiring.saturating_sub(self.stopped),
+            ),
+            (
+                "acquire",
+                acquired.saturating_sub(acquiring.max(self.stopped)),
+            ),
+            ("stream opening", self.streaming.saturating_sub(acquired)),
+        ]
+    }
+
+    /// The longest of [`Stages::waits`].
+    fn longest(&self) -> &'static str {
+        self.waits()
+            .into_iter()
+            .max_by_key(|(_, wait)| *wait)
+            .map_or("?", |(name, _)| name)
     }
 }
 
@@ -155,7 +237,10 @@ async fn run_fleet(uri: &str, resources: usize, takeovers: usize, quiet: Duratio
     let db = format!("sw_bench_fleet_{:08x}", rand::random::<u32>());
     let mut settings = MongoSettings::new(uri.to_string());
     settings.leases = Namespace::new(db.clone(), "leases");
-    let store = MongoStore::connect(settings).await.expect("connect");
+    let pool = pool_watch::PoolWatch::default();
+    let store = MongoStore::connect_with(settings, |options| pool.install(options))
+        .await
+        .expect("connect");
     let ns = Namespace::new(db.clone(), "events");
     store
         .client()
@@ -224,26 +309,60 @@ async fn run_fleet(uri: &str, resources: usize, takeovers: usize, quiet: Duratio
     let mut times = Vec::with_capacity(takeovers);
     let mut timed_out = 0;
     let mut holders: Vec<Option<ListenerHandle>> = holders.into_iter().map(Some).collect();
+    pool.start();
     for i in 0..takeovers {
         let index = i * resources / takeovers;
         let Some(holder) = holders[index].take() else {
             continue;
         };
         let mut status = standbys[index].status.clone();
+        status.borrow_and_update();
         let released = Instant::now();
+        let mut stages = Stages::default();
         let taken = tokio::time::timeout(TAKEOVER_PATIENCE, async {
-            holder.stop().await;
-            let _ = status
-                .wait_for(|s| s.state == ListenerState::Streaming)
-                .await;
+            let stop = async {
+                holder.stop().await;
+                released.elapsed()
+            };
+            // The standby's states as it publishes them, timed from the stop.
+            let follow = async {
+                let (mut acquiring, mut acquired) = (None, None);
+                loop {
+                    let (state, holds) = {
+                        let s = status.borrow_and_update();
+                        (s.state, s.version.is_some())
+                    };
+                    let at = released.elapsed();
+                    if state == ListenerState::Acquiring {
+                        acquiring.get_or_insert(at);
+                    }
+                    if holds {
+                        acquired.get_or_insert(at);
+                    }
+                    if state == ListenerState::Streaming {
+                        return (acquiring, acquired, at);
+                    }
+                    if status.changed().await.is_err() {
+                        return (acquiring, acquired, released.elapsed());
+                    }
+                }
+            };
+            let (stopped, (acquiring, acquired, streaming)) = tokio::join!(stop, follow);
+            stages = Stages {
+                stopped,
+                acquiring,
+                acquired,
+                streaming,
+            };
         })
         .await;
         if taken.is_err() {
             timed_out += 1;
         }
-        times.push(released.elapsed());
+        times.push((released.elapsed(), stages));
     }
-    times.sort();
+    times.sort_by_key(|(took, _)| *took);
+    let pool_waits = pool.stop();
     // Stopped and awaited: a runtime dropped under running listeners panics in the
     // driver's tasks.
     futures_util::future::join_all(
@@ -261,6 +380,7 @@ async fn run_fleet(uri: &str, resources: usize, takeovers: usize, quiet: Duratio
         resources,
         connections: connections_held,
         takeovers: times,
+        pool_waits,
         timed_out,
         lost_in_quiet,
         // What was spent, not what was asked: the baseline asks for none and settles 2 s.
@@ -283,7 +403,7 @@ fn report(figures: &Figures) {
         figures.resources,
         figures.p(0.5),
         figures.p(0.99),
-        figures.takeovers.last().copied().unwrap_or_default(),
+        figures.max(),
         figures.takeovers.len(),
         figures.timed_out,
         figures.lost_in_quiet,
@@ -294,7 +414,38 @@ fn report(figures: &Figures) {
             .rss_per_resource_kib
             .map_or_else(|| "?".to_string(), |k| k.to_string()),
     );
+    eprintln!(
+        "{} resources: the {SLOWEST} slowest takeovers waited longest on: {}",
+        figures.resources,
+        figures.slowest_waited_on()
+    );
+    let slowest = figures.takeovers.iter().rev().take(SLOWEST);
+    for (took, stages) in slowest {
+        let waits: Vec<String> = stages
+            .waits()
+            .iter()
+            .map(|(name, wait)| format!("{name} {wait:.1?}"))
+            .collect();
+        let acquired = stages
+            .acquired
+            .map_or_else(|| "?".to_string(), |at| format!("{at:.1?}"));
+        eprintln!(
+            "  takeover {took:.1?}: {} (held at {acquired}, streaming at {:.1?})",
+            waits.join(", "),
+            stages.streaming
+        );
+    }
+    eprintln!(
+        "{} resources: during the takeovers, per command (the driver's pool events):",
+        figures.resources
+    );
+    for row in &figures.pool_waits {
+        eprintln!("  {row}");
+    }
 }
+
+/// How many of the slowest takeovers the report takes apart.
+const SLOWEST: usize = 5;
 
 fn main() {
     let Some(uri) = live::live_uri("fleet bench", live::URI_VAR) else {
@@ -337,6 +488,14 @@ fn main() {
         fleet.resources,
         fleet.connections,
         fleet.p(0.99).as_millis()
+    );
+    println!(
+        "fleet_takeover: resources={} p50_ms={} p99_ms={} max_ms={} slowest_{SLOWEST}_waited_longest_on=\"{}\"",
+        fleet.resources,
+        fleet.p(0.5).as_millis(),
+        fleet.p(0.99).as_millis(),
+        fleet.max().as_millis(),
+        fleet.slowest_waited_on()
     );
     partitions_bench::run();
 }
