@@ -337,7 +337,7 @@ impl ChangeFeed for MongoStore {
             StartPoint::At(time) => Some(bson::Timestamp::from(time)),
             _ => None,
         };
-        let (pace, server_wait) = ReadPace::choose(&self.await_slots, options.max_await);
+        let (pace, server_wait) = ReadPace::choose(&self.read_slots, options.max_await);
         let opened = bounded(self.timeout() + options.max_await, &action, async {
             let mut watch = collection
                 .watch()
@@ -504,7 +504,8 @@ impl ChangeStream for MongoChangeStream {
     /// first. A dead cursor answers `None` at once to every read, so the end is
     /// remembered and returned at once from then on, never read again.
     async fn next_batch(&mut self) -> StoreResult<ChangeBatch> {
-        self.pace.turn().await;
+        // Held through the read: a polling stream's getMores take one poll slot.
+        let _turn = self.pace.turn().await;
         let started = tokio::time::Instant::now();
         let batch = if self.profile == StreamProfile::CosmosDb {
             self.next_pages().await

@@ -65,8 +65,9 @@ pub struct MongoStore {
     checkpoint_index: Arc<tokio::sync::OnceCell<()>>,
     /// The one change stream on the lease collection every lease watch shares.
     lease_hub: Arc<lease_hub::LeaseHub>,
-    /// How many data streams may wait on the server at once ([`read_pace`]).
-    await_slots: Arc<tokio::sync::Semaphore>,
+    /// How many data streams may wait on the server, and how many polls may be in
+    /// the driver's hands, at once ([`read_pace`]).
+    read_slots: read_pace::ReadSlots,
     /// The configured profile, else the one the host names tell.
     profile: StreamProfile,
     /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
@@ -108,7 +109,7 @@ impl MongoStore {
         }
         let no_oplog = profile == StreamProfile::CosmosDb
             || Deployment::detect(None, None, &hosts) == Deployment::CosmosDb;
-        let await_slots = read_pace::await_slots(opened.options.max_pool_size);
+        let read_slots = read_pace::ReadSlots::new(opened.options.max_pool_size);
         Ok(MongoStore {
             client: opened.client,
             settings: Arc::new(settings),
@@ -118,7 +119,7 @@ impl MongoStore {
             shard_clients: Arc::default(),
             checkpoint_index: Arc::default(),
             lease_hub: Arc::default(),
-            await_slots,
+            read_slots,
             profile,
             no_oplog,
         })
