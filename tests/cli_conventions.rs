@@ -609,6 +609,23 @@ fn invalidated(id: &str) -> Document {
     lease
 }
 
+/// A lease whose listeners failed three times on one change, as they record it.
+fn failing(id: &str) -> Document {
+    let mut lease = lease(id, LAST - 30);
+    let at = bson::DateTime::from_millis(i64::from(LAST - 5) * 1000);
+    lease.insert(
+        "failure",
+        doc! {
+            "token": { "_data": "8263E5B9D2000000022B042C0100296E5A1004" },
+            "at": Timestamp { time: LAST - 29, increment: 1 },
+            "ns": "zoo.animals", "op": "insert", "key": "{\"_id\":\"x\u{1b}[2J\"}",
+            "error": "animal x has no valid \"tags\"", "cause": "handler",
+            "attempts": 3_i64, "firstAt": at, "lastAt": at,
+        },
+    );
+    lease
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_attention() {
     let healthy = WireServer::start().await;
@@ -619,7 +636,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
-        "ok: 1 leases, none AT RISK, LOST, INVALIDATED, STUCK BULK or UNCLAIMED\n"
+        "ok: 1 leases, none AT RISK, LOST, INVALIDATED, FAILING, STUCK BULK or UNCLAIMED\n"
     );
 
     let troubled = WireServer::start().await;
@@ -629,6 +646,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
             lease("shop.at-risk", FIRST + 100),
             lease("shop.lost", FIRST - 600),
             invalidated("shop.gone"),
+            failing("zoo.tags"),
             stuck_bulk("pets"),
             unclaimed("shop.mailer"),
         ]
@@ -642,6 +660,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
         ("shop.at-risk", "AT RISK"),
         ("shop.lost", "LOST"),
         ("shop.gone", "INVALIDATED"),
+        ("zoo.tags", "FAILING"),
         ("pets", "STUCK BULK"),
         ("shop.mailer", "UNCLAIMED"),
     ] {
@@ -655,9 +674,19 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
         !table.lines().any(|l| l.starts_with("shop.orders ")),
         "a healthy lease is not listed: {table}"
     );
+    let failure = table
+        .lines()
+        .find(|l| l.starts_with("zoo.tags: fails on "))
+        .unwrap_or_else(|| panic!("the failing change is named under the table: {table}"));
+    assert!(
+        failure.contains("insert zoo.animals")
+            && failure.contains("3 attempts (handler): animal x has no valid \"tags\"")
+            && !failure.contains('\u{1b}'),
+        "named, with its control characters escaped: {failure}"
+    );
     let err = text(&out.stderr);
     assert!(
-        err.contains("5 of 6 leases need attention: ")
+        err.contains("6 of 7 leases need attention: ")
             && err.contains("shop.at-risk AT RISK")
             && err.contains("pets STUCK BULK"),
         "{err}"
@@ -676,7 +705,7 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
     assert_eq!(out.status.code(), Some(6));
     let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
     assert_eq!(json["ok"], false);
-    assert_eq!(json["leases"], 6);
+    assert_eq!(json["leases"], 7);
     let problems: Vec<(&str, &str)> = json["problems"]
         .as_array()
         .unwrap()
@@ -688,7 +717,8 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
             )
         })
         .collect();
-    assert_eq!(problems.len(), 5, "{problems:?}");
+    assert_eq!(problems.len(), 6, "{problems:?}");
+    assert!(problems.contains(&("zoo.tags", "FAILING")), "{problems:?}");
     assert!(problems.contains(&("shop.lost", "LOST")), "{problems:?}");
     assert!(
         problems.contains(&("shop.mailer", "UNCLAIMED")),

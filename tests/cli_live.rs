@@ -725,7 +725,8 @@ async fn leases_check_and_watch_follow_the_real_cluster() {
         let (code, out, err) = run(cmd).await;
         assert_eq!(code, 0, "{err}");
         assert_eq!(
-            out, "ok: 1 leases, none AT RISK, LOST, INVALIDATED, STUCK BULK or UNCLAIMED\n",
+            out,
+            "ok: 1 leases, none AT RISK, LOST, INVALIDATED, FAILING, STUCK BULK or UNCLAIMED\n",
             "{err}"
         );
 

@@ -723,8 +723,10 @@ async fn an_operator_change_is_a_pending_record_then_the_swap_then_the_record_fi
                 // No token, so no time recorded for one (docs/cosmos.md).
                 "tokenTime": "$$REMOVE",
                 "resumeAt": { "$literal": Timestamp { time: 1_700_000_000, increment: 1 } },
-                // Moving the resume point is the operator's decision on a closed stream.
+                // Moving the resume point is the operator's decision on a closed stream,
+                // and on a change its listeners fail on.
                 "invalidated": "$$REMOVE",
+                "failure": "$$REMOVE",
             } }],
             "new": false,
             "writeConcern": majority(),

@@ -11,7 +11,9 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use super::exit::{OplogUnknown, Unhealthy, Unreachable};
-use super::lease_table::{render_columns, render_invalidations, render_leases, LeaseRow};
+use super::lease_table::{
+    render_columns, render_failures, render_invalidations, render_leases, LeaseRow,
+};
 use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
@@ -196,7 +198,12 @@ impl Snapshot {
             })
             .collect();
         let owned: Vec<Lease> = leases.iter().map(|l| (*l).clone()).collect();
-        format!("{}{}", render_leases(&rows), render_invalidations(&owned))
+        format!(
+            "{}{}{}",
+            render_leases(&rows),
+            render_invalidations(&owned),
+            render_failures(&owned)
+        )
     }
 
     /// What `--watch` compares: who holds what, at which version, in which status —
@@ -226,10 +233,11 @@ impl Snapshot {
 const LOSS_SAMPLE_GAP: Duration = Duration::from_secs(1);
 
 /// The statuses `--check` fails on.
-const NEEDS_ATTENTION: [LeaseStatus; 5] = [
+const NEEDS_ATTENTION: [LeaseStatus; 6] = [
     LeaseStatus::AtRisk,
     LeaseStatus::Lost,
     LeaseStatus::Invalidated,
+    LeaseStatus::Failing,
     LeaseStatus::StuckBulk,
     LeaseStatus::Unclaimed,
 ];

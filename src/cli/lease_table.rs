@@ -172,6 +172,22 @@ pub fn render_invalidations(leases: &[Lease]) -> String {
     out
 }
 
+/// Under the lease table, one line per lease whose listeners fail on a change: which
+/// change, how often, and the error (database strings escaped).
+pub fn render_failures(leases: &[Lease]) -> String {
+    leases
+        .iter()
+        .filter_map(|lease| {
+            let failure = lease.failure.as_ref()?;
+            Some(format!(
+                "{}: fails on {}\n",
+                escape_control(&lease.resource),
+                crate::ops::describe::failure_summary(failure)
+            ))
+        })
+        .collect()
+}
+
 /// In-process listeners: state, version, counters, last error.
 pub fn render_listeners(listeners: &[ListenerSnapshot]) -> String {
     let rows: Vec<[String; 7]> = listeners

@@ -216,6 +216,8 @@ pub struct ThresholdsFile {
     pub quiet_after: Option<String>,
     /// A lease free for the taking this long that nobody took is UNCLAIMED, e.g. "30s".
     pub unclaimed_after: Option<String>,
+    /// A lease whose listeners failed this many times on one change is FAILING.
+    pub failing_after: Option<u32>,
 }
 
 impl ConfigFile {
@@ -305,6 +307,15 @@ impl Settings {
             }
             if let Some(text) = &t.unclaimed_after {
                 thresholds.unclaimed_after = duration("unclaimed_after", text)?;
+            }
+            if let Some(attempts) = t.failing_after {
+                if attempts == 0 {
+                    return Err(invalid(
+                        "thresholds.failing_after must be at least 1 (attempts on one change)"
+                            .to_string(),
+                    ));
+                }
+                thresholds.failing_after = attempts;
             }
             if let Some(share) = t.at_risk_share {
                 if !(0.0..=1.0).contains(&share) {

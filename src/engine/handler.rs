@@ -12,8 +12,12 @@ pub enum HandlerError {
     /// A fenced write was refused because a newer holder has written: the lock is lost.
     #[error("fenced out: {0}")]
     Fenced(String),
+    /// The database failed one of the handler's own reads or writes: no fault of the
+    /// changes, so the tenure starts over and they are handed again.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The handler cannot process a change: the listener finds which one and records
+    /// it on the lease (docs/explanation/listener.md §13a).
     #[error("handler failed: {0}")]
     Failed(String),
 }

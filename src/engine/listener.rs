@@ -16,7 +16,9 @@ use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
 use chrono::{DateTime, Utc};
 
 use crate::metrics::engine::ListenerMetrics;
-use crate::model::{Fence, Lease, ResumePoint, ResumeToken, SourceKind, StreamProfile};
+use crate::model::{
+    ChangeFailure, Fence, Lease, ResumePoint, ResumeToken, SourceKind, StreamProfile,
+};
 use crate::store::{
     AcquireOutcome, AcquireRequest, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
     StartPoint, Store, StoreError, Tenure, TenureWrite,
@@ -40,6 +42,8 @@ struct Progress {
     next_refresh: Instant,
     last_commit: Instant,
     committed: Option<ResumeToken>,
+    /// The change the lease records as failing, as this tenure knows it.
+    failure: Option<ChangeFailure>,
 }
 
 /// How one tenure (holding one version of the lease) ended.
@@ -55,6 +59,8 @@ enum TenureEnd {
     Refused(String),
     /// A store or handler error: back off and start over from the last commit.
     Failed(String),
+    /// The handler failed on this change, recorded on the lease: wait out its back-off.
+    ChangeFailed(ChangeFailure),
 }
 
 /// LOST or INVALIDATED: the listener released its lease and waits on it, without
@@ -244,6 +250,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         self.set_state(ListenerState::Standby);
                         cooldown = Some(self.backoff.next(self.config.retry_backoff));
                     }
+                    TenureEnd::ChangeFailed(failure) => {
+                        self.record_error(super::failing::describe(&failure));
+                        self.set_state(ListenerState::Failing);
+                        cooldown = Some(failure.backoff(self.config.retry_backoff));
+                    }
                 },
                 Ok(AcquireOutcome::HeldByOther) => {
                     self.set_state(ListenerState::Standby);
@@ -352,6 +363,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
             s.version = Some(tenure.version);
             s.last_committed = lease.resume_point().time();
         });
+        if let Some(failure) = &lease.failure {
+            if let Err(end) = self.wait_out(&tenure, failure).await {
+                return end;
+            }
+        }
         let start = match self.start_point(&lease).await {
             Ok(start) => start,
             Err(end) => return self.give_back(&tenure, end).await,
@@ -398,6 +414,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             next_refresh: now + self.config.refresh_interval(),
             last_commit: now,
             committed: lease.resume_token.clone(),
+            failure: lease.failure.clone(),
         };
         let mut batch = tokio::select! {
             biased;
@@ -480,7 +497,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         "stale fenced write: {reason}"
                     )))
                 }
-                Err(e) => {
+                // The handler cannot process something in it: find which change.
+                Err(HandlerError::Failed(e)) => {
+                    return self.one_at_a_time(p, &batch.events, e).await
+                }
+                // The store failed the handler, not the change: start over.
+                Err(e @ HandlerError::Store(_)) => {
                     return Err(self
                         .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
                         .await)
@@ -506,12 +528,33 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let to_commit =
             to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
         if let Some(token) = to_commit {
-            let started = Instant::now();
-            match self
-                .store
-                .commit(&p.tenure, &token, self.config.lease)
+            let past_failure = super::failing::passes(p.failure.as_ref(), &batch.events);
+            self.commit(p, token, count, past_failure).await?;
+        }
+        self.after_commit(p, handing_over).await
+    }
+
+    /// Commits `token`, after `count` changes were handled (none for a heartbeat);
+    /// `past_failure`: they got past the change the lease records as failing, whose
+    /// record the commit removes. `Err` ends the tenure.
+    async fn commit(
+        &mut self,
+        p: &mut Progress,
+        token: ResumeToken,
+        count: usize,
+        past_failure: bool,
+    ) -> Result<(), TenureEnd> {
+        let started = Instant::now();
+        let lease = self.config.lease;
+        let written = if past_failure {
+            self.store
+                .commit_past_failure(&p.tenure, &token, lease)
                 .await
-            {
+        } else {
+            self.store.commit(&p.tenure, &token, lease).await
+        };
+        {
+            match written {
                 Ok(TenureWrite::Done) => {
                     let now = Instant::now();
                     if let Some(metrics) = &self.metrics {
@@ -523,6 +566,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     self.backoff.reset();
                     p.last_commit = now;
                     p.next_refresh = now + self.config.refresh_interval();
+                    if past_failure {
+                        p.failure = None;
+                    }
                     let time = token.time();
                     self.checkpoint(&p.tenure, &token, now);
                     p.committed = Some(token);
@@ -553,6 +599,16 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// After a batch: hands the lease over or rotates when asked or due, refreshes it
+    /// when due. `Err` ends the tenure.
+    async fn after_commit(
+        &mut self,
+        p: &mut Progress,
+        handing_over: bool,
+    ) -> Result<(), TenureEnd> {
         // Handing over to balance the fleet and rotating end the same way: released at
         // this batch boundary, after the commit.
         let tenure_over = self
@@ -566,24 +622,146 @@ impl<S: Store, H: Handler> Listener<S, H> {
             return Err(self.give_back(&p.tenure, TenureEnd::Rotated).await);
         }
         if Instant::now() >= p.next_refresh {
-            match self.store.acquire(&self.acquire_request()).await {
-                Ok(AcquireOutcome::Acquired(l)) if l.version == p.tenure.version => {
-                    p.next_refresh = Instant::now() + self.config.refresh_interval();
-                }
-                Ok(_) => {
-                    return Err(TenureEnd::LostLock(format!(
-                        "refresh of version {} failed",
-                        p.tenure.version
-                    )))
-                }
-                Err(e) => {
-                    return Err(self
-                        .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
-                        .await)
+            self.refresh(&p.tenure).await?;
+            p.next_refresh = Instant::now() + self.config.refresh_interval();
+        }
+        Ok(())
+    }
+
+    /// Refreshes the lease `tenure` holds (an acquire that finds it held by this
+    /// listener at that version). `Err` ends the tenure.
+    async fn refresh(&mut self, tenure: &Tenure) -> Result<(), TenureEnd> {
+        match self.store.acquire(&self.acquire_request()).await {
+            Ok(AcquireOutcome::Acquired(l)) if l.version == tenure.version => Ok(()),
+            Ok(_) => Err(TenureEnd::LostLock(format!(
+                "refresh of version {} failed",
+                tenure.version
+            ))),
+            Err(e) => Err(self
+                .give_back(tenure, TenureEnd::Failed(e.to_string()))
+                .await),
+        }
+    }
+
+    /// The handler failed on a batch with `error` (`HandlerError::Failed`: it cannot
+    /// process something in it; a store error is no fault of a change and starts the
+    /// tenure over instead): hands its changes one at a time,
+    /// committing each that goes through, to find the one it fails on, records that
+    /// one on the lease and ends the tenure. `Ok` when every change went through on
+    /// its own (the batch is then committed).
+    async fn one_at_a_time(
+        &mut self,
+        p: &mut Progress,
+        events: &[ChangeEvent],
+        error: String,
+    ) -> Result<(), TenureEnd> {
+        let mut failed = None;
+        if let [only] = events {
+            failed = Some((only, error));
+        } else {
+            for event in events {
+                let one = std::slice::from_ref(event);
+                match self.handler.handle(one, &p.fence).await {
+                    Ok(()) => {
+                        let past = super::failing::passes(p.failure.as_ref(), one);
+                        self.commit(p, event.token.clone(), 1, past).await?;
+                    }
+                    Err(HandlerError::Fenced(reason)) => {
+                        return Err(TenureEnd::FencedOut(format!(
+                            "stale fenced write: {reason}"
+                        )))
+                    }
+                    Err(HandlerError::Failed(e)) => {
+                        failed = Some((event, e));
+                        break;
+                    }
+                    Err(e @ HandlerError::Store(_)) => {
+                        let end = TenureEnd::Failed(e.to_string());
+                        return Err(self.give_back(&p.tenure, end).await);
+                    }
                 }
             }
         }
-        Ok(())
+        let Some((event, error)) = failed else {
+            return Ok(());
+        };
+        let now = match self.store.server_now().await {
+            Ok(now) => now,
+            Err(e) => {
+                let end = TenureEnd::Failed(format!(
+                    "the handler failed ({error}); reading the server's clock to record it failed: {e}"
+                ));
+                return Err(self.give_back(&p.tenure, end).await);
+            }
+        };
+        let failure = super::failing::handler_failure(event, &error, now, p.failure.as_ref());
+        tracing::warn!(resource = %p.tenure.resource, attempts = failure.attempts, error = %failure.error, "the handler failed on a change");
+        match self.store.record_failure(&p.tenure, &failure).await {
+            Ok(TenureWrite::Done) => {
+                p.failure = Some(failure.clone());
+                Err(self
+                    .give_back(&p.tenure, TenureEnd::ChangeFailed(failure))
+                    .await)
+            }
+            Ok(TenureWrite::LostLock) => Err(TenureEnd::LostLock(format!(
+                "recording the failed change under version {} matched nothing",
+                p.tenure.version
+            ))),
+            Err(e) => {
+                let end = TenureEnd::Failed(format!(
+                    "{}; recording it on the lease failed: {e}",
+                    super::failing::describe(&failure)
+                ));
+                Err(self.give_back(&p.tenure, end).await)
+            }
+        }
+    }
+
+    /// A lease acquired with a failing change: waits, holding it, until that change's
+    /// back-off is over (counted from its latest attempt, by whichever listener), so
+    /// the listeners of a lease hand it no more often than that between them.
+    async fn wait_out(
+        &mut self,
+        tenure: &Tenure,
+        failure: &ChangeFailure,
+    ) -> Result<(), TenureEnd> {
+        let retry_at = failure.retry_at(self.config.retry_backoff);
+        let now = match self.store.server_now().await {
+            Ok(now) => now,
+            Err(e) => {
+                return Err(self
+                    .give_back(tenure, TenureEnd::Failed(e.to_string()))
+                    .await)
+            }
+        };
+        let Ok(wait) = (retry_at - now).to_std() else {
+            return Ok(());
+        };
+        self.set_state(ListenerState::Failing);
+        self.record_error(super::failing::describe(failure));
+        let until = Instant::now() + wait;
+        loop {
+            let next = (Instant::now() + self.config.refresh_interval()).min(until);
+            tokio::select! {
+                biased;
+                () = self.shutdown.cancelled() => {
+                    let _ = self.store.release(tenure).await;
+                    return Err(TenureEnd::Shutdown);
+                }
+                () = sleep_until(next) => {}
+            }
+            if Instant::now() >= until {
+                return Ok(());
+            }
+            if self
+                .fleet
+                .as_ref()
+                .is_some_and(FleetSeat::handover_requested)
+            {
+                return Err(self.give_back(tenure, TenureEnd::Rotated).await);
+            }
+            self.refresh(tenure).await?;
+        }
     }
 
     /// `token` with the time to record beside it, where it cannot tell its own (Azure

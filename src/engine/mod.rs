@@ -1,6 +1,7 @@
 //! The listener runtime: one `Listener` per process and resource, many processes per resource.
 
 mod config;
+mod failing;
 pub mod fenced;
 mod fleet;
 mod handler;

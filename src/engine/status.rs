@@ -22,6 +22,9 @@ pub enum ListenerState {
     /// The watched collection was dropped or renamed and the server closed the stream:
     /// waits on its lease like `HistoryLost`.
     Invalidated,
+    /// The handler keeps failing on one change (recorded on the lease): the listener
+    /// waits out its back-off before handing it again, holding the lease or not.
+    Failing,
     /// Would not start (e.g. no oplog access for a lease with no resume point, and
     /// `ListenerConfig::bootstrap` not `Bootstrap::Now`).
     Refused,
@@ -39,6 +42,7 @@ impl ListenerState {
             ListenerState::LostLock => "lost-lock",
             ListenerState::HistoryLost => "history-lost",
             ListenerState::Invalidated => "invalidated",
+            ListenerState::Failing => "failing",
             ListenerState::Refused => "refused",
             ListenerState::Stopped => "stopped",
         }

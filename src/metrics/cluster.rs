@@ -49,6 +49,7 @@ pub struct ClusterMetrics {
     version: IntGaugeVec,
     holder: IntGaugeVec,
     status: IntGaugeVec,
+    failure_attempts: IntGaugeVec,
     since_commit: GaugeVec,
     loss_earliest: GaugeVec,
     loss_latest: GaugeVec,
@@ -146,8 +147,17 @@ impl ClusterMetrics {
             status: int_gauge_vec(
                 r,
                 "streamward_lease_status",
-                "1 for the lease's status, 0 for every other status (LOST, INVALIDATED, STUCK BULK, UNCLAIMED, AT RISK, BEHIND, EXPIRED, IDLE, OK).",
+                &format!(
+                    "1 for the lease's status, 0 for every other status ({}).",
+                    LeaseStatus::ALL.map(LeaseStatus::label).join(", ")
+                ),
                 &["resource", "status"],
+            )?,
+            failure_attempts: int_gauge_vec(
+                r,
+                "streamward_lease_failure_attempts",
+                "Attempts on the change the lease's listeners keep failing on; 0 when none fails.",
+                resource,
             )?,
             since_commit: gauge_vec(
                 r,
@@ -271,6 +281,9 @@ impl ClusterMetrics {
             self.holder
                 .with_label_values(&[resource])
                 .set(i64::from(lease.live_holder(sample.now).is_some()));
+            self.failure_attempts
+                .with_label_values(&[resource])
+                .set(lease.failure.as_ref().map_or(0, |f| i64::from(f.attempts)));
             for status in LeaseStatus::ALL {
                 self.status
                     .with_label_values(&[resource, status.label()])
@@ -338,6 +351,7 @@ impl ClusterMetrics {
         }
         let _ = self.version.remove_label_values(&[resource]);
         let _ = self.holder.remove_label_values(&[resource]);
+        let _ = self.failure_attempts.remove_label_values(&[resource]);
         for status in LeaseStatus::ALL {
             let _ = self.status.remove_label_values(&[resource, status.label()]);
         }
@@ -508,7 +522,7 @@ mod tests {
         let per_cluster = count(&[], 1.0);
         let one = count(&[lease("a", 5)], 2.0);
         let per_lease = one - per_cluster;
-        assert_eq!(per_lease, 7 + LeaseStatus::ALL.len(), "series per lease");
+        assert_eq!(per_lease, 8 + LeaseStatus::ALL.len(), "series per lease");
         for (i, ago) in [1, 50, 4000, 100_000].into_iter().enumerate() {
             let mut other = lease("a", ago);
             other.version = 100 + i as i64;

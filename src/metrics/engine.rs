@@ -18,7 +18,7 @@ use super::MetricsError;
 use crate::engine::ListenerState;
 
 /// Every state a listener reports, for the `state` label.
-const STATES: [ListenerState; 10] = [
+const STATES: [ListenerState; 11] = [
     ListenerState::Starting,
     ListenerState::Standby,
     ListenerState::Acquiring,
@@ -27,6 +27,7 @@ const STATES: [ListenerState; 10] = [
     ListenerState::LostLock,
     ListenerState::HistoryLost,
     ListenerState::Invalidated,
+    ListenerState::Failing,
     ListenerState::Refused,
     ListenerState::Stopped,
 ];

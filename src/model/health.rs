@@ -19,6 +19,8 @@ pub struct HealthThresholds {
     /// A lease free for the taking this long that nobody took is UNCLAIMED: a waiting
     /// standby takes a lease at its expiry, so none is waiting.
     pub unclaimed_after: Duration,
+    /// A lease whose listeners failed this many times on one change is FAILING.
+    pub failing_after: u32,
 }
 
 impl Default for HealthThresholds {
@@ -28,6 +30,7 @@ impl Default for HealthThresholds {
             at_risk_share: 0.20,
             quiet_after: Duration::from_secs(30),
             unclaimed_after: Duration::from_secs(30),
+            failing_after: 3,
         }
     }
 }
@@ -40,6 +43,15 @@ impl HealthThresholds {
             .unclaimed_for(now)
             .filter(|d| *d >= self.unclaimed_after)
     }
+
+    /// The change `lease`'s listeners keep failing on, once they failed on it
+    /// [`Self::failing_after`] times (FAILING).
+    pub fn failing<'a>(&self, lease: &'a Lease) -> Option<&'a super::ChangeFailure> {
+        lease
+            .failure
+            .as_ref()
+            .filter(|f| f.attempts >= self.failing_after.max(1))
+    }
 }
 
 /// Worst first: sorting by status puts the leases that need a human on top.
@@ -48,6 +60,9 @@ pub enum LeaseStatus {
     Lost,
     /// The watched collection was dropped or renamed: its stream was closed for good.
     Invalidated,
+    /// Its listeners failed on one change again and again (`failing_after` times):
+    /// the resume point stays before it until it goes through or is skipped.
+    Failing,
     StuckBulk,
     /// Free for the taking for a while and nobody took it: no standby is waiting for it.
     Unclaimed,
@@ -60,9 +75,10 @@ pub enum LeaseStatus {
 
 impl LeaseStatus {
     /// Every status, worst first.
-    pub const ALL: [LeaseStatus; 9] = [
+    pub const ALL: [LeaseStatus; 10] = [
         LeaseStatus::Lost,
         LeaseStatus::Invalidated,
+        LeaseStatus::Failing,
         LeaseStatus::StuckBulk,
         LeaseStatus::Unclaimed,
         LeaseStatus::AtRisk,
@@ -76,6 +92,7 @@ impl LeaseStatus {
         match self {
             LeaseStatus::Lost => "LOST",
             LeaseStatus::Invalidated => "INVALIDATED",
+            LeaseStatus::Failing => "FAILING",
             LeaseStatus::StuckBulk => "STUCK BULK",
             LeaseStatus::Unclaimed => "UNCLAIMED",
             LeaseStatus::AtRisk => "AT RISK",
@@ -189,6 +206,8 @@ impl LeaseHealth {
             LeaseStatus::Lost
         } else if lease.invalidated.is_some() {
             LeaseStatus::Invalidated
+        } else if thresholds.failing(lease).is_some() {
+            LeaseStatus::Failing
         } else if lease.kind == LockKind::Bulk && expired {
             LeaseStatus::StuckBulk
         } else if unclaimed {

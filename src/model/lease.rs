@@ -6,7 +6,7 @@ use std::str::FromStr;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{ClusterTime, ResumeToken};
+use super::{ChangeFailure, ClusterTime, ResumeToken};
 
 /// Lock kind: incremental listeners take `update`; a batch rebuild takes `bulk`,
 /// which no incremental listener may take over, however old it is.
@@ -152,6 +152,8 @@ pub struct Lease {
     pub note: Option<String>,
     /// Set when the watched collection's stream was closed for good (INVALIDATED).
     pub invalidated: Option<Invalidation>,
+    /// The change its listeners keep failing on, until a commit passes it.
+    pub failure: Option<ChangeFailure>,
 }
 
 impl Lease {
@@ -171,6 +173,7 @@ impl Lease {
             watch: None,
             note: None,
             invalidated: None,
+            failure: None,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget};
+use super::{ChangeFailure, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget};
 
 /// The lease document's field names, spelled once for every store, codec and view of
 /// the raw document.
@@ -26,6 +26,7 @@ pub mod field {
     pub const WATCH: &str = "watch";
     pub const NOTE: &str = "note";
     pub const INVALIDATED: &str = "invalidated";
+    pub const FAILURE: &str = "failure";
     /// The time of the change `resumeToken` follows, where the token cannot tell it
     /// (Azure Cosmos DB's): a date, absent otherwise.
     pub const TOKEN_TIME: &str = "tokenTime";
@@ -68,6 +69,8 @@ pub enum FieldSet {
     Note(String),
     /// `None` removes the field.
     Invalidated(Option<Invalidation>),
+    /// `None` removes the field.
+    Failure(Option<ChangeFailure>),
 }
 
 impl FieldSet {
@@ -86,6 +89,7 @@ impl FieldSet {
             FieldSet::Watch(_) => field::WATCH,
             FieldSet::Note(_) => field::NOTE,
             FieldSet::Invalidated(_) => field::INVALIDATED,
+            FieldSet::Failure(_) => field::FAILURE,
         }
     }
 
@@ -124,6 +128,7 @@ impl FieldSet {
             FieldSet::Watch(watch) => lease.watch = Some(watch.clone()),
             FieldSet::Note(note) => lease.note = Some(note.clone()),
             FieldSet::Invalidated(invalidated) => lease.invalidated = invalidated.clone(),
+            FieldSet::Failure(failure) => lease.failure = failure.clone(),
         }
     }
 }
@@ -250,17 +255,22 @@ impl LeaseWrite {
     }
 
     /// Commit after a batch: the resume token (with its recorded time where it needs
-    /// one, [`FieldSet::resume_token`]), `committedAt`, and a longer lease.
+    /// one, [`FieldSet::resume_token`]), `committedAt`, and a longer lease; and, for a
+    /// batch that got past the change the lease records as failing, no failure.
     pub fn commit(
         resource: &str,
         holder: &str,
         version: i64,
         token: &ResumeToken,
         lease: Duration,
+        past_failure: bool,
     ) -> Self {
         let mut sets = FieldSet::resume_token(Some(token));
         sets.push(FieldSet::CommittedAt(Moment::Now));
         sets.push(FieldSet::ExpiresAt(Moment::NowPlus(lease)));
+        if past_failure {
+            sets.push(FieldSet::Failure(None));
+        }
         Self::by_tenure(resource, holder, version, sets)
     }
 
@@ -299,6 +309,21 @@ impl LeaseWrite {
             holder,
             version,
             vec![FieldSet::Invalidated(Some(invalidation.clone()))],
+        )
+    }
+
+    /// The holder failed on a change (`failure` counts every attempt so far).
+    pub fn record_failure(
+        resource: &str,
+        holder: &str,
+        version: i64,
+        failure: &ChangeFailure,
+    ) -> Self {
+        Self::by_tenure(
+            resource,
+            holder,
+            version,
+            vec![FieldSet::Failure(Some(failure.clone()))],
         )
     }
 
@@ -439,7 +464,7 @@ mod tests {
         let held = acquire(None, "a", LockKind::Update, now).unwrap();
         let token = ResumeToken::from_document(bson::doc! { "_data": "82" });
         let commit = |holder: &str, version: i64| {
-            LeaseWrite::commit("r", holder, version, &token, LEASE).apply(Some(&held), now)
+            LeaseWrite::commit("r", holder, version, &token, LEASE, false).apply(Some(&held), now)
         };
         assert_eq!(commit("b", 0), None, "another holder");
         assert_eq!(commit("a", 1), None, "another version");
@@ -451,7 +476,7 @@ mod tests {
             "a holder's writes never move the version"
         );
         assert_eq!(
-            LeaseWrite::commit("r", "a", 0, &token, LEASE).apply(None, now),
+            LeaseWrite::commit("r", "a", 0, &token, LEASE, false).apply(None, now),
             None,
             "a tenure write never creates a lease"
         );
@@ -466,7 +491,7 @@ mod tests {
         );
         let names = |write: &LeaseWrite| write.sets.iter().map(FieldSet::name).collect::<Vec<_>>();
         assert_eq!(
-            names(&LeaseWrite::commit("r", "a", 0, &mongo, LEASE)),
+            names(&LeaseWrite::commit("r", "a", 0, &mongo, LEASE, false)),
             [field::RESUME_TOKEN, field::COMMITTED_AT, field::EXPIRES_AT],
             "MongoDB's tokens say when: their commits are unchanged"
         );
@@ -476,7 +501,7 @@ mod tests {
         });
         let at = now - TimeDelta::seconds(90);
         let timed = cosmos.clone().with_recorded_time(Some(at));
-        let commit = LeaseWrite::commit("r", "a", 0, &timed, LEASE);
+        let commit = LeaseWrite::commit("r", "a", 0, &timed, LEASE, false);
         assert_eq!(
             names(&commit),
             [
@@ -489,7 +514,7 @@ mod tests {
         let committed = commit.apply(Some(&held), now).unwrap();
         assert_eq!(committed.resume_token, Some(timed.clone()));
         // A later token with no known time does not inherit the earlier one's.
-        let untimed = LeaseWrite::commit("r", "a", 0, &cosmos, LEASE)
+        let untimed = LeaseWrite::commit("r", "a", 0, &cosmos, LEASE, false)
             .apply(Some(&committed), now)
             .unwrap();
         assert_eq!(untimed.resume_token, Some(cosmos));

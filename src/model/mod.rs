@@ -4,6 +4,7 @@ mod audit;
 mod balance;
 mod checkpoint;
 mod cluster_time;
+mod failure;
 mod health;
 mod lease;
 mod lease_write;
@@ -23,6 +24,10 @@ pub use audit::{
 pub use balance::{fair_shares, BalancePlan, Capacity, Handover, Holding, LeaseHolding, Runner};
 pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
+pub use failure::{
+    failure_backoff, ChangeFailure, FailureCause, FAILURE_BACKOFF_MAX, FAILURE_ERROR_MAX_CHARS,
+    FAILURE_KEY_MAX_CHARS,
+};
 pub use health::{
     token_time_cell, unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus,
 };

@@ -24,7 +24,7 @@ pub struct FieldRow {
     pub changed: bool,
 }
 
-fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
+fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 12] {
     let text = |s: &Option<String>| s.as_deref().map_or_else(|| "null".into(), escape_control);
     [
         (F::HOLDER, text(&lease.holder)),
@@ -61,7 +61,52 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 11] {
                 },
             ),
         ),
+        (
+            F::FAILURE,
+            lease
+                .failure
+                .as_ref()
+                .map_or_else(|| "null".into(), failure_summary),
+        ),
     ]
+}
+
+/// A failure in one line: the change, the attempts and the error, control characters
+/// escaped.
+pub fn failure_summary(failure: &crate::model::ChangeFailure) -> String {
+    let at = failure.at.map(|t| format!(" at {t}")).unwrap_or_default();
+    format!(
+        "{} {} {}{at}: {} attempt{} ({}): {}",
+        escape_control(&failure.operation),
+        escape_control(&failure.namespace),
+        escape_control(&failure.document_key),
+        failure.attempts,
+        if failure.attempts == 1 { "" } else { "s" },
+        failure.cause.as_str(),
+        escape_control(&failure.error),
+    )
+}
+
+/// A failure in JSON (`leases --json` and every lease in a plan or audit record).
+pub fn failure_json(failure: &crate::model::ChangeFailure) -> Value {
+    let (size, limit) = match failure.cause {
+        crate::model::FailureCause::TooLarge { size, limit } => (size, limit),
+        crate::model::FailureCause::Handler => (None, None),
+    };
+    json!({
+        "token": failure.token.as_ref().map(|t| t.to_string()),
+        "at": time_json(failure.at),
+        "ns": failure.namespace,
+        "op": failure.operation,
+        "key": failure.document_key,
+        "error": failure.error,
+        "cause": failure.cause.as_str(),
+        "size": size,
+        "limit": limit,
+        "attempts": failure.attempts,
+        "firstAt": failure.first_at.to_rfc3339(),
+        "lastAt": failure.last_at.to_rfc3339(),
+    })
 }
 
 /// Every field of the lease document, before and after, in the order the protocol
@@ -208,6 +253,7 @@ pub fn lease_json(lease: &Lease) -> Value {
             "at": time_json(i.at),
             "reason": i.reason,
         })),
+        (F::FAILURE): lease.failure.as_ref().map(failure_json),
     })
 }
 

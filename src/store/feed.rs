@@ -58,6 +58,18 @@ impl OperationType {
             other => OperationType::Other(other.to_string()),
         }
     }
+
+    /// The name the server gives it (`upsert` for Azure Cosmos DB's unnamed changes).
+    pub fn name(&self) -> &str {
+        match self {
+            OperationType::Insert => "insert",
+            OperationType::Update => "update",
+            OperationType::Replace => "replace",
+            OperationType::Delete => "delete",
+            OperationType::Upsert => "upsert",
+            OperationType::Other(name) => name,
+        }
+    }
 }
 
 /// One change event, as a handler sees it.

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::{StoreError, StoreResult};
 use crate::model::{
-    ClusterTime, FieldSet, Invalidation, Lease, LeaseWrite, LockKind, Moment, Requirement,
-    ResumeToken, WatchTarget,
+    ChangeFailure, ClusterTime, FieldSet, Invalidation, Lease, LeaseWrite, LockKind, Moment,
+    Requirement, ResumeToken, WatchTarget,
 };
 
 /// An acquire-or-refresh attempt (one `findAndModify`, upsert, majority).
@@ -84,7 +84,30 @@ impl Tenure {
     }
 
     pub fn commit(&self, token: &ResumeToken, lease: Duration) -> LeaseWrite {
-        LeaseWrite::commit(&self.resource, &self.listener, self.version, token, lease)
+        LeaseWrite::commit(
+            &self.resource,
+            &self.listener,
+            self.version,
+            token,
+            lease,
+            false,
+        )
+    }
+
+    /// A commit that also removes the lease's failure: the batch got past its change.
+    pub fn commit_past_failure(&self, token: &ResumeToken, lease: Duration) -> LeaseWrite {
+        LeaseWrite::commit(
+            &self.resource,
+            &self.listener,
+            self.version,
+            token,
+            lease,
+            true,
+        )
+    }
+
+    pub fn record_failure(&self, failure: &ChangeFailure) -> LeaseWrite {
+        LeaseWrite::record_failure(&self.resource, &self.listener, self.version, failure)
     }
 
     pub fn renew(&self, lease: Duration) -> LeaseWrite {
@@ -140,6 +163,7 @@ impl OperatorChange {
             sets.extend(FieldSet::resume_token(token.as_ref()));
             sets.push(FieldSet::ResumeAt(*at));
             sets.push(FieldSet::Invalidated(None));
+            sets.push(FieldSet::Failure(None));
         }
         LeaseWrite {
             resource: self.resource.clone(),
@@ -166,8 +190,8 @@ impl OperatorChange {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResumeChange {
     Keep,
-    /// Set both fields (either may be null), and clear `invalidated`: the operator has
-    /// decided where the listener goes on.
+    /// Set both fields (either may be null), and clear `invalidated` and `failure`: the
+    /// operator has decided where the listener goes on.
     Set {
         token: Option<ResumeToken>,
         at: Option<ClusterTime>,
@@ -266,6 +290,23 @@ pub trait LeaseStore: Send + Sync {
         &self,
         tenure: &Tenure,
         invalidation: &Invalidation,
+    ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
+
+    /// [`Self::commit`], and remove `failure`: the batch committed got past the change
+    /// the lease records as failing (it was handled, or stepped over).
+    fn commit_past_failure(
+        &self,
+        tenure: &Tenure,
+        token: &ResumeToken,
+        lease: Duration,
+    ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
+
+    /// updateOne on `{_id, listenerId, version}`: set `failure` (the change the holder
+    /// cannot get past, with every attempt so far counted), nothing else.
+    fn record_failure(
+        &self,
+        tenure: &Tenure,
+        failure: &ChangeFailure,
     ) -> impl Future<Output = StoreResult<TenureWrite>> + Send;
 
     /// updateOne on `{_id, listenerId, version}`: `listenerId = null`, `expiresAt = now`.

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use streamward::model::{ClusterTime, Lease, LockKind, ResumeToken, TokenKind, WatchTarget};
+use streamward::model::{
+    ChangeFailure, ClusterTime, FailureCause, Lease, LockKind, ResumeToken, TokenKind, WatchTarget,
+};
 use streamward::ops::apply_audited;
 use streamward::ops::OperatorOutcome;
 use streamward::store::OperatorStore;
@@ -522,6 +524,115 @@ pub async fn the_token_survives_a_hand_over<H: Harness>(h: &H) {
         TenureWrite::LostLock
     );
     assert_eq!(lease_of(store, "res").await.resume_token, Some(token(77)));
+}
+
+/// A failure on change `secs`, as its listener records it at server time `now`.
+fn failure_on(secs: u32, attempts: u32, now: chrono::DateTime<chrono::Utc>) -> ChangeFailure {
+    let mut failure = ChangeFailure::first(
+        Some(token(secs)),
+        Some(ClusterTime::new(secs, 1)),
+        "shop.orders",
+        "insert",
+        r#"{"_id":1}"#,
+        "no valid \"tags\"",
+        FailureCause::Handler,
+        now,
+    );
+    failure.attempts = attempts;
+    failure
+}
+
+pub async fn a_failure_is_recorded_by_the_holder_and_removed_past_its_change<H: Harness>(h: &H) {
+    let store = h.store();
+    let lease = acquired(store, &update("res", "a", LONG)).await;
+    let holder = Tenure::of(&lease).unwrap();
+    store.commit(&holder, &token(10), LONG).await.unwrap();
+    let now = server_now(store).await;
+    let failure = failure_on(11, 1, now);
+    let stale = tenure("res", "a", lease.version + 1);
+    assert_eq!(
+        store.record_failure(&stale, &failure).await.unwrap(),
+        TenureWrite::LostLock,
+        "only the holder of the version records a failure"
+    );
+    assert_eq!(lease_of(store, "res").await.failure, None);
+    assert_eq!(
+        store.record_failure(&holder, &failure).await.unwrap(),
+        TenureWrite::Done
+    );
+    let recorded = lease_of(store, "res").await;
+    assert_eq!(
+        recorded.failure.as_ref(),
+        Some(&failure),
+        "stored as written"
+    );
+    assert_eq!(
+        (recorded.resume_token.as_ref(), recorded.version),
+        (Some(&token(10)), lease.version),
+        "recording a failure moves neither the resume point nor the version"
+    );
+
+    // It outlives the tenure: the next holder reads it, and counts on.
+    store.release(&holder).await.unwrap();
+    let next = acquired(store, &update("res", "b", LONG)).await;
+    assert_eq!(next.failure.as_ref(), Some(&failure));
+    let next = Tenure::of(&next).unwrap();
+    let again = failure_on(11, 1, server_now(store).await).after(Some(&failure));
+    assert_eq!((again.attempts, again.first_at), (2, failure.first_at));
+    assert_eq!(
+        store.record_failure(&next, &again).await.unwrap(),
+        TenureWrite::Done
+    );
+    store.commit(&next, &token(10), LONG).await.unwrap();
+    assert_eq!(
+        lease_of(store, "res").await.failure,
+        Some(again),
+        "a plain commit leaves the failure"
+    );
+    assert_eq!(
+        store
+            .commit_past_failure(&stale, &token(11), LONG)
+            .await
+            .unwrap(),
+        TenureWrite::LostLock
+    );
+    assert_eq!(
+        store
+            .commit_past_failure(&next, &token(11), LONG)
+            .await
+            .unwrap(),
+        TenureWrite::Done
+    );
+    let past = lease_of(store, "res").await;
+    assert_eq!(
+        (past.failure, past.resume_token),
+        (None, Some(token(11))),
+        "a commit past the change removes the failure"
+    );
+
+    // An operator's move of the resume point removes it too.
+    store
+        .record_failure(&next, &failure_on(12, 5, server_now(store).await))
+        .await
+        .unwrap();
+    let failing = lease_of(store, "res").await;
+    let change = OperatorChange {
+        resource: "res".into(),
+        expected_version: failing.version,
+        holder: None,
+        expires_in: Duration::ZERO,
+        kind: LockKind::Update,
+        resume: ResumeChange::Set {
+            token: Some(token(12)),
+            at: None,
+        },
+        note: "skip".into(),
+    };
+    assert!(matches!(
+        store.operator_swap(&change).await.unwrap(),
+        streamward::store::SwapOutcome::Applied { .. }
+    ));
+    assert_eq!(lease_of(store, "res").await.failure, None);
 }
 
 pub async fn expiry_is_computed_on_the_server_clock<H: Harness>(h: &H) {

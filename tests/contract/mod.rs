@@ -44,6 +44,7 @@ macro_rules! every_check {
             tenure_writes_match_only_resource_listener_and_version,
             commit_renew_and_release_change_only_their_fields,
             the_token_survives_a_hand_over,
+            a_failure_is_recorded_by_the_holder_and_removed_past_its_change,
             expiry_is_computed_on_the_server_clock,
             get_and_list_read_what_is_stored,
             the_lease_watch_sees_each_change_of_its_lease,

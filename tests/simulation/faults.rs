@@ -37,8 +37,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use streamward::model::{
-    Announcement, AuditRecord, ClusterTime, Invalidation, Lease, Member, OplogWindow, Partition,
-    ResumeToken,
+    Announcement, AuditRecord, ChangeFailure, ClusterTime, Invalidation, Lease, Member,
+    OplogWindow, Partition, ResumeToken,
 };
 use streamward::store::sandbox::{SandboxLeaseWatch, SandboxStore, SandboxStream};
 use streamward::store::{
@@ -425,6 +425,35 @@ impl FaultyStore {
         }
     }
 
+    /// A commit (`write`, not started yet) of `token` by `tenure`, observed as one.
+    async fn observed_commit(
+        &self,
+        tenure: &Tenure,
+        token: &ResumeToken,
+        write: impl std::future::Future<Output = StoreResult<TenureWrite>>,
+    ) -> StoreResult<TenureWrite> {
+        self.effect(
+            || async {
+                let before = self.lease_seen(&tenure.resource);
+                let result = write.await;
+                ((before, tenure_done(&result)), result)
+            },
+            |done, fault| {
+                let (before, done) = split(done);
+                let before = before.flatten();
+                Obs::Commit {
+                    resource: tenure.resource.clone(),
+                    listener: tenure.listener.clone(),
+                    version: tenure.version,
+                    token: token.time(),
+                    before,
+                    call: Call { done, fault },
+                }
+            },
+        )
+        .await
+    }
+
     /// A call whose only observation is its fault, if any.
     async fn plain<T>(
         &self,
@@ -533,24 +562,29 @@ impl LeaseStore for FaultyStore {
         token: &ResumeToken,
         lease: Duration,
     ) -> StoreResult<TenureWrite> {
-        self.effect(
-            || async {
-                let before = self.lease_seen(&tenure.resource);
-                let result = self.inner.commit(tenure, token, lease).await;
-                ((before, tenure_done(&result)), result)
-            },
-            |done, fault| {
-                let (before, done) = split(done);
-                let before = before.flatten();
-                Obs::Commit {
-                    resource: tenure.resource.clone(),
-                    listener: tenure.listener.clone(),
-                    version: tenure.version,
-                    token: token.time(),
-                    before,
-                    call: Call { done, fault },
-                }
-            },
+        let write = self.inner.commit(tenure, token, lease);
+        self.observed_commit(tenure, token, write).await
+    }
+
+    async fn commit_past_failure(
+        &self,
+        tenure: &Tenure,
+        token: &ResumeToken,
+        lease: Duration,
+    ) -> StoreResult<TenureWrite> {
+        let write = self.inner.commit_past_failure(tenure, token, lease);
+        self.observed_commit(tenure, token, write).await
+    }
+
+    async fn record_failure(
+        &self,
+        tenure: &Tenure,
+        failure: &ChangeFailure,
+    ) -> StoreResult<TenureWrite> {
+        self.plain(
+            "record_failure",
+            Kind::Write,
+            self.inner.record_failure(tenure, failure),
         )
         .await
     }

@@ -122,6 +122,7 @@ pub fn status_style(status: LeaseStatus, theme: &Theme) -> Style {
     match status {
         LeaseStatus::Lost
         | LeaseStatus::Invalidated
+        | LeaseStatus::Failing
         | LeaseStatus::StuckBulk
         | LeaseStatus::Unclaimed => theme.danger,
         LeaseStatus::AtRisk | LeaseStatus::Behind | LeaseStatus::Expired => theme.warn,

@@ -188,6 +188,7 @@ fn oplog_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
     let total = table.len();
     let lost = table.count(LeaseStatus::Lost)
         + table.count(LeaseStatus::Invalidated)
+        + table.count(LeaseStatus::Failing)
         + table.count(LeaseStatus::StuckBulk);
     let risk = table.count(LeaseStatus::AtRisk);
     let unclaimed = table.count(LeaseStatus::Unclaimed);

@@ -182,6 +182,7 @@ pub fn draw(frame: &mut Frame, area: Rect, state: &ConsoleState, theme: &Theme) 
                 ListenerState::Acquiring | ListenerState::LostLock => theme.warn,
                 ListenerState::HistoryLost
                 | ListenerState::Invalidated
+                | ListenerState::Failing
                 | ListenerState::Refused => theme.danger,
             };
             // The whole last error is in the lease detail (enter on the leases view).

@@ -6,8 +6,8 @@ use chrono::{DateTime, Utc};
 
 use crate::model::lease_field as F;
 use crate::model::{
-    AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LockKind, ResumeToken,
-    SourceKind, StreamProfile, WatchTarget,
+    AuditRecord, AuditState, AuditStep, ChangeFailure, ClusterTime, FailureCause, Invalidation,
+    Lease, LockKind, ResumeToken, SourceKind, StreamProfile, WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -199,6 +199,9 @@ pub(super) fn lease_to_document(lease: &Lease) -> Document {
     if let Some(invalidated) = &lease.invalidated {
         document.insert(F::INVALIDATED, invalidation_to_document(invalidated));
     }
+    if let Some(failure) = &lease.failure {
+        document.insert(F::FAILURE, failure_to_document(failure));
+    }
     if let Some(at) = lease
         .resume_token
         .as_ref()
@@ -215,6 +218,75 @@ pub fn invalidation_to_document(invalidation: &Invalidation) -> Document {
         "at": opt(invalidation.at, |t| Bson::Timestamp(t.into())),
         "reason": &invalidation.reason,
     }
+}
+
+/// The `failure` field: `{token: {_data} | null, at: Timestamp | null, ns, op, key,
+/// error, cause: "handler" | "too large", size, limit, attempts, firstAt, lastAt}`
+/// (`size` and `limit` only for a change too large, each null when unknown).
+pub fn failure_to_document(failure: &ChangeFailure) -> Document {
+    let mut document = doc! {
+        "token": opt(failure.token.clone(), |t| Bson::Document(t.into_document())),
+        "at": opt(failure.at, |t| Bson::Timestamp(t.into())),
+        "ns": &failure.namespace,
+        "op": &failure.operation,
+        "key": &failure.document_key,
+        "error": &failure.error,
+        "cause": failure.cause.as_str(),
+        "attempts": i64::from(failure.attempts),
+        "firstAt": date(failure.first_at),
+        "lastAt": date(failure.last_at),
+    };
+    if let FailureCause::TooLarge { size, limit } = failure.cause {
+        let bytes = |n: Option<u64>| opt(n, |n| Bson::Int64(i64::try_from(n).unwrap_or(i64::MAX)));
+        document.insert("size", bytes(size));
+        document.insert("limit", bytes(limit));
+    }
+    document
+}
+
+fn failure_from_document(what: &str, f: &Document) -> Result<ChangeFailure, StoreError> {
+    let field = |name: &str| format!("{}.{name}", F::FAILURE);
+    let required_date = |name: &str| {
+        opt_date(what, f, name)?.ok_or_else(|| malformed(what, &field(name), "missing"))
+    };
+    let count = |name: &str| -> Result<Option<u64>, StoreError> {
+        match optional(f, name) {
+            None => Ok(None),
+            Some(v) => {
+                let n = integer(what, v, &field(name))?;
+                u64::try_from(n)
+                    .map(Some)
+                    .map_err(|_| malformed(what, &field(name), format!("negative: {n}")))
+            }
+        }
+    };
+    let cause = match opt_string(what, f, "cause")?.as_deref() {
+        None | Some("handler") => FailureCause::Handler,
+        Some("too large") => FailureCause::TooLarge {
+            size: count("size")?,
+            limit: count("limit")?,
+        },
+        Some(other) => {
+            return Err(malformed(
+                what,
+                &field("cause"),
+                format!("unknown cause {other:?}: expected \"handler\" or \"too large\""),
+            ))
+        }
+    };
+    let attempts = count("attempts")?.unwrap_or(1);
+    Ok(ChangeFailure {
+        token: opt_document(what, f, "token")?.map(|t| ResumeToken::from_document(t.clone())),
+        at: opt_timestamp(what, f, "at")?,
+        namespace: opt_string(what, f, "ns")?.unwrap_or_default(),
+        operation: opt_string(what, f, "op")?.unwrap_or_default(),
+        document_key: opt_string(what, f, "key")?.unwrap_or_default(),
+        error: opt_string(what, f, "error")?.unwrap_or_default(),
+        cause,
+        attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
+        first_at: required_date("firstAt")?,
+        last_at: required_date("lastAt")?,
+    })
 }
 
 /// `source` is written only for a capped collection: a lease without it (every lease
@@ -311,6 +383,9 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
                 reason: opt_string(what, i, "reason")?.unwrap_or_default(),
             }),
         },
+        failure: opt_document(what, document, F::FAILURE)?
+            .map(|f| failure_from_document(what, f))
+            .transpose()?,
         resource,
     })
 }
@@ -665,7 +740,51 @@ mod tests {
                 at: Some(ClusterTime::new(100, 3)),
                 reason: "shop.orders was dropped".into(),
             }),
+            failure: Some(ChangeFailure {
+                token: None,
+                at: Some(ClusterTime::new(99, 1)),
+                namespace: "shop.orders".into(),
+                operation: "update".into(),
+                document_key: r#"{"_id":7}"#.into(),
+                error: "BSONObj size: 24117673 (0x17001A9) is invalid".into(),
+                cause: FailureCause::TooLarge {
+                    size: Some(24_117_673),
+                    limit: Some(16_793_600),
+                },
+                attempts: 4,
+                first_at: at,
+                last_at: at + chrono::TimeDelta::seconds(9),
+            }),
         }
+    }
+
+    #[test]
+    fn a_handler_failure_round_trips_and_an_unknown_cause_is_named() {
+        let mut lease = full_lease();
+        let failure = lease.failure.as_mut().unwrap();
+        failure.cause = FailureCause::Handler;
+        failure.token = Some(ResumeToken::from_document(doc! {"_data": "8263E6"}));
+        let document = lease_to_document(&lease);
+        let stored = document.get_document(F::FAILURE).unwrap();
+        assert!(!stored.contains_key("size"), "{stored}");
+        assert_eq!(lease_from_document(&document).unwrap(), lease);
+
+        let mut odd = document.clone();
+        odd.get_document_mut(F::FAILURE)
+            .unwrap()
+            .insert("cause", "cosmic ray");
+        let error = lease_from_document(&odd).unwrap_err().to_string();
+        assert!(
+            error.contains("failure.cause") && error.contains("cosmic ray"),
+            "{error}"
+        );
+        let mut negative = document;
+        negative
+            .get_document_mut(F::FAILURE)
+            .unwrap()
+            .insert("attempts", -1_i64);
+        let error = lease_from_document(&negative).unwrap_err().to_string();
+        assert!(error.contains("failure.attempts"), "{error}");
     }
 
     #[test]

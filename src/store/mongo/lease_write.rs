@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use bson::{doc, Bson, Document};
 
-use super::codec::{invalidation_to_document, watch_to_document};
+use super::codec::{failure_to_document, invalidation_to_document, watch_to_document};
 use crate::model::lease_field as field;
 use crate::model::{FieldSet, LeaseWrite, LockKind, Moment, Requirement};
 
@@ -62,6 +62,8 @@ fn value(set: &FieldSet) -> Bson {
             literal(invalidation_to_document(invalidation))
         }
         FieldSet::Invalidated(None) => "$$REMOVE".into(),
+        FieldSet::Failure(Some(failure)) => literal(failure_to_document(failure)),
+        FieldSet::Failure(None) => "$$REMOVE".into(),
     }
 }
 
@@ -236,6 +238,16 @@ mod tests {
             at: Some(ClusterTime::new(1_700_000_000, 2)),
             reason: "shop.orders was dropped".into(),
         };
+        let failure = crate::model::ChangeFailure::first(
+            Some(token.clone()),
+            Some(ClusterTime::new(1_700_000_000, 3)),
+            "shop.orders",
+            "insert",
+            r#"{"_id":7}"#,
+            "animal 7 has no valid \"tags\"",
+            crate::model::FailureCause::Handler,
+            chrono::DateTime::from_timestamp_millis(1_700_000_000_500).unwrap_or_default(),
+        );
         let watch = WatchTarget {
             db: "shop".into(),
             coll: "orders".into(),
@@ -267,6 +279,11 @@ mod tests {
                 "record invalidation",
                 tenure.record_invalidation(&invalidation),
             ),
+            (
+                "commit past the failing change",
+                tenure.commit_past_failure(&token, Duration::from_secs(30)),
+            ),
+            ("record failure", tenure.record_failure(&failure)),
             (
                 "operator: release, keep resume point",
                 operator(None, ResumeChange::Keep),

@@ -199,6 +199,30 @@ impl LeaseStore for MongoStore {
             .await
     }
 
+    async fn commit_past_failure(
+        &self,
+        tenure: &Tenure,
+        token: &crate::model::ResumeToken,
+        lease: Duration,
+    ) -> StoreResult<TenureWrite> {
+        let action = format!("commit lease {} past its failing change", tenure.resource);
+        self.tenure_update(&tenure.commit_past_failure(token, lease), &action)
+            .await
+    }
+
+    async fn record_failure(
+        &self,
+        tenure: &Tenure,
+        failure: &crate::model::ChangeFailure,
+    ) -> StoreResult<TenureWrite> {
+        let action = format!(
+            "record on lease {} the change its listener failed on",
+            tenure.resource
+        );
+        self.tenure_update(&tenure.record_failure(failure), &action)
+            .await
+    }
+
     async fn renew(&self, tenure: &Tenure, lease: Duration) -> StoreResult<TenureWrite> {
         let action = format!("renew lease {}", tenure.resource);
         self.tenure_update(&tenure.renew(lease), &action).await

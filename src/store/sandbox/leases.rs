@@ -10,7 +10,8 @@ use super::history::{HistoryEntry, StartMark};
 use super::state::State;
 use super::{count, SandboxStore};
 use crate::model::{
-    AuditRecord, AuditState, AuditStep, ClusterTime, Invalidation, Lease, LeaseWrite, ResumeToken,
+    AuditRecord, AuditState, AuditStep, ChangeFailure, ClusterTime, Invalidation, Lease,
+    LeaseWrite, ResumeToken,
 };
 use crate::store::{
     AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, LeaseChange, LeaseScope,
@@ -96,6 +97,38 @@ impl LeaseStore for SandboxStore {
                 version: tenure.version,
                 token_time: token.time(),
             }),
+        ))
+    }
+
+    async fn commit_past_failure(
+        &self,
+        tenure: &Tenure,
+        token: &ResumeToken,
+        lease: Duration,
+    ) -> StoreResult<TenureWrite> {
+        count(&self.inner.calls.commit);
+        Ok(self.tenure_write(
+            tenure,
+            &tenure.commit_past_failure(token, lease),
+            Some(|| HistoryEntry::Committed {
+                resource: tenure.resource.clone(),
+                listener: tenure.listener.clone(),
+                version: tenure.version,
+                token_time: token.time(),
+            }),
+        ))
+    }
+
+    async fn record_failure(
+        &self,
+        tenure: &Tenure,
+        failure: &ChangeFailure,
+    ) -> StoreResult<TenureWrite> {
+        count(&self.inner.calls.record_failure);
+        Ok(self.tenure_write(
+            tenure,
+            &tenure.record_failure(failure),
+            None::<fn() -> HistoryEntry>,
         ))
     }
 

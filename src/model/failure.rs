@@ -1,0 +1,237 @@
+//! One change its listeners cannot get past, as the lease records it: which change,
+//! what went wrong, how many attempts (across holders and restarts) and when. The
+//! holder writes it fenced on its tenure; a commit past the change removes it, and so
+//! does every operator action that moves the resume point.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::text::clip;
+use super::{ClusterTime, ResumeToken};
+
+/// The most characters of a change's document key a failure keeps.
+pub const FAILURE_KEY_MAX_CHARS: usize = 512;
+/// The most characters of the error a failure keeps.
+pub const FAILURE_ERROR_MAX_CHARS: usize = 1_024;
+/// The longest a listener waits before handing a failing change again.
+pub const FAILURE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// What kept the change from being processed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailureCause {
+    /// The handler returned an error for it.
+    Handler,
+    /// The server could not return it: its event is larger than a BSON document may
+    /// be (`BSONObjectTooLarge`, code 10334). Sizes in bytes, when the server said.
+    TooLarge {
+        size: Option<u64>,
+        limit: Option<u64>,
+    },
+}
+
+impl FailureCause {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            FailureCause::Handler => "handler",
+            FailureCause::TooLarge { .. } => "too large",
+        }
+    }
+}
+
+/// The change a lease's listeners keep failing on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChangeFailure {
+    /// The change's resume token: resuming after it steps over it. `None` when the
+    /// server did not name the change (then `at` places it).
+    pub token: Option<ResumeToken>,
+    /// The change's cluster time, when known.
+    pub at: Option<ClusterTime>,
+    /// `db.collection` of the change.
+    pub namespace: String,
+    /// `insert`, `update`, … as the event says.
+    pub operation: String,
+    /// The document key as relaxed extended JSON, clipped to [`FAILURE_KEY_MAX_CHARS`].
+    pub document_key: String,
+    /// The error, clipped to [`FAILURE_ERROR_MAX_CHARS`].
+    pub error: String,
+    pub cause: FailureCause,
+    /// Attempts on this change so far, by every listener of the lease.
+    pub attempts: u32,
+    /// Server time of the first and of the latest attempt.
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+}
+
+impl ChangeFailure {
+    /// The first failure on a change, at server time `now`; long texts clipped.
+    #[allow(clippy::too_many_arguments)]
+    pub fn first(
+        token: Option<ResumeToken>,
+        at: Option<ClusterTime>,
+        namespace: &str,
+        operation: &str,
+        document_key: &str,
+        error: &str,
+        cause: FailureCause,
+        now: DateTime<Utc>,
+    ) -> Self {
+        Self {
+            token,
+            at,
+            namespace: namespace.to_string(),
+            operation: operation.to_string(),
+            document_key: clip(document_key, FAILURE_KEY_MAX_CHARS),
+            error: clip(error, FAILURE_ERROR_MAX_CHARS),
+            cause,
+            attempts: 1,
+            first_at: now,
+            last_at: now,
+        }
+    }
+
+    /// Whether `self` and `other` name the same change: the same token, or, where
+    /// neither has one, the same cluster time.
+    pub fn same_change(&self, other: &ChangeFailure) -> bool {
+        match (&self.token, &other.token) {
+            (Some(a), Some(b)) => a.as_document() == b.as_document(),
+            (None, None) => self.at.is_some() && self.at == other.at,
+            _ => false,
+        }
+    }
+
+    /// This failure as the next attempt after `previous` (what the lease recorded):
+    /// one more attempt on the same change, first seen when it was first seen; a
+    /// different change starts again at one.
+    pub fn after(mut self, previous: Option<&ChangeFailure>) -> Self {
+        if let Some(previous) = previous.filter(|p| p.same_change(&self)) {
+            self.attempts = previous.attempts.saturating_add(1);
+            self.first_at = previous.first_at;
+        }
+        self
+    }
+
+    /// Whether the change with `token` (at `at`) is this failure's change.
+    pub fn names(&self, token: &ResumeToken, at: Option<ClusterTime>) -> bool {
+        match &self.token {
+            Some(failed) => failed.as_document() == token.as_document(),
+            None => self.at.is_some() && self.at == at,
+        }
+    }
+
+    /// How long to wait after the latest attempt before handing the change again.
+    pub fn backoff(&self, base: Duration) -> Duration {
+        failure_backoff(self.attempts, base)
+    }
+
+    /// Server time before which no listener hands the change again.
+    pub fn retry_at(&self, base: Duration) -> DateTime<Utc> {
+        let wait = TimeDelta::from_std(self.backoff(base)).unwrap_or(TimeDelta::MAX);
+        self.last_at
+            .checked_add_signed(wait)
+            .unwrap_or(DateTime::<Utc>::MAX_UTC)
+    }
+}
+
+/// The wait after `attempts` failed attempts: `base` doubled per attempt after the
+/// first, at most [`FAILURE_BACKOFF_MAX`] (and never less than `base`).
+pub fn failure_backoff(attempts: u32, base: Duration) -> Duration {
+    let doublings = attempts.saturating_sub(1).min(16);
+    base.saturating_mul(1 << doublings)
+        .min(FAILURE_BACKOFF_MAX)
+        .max(base.min(FAILURE_BACKOFF_MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bson::doc;
+
+    fn token(data: &str) -> ResumeToken {
+        ResumeToken::from_document(doc! { "_data": data })
+    }
+
+    fn failure(data: &str, now: DateTime<Utc>) -> ChangeFailure {
+        ChangeFailure::first(
+            Some(token(data)),
+            Some(ClusterTime::new(10, 1)),
+            "shop.orders",
+            "insert",
+            "{\"_id\":1}",
+            "boom",
+            FailureCause::Handler,
+            now,
+        )
+    }
+
+    #[test]
+    fn attempts_count_on_the_same_change_and_start_again_on_another() {
+        let t0 = Utc::now();
+        let t1 = t0 + TimeDelta::seconds(5);
+        let first = failure("82AA", t0);
+        let again = failure("82AA", t1).after(Some(&first));
+        assert_eq!((again.attempts, again.first_at, again.last_at), (2, t0, t1));
+        let third = failure("82AA", t1).after(Some(&again));
+        assert_eq!(third.attempts, 3);
+        let other = failure("82BB", t1).after(Some(&third));
+        assert_eq!((other.attempts, other.first_at), (1, t1));
+        assert_eq!(failure("82AA", t0).after(None).attempts, 1);
+    }
+
+    #[test]
+    fn a_change_without_a_token_is_named_by_its_time() {
+        let now = Utc::now();
+        let mut a = failure("82AA", now);
+        a.token = None;
+        let mut b = a.clone();
+        assert!(a.same_change(&b));
+        assert!(a.names(&token("82FF"), Some(ClusterTime::new(10, 1))));
+        b.at = None;
+        assert!(
+            !b.same_change(&b.clone()),
+            "no token and no time names nothing"
+        );
+        assert!(!a.same_change(&failure("82AA", now)));
+    }
+
+    #[test]
+    fn the_backoff_doubles_per_attempt_up_to_a_minute() {
+        let base = Duration::from_secs(1);
+        let waits: Vec<u64> = [1, 2, 3, 4, 6, 7, 8, 100, u32::MAX]
+            .iter()
+            .map(|&n| failure_backoff(n, base).as_secs())
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 32, 60, 60, 60, 60]);
+        assert_eq!(failure_backoff(0, base), base);
+        assert_eq!(
+            failure_backoff(1, Duration::from_secs(3600)),
+            FAILURE_BACKOFF_MAX,
+            "a huge base is still bounded"
+        );
+        let now = Utc::now();
+        let mut f = failure("82AA", now);
+        f.attempts = 3;
+        assert_eq!(f.retry_at(base), now + TimeDelta::seconds(4));
+    }
+
+    #[test]
+    fn long_keys_and_errors_are_clipped() {
+        let long = "x".repeat(10_000);
+        let f = ChangeFailure::first(
+            None,
+            None,
+            "a.b",
+            "update",
+            &long,
+            &long,
+            FailureCause::TooLarge {
+                size: Some(24_117_673),
+                limit: Some(16_793_600),
+            },
+            Utc::now(),
+        );
+        assert_eq!(f.document_key.chars().count(), FAILURE_KEY_MAX_CHARS);
+        assert_eq!(f.error.chars().count(), FAILURE_ERROR_MAX_CHARS);
+        assert!(f.error.ends_with('…'));
+    }
+}

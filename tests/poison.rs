@@ -1,0 +1,254 @@
+//! A change the handler can never process (issue 25): the listener finds it in its
+//! batch, names it on the lease (fenced on its tenure), commits the changes before it,
+//! and every listener of the lease retries it no more often than the back-off allows —
+//! on the sandbox's virtual clock and on a real replica set, which is the judge.
+
+mod common;
+mod support;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bson::doc;
+use chrono::Utc;
+use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
+use streamward::model::{
+    failure_backoff, FailureCause, Fence, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
+    ResumeToken,
+};
+use streamward::store::{ChangeEvent, DocumentStore, Namespace, Store};
+use support::live::{live, LiveDb};
+
+/// Fails on every document marked `poison` while `broken`; notes the `n` of each
+/// change it handled, with its token.
+#[derive(Clone)]
+struct Poisoned {
+    broken: Arc<AtomicBool>,
+    handled: Arc<Mutex<Vec<(i32, ResumeToken)>>>,
+}
+
+impl Handler for Poisoned {
+    async fn handle(&mut self, events: &[ChangeEvent], _fence: &Fence) -> Result<(), HandlerError> {
+        for event in events {
+            let document = event.full_document.as_ref();
+            let n = document.and_then(|d| d.get_i32("n").ok()).unwrap_or(-1);
+            if self.broken.load(Ordering::SeqCst)
+                && document.is_some_and(|d| d.get_bool("poison").unwrap_or(false))
+            {
+                return Err(HandlerError::Failed(format!(
+                    "animal {n} has no valid \"tags\""
+                )));
+            }
+            self.handled
+                .lock()
+                .expect("lock")
+                .push((n, event.token.clone()));
+        }
+        Ok(())
+    }
+}
+
+impl Poisoned {
+    fn handled(&self) -> BTreeSet<i32> {
+        self.handled
+            .lock()
+            .expect("lock")
+            .iter()
+            .map(|(n, _)| *n)
+            .collect()
+    }
+
+    fn token_of(&self, n: i32) -> Option<ResumeToken> {
+        let handled = self.handled.lock().expect("lock");
+        handled
+            .iter()
+            .find(|(m, _)| *m == n)
+            .map(|(_, t)| t.clone())
+    }
+}
+
+/// The most attempts that fit in `span` after the first, by the back-off schedule.
+fn most_attempts_within(span: Duration, base: Duration) -> u32 {
+    let mut attempts = 1;
+    let mut elapsed = Duration::ZERO;
+    loop {
+        elapsed += failure_backoff(attempts, base);
+        if elapsed > span {
+            return attempts;
+        }
+        attempts += 1;
+    }
+}
+
+/// Reads the lease until `check` holds, or panics after `limit`; returns it.
+async fn wait_for_lease<S: Store>(
+    store: &S,
+    limit: Duration,
+    what: &str,
+    check: impl Fn(&Lease) -> bool,
+) -> Lease {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if let Ok(Some(lease)) = store.get("animals").await {
+            if check(&lease) {
+                return lease;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {limit:?} waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Five changes, the third poisoned, watched by two listeners of one lease; after
+/// `span` of failing the handler is fixed.
+async fn a_poison_change_is_named_retried_slowly_and_passed_once_fixed<S>(
+    store: S,
+    ns: Namespace,
+    base: Duration,
+    span: Duration,
+) where
+    S: Store + DocumentStore + Clone,
+{
+    for n in 1..=5 {
+        let mut animal = doc! { "_id": n, "n": n };
+        if n == 3 {
+            animal.insert("poison", true);
+        }
+        store.put(&ns, animal).await.expect("write");
+    }
+    let handler = Poisoned {
+        broken: Arc::new(AtomicBool::new(true)),
+        handled: Arc::default(),
+    };
+    let listener = |id: &str| {
+        let mut config = ListenerConfig::new("animals", id, ns.clone());
+        config.lease = Duration::from_secs(10);
+        config.retry_backoff = base;
+        config.bootstrap = streamward::engine::Bootstrap::Oldest;
+        ListenerHandle::spawn(store.clone(), config, handler.clone())
+    };
+    let (a, b) = (listener("a"), listener("b"));
+    let patience = Duration::from_secs(30);
+
+    let first = wait_for_lease(&store, patience, "the failure on the lease", |l| {
+        l.failure.is_some()
+    })
+    .await;
+    let failure = first.failure.clone().unwrap();
+    assert_eq!(
+        (
+            failure.namespace.as_str(),
+            failure.operation.as_str(),
+            failure.document_key.as_str(),
+            &failure.cause,
+        ),
+        (
+            ns.to_string().as_str(),
+            "insert",
+            r#"{"_id":3}"#,
+            &FailureCause::Handler
+        ),
+        "the one change that fails is named, not its batch"
+    );
+    assert!(
+        failure.error.contains("animal 3 has no valid"),
+        "{failure:?}"
+    );
+    assert!(
+        handler.handled().is_superset(&BTreeSet::from([1, 2])) && !handler.handled().contains(&3),
+        "{:?}",
+        handler.handled()
+    );
+    assert_eq!(
+        first.resume_token,
+        handler.token_of(2),
+        "the changes before it are committed: the resume point is right before it"
+    );
+
+    // Both listeners fail on it in turn, no more often than the back-off allows.
+    tokio::time::sleep(span).await;
+    let later = store.get("animals").await.unwrap().unwrap();
+    let failing = later.failure.clone().expect("still failing");
+    let attempts = failing.attempts - failure.attempts;
+    let acquires = later.version - first.version;
+    let bound = most_attempts_within(span, base);
+    println!(
+        "failing for {span:?}: {attempts} more attempts ({} in all), the version {} → {} \
+         ({:.1} acquires a minute), at most {bound} attempts fit the back-off",
+        failing.attempts,
+        first.version,
+        later.version,
+        acquires as f64 * 60.0 / span.as_secs_f64()
+    );
+    assert!(
+        (1..=bound).contains(&attempts),
+        "{attempts} attempts in {span:?}; the back-off allows 1 to {bound}"
+    );
+    assert!(
+        acquires <= i64::from(attempts) + 1,
+        "{acquires} acquires for {attempts} attempts: one acquire per attempt"
+    );
+    assert_eq!(failing.first_at, failure.first_at, "counted as one change");
+    let health = LeaseHealth::assess(&later, None, Utc::now(), &HealthThresholds::default());
+    if failing.attempts >= 3 {
+        assert_eq!(health.status, LeaseStatus::Failing);
+    }
+    let states = [a.snapshot(), b.snapshot()];
+    assert!(
+        states.iter().any(|s| s
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("animal 3"))),
+        "a listener says what fails: {states:?}"
+    );
+
+    // Fixed: the next attempt goes through and the failure is gone.
+    handler.broken.store(false, Ordering::SeqCst);
+    let wait = failure_backoff(failing.attempts, base) + patience;
+    let last = handler.clone();
+    wait_for_lease(
+        &store,
+        wait,
+        "the fixed handler past the change",
+        move |l| {
+            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == last.token_of(5)
+        },
+    )
+    .await;
+    assert_eq!(handler.handled(), BTreeSet::from([1, 2, 3, 4, 5]));
+    for handle in [a, b] {
+        assert_ne!(handle.snapshot().state, ListenerState::Failing);
+        handle.stop().await;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_a_poison_change_is_named_retried_slowly_and_passed_once_fixed() {
+    a_poison_change_is_named_retried_slowly_and_passed_once_fixed(
+        common::sandbox(1000),
+        Namespace::new("zoo", "animals"),
+        Duration::from_secs(1),
+        Duration::from_secs(300),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_poison_change_is_named_retried_slowly_and_passed_once_fixed() {
+    live("poison", |db: LiveDb| async move {
+        let ns = db.ns("animals");
+        a_poison_change_is_named_retried_slowly_and_passed_once_fixed(
+            db.store,
+            ns,
+            Duration::from_millis(500),
+            Duration::from_secs(20),
+        )
+        .await;
+    })
+    .await;
+}
