@@ -18,7 +18,8 @@ use streamward::model::{
     failure_backoff, FailureCause, Fence, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
     ResumeToken,
 };
-use streamward::store::{ChangeEvent, DocumentStore, Namespace, Store};
+use streamward::ops::{self, ActionRequest, GatherOptions};
+use streamward::store::{ChangeEvent, DocumentStore, Namespace, OpsStore, Store};
 use support::live::{live, LiveDb};
 
 /// Fails on every document marked `poison` while `broken`; notes the `n` of each
@@ -249,6 +250,139 @@ async fn mongo_a_poison_change_is_named_retried_slowly_and_passed_once_fixed() {
             Duration::from_secs(20),
         )
         .await;
+    })
+    .await;
+}
+
+/// Plans and executes `request` as the command line does; returns the audit record id.
+async fn act<S: OpsStore>(store: &S, request: ActionRequest) -> String {
+    let facts = ops::gather(store, &request, &GatherOptions::new("oncall@test"))
+        .await
+        .expect("gather");
+    let plan = ops::plan(&request, &facts);
+    assert_eq!(plan.refusal, None, "{:?}", plan.effect);
+    ops::execute(store, &plan, Some("poison".into()))
+        .await
+        .expect("applied")
+        .audit_id
+}
+
+/// Three changes, the second poisoned: `skip` steps over exactly it (kept with its
+/// oplog entry), the listeners go on past it; `undo` puts it back and they fail on it
+/// again, until the handler is fixed.
+async fn a_skip_steps_over_the_failing_change_and_undo_brings_it_back<S>(store: S, ns: Namespace)
+where
+    S: Store + OpsStore + DocumentStore,
+{
+    for n in 1..=3 {
+        let mut animal = doc! { "_id": n, "n": n };
+        if n == 2 {
+            animal.insert("poison", true);
+        }
+        store.put(&ns, animal).await.expect("write");
+    }
+    let handler = Poisoned {
+        broken: Arc::new(AtomicBool::new(true)),
+        handled: Arc::default(),
+    };
+    let mut config = ListenerConfig::new("animals", "a", ns.clone());
+    config.lease = Duration::from_secs(10);
+    config.bootstrap = streamward::engine::Bootstrap::Oldest;
+    let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
+    let patience = Duration::from_secs(30);
+    let failing = wait_for_lease(&store, patience, "the failure", |l| l.failure.is_some()).await;
+    let failure = failing.failure.clone().unwrap();
+    assert_eq!(failure.document_key, r#"{"_id":2}"#);
+
+    let skip_id = act(
+        &store,
+        ActionRequest::Skip {
+            resource: "animals".into(),
+            to_token: None,
+        },
+    )
+    .await;
+    let past = handler.clone();
+    let skipped = wait_for_lease(
+        &store,
+        patience,
+        "the listener past the skipped change",
+        move |l| {
+            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == past.token_of(3)
+        },
+    )
+    .await;
+    assert!(
+        skipped.version > failing.version,
+        "the holder was fenced out"
+    );
+    assert_eq!(
+        handler.handled(),
+        BTreeSet::from([1, 3]),
+        "2 was stepped over"
+    );
+    let kept = store.skipped_changes("animals", 10).await.expect("read");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let kept = &kept[0];
+    assert_eq!(kept.audit_id, skip_id);
+    assert_eq!(kept.token, failure.token.clone().unwrap());
+    assert_eq!(
+        kept.failure.as_ref().map(|f| &f.document_key),
+        Some(&failure.document_key)
+    );
+    let entry = kept
+        .entry
+        .as_ref()
+        .unwrap_or_else(|| panic!("the oplog entry: {kept:?}"));
+    assert_eq!(
+        (
+            entry.get_str("op"),
+            entry
+                .get_document("o")
+                .ok()
+                .and_then(|o| o.get_i32("_id").ok())
+        ),
+        (Ok("i"), Some(2)),
+        "the change as the oplog holds it: {entry}"
+    );
+
+    // Undo: the change comes back, and fails again.
+    act(&store, ActionRequest::Undo { audit_id: skip_id }).await;
+    wait_for_lease(&store, patience, "the change failing again", |l| {
+        l.failure
+            .as_ref()
+            .is_some_and(|f| f.document_key == r#"{"_id":2}"#)
+    })
+    .await;
+    handler.broken.store(false, Ordering::SeqCst);
+    let fixed = handler.clone();
+    wait_for_lease(
+        &store,
+        patience + Duration::from_secs(60),
+        "the fixed handler past it",
+        move |l| {
+            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == fixed.token_of(3)
+        },
+    )
+    .await;
+    assert_eq!(handler.handled(), BTreeSet::from([1, 2, 3]));
+    listener.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_a_skip_steps_over_the_failing_change_and_undo_brings_it_back() {
+    a_skip_steps_over_the_failing_change_and_undo_brings_it_back(
+        common::sandbox(1000),
+        Namespace::new("zoo", "animals"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_skip_steps_over_the_failing_change_and_undo_brings_it_back() {
+    live("poison_skip", |db: LiveDb| async move {
+        let ns = db.ns("animals");
+        a_skip_steps_over_the_failing_change_and_undo_brings_it_back(db.store, ns).await;
     })
     .await;
 }

@@ -113,6 +113,30 @@ pub struct RebuildArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct SkipArgs {
+    /// The lease (resource) whose failing change to step over.
+    #[arg(value_parser = limits::name)]
+    pub resource: String,
+    /// Step over the change with this resume token (its _data hex, or {"_data": "…"})
+    /// instead of the one the lease records as failing; it must be the next change.
+    #[arg(long, value_name = "TOKEN", value_parser = ops::parse_token)]
+    pub to_token: Option<crate::model::ResumeToken>,
+    #[command(flatten)]
+    pub options: ActionOptions,
+    #[command(flatten)]
+    pub common: ActingArgs,
+}
+
+impl SkipArgs {
+    pub fn request(&self) -> ActionRequest {
+        ActionRequest::Skip {
+            resource: self.resource.clone(),
+            to_token: self.to_token.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
 pub struct AbortBulkArgs {
     /// The lease (resource) to act on.
     #[arg(value_parser = limits::name)]

@@ -86,6 +86,9 @@ pub enum Command {
     Reset(guarded::ResetArgs),
     /// Recompute derived data under the bulk lock, then let listeners replay from its start.
     Rebuild(guarded::RebuildArgs),
+    /// Step over the one change a lease's listeners fail on (FAILING): kept in the skipped
+    /// collection, undone by `undo`.
+    Skip(guarded::SkipArgs),
     /// Give a bulk lease back without rebuilding (recovers STUCK BULK).
     AbortBulk(guarded::AbortBulkArgs),
     /// Restore the resume point recorded before an audited action.
@@ -174,6 +177,7 @@ impl Command {
             Command::Reset(args) => global.acting(&args.common),
             Command::Rebuild(args) => global.acting(&args.common),
             Command::AbortBulk(args) => global.acting(&args.common),
+            Command::Skip(args) => global.acting(&args.common),
             Command::Undo(args) => global.acting(&args.common),
             Command::Increments(args) => global.acting(args.acting()),
             Command::Completions(_) | Command::Man(_) => {}
@@ -289,6 +293,7 @@ async fn dispatch(
         }
         Command::Reset(args) => guarded::action(settings, args.request(), &args.options, out).await,
         Command::Rebuild(args) => guarded::rebuild(settings, &args, out).await,
+        Command::Skip(args) => guarded::action(settings, args.request(), &args.options, out).await,
         Command::AbortBulk(args) => {
             let request = crate::ops::ActionRequest::AbortBulk {
                 resource: args.resource.clone(),

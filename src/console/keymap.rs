@@ -62,6 +62,7 @@ pub enum KeyCommand {
     Rewind,
     Reset,
     ResetToNow,
+    Skip,
     Rebuild,
     AbortBulk,
     Undo,
@@ -326,6 +327,13 @@ pub const BINDINGS: &[Binding] = &[
         scope: Scope::LeaseActions,
         help: "reset to now: skips what is unprocessed (asks to accept it)",
         hint: Some("reset to now"),
+    },
+    Binding {
+        keys: &[key('K')],
+        command: KeyCommand::Skip,
+        scope: Scope::LeaseActions,
+        help: "skip the one change a FAILING lease's listeners fail on",
+        hint: Some("skip"),
     },
     Binding {
         keys: &[key('b')],
@@ -595,7 +603,7 @@ mod tests {
         let read_only: usize = help_sections(true).iter().map(|(_, l)| l.len()).sum();
         assert_eq!(
             read_only,
-            BINDINGS.len() - 8,
+            BINDINGS.len() - 9,
             "no action keys in read-only help"
         );
     }

@@ -270,6 +270,17 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
     context: &AuditContext,
 ) -> Result<OperatorOutcome, OpsError> {
     let audit_id = begin(store, &intent(change, before, context)).await?;
+    apply_begun(store, audit_id, change, before, context).await
+}
+
+/// [`apply_audited`] after its pending record `audit_id` was written.
+pub(super) async fn apply_begun<S: OperatorStore + AuditLog>(
+    store: &S,
+    audit_id: String,
+    change: &OperatorChange,
+    before: Option<&Lease>,
+    context: &AuditContext,
+) -> Result<OperatorOutcome, OpsError> {
     let action = context.action.clone();
     match swap_resolved(store, change).await {
         Ok(Resolved::Applied {
@@ -392,7 +403,11 @@ pub async fn execute_as<S: OperatorStore + AuditLog>(
     }
     let mut context = audit_context(plan, reason);
     context.action = action.to_string();
-    match apply_audited(store, change, Some(planned), &context).await? {
+    let applied = match plan.action {
+        ActionKind::Skip => super::skip::apply_skip(store, plan, change, planned, &context).await,
+        _ => apply_audited(store, change, Some(planned), &context).await,
+    };
+    match applied? {
         OperatorOutcome::Applied {
             before,
             after,

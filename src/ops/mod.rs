@@ -27,6 +27,7 @@ mod rebuild;
 mod refusal;
 mod request;
 mod resume;
+mod skip;
 mod target;
 
 pub use error::OpsError;

@@ -40,6 +40,11 @@ pub enum RefusalKind {
     OtherCluster,
     /// The fencing version is at its largest value: an action could only wrap it around.
     VersionExhausted,
+    /// `skip` without a change to step over: the lease records no failing change (or
+    /// one the server did not name) and no `--to-token` names one.
+    NothingToSkip,
+    /// `skip` of a change the lease already resumes after, or of more than one change.
+    NotOneChange,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,6 +28,12 @@ pub enum ActionRequest {
         /// `--accept-skip`: required to skip unprocessed changes (`--to now`).
         accept_skip: bool,
     },
+    /// Step over exactly one change: the one the lease records as failing, or the one
+    /// `to_token` names; the lease resumes right after it.
+    Skip {
+        resource: String,
+        to_token: Option<ResumeToken>,
+    },
     /// Run the rebuild definition `name` under the bulk lock of its resource.
     Rebuild {
         name: String,
@@ -47,6 +53,7 @@ pub enum ActionKind {
     Takeover,
     Rewind,
     Reset,
+    Skip,
     Rebuild,
     AbortBulk,
     Undo,
@@ -58,6 +65,7 @@ impl ActionKind {
             ActionKind::Takeover => "takeover",
             ActionKind::Rewind => "rewind",
             ActionKind::Reset => "reset",
+            ActionKind::Skip => "skip",
             ActionKind::Rebuild => "rebuild",
             ActionKind::AbortBulk => "abort-bulk",
             ActionKind::Undo => "undo",
@@ -77,6 +85,7 @@ impl ActionRequest {
             ActionRequest::Takeover { .. } => ActionKind::Takeover,
             ActionRequest::Rewind { .. } => ActionKind::Rewind,
             ActionRequest::Reset { .. } => ActionKind::Reset,
+            ActionRequest::Skip { .. } => ActionKind::Skip,
             ActionRequest::Rebuild { .. } => ActionKind::Rebuild,
             ActionRequest::AbortBulk { .. } => ActionKind::AbortBulk,
             ActionRequest::Undo { .. } => ActionKind::Undo,
@@ -90,6 +99,7 @@ impl ActionRequest {
             ActionRequest::Takeover { resource, .. }
             | ActionRequest::Rewind { resource, .. }
             | ActionRequest::Reset { resource, .. }
+            | ActionRequest::Skip { resource, .. }
             | ActionRequest::AbortBulk { resource } => Some(resource),
             ActionRequest::Rebuild { .. } | ActionRequest::Undo { .. } => None,
         }

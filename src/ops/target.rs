@@ -282,6 +282,10 @@ pub(crate) fn resume_target(
                 },
             ))
         }
+        ActionRequest::Skip { to_token, .. } => {
+            let token = skipped_token(lease, to_token.as_ref())?;
+            token_target(&token, "the skipped change's time", facts)
+        }
         ActionRequest::Undo { .. } => {
             let before = facts.audit.as_ref().and_then(|r| r.before.as_ref());
             let Some(before) = before.filter(|b| b.resume_token.is_some() || b.resume_at.is_some())
@@ -300,6 +304,42 @@ pub(crate) fn resume_target(
             Ok(Some((before.resume_token.clone(), before.resume_at)))
         }
         _ => Ok(None),
+    }
+}
+
+/// The change a skip steps over: the one `to_token` names, else the one the lease
+/// records as failing.
+pub(crate) fn skipped_token(
+    lease: &Lease,
+    to_token: Option<&ResumeToken>,
+) -> Result<ResumeToken, Refusal> {
+    if let Some(token) = to_token {
+        return Ok(token.clone());
+    }
+    let resource = escape_control(&lease.resource);
+    match &lease.failure {
+        None => Err(Refusal::new(
+            RefusalKind::NothingToSkip,
+            format!(
+                "{resource} records no change its listeners fail on, so there is nothing to \
+                 skip: name the change with --to-token TOKEN (its resume token), or use \
+                 reset --to now --accept-skip to skip everything up to now"
+            ),
+        )),
+        Some(failure) => failure.token.clone().ok_or_else(|| {
+            let at = failure
+                .at
+                .map(|t| format!(" at cluster time {t}"))
+                .unwrap_or_default();
+            Refusal::new(
+                RefusalKind::NothingToSkip,
+                format!(
+                    "the server did not name the change {resource} fails on{at}: name it \
+                     with --to-token TOKEN, or skip up to now with reset --to now \
+                     --accept-skip"
+                ),
+            )
+        }),
     }
 }
 

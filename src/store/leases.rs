@@ -349,4 +349,26 @@ pub trait OperatorStore:
         to: ClusterTime,
         limit: u64,
     ) -> impl Future<Output = StoreResult<u64>> + Send;
+
+    /// The oplog entry at cluster time `at` (through a mongos, the first shard's that
+    /// has one); `None` when none is there any more. `NotPermitted` without access to
+    /// the oplog.
+    fn oplog_entry(
+        &self,
+        at: ClusterTime,
+    ) -> impl Future<Output = StoreResult<Option<bson::Document>>> + Send;
+
+    /// Keeps a change an operator stepped over (`streamward skip`), majority, by its
+    /// audit record's id: written again with the same id, it is the same record.
+    fn keep_skipped(
+        &self,
+        skipped: &super::SkippedChange,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
+    /// The changes stepped over on `resource`, newest first, at most `limit`.
+    fn skipped_changes(
+        &self,
+        resource: &str,
+        limit: usize,
+    ) -> impl Future<Output = StoreResult<Vec<super::SkippedChange>>> + Send;
 }

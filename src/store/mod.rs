@@ -16,6 +16,7 @@ pub mod mongo;
 mod namespace;
 mod oplog_figures;
 pub mod sandbox;
+mod skipped;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
 pub use capped::{
@@ -46,6 +47,7 @@ pub use namespace::Namespace;
 pub use oplog_figures::{
     read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,
 };
+pub use skipped::SkippedChange;
 
 /// Everything a listener needs from one database: its leases, a change feed, capped
 /// collections to tail and the checkpoints it leaves. Handlers bring their own

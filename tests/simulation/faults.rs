@@ -859,6 +859,33 @@ impl OperatorStore for FaultyStore {
         )
         .await
     }
+
+    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<Document>> {
+        self.plain("oplog_entry", Kind::Read, self.inner.oplog_entry(at))
+            .await
+    }
+
+    async fn keep_skipped(&self, skipped: &streamward::store::SkippedChange) -> StoreResult<()> {
+        self.plain(
+            "keep_skipped",
+            Kind::Write,
+            self.inner.keep_skipped(skipped),
+        )
+        .await
+    }
+
+    async fn skipped_changes(
+        &self,
+        resource: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<streamward::store::SkippedChange>> {
+        self.plain(
+            "skipped_changes",
+            Kind::Read,
+            self.inner.skipped_changes(resource, limit),
+        )
+        .await
+    }
 }
 
 impl AuditLog for FaultyStore {

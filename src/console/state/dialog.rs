@@ -511,6 +511,10 @@ pub fn request_for(action: ActionKind, target: &Target) -> Option<ActionRequest>
             accept_skip: false,
         }),
         ActionKind::AbortBulk => Some(ActionRequest::AbortBulk { resource }),
+        ActionKind::Skip => Some(ActionRequest::Skip {
+            resource,
+            to_token: None,
+        }),
         ActionKind::Rewind | ActionKind::Rebuild | ActionKind::Undo => None,
     }
 }

@@ -122,6 +122,11 @@ impl ConsoleState {
                     KeyCommand::ResetToNow,
                 ],
                 LeaseStatus::Invalidated => vec![KeyCommand::Rewind, KeyCommand::ResetToNow],
+                LeaseStatus::Failing => vec![
+                    KeyCommand::Skip,
+                    KeyCommand::Takeover,
+                    KeyCommand::ResetToNow,
+                ],
                 LeaseStatus::AtRisk => vec![
                     KeyCommand::HandOver,
                     KeyCommand::Takeover,

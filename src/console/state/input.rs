@@ -167,6 +167,7 @@ impl ConsoleState {
             KeyCommand::Rewind => return self.open_action(ActionKind::Rewind),
             KeyCommand::Reset => return self.open_action(ActionKind::Reset),
             KeyCommand::ResetToNow => return self.open_reset_to_now(),
+            KeyCommand::Skip => return self.open_action(ActionKind::Skip),
             KeyCommand::Rebuild => return self.open_action(ActionKind::Rebuild),
             KeyCommand::AbortBulk => return self.open_action(ActionKind::AbortBulk),
             KeyCommand::Undo => return self.open_undo(),

@@ -1507,3 +1507,54 @@ fn a_capped_lease_is_lost_once_its_collection_rolled_past_it() {
         "change-stream leases keep the oplog window"
     );
 }
+
+#[test]
+fn a_failing_lease_offers_skip_first_and_k_plans_the_skip_of_its_change() {
+    let mut state = loaded();
+    let t = now().timestamp() as u32;
+    let mut failing = lease("pet-aggregates", 9);
+    let mut failure = crate::model::ChangeFailure::first(
+        Some(crate::model::ResumeToken::encode(
+            ClusterTime::new(t - 4, 1),
+            crate::model::TokenKind::Event,
+            3,
+        )),
+        Some(ClusterTime::new(t - 4, 1)),
+        "demo.animals",
+        "insert",
+        r#"{"_id":"rex"}"#,
+        "animal rex has no valid \"tags\"",
+        crate::model::FailureCause::Handler,
+        now(),
+    );
+    failure.attempts = 3;
+    failing.failure = Some(failure);
+    state.apply(DataEvent::LeaseChanged(Box::new(failing)), now());
+    assert_eq!(
+        state.leases.selected().unwrap().health.status,
+        LeaseStatus::Failing
+    );
+    assert_eq!(hints(&state)[..2], ["K skip", "t takeover"]);
+
+    let skip = crate::ops::ActionRequest::Skip {
+        resource: "pet-aggregates".into(),
+        to_token: None,
+    };
+    assert_eq!(
+        press(&mut state, KeyCode::Char('K')),
+        vec![Effect::Plan(skip.clone())]
+    );
+    let lease = state.leases.get("pet-aggregates").unwrap().lease.clone();
+    planned(&mut state, &skip, &lease);
+    let Some(Dialog::Preview { plan, .. }) = &state.dialog else {
+        panic!("{:?}", state.dialog)
+    };
+    assert_eq!(plan.refusal, None);
+    assert!(
+        plan.effect.lines[0]
+            .starts_with("steps over one change: insert demo.animals {\"_id\":\"rex\"}"),
+        "{:?}",
+        plan.effect.lines
+    );
+    assert_eq!(plan.confirm_text(), Some("pet-aggregates"));
+}

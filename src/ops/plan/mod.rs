@@ -7,6 +7,7 @@ mod guards;
 
 pub use guards::refuse_read_only;
 mod resume_moves;
+mod skip;
 mod takeover;
 
 use std::time::Duration;
@@ -226,6 +227,9 @@ fn decide(
         ActionRequest::Reset {
             to, accept_skip, ..
         } => resume_moves::reset(request, lease, *to, *accept_skip, facts),
+        ActionRequest::Skip { to_token, .. } => {
+            skip::skip(request, lease, to_token.as_ref(), facts)
+        }
         ActionRequest::Rebuild { name } => bulk::rebuild(lease, name, facts),
         ActionRequest::AbortBulk { .. } => bulk::abort_bulk(lease, facts),
         ActionRequest::Undo { audit_id } => resume_moves::undo(request, lease, audit_id, facts),
@@ -264,5 +268,7 @@ pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>)
 
 #[cfg(test)]
 mod capped_tests;
+#[cfg(test)]
+mod skip_tests;
 #[cfg(test)]
 mod tests;

@@ -84,7 +84,7 @@ fn starts_before_the_window(from: ClusterTime, window: Option<&OplogWindow>) -> 
 /// What a move replays or skips, for people. Changes before the oldest oplog entry are
 /// gone: they are said to be uncountable, never "0 changes", and what is still in the
 /// oplog is counted on its own.
-fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
+pub(super) fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
     let Some(first) = facts
         .window
         .map(|w| w.first)
@@ -130,7 +130,7 @@ fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
 }
 
 /// The shared shape of rewind, reset and undo: fence out, set the resume point.
-fn move_resume(
+pub(super) fn move_resume(
     request: &ActionRequest,
     lease: &Lease,
     facts: &PlanFacts,

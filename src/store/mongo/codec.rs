@@ -244,7 +244,7 @@ pub fn failure_to_document(failure: &ChangeFailure) -> Document {
     document
 }
 
-fn failure_from_document(what: &str, f: &Document) -> Result<ChangeFailure, StoreError> {
+pub(super) fn failure_from_document(what: &str, f: &Document) -> Result<ChangeFailure, StoreError> {
     let field = |name: &str| format!("{}.{name}", F::FAILURE);
     let required_date = |name: &str| {
         opt_date(what, f, name)?.ok_or_else(|| malformed(what, &field(name), "missing"))

@@ -23,7 +23,7 @@ use crate::store::{
     StoreError, StoreResult,
 };
 
-const OPLOG_HINT: &str =
+pub(super) const OPLOG_HINT: &str =
     "the clusterMonitor role, or read on the local database (readAnyDatabase does not cover local)";
 const STREAM_HINT: &str =
     "find and changeStream on the watched collection (the built-in read role has both)";

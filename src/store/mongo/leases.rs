@@ -299,4 +299,20 @@ impl OperatorStore for MongoStore {
     ) -> StoreResult<u64> {
         self.count_oplog_changes(ns, from, to, limit).await
     }
+
+    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {
+        self.read_oplog_entry(at).await
+    }
+
+    async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
+        self.write_skipped(skipped).await
+    }
+
+    async fn skipped_changes(
+        &self,
+        resource: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<crate::store::SkippedChange>> {
+        self.read_skipped(resource, limit).await
+    }
 }

@@ -26,6 +26,7 @@ mod oplog_stats;
 mod read_pace;
 mod redact;
 mod shards;
+mod skipped;
 pub mod version;
 
 use std::sync::Arc;

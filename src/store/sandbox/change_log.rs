@@ -273,6 +273,12 @@ impl ChangeLog {
         counted
     }
 
+    /// The entry at `time`, while the log still holds it.
+    pub fn entry_at(&self, time: ClusterTime) -> Option<&LogEntry> {
+        let at = self.entries.partition_point(|e| e.time < time);
+        self.entries.get(at).filter(|e| e.time == time)
+    }
+
     /// The sequence number of the oldest entry still held.
     pub fn first_seq(&self) -> u64 {
         self.entries.front().map_or(self.next_seq, |e| e.seq)

@@ -211,6 +211,57 @@ impl OperatorStore for SandboxStore {
     ) -> StoreResult<u64> {
         self.count_log_changes(ns, from, to, limit)
     }
+
+    /// The log entry at `at`, shaped as MongoDB's oplog shapes one (`ts`, `op`, `ns`,
+    /// `o`, `o2`).
+    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {
+        self.require_oplog()?;
+        let state = self.lock();
+        Ok(state.log.entry_at(at).map(|entry| {
+            let event = &entry.event;
+            let op = match event.operation.name() {
+                "insert" => "i",
+                "update" | "replace" => "u",
+                "delete" => "d",
+                _ => "c",
+            };
+            let object = event
+                .full_document
+                .clone()
+                .unwrap_or_else(|| event.document_key.clone());
+            bson::doc! {
+                "ts": bson::Timestamp::from(entry.time),
+                "op": op,
+                "ns": event.ns.to_string(),
+                "o": object,
+                "o2": event.document_key.clone(),
+            }
+        }))
+    }
+
+    async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
+        count(&self.inner.calls.audit_writes);
+        let mut state = self.lock();
+        state.skipped.retain(|s| s.audit_id != skipped.audit_id);
+        state.skipped.push(skipped.clone());
+        Ok(())
+    }
+
+    async fn skipped_changes(
+        &self,
+        resource: &str,
+        limit: usize,
+    ) -> StoreResult<Vec<crate::store::SkippedChange>> {
+        let state = self.lock();
+        Ok(state
+            .skipped
+            .iter()
+            .rev()
+            .filter(|s| s.resource == resource)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
 }
 
 impl AuditLog for SandboxStore {

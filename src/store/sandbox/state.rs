@@ -15,6 +15,8 @@ pub struct State {
     pub log: ChangeLog,
     pub leases: BTreeMap<String, Lease>,
     pub audit: Vec<AuditRecord>,
+    /// The changes operators stepped over, oldest first.
+    pub skipped: Vec<crate::store::SkippedChange>,
     /// Per resource, its checkpoints, newest first.
     pub checkpoints: HashMap<String, Vec<crate::model::Checkpoint>>,
     /// The last checkpoint id given.
@@ -32,6 +34,7 @@ impl State {
             log,
             leases: BTreeMap::new(),
             audit: Vec::new(),
+            skipped: Vec::new(),
             checkpoints: HashMap::new(),
             next_checkpoint: 0,
             history: record_history.then(Vec::new),

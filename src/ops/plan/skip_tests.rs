@@ -1,0 +1,196 @@
+//! Planning `skip`: exactly the one change, or a refusal that says why not.
+
+use chrono::{DateTime, TimeDelta, Utc};
+
+use super::*;
+use crate::model::{
+    ChangeFailure, ClusterTime, FailureCause, OplogWindow, ResumeToken, TokenKind, WatchTarget,
+};
+use crate::ops::facts::ChangeCount;
+use crate::ops::target::affected_range;
+
+const BASE: u32 = 1_700_000_000;
+
+fn at(secs: u32) -> ClusterTime {
+    ClusterTime::new(BASE + secs, 1)
+}
+
+fn wall(secs: u32) -> DateTime<Utc> {
+    at(secs).to_datetime().unwrap()
+}
+
+fn token(secs: u32) -> ResumeToken {
+    ResumeToken::encode(at(secs), TokenKind::Event, 7)
+}
+
+/// Held by w1, resuming after +3000 s, its listeners failing on the change at +3001 s.
+fn failing_lease() -> Lease {
+    let now = wall(3600);
+    let mut lease = Lease::vacant("zoo.tags");
+    lease.holder = Some("w1".into());
+    lease.version = 12;
+    lease.expires_at = Some(now + TimeDelta::seconds(8));
+    lease.renewed_at = Some(now - TimeDelta::seconds(3));
+    lease.resume_token = Some(token(3000));
+    lease.watch = Some(WatchTarget {
+        db: "zoo".into(),
+        coll: "animals".into(),
+        ..Default::default()
+    });
+    lease.failure = Some(ChangeFailure::first(
+        Some(token(3001)),
+        Some(at(3001)),
+        "zoo.animals",
+        "insert",
+        r#"{"_id":"x"}"#,
+        "animal x has no valid \"tags\"",
+        FailureCause::Handler,
+        now - TimeDelta::seconds(30),
+    ));
+    lease
+}
+
+fn facts(lease: Lease) -> PlanFacts {
+    PlanFacts {
+        lease: Some(lease),
+        window: Some(OplogWindow::new(at(0), at(3600))),
+        capped: None,
+        now: wall(3600),
+        changes: None,
+        read_only: false,
+        audit: None,
+        rebuild: None,
+        checkpoints: Vec::new(),
+        operator: "ann@host".into(),
+        handover_lease: std::time::Duration::from_secs(10),
+        bulk_lease: std::time::Duration::from_secs(30),
+        thresholds: crate::model::HealthThresholds::default(),
+        profile: Default::default(),
+    }
+}
+
+fn skip(to_token: Option<ResumeToken>) -> ActionRequest {
+    ActionRequest::Skip {
+        resource: "zoo.tags".into(),
+        to_token,
+    }
+}
+
+/// `facts` with the count gather would make for `request`: `counted` changes.
+fn counted(request: &ActionRequest, mut facts: PlanFacts, counted: u64) -> PlanFacts {
+    let range = affected_range(request, &facts).expect("a range to count");
+    facts.changes = Some(ChangeCount {
+        range,
+        counted,
+        limit: 1_000,
+    });
+    facts
+}
+
+fn refused(plan: &Plan) -> (RefusalKind, String) {
+    assert!(
+        plan.change.is_none(),
+        "a refused plan has nothing to execute"
+    );
+    let refusal = plan.refusal.clone().expect("refused");
+    (refusal.kind, refusal.reason)
+}
+
+#[test]
+fn a_skip_resumes_right_after_the_failing_change_and_says_which() {
+    let request = skip(None);
+    let p = plan(&request, &counted(&request, facts(failing_lease()), 1));
+    assert_eq!(p.refusal, None);
+    let change = p.change.as_ref().unwrap();
+    assert_eq!(
+        change.resume,
+        ResumeChange::Set {
+            token: Some(token(3001)),
+            at: None
+        }
+    );
+    assert_eq!(change.expected_version, 12);
+    assert_eq!(change.holder, None, "the holder is fenced out");
+    let after = p.after.as_ref().unwrap();
+    assert_eq!((after.failure.as_ref(), after.version), (None, 13));
+    let lines = p.effect.lines.join("\n");
+    assert!(
+        lines.contains("steps over one change: insert zoo.animals {\"_id\":\"x\"}")
+            && lines.contains("1 attempt (handler): animal x has no valid")
+            && lines.contains("1 change on zoo.animals will be skipped")
+            && lines.contains("skipped collection"),
+        "{lines}"
+    );
+    assert_eq!(p.effect.fences_out.as_deref(), Some("w1"));
+    assert!(p.confirmation.is_some(), "typed confirmation");
+    assert_eq!(p.action.name(), "skip");
+}
+
+#[test]
+fn a_skip_with_nothing_to_step_over_is_refused() {
+    let mut lease = failing_lease();
+    lease.failure = None;
+    let (kind, reason) = refused(&plan(&skip(None), &facts(lease.clone())));
+    assert_eq!(kind, RefusalKind::NothingToSkip);
+    assert!(reason.contains("--to-token"), "{reason}");
+
+    let mut unnamed = failing_lease();
+    unnamed.failure.as_mut().unwrap().token = None;
+    let (kind, reason) = refused(&plan(&skip(None), &facts(unnamed)));
+    assert_eq!(kind, RefusalKind::NothingToSkip);
+    assert!(
+        reason.contains("did not name") && reason.contains(&at(3001).to_string()),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_skip_of_more_than_one_change_or_of_a_processed_one_is_refused() {
+    let request = skip(None);
+    let (kind, reason) = refused(&plan(
+        &request,
+        &counted(&request, facts(failing_lease()), 4),
+    ));
+    assert_eq!(kind, RefusalKind::NotOneChange);
+    assert!(reason.contains("4 changes"), "{reason}");
+
+    let back = skip(Some(token(2000)));
+    let (kind, _) = refused(&plan(&back, &facts(failing_lease())));
+    assert_eq!(
+        kind,
+        RefusalKind::NotOneChange,
+        "a change before the resume point"
+    );
+
+    // By token with no failure: allowed when exactly one change lies up to it.
+    let mut clean = failing_lease();
+    clean.failure = None;
+    let named = skip(Some(token(3005)));
+    let p = plan(&named, &counted(&named, facts(clean.clone()), 1));
+    assert_eq!(p.refusal, None);
+    assert!(p.effect.lines[0].contains("steps over the change with token"));
+    // Without the oplog nothing can be counted: only a recorded failure may be skipped.
+    let mut blind = facts(clean);
+    blind.window = None;
+    let (kind, _) = refused(&plan(&named, &blind));
+    assert_eq!(kind, RefusalKind::NotOneChange);
+    let mut blind = facts(failing_lease());
+    blind.window = None;
+    assert_eq!(plan(&skip(None), &blind).refusal, None);
+}
+
+#[test]
+fn a_skip_is_refused_read_only_and_on_a_bulk_lease() {
+    let mut read_only = facts(failing_lease());
+    read_only.read_only = true;
+    assert_eq!(
+        refused(&plan(&skip(None), &read_only)).0,
+        RefusalKind::ReadOnly
+    );
+    let mut bulk = failing_lease();
+    bulk.kind = crate::model::LockKind::Bulk;
+    assert_eq!(
+        refused(&plan(&skip(None), &facts(bulk))).0,
+        RefusalKind::BulkHeld
+    );
+}
