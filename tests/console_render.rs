@@ -1280,3 +1280,34 @@ fn oplog_and_audit_say_it_whole_at_80_columns() {
     let text = screen(&mut state, 80, 24);
     assert!(text.contains("Audit: the last operator action "), "{text}");
 }
+
+/// A lease whose listeners fail on one change: FAILING, and the detail names the change
+/// (its key's control characters escaped), the error, the attempts and the way past it.
+#[test]
+fn detail_of_a_failing_lease_names_the_change_and_the_way_past_it() {
+    snapshot_both_sizes("detail_failing", |state| {
+        let mut failing = lease("pet-aggregates", Some("app-1/4242-pets"), 5, 40);
+        let at = ClusterTime::new(secs(now()) - 39, 2);
+        let mut failure = streamward::model::ChangeFailure::first(
+            Some(streamward::model::ResumeToken::encode(
+                at,
+                streamward::model::TokenKind::Event,
+                1,
+            )),
+            Some(at),
+            "demo.animals",
+            "insert",
+            "{\"_id\":\"rex\u{1b}[2J\"}",
+            "animal rex has no valid \"tags\"",
+            streamward::model::FailureCause::Handler,
+            ago(39),
+        );
+        failure.attempts = 6;
+        failure.last_at = ago(8);
+        failing.failure = Some(failure);
+        state.apply(DataEvent::LeaseChanged(Box::new(failing)), now());
+        state.execute_command_line("filter pet-aggregates");
+        press(state, KeyCode::Enter);
+        press(state, KeyCode::Enter);
+    });
+}

@@ -140,8 +140,67 @@ fn document_lines<'a>(
             ),
             theme,
         ),
+        field(
+            "failure",
+            lease.failure.as_ref().map_or_else(
+                || DASH.to_string(),
+                |f| match f.attempts {
+                    1 => "1 attempt (see the right)".to_string(),
+                    n => format!("{n} attempts (see the right)"),
+                },
+            ),
+            theme,
+        ),
     ]);
     lines
+}
+
+/// The change a lease's listeners fail on: which, why, how often, and the way past it.
+fn failure_lines<'a>(
+    failure: &crate::model::ChangeFailure,
+    now: chrono::DateTime<chrono::Utc>,
+    theme: &Theme,
+) -> Vec<Line<'a>> {
+    let at = failure
+        .at
+        .map(|t| format!(" at {}", cluster_clock(t)))
+        .unwrap_or_default();
+    let warn = |name: &'static str, value: String| {
+        Line::from(vec![
+            Span::styled(format!("{name:<12}"), theme.muted),
+            Span::styled(value, theme.warn),
+        ])
+    };
+    vec![
+        field(
+            "fails on",
+            format!(
+                "{} {} {}{at}",
+                escape_control(&failure.operation),
+                escape_control(&failure.namespace),
+                escape_control(&failure.document_key)
+            ),
+            theme,
+        ),
+        warn("error", escape_control(&failure.error)),
+        field(
+            "attempts",
+            format!(
+                "{} ({}), first {}, latest {}",
+                failure.attempts,
+                failure.cause.as_str(),
+                clock_and_relative(Some(failure.first_at), now),
+                clock_and_relative(Some(failure.last_at), now)
+            ),
+            theme,
+        ),
+        warn(
+            "recover",
+            "fix the handler (the next attempt goes through), or K skips this one change \
+             (kept in the skipped collection; undo brings it back)"
+                .to_string(),
+        ),
+    ]
 }
 
 /// What the resource reads, from what its listener recorded: `capped collection
@@ -368,6 +427,9 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
                 ),
             ]));
         }
+    }
+    if let Some(failure) = &lease.failure {
+        lines.extend(failure_lines(failure, state.server_now(), theme));
     }
     if let Some(invalidated) = &lease.invalidated {
         // The stream was closed for good: what happened, and the way out.
