@@ -19,7 +19,9 @@ use streamward::model::{
     ResumeToken,
 };
 use streamward::ops::{self, ActionRequest, GatherOptions};
-use streamward::store::{ChangeEvent, DocumentStore, Namespace, OpsStore, Store};
+use streamward::store::{
+    ChangeEvent, DocumentStore, LeaseStore, Namespace, OperatorStore, OpsStore, Store,
+};
 use support::live::{live, LiveDb};
 
 /// Fails on every document marked `poison` while `broken`; notes the `n` of each
@@ -383,6 +385,103 @@ async fn mongo_a_skip_steps_over_the_failing_change_and_undo_brings_it_back() {
     live("poison_skip", |db: LiveDb| async move {
         let ns = db.ns("animals");
         a_skip_steps_over_the_failing_change_and_undo_brings_it_back(db.store, ns).await;
+    })
+    .await;
+}
+
+/// An update whose event with its looked-up document is over 16 MB: MongoDB 6.0.5
+/// cannot return it (10334 on the getMore). The listener records it on the lease with
+/// its size, the server's limit and its token, retries no faster than the back-off, and
+/// `skip` steps over it (its oplog entry kept). Only a real server has the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_change_too_large_to_return_is_recorded_and_skipped() {
+    live("poison_too_large", |db: LiveDb| async move {
+        let store = db.store.clone();
+        let ns = db.ns("animals");
+        let big = |c: char| c.to_string().repeat(6_000_000);
+        store
+            .put(&ns, doc! { "_id": 1, "n": 1, "a": big('y') })
+            .await
+            .expect("write");
+        let handler = Poisoned {
+            broken: Arc::new(AtomicBool::new(false)),
+            handled: Arc::default(),
+        };
+        let base = Duration::from_millis(500);
+        let mut config = ListenerConfig::new("animals", "a", ns.clone());
+        config.lease = Duration::from_secs(10);
+        config.retry_backoff = base;
+        config.bootstrap = streamward::engine::Bootstrap::Oldest;
+        let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
+        let patience = Duration::from_secs(30);
+        let seen = handler.clone();
+        wait_for_lease(&store, patience, "the insert handled", move |_| {
+            seen.handled().contains(&1)
+        })
+        .await;
+        // 6 MB more: the event carries the 6 MB change and the 12 MB document.
+        store
+            .client()
+            .database(&ns.db)
+            .collection::<bson::Document>(&ns.coll)
+            .update_one(doc! { "_id": 1 }, doc! { "$set": { "b": big('z') } })
+            .await
+            .expect("update");
+        let failing = wait_for_lease(&store, patience, "the too-large change recorded", |l| {
+            l.failure.is_some()
+        })
+        .await;
+        let failure = failing.failure.clone().unwrap();
+        let FailureCause::TooLarge { size, limit } = failure.cause else {
+            panic!("{failure:?}")
+        };
+        assert!(size.is_some_and(|s| s > 16_793_600), "{failure:?}");
+        assert_eq!(limit, Some(16_793_600));
+        assert!(
+            failure.token.is_some(),
+            "the server named its token: {failure:?}"
+        );
+        assert_eq!(failure.namespace, ns.to_string());
+        println!("recorded: {}", failure.error);
+
+        // Not a reopen loop: attempts follow the back-off.
+        let span = Duration::from_secs(8);
+        tokio::time::sleep(span).await;
+        let later = store.get("animals").await.unwrap().unwrap();
+        let attempts = later.failure.as_ref().map_or(0, |f| f.attempts) - failure.attempts;
+        assert!(
+            attempts <= most_attempts_within(span, base),
+            "{attempts} attempts in {span:?}"
+        );
+
+        let skip_id = act(
+            &store,
+            ActionRequest::Skip {
+                resource: "animals".into(),
+                to_token: None,
+            },
+        )
+        .await;
+        store
+            .put(&ns, doc! { "_id": 2, "n": 2 })
+            .await
+            .expect("write");
+        let past = handler.clone();
+        wait_for_lease(&store, patience, "the listener past it", move |l| {
+            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == past.token_of(2)
+        })
+        .await;
+        let kept = store.skipped_changes("animals", 10).await.expect("read");
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0].audit_id, skip_id);
+        let entry = kept[0].entry.as_ref().expect("the update's oplog entry");
+        assert_eq!(
+            entry.get_str("op"),
+            Ok("u"),
+            "{}",
+            entry.keys().cloned().collect::<Vec<_>>().join(",")
+        );
+        listener.stop().await;
     })
     .await;
 }

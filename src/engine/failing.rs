@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{ChangeFailure, FailureCause};
+use crate::model::{ChangeFailure, FailureCause, TooLargeChange};
 use crate::store::ChangeEvent;
 
 /// The failure record for `event`, on which the handler returned `error` at server
@@ -25,6 +25,40 @@ pub fn handler_failure(
         &key,
         error,
         FailureCause::Handler,
+        now,
+    )
+    .after(previous)
+}
+
+/// The failure record for a change on `namespace` the server could not return, at
+/// server time `now`, counted after `previous`. Which operation it was and its key are
+/// not known: the server returned nothing of it but its size and, mostly, its token.
+pub fn too_large_failure(
+    change: &TooLargeChange,
+    namespace: &str,
+    now: DateTime<Utc>,
+    previous: Option<&ChangeFailure>,
+) -> ChangeFailure {
+    let size = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
+    ChangeFailure::first(
+        change.token.clone(),
+        change
+            .token
+            .as_ref()
+            .and_then(crate::model::ResumeToken::time),
+        namespace,
+        "unknown",
+        "(not returned)",
+        &format!(
+            "the change ({} bytes) is larger than the server returns ({} bytes): {}",
+            size(change.size),
+            size(change.limit),
+            change.message
+        ),
+        FailureCause::TooLarge {
+            size: change.size,
+            limit: change.limit,
+        },
         now,
     )
     .after(previous)

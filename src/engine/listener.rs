@@ -402,6 +402,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
         let mut stream = match opened {
             Ok(stream) => stream,
+            Err(StoreError::ChangeTooLarge(change)) => {
+                return self
+                    .too_large(&tenure, &change, lease.failure.as_ref())
+                    .await
+            }
             Err(e) => return self.end_on(&tenure, e, lease.resume_point()).await,
         };
         self.set_state(ListenerState::Streaming);
@@ -427,6 +432,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
         loop {
             let current = match batch {
                 Ok(batch) => batch,
+                Err(StoreError::ChangeTooLarge(change)) => {
+                    let previous = progress.failure.clone();
+                    return self
+                        .too_large(&progress.tenure, &change, previous.as_ref())
+                        .await;
+                }
                 Err(e) => {
                     // Where this tenure got to: its last commit, else where it started.
                     let at = progress
@@ -695,26 +706,52 @@ impl<S: Store, H: Handler> Listener<S, H> {
             }
         };
         let failure = super::failing::handler_failure(event, &error, now, p.failure.as_ref());
-        tracing::warn!(resource = %p.tenure.resource, attempts = failure.attempts, error = %failure.error, "the handler failed on a change");
-        match self.store.record_failure(&p.tenure, &failure).await {
+        Err(self.record_failure(&p.tenure, failure).await)
+    }
+
+    /// Records `failure` on the lease `tenure` holds, gives the lease back and ends the
+    /// tenure: the change's back-off is then waited out by whoever takes it.
+    async fn record_failure(&mut self, tenure: &Tenure, failure: ChangeFailure) -> TenureEnd {
+        tracing::warn!(resource = %tenure.resource, attempts = failure.attempts, error = %failure.error, "a change failed");
+        match self.store.record_failure(tenure, &failure).await {
             Ok(TenureWrite::Done) => {
-                p.failure = Some(failure.clone());
-                Err(self
-                    .give_back(&p.tenure, TenureEnd::ChangeFailed(failure))
-                    .await)
+                self.give_back(tenure, TenureEnd::ChangeFailed(failure))
+                    .await
             }
-            Ok(TenureWrite::LostLock) => Err(TenureEnd::LostLock(format!(
+            Ok(TenureWrite::LostLock) => TenureEnd::LostLock(format!(
                 "recording the failed change under version {} matched nothing",
-                p.tenure.version
-            ))),
+                tenure.version
+            )),
             Err(e) => {
                 let end = TenureEnd::Failed(format!(
                     "{}; recording it on the lease failed: {e}",
                     super::failing::describe(&failure)
                 ));
-                Err(self.give_back(&p.tenure, end).await)
+                self.give_back(tenure, end).await
             }
         }
+    }
+
+    /// The stream met a change the server cannot return: recorded like a handler's
+    /// failure (counted after `previous`), so it is retried no faster than the back-off.
+    async fn too_large(
+        &mut self,
+        tenure: &Tenure,
+        change: &crate::model::TooLargeChange,
+        previous: Option<&ChangeFailure>,
+    ) -> TenureEnd {
+        let now = match self.store.server_now().await {
+            Ok(now) => now,
+            Err(e) => {
+                let end = TenureEnd::Failed(format!(
+                    "{change}; reading the server's clock to record it failed: {e}"
+                ));
+                return self.give_back(tenure, end).await;
+            }
+        };
+        let namespace = self.config.watch.to_string();
+        let failure = super::failing::too_large_failure(change, &namespace, now, previous);
+        self.record_failure(tenure, failure).await
     }
 
     /// A lease acquired with a failing change: waits, holding it, until that change's

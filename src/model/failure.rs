@@ -133,6 +133,59 @@ impl ChangeFailure {
     }
 }
 
+/// A change the server could not return, as its error tells it (MongoDB's
+/// `BSONObjectTooLarge`, code 10334, on the `getMore` or `aggregate` that would have
+/// carried it: "BSONObj size: 18000383 (0x112A9FF) is invalid. Size must be between 0
+/// and 16793600(16MB) First element: _id: { _data: "826B…" }").
+#[derive(Debug, Clone, PartialEq)]
+pub struct TooLargeChange {
+    /// The change's resume token, from the event's `_id` the message names; `None`
+    /// when it names none.
+    pub token: Option<ResumeToken>,
+    pub size: Option<u64>,
+    pub limit: Option<u64>,
+    /// The server's message, whole.
+    pub message: String,
+}
+
+impl TooLargeChange {
+    pub fn parse(message: &str) -> Self {
+        let number_after = |marker: &str| -> Option<u64> {
+            let rest = &message[message.find(marker)? + marker.len()..];
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().ok()
+        };
+        let token = message.find("_data: \"").and_then(|start| {
+            let rest = &message[start + "_data: \"".len()..];
+            let data = &rest[..rest.find('"')?];
+            (!data.is_empty() && data.chars().all(|c| c.is_ascii_hexdigit()))
+                .then(|| ResumeToken::from_document(bson::doc! { "_data": data }))
+        });
+        Self {
+            token,
+            size: number_after("BSONObj size: "),
+            limit: number_after("Size must be between 0 and "),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for TooLargeChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bytes = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
+        write!(
+            f,
+            "a change of {} bytes is larger than the server can return ({} bytes)",
+            bytes(self.size),
+            bytes(self.limit)
+        )?;
+        if self.token.is_none() {
+            f.write_str("; the server's message names no resume token for it")?;
+        }
+        Ok(())
+    }
+}
+
 /// The wait after `attempts` failed attempts: `base` doubled per attempt after the
 /// first, at most [`FAILURE_BACKOFF_MAX`] (and never less than `base`).
 pub fn failure_backoff(attempts: u32, base: Duration) -> Duration {
@@ -212,6 +265,35 @@ mod tests {
         let mut f = failure("82AA", now);
         f.attempts = 3;
         assert_eq!(f.retry_at(base), now + TimeDelta::seconds(4));
+    }
+
+    #[test]
+    fn a_too_large_change_is_read_from_the_servers_message() {
+        // As MongoDB 6.0.5 answered a getMore over an 18 MB update event.
+        let message = "read a batch of changes: Executor error during getMore :: caused by :: \
+            BSONObj size: 18000383 (0x112A9FF) is invalid. Size must be between 0 and \
+            16793600(16MB) First element: _id: { _data: \"826B0ABF9F000000042B022C0100296E5A\
+            10044DD8BF3903444658AEADECC92CC78181461E5F6964002B020004\" }";
+        let parsed = TooLargeChange::parse(message);
+        assert_eq!(
+            (parsed.size, parsed.limit),
+            (Some(18_000_383), Some(16_793_600))
+        );
+        let token = parsed.token.as_ref().unwrap();
+        assert_eq!(
+            token.data_hex(),
+            Some("826B0ABF9F000000042B022C0100296E5A10044DD8BF3903444658AEADECC92CC78181461E5F6964002B020004")
+        );
+        assert_eq!(token.time(), Some(ClusterTime::new(1_795_866_527, 4)));
+        assert!(parsed.to_string().contains("18000383 bytes"), "{parsed}");
+
+        let unnamed = TooLargeChange::parse("BSONObj size: 17000000 (0x1) is invalid");
+        assert_eq!(
+            (&unnamed.token, unnamed.size, unnamed.limit),
+            (&None, Some(17_000_000), None)
+        );
+        assert!(unnamed.to_string().contains("names no resume token"));
+        assert_eq!(TooLargeChange::parse("").size, None);
     }
 
     #[test]

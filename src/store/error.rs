@@ -72,6 +72,10 @@ pub enum StoreError {
     /// The deployment keeps no oplog at all (Azure Cosmos DB): nothing is sent to try.
     #[error("there is no oplog to read: {0}")]
     NoOplog(String),
+    /// A change on the stream is larger than the server can return (MongoDB's
+    /// `BSONObjectTooLarge` on a change stream read): reading again meets it again.
+    #[error("change stream read failed: {0}")]
+    ChangeTooLarge(Box<crate::model::TooLargeChange>),
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,

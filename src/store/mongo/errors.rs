@@ -44,6 +44,8 @@ const FROM_INVALIDATE: &str = "from an invalidate notification";
 /// answers a change stream on a collection that was dropped or never existed.
 pub const NAMESPACE_NOT_FOUND: i32 = 26;
 pub const DUPLICATE_KEY: i32 = 11000;
+/// `BSONObjectTooLarge`: on a change stream read, an event over the 16 MB limit.
+pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
 pub const UNAUTHORIZED: i32 = 13;
 pub const AUTHENTICATION_FAILED: i32 = 18;
 

@@ -353,7 +353,7 @@ impl ChangeFeed for MongoStore {
         })
         .await
         .map_err(|e| {
-            let error = e.into_store_hinted(&action, STREAM_HINT);
+            let error = change_too_large(e.into_store_hinted(&action, STREAM_HINT));
             match (self.profile, error) {
                 // No cluster time says when a Cosmos DB collection went away (a time
                 // recorded beside the token is a document's, not the drop's).
@@ -461,6 +461,19 @@ impl MongoStore {
     }
 }
 
+/// A change the server cannot return (10334 on a stream's open or read) is that
+/// change's problem, not the read's: named, so the listener records it and no read
+/// is tried again at once.
+fn change_too_large(error: StoreError) -> StoreError {
+    match error {
+        StoreError::Command {
+            code: super::errors::BSON_OBJECT_TOO_LARGE,
+            message,
+        } => StoreError::ChangeTooLarge(Box::new(crate::model::TooLargeChange::parse(&message))),
+        other => other,
+    }
+}
+
 /// A change stream opened by [`ChangeFeed::open`].
 pub struct MongoChangeStream {
     /// Events stay raw bytes until [`change_event_from_raw`] reads what a handler gets.
@@ -533,7 +546,7 @@ impl MongoChangeStream {
         while closing.is_some() || batch.events.len() < self.batch_size {
             let next = next_within(&mut self.stream, self.read_bound, &self.action)
                 .await
-                .map_err(|e| e.into_store_hinted(&self.action, STREAM_HINT))?;
+                .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
             let Some(document) = next else {
                 if self.stream.is_alive() {
                     waited += 1;
