@@ -54,6 +54,10 @@ pub struct ConsoleArgs {
     /// With --run: serve the in-process listeners' metrics at http://HOST:PORT/metrics.
     #[arg(long, requires = "run", value_name = "HOST:PORT")]
     pub metrics: Option<String>,
+    /// With --run: once, this long after the start, write an animal the pets listeners
+    /// can never process (its tags is a string), to practise `skip` and `undo`.
+    #[arg(long, requires = "run", value_name = "DURATION", value_parser = super::limits::poison_after)]
+    pub poison_after: Option<std::time::Duration>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
     #[command(flatten)]
@@ -102,6 +106,10 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
             &DemoConfig {
                 namespaces: namespaces.clone(),
                 metrics: served.as_ref().map(|(metrics, _)| metrics.clone()),
+                workload: crate::demo::workload::WorkloadConfig {
+                    poison_after: args.poison_after,
+                    ..Default::default()
+                },
                 ..DemoConfig::default()
             },
         )

@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::console::{interactive, listener_source, require_terminal, resolve_theme, ViewArgs};
-use super::lease_table::{render_leases, render_listeners, LeaseRow};
+use super::lease_table::{render_failures, render_leases, render_listeners, LeaseRow};
 use super::settings::{ActorArgs, ConfigArgs, Settings};
 use crate::console::state::Mode;
 use crate::demo::events::DEMO_EVENTS_KIB;
@@ -55,6 +55,11 @@ pub struct DemoArgs {
     /// ("0s" leaves the mailer out).
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub mailer_delay: Duration,
+    /// Once, this long after the start, write an animal the pets listeners can never
+    /// process (its tags is a string): pet-aggregates goes FAILING, to practise `skip`
+    /// (K in the console) and `undo`.
+    #[arg(long, value_name = "DURATION", value_parser = super::limits::poison_after)]
+    pub poison_after: Option<Duration>,
     /// Read-only removes the console's actions; the operator names you in the audit.
     #[command(flatten)]
     pub actor: ActorArgs,
@@ -73,6 +78,7 @@ impl DemoArgs {
             listeners_per_resource: usize::from(self.listeners),
             workload: WorkloadConfig {
                 rate_per_sec: self.rate,
+                poison_after: self.poison_after,
                 ..WorkloadConfig::default()
             },
             oplog_bytes: usize::try_from(self.oplog_size)
@@ -201,12 +207,13 @@ async fn render_frame(
         .collect();
     let snapshots: Vec<_> = demo.listeners.iter().map(|l| l.snapshot()).collect();
     Ok(format!(
-        "streamward demo (embedded sandbox) — up {} — window {} from {} to {}\n\n{}\n{}",
+        "streamward demo (embedded sandbox) — up {} — window {} from {} to {}\n\n{}{}\n{}",
         short_duration(elapsed),
         short_duration(window.length()),
         window.first,
         window.last,
         render_leases(&rows),
+        render_failures(&leases),
         render_listeners(&snapshots)
     ))
 }

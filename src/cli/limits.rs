@@ -56,6 +56,11 @@ pub fn connect_timeout(text: &str) -> Result<Duration, String> {
     Ok(duration)
 }
 
+/// The demo's `--poison-after`: within a day, so a typo does not wait for ever.
+pub fn poison_after(text: &str) -> Result<Duration, String> {
+    duration_at_most(text, Duration::from_secs(24 * 3600))
+}
+
 pub fn rebuild_timeout(text: &str) -> Result<Duration, String> {
     duration_at_most(text, REBUILD_TIMEOUT_MAX)
 }

@@ -407,6 +407,66 @@ mod tests {
         Ok(())
     }
 
+    /// `--poison-after`: the animal the pets handler cannot process is written once,
+    /// its lease goes FAILING naming it (not in a loop: a handful of attempts in a
+    /// minute), and a skip lets the pets listeners go on.
+    #[tokio::test(start_paused = true)]
+    async fn the_poison_animal_makes_the_pets_lease_fail_until_it_is_skipped() {
+        use crate::demo::pets::PET_RESOURCE;
+        use crate::demo::workload::POISON_ANIMAL;
+        use crate::model::{HealthThresholds, LeaseHealth, LeaseStatus};
+        let epoch = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let config = DemoConfig {
+            workload: WorkloadConfig {
+                poison_after: Some(Duration::from_secs(5)),
+                ..WorkloadConfig::default()
+            },
+            ..DemoConfig::default()
+        };
+        let mut demo = DemoRuntime::start_on(store.clone(), &config);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let lease = store.get(PET_RESOURCE).await.unwrap().unwrap();
+        let failure = lease.failure.clone().expect("failing on the poison animal");
+        assert_eq!(
+            failure.document_key,
+            format!("{{\"_id\":\"{POISON_ANIMAL}\"}}")
+        );
+        assert!(
+            failure.error.contains("has no valid \"tags\""),
+            "{failure:?}"
+        );
+        // 1 + 2 + 4 + 8 + 16 s of back-off fit in the minute: at most six attempts.
+        assert!((3..=6).contains(&failure.attempts), "{failure:?}");
+        let health = LeaseHealth::assess(
+            &lease,
+            None,
+            store.clock().now(),
+            &HealthThresholds::default(),
+        );
+        assert_eq!(health.status, LeaseStatus::Failing);
+
+        let request = crate::ops::ActionRequest::Skip {
+            resource: PET_RESOURCE.into(),
+            to_token: None,
+        };
+        let facts = crate::ops::gather(&store, &request, &crate::ops::GatherOptions::new("t"))
+            .await
+            .unwrap();
+        let plan = crate::ops::plan(&request, &facts);
+        crate::ops::execute(&store, &plan, None)
+            .await
+            .expect("skipped");
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let lease = store.get(PET_RESOURCE).await.unwrap().unwrap();
+        assert_eq!(lease.failure, None, "past it, and nothing else fails");
+        assert!(lease.live_holder(store.clock().now()).is_some());
+        demo.stop_workload().await;
+    }
+
     /// The demo at default settings but for a small `orders_kept`, for five minutes of
     /// tokio's paused time: some twenty times as many orders as the shop keeps are placed.
     /// No collection outgrows its bound on the way, and at the end every listener has

@@ -43,6 +43,9 @@ pub struct WorkloadConfig {
     /// At most this many orders; placing one more deletes the oldest ([`ORDERS_KEPT`]).
     pub orders_kept: usize,
     pub seed: u64,
+    /// Once, this long after it starts, write an animal the pets handler can never
+    /// process ([`POISON_ANIMAL`]): its lease goes FAILING, to practise `skip`.
+    pub poison_after: Option<Duration>,
 }
 
 impl Default for WorkloadConfig {
@@ -53,6 +56,7 @@ impl Default for WorkloadConfig {
             order_share: 0.25,
             orders_kept: ORDERS_KEPT,
             seed: 1,
+            poison_after: None,
         }
     }
 }
@@ -226,19 +230,55 @@ impl<S: DocumentStore + CappedFeed> Workload<S> {
             .map(|(number, state)| (order_id(*number), *state))
     }
 
-    /// Writes at the configured rate until cancelled or the store fails.
+    /// Writes at the configured rate until cancelled or the store fails; the poison
+    /// animal once, when it is due.
     pub async fn run(mut self, shutdown: CancellationToken) -> StoreResult<u64> {
         let period = Duration::from_secs_f64(1.0 / self.config.rate_per_sec.max(0.001));
         let mut ticker = tokio::time::interval(period);
+        let mut poison_at = self
+            .config
+            .poison_after
+            .map(|after| tokio::time::Instant::now() + after);
         loop {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => return Ok(self.writes),
-                _ = ticker.tick() => self.step().await?,
+                _ = ticker.tick() => {
+                    if poison_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                        poison_at = None;
+                        self.write_poison().await?;
+                    }
+                    self.step().await?
+                }
             }
         }
     }
+
+    /// The animal no pets listener can process: its `tags` is a string.
+    async fn write_poison(&mut self) -> StoreResult<()> {
+        self.writes += 1;
+        tracing::info!(
+            id = POISON_ANIMAL,
+            "writing an animal the pets handler cannot process"
+        );
+        self.store
+            .put(
+                &self.namespaces.animals,
+                doc! {
+                    "_id": POISON_ANIMAL,
+                    "name": "Rex",
+                    "location": LOCATIONS[0],
+                    "tags": "loud",
+                    "v": 1_i64,
+                },
+            )
+            .await
+    }
 }
+
+/// The `_id` of the animal `--poison-after` writes: its `tags` is a string, which the
+/// pets handler refuses (`animal poison-1 has no valid "tags"`).
+pub const POISON_ANIMAL: &str = "poison-1";
 
 /// The `_id` of order number `number`.
 pub fn order_id(number: u64) -> String {
