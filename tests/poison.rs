@@ -72,6 +72,27 @@ impl Poisoned {
     }
 }
 
+/// Writes animals 1 to `count` into `ns`, number `poisoned` marked poison, and returns
+/// a handler that fails on it (until fixed).
+async fn animals<S: DocumentStore>(
+    store: &S,
+    ns: &Namespace,
+    count: i32,
+    poisoned: i32,
+) -> Poisoned {
+    for n in 1..=count {
+        let mut animal = doc! { "_id": n, "n": n };
+        if n == poisoned {
+            animal.insert("poison", true);
+        }
+        store.put(ns, animal).await.expect("write");
+    }
+    Poisoned {
+        broken: Arc::new(AtomicBool::new(true)),
+        handled: Arc::default(),
+    }
+}
+
 /// The most attempts that fit in `span` after the first, by the back-off schedule.
 fn most_attempts_within(span: Duration, base: Duration) -> u32 {
     let mut attempts = 1;
@@ -117,17 +138,7 @@ async fn a_poison_change_is_named_retried_slowly_and_passed_once_fixed<S>(
 ) where
     S: Store + DocumentStore + Clone,
 {
-    for n in 1..=5 {
-        let mut animal = doc! { "_id": n, "n": n };
-        if n == 3 {
-            animal.insert("poison", true);
-        }
-        store.put(&ns, animal).await.expect("write");
-    }
-    let handler = Poisoned {
-        broken: Arc::new(AtomicBool::new(true)),
-        handled: Arc::default(),
-    };
+    let handler = animals(&store, &ns, 5, 3).await;
     let listener = |id: &str| {
         let mut config = ListenerConfig::new("animals", id, ns.clone());
         config.lease = Duration::from_secs(10);
@@ -276,17 +287,7 @@ async fn a_skip_steps_over_the_failing_change_and_undo_brings_it_back<S>(store: 
 where
     S: Store + OpsStore + DocumentStore,
 {
-    for n in 1..=3 {
-        let mut animal = doc! { "_id": n, "n": n };
-        if n == 2 {
-            animal.insert("poison", true);
-        }
-        store.put(&ns, animal).await.expect("write");
-    }
-    let handler = Poisoned {
-        broken: Arc::new(AtomicBool::new(true)),
-        handled: Arc::default(),
-    };
+    let handler = animals(&store, &ns, 3, 2).await;
     let mut config = ListenerConfig::new("animals", "a", ns.clone());
     config.lease = Duration::from_secs(10);
     config.bootstrap = streamward::engine::Bootstrap::Oldest;

@@ -1,27 +1,10 @@
 //! Planning `skip`: exactly the one change, or a refusal that says why not.
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::TimeDelta;
 
+use super::tests::{at, counted as counted_up_to, facts as facts_of, token, wall};
 use super::*;
-use crate::model::{
-    ChangeFailure, ClusterTime, FailureCause, OplogWindow, ResumeToken, TokenKind, WatchTarget,
-};
-use crate::ops::facts::ChangeCount;
-use crate::ops::target::affected_range;
-
-const BASE: u32 = 1_700_000_000;
-
-fn at(secs: u32) -> ClusterTime {
-    ClusterTime::new(BASE + secs, 1)
-}
-
-fn wall(secs: u32) -> DateTime<Utc> {
-    at(secs).to_datetime().unwrap()
-}
-
-fn token(secs: u32) -> ResumeToken {
-    ResumeToken::encode(at(secs), TokenKind::Event, 7)
-}
+use crate::model::{ChangeFailure, FailureCause, ResumeToken, WatchTarget};
 
 /// Held by w1, resuming after +3000 s, its listeners failing on the change at +3001 s.
 fn failing_lease() -> Lease {
@@ -51,22 +34,7 @@ fn failing_lease() -> Lease {
 }
 
 fn facts(lease: Lease) -> PlanFacts {
-    PlanFacts {
-        lease: Some(lease),
-        window: Some(OplogWindow::new(at(0), at(3600))),
-        capped: None,
-        now: wall(3600),
-        changes: None,
-        read_only: false,
-        audit: None,
-        rebuild: None,
-        checkpoints: Vec::new(),
-        operator: "ann@host".into(),
-        handover_lease: std::time::Duration::from_secs(10),
-        bulk_lease: std::time::Duration::from_secs(30),
-        thresholds: crate::model::HealthThresholds::default(),
-        profile: Default::default(),
-    }
+    facts_of(Some(lease))
 }
 
 fn skip(to_token: Option<ResumeToken>) -> ActionRequest {
@@ -77,14 +45,8 @@ fn skip(to_token: Option<ResumeToken>) -> ActionRequest {
 }
 
 /// `facts` with the count gather would make for `request`: `counted` changes.
-fn counted(request: &ActionRequest, mut facts: PlanFacts, counted: u64) -> PlanFacts {
-    let range = affected_range(request, &facts).expect("a range to count");
-    facts.changes = Some(ChangeCount {
-        range,
-        counted,
-        limit: 1_000,
-    });
-    facts
+fn counted(request: &ActionRequest, facts: PlanFacts, counted: u64) -> PlanFacts {
+    counted_up_to(request, facts, counted, 1_000)
 }
 
 fn refused(plan: &Plan) -> (RefusalKind, String) {

@@ -19,15 +19,15 @@ use crate::store::Namespace;
 
 const BASE: u32 = 1_700_000_000;
 
-fn at(secs: u32) -> ClusterTime {
+pub(super) fn at(secs: u32) -> ClusterTime {
     ClusterTime::new(BASE + secs, 1)
 }
 
-fn wall(secs: u32) -> DateTime<Utc> {
+pub(super) fn wall(secs: u32) -> DateTime<Utc> {
     at(secs).to_datetime().unwrap()
 }
 
-fn token(secs: u32) -> ResumeToken {
+pub(super) fn token(secs: u32) -> ResumeToken {
     ResumeToken::encode(at(secs), TokenKind::Event, 7)
 }
 
@@ -58,7 +58,7 @@ fn expired(mut lease: Lease) -> Lease {
     lease
 }
 
-fn facts(lease: Option<Lease>) -> PlanFacts {
+pub(super) fn facts(lease: Option<Lease>) -> PlanFacts {
     PlanFacts {
         lease,
         window: Some(OplogWindow::new(at(0), at(3600))),
@@ -78,7 +78,12 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
 }
 
 /// Facts with the count `gather` would have made for `request`.
-fn counted(request: &ActionRequest, mut facts: PlanFacts, counted: u64, limit: u64) -> PlanFacts {
+pub(super) fn counted(
+    request: &ActionRequest,
+    mut facts: PlanFacts,
+    counted: u64,
+    limit: u64,
+) -> PlanFacts {
     let range = affected_range(request, &facts).expect("a range to count");
     facts.changes = Some(ChangeCount {
         range,

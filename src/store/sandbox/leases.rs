@@ -20,6 +20,21 @@ use crate::store::{
 };
 
 impl SandboxStore {
+    /// A commit of `token` by `tenure` (`write`), counted and kept in the history.
+    fn committed(&self, tenure: &Tenure, token: &ResumeToken, write: &LeaseWrite) -> TenureWrite {
+        count(&self.inner.calls.commit);
+        self.tenure_write(
+            tenure,
+            write,
+            Some(|| HistoryEntry::Committed {
+                resource: tenure.resource.clone(),
+                listener: tenure.listener.clone(),
+                version: tenure.version,
+                token_time: token.time(),
+            }),
+        )
+    }
+
     /// A holder's write (commit, renew, release, invalidation) on the sandbox's clock;
     /// `done` is what the history records when it applied (nothing for a renewal),
     /// built only when the history is kept.
@@ -87,17 +102,7 @@ impl LeaseStore for SandboxStore {
         token: &ResumeToken,
         lease: Duration,
     ) -> StoreResult<TenureWrite> {
-        count(&self.inner.calls.commit);
-        Ok(self.tenure_write(
-            tenure,
-            &tenure.commit(token, lease),
-            Some(|| HistoryEntry::Committed {
-                resource: tenure.resource.clone(),
-                listener: tenure.listener.clone(),
-                version: tenure.version,
-                token_time: token.time(),
-            }),
-        ))
+        Ok(self.committed(tenure, token, &tenure.commit(token, lease)))
     }
 
     async fn commit_past_failure(
@@ -106,17 +111,7 @@ impl LeaseStore for SandboxStore {
         token: &ResumeToken,
         lease: Duration,
     ) -> StoreResult<TenureWrite> {
-        count(&self.inner.calls.commit);
-        Ok(self.tenure_write(
-            tenure,
-            &tenure.commit_past_failure(token, lease),
-            Some(|| HistoryEntry::Committed {
-                resource: tenure.resource.clone(),
-                listener: tenure.listener.clone(),
-                version: tenure.version,
-                token_time: token.time(),
-            }),
-        ))
+        Ok(self.committed(tenure, token, &tenure.commit_past_failure(token, lease)))
     }
 
     async fn record_failure(
