@@ -190,3 +190,62 @@ async fn the_demo_serves_its_listeners_metrics() {
         );
     }
 }
+
+/// Fails on every document marked `poison` while `broken` is set.
+#[derive(Clone)]
+struct FailsOnPoison(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl streamward::engine::Handler for FailsOnPoison {
+    async fn handle(
+        &mut self,
+        events: &[streamward::store::ChangeEvent],
+        _fence: &streamward::model::Fence,
+    ) -> Result<(), streamward::engine::HandlerError> {
+        let broken = self.0.load(std::sync::atomic::Ordering::SeqCst);
+        let poisoned = events.iter().any(|e| {
+            e.full_document
+                .as_ref()
+                .is_some_and(|d| d.get_bool("poison").unwrap_or(false))
+        });
+        match broken && poisoned {
+            true => Err(streamward::engine::HandlerError::Failed("poison".into())),
+            false => Ok(()),
+        }
+    }
+}
+
+/// A change the handler fails on: counted per failure, and its attempts shown until a
+/// commit gets past it (0 then).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_change_is_counted_and_its_attempts_shown_until_passed() {
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+    let animals = Namespace::new("zoo", "animals");
+    store
+        .put(&animals, doc! { "_id": 1, "poison": true })
+        .await
+        .expect("write");
+    let metrics = EngineMetrics::new().expect("metrics");
+    let mut config = ListenerConfig::new("zoo.animals", "w1", animals.clone());
+    config.bootstrap = Bootstrap::Oldest;
+    config.retry_backoff = Duration::from_millis(100);
+    let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let listener = ListenerHandle::spawn_with_metrics(
+        store.clone(),
+        config,
+        FailsOnPoison(broken.clone()),
+        &metrics,
+    );
+    let labels = "{listener=\"w1\",resource=\"zoo.animals\"}";
+    let failures = format!("streamward_listener_change_failures_total{labels}");
+    let attempts = format!("streamward_listener_failure_attempts{labels}");
+    let read = |series: &str| value(&encode(metrics.registry()).unwrap_or_default(), series);
+    until("two failed attempts", || read(&failures) >= Some(2.0)).await;
+    let (counted, shown) = (read(&failures), read(&attempts));
+    assert!(
+        shown >= counted && shown.is_some(),
+        "attempts {shown:?} count every listener's, failures {counted:?} this one's"
+    );
+    broken.store(false, std::sync::atomic::Ordering::SeqCst);
+    until("past the change", || read(&attempts) == Some(0.0)).await;
+    listener.stop().await;
+}

@@ -358,6 +358,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let fence = lease.fence();
         if let Some(metrics) = &self.metrics {
             metrics.acquired(tenure.version);
+            metrics.failure_attempts(lease.failure.as_ref().map_or(0, |f| f.attempts));
         }
         self.status.send_modify(|s| {
             s.version = Some(tenure.version);
@@ -579,6 +580,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     p.next_refresh = now + self.config.refresh_interval();
                     if past_failure {
                         p.failure = None;
+                        if let Some(metrics) = &self.metrics {
+                            metrics.failure_attempts(0);
+                        }
                     }
                     let time = token.time();
                     self.checkpoint(&p.tenure, &token, now);
@@ -715,6 +719,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
         tracing::warn!(resource = %tenure.resource, attempts = failure.attempts, error = %failure.error, "a change failed");
         match self.store.record_failure(tenure, &failure).await {
             Ok(TenureWrite::Done) => {
+                if let Some(metrics) = &self.metrics {
+                    metrics.change_failed(failure.attempts);
+                }
                 self.give_back(tenure, TenureEnd::ChangeFailed(failure))
                     .await
             }

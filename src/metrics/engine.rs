@@ -48,6 +48,8 @@ pub struct EngineMetrics {
     acquires: IntCounterVec,
     lost_locks: IntCounterVec,
     history_lost: IntCounterVec,
+    change_failures: IntCounterVec,
+    failure_attempts: IntGaugeVec,
     state: IntGaugeVec,
     version: IntGaugeVec,
 }
@@ -100,6 +102,17 @@ impl EngineMetrics {
                 "streamward_listener_history_lost_total",
                 "Times this listener's resume point was found off the oplog.",
             )?,
+            change_failures: counter(
+                "streamward_listener_change_failures_total",
+                "Times this listener failed on a change and recorded it on its lease.",
+            )?,
+            failure_attempts: IntGaugeVec::new(
+                Opts::new(
+                    "streamward_listener_failure_attempts",
+                    "Attempts, by every listener of the lease, on the change this listener's lease records as failing, as this listener last saw it; 0 once past it.",
+                ),
+                &LABELS,
+            )?,
             state: IntGaugeVec::new(
                 Opts::new(
                     "streamward_listener_state",
@@ -128,6 +141,8 @@ impl EngineMetrics {
         registry.register(Box::new(self.acquires.clone()))?;
         registry.register(Box::new(self.lost_locks.clone()))?;
         registry.register(Box::new(self.history_lost.clone()))?;
+        registry.register(Box::new(self.change_failures.clone()))?;
+        registry.register(Box::new(self.failure_attempts.clone()))?;
         registry.register(Box::new(self.state.clone()))?;
         registry.register(Box::new(self.version.clone()))?;
         Ok(())
@@ -149,6 +164,8 @@ impl EngineMetrics {
             acquires: self.acquires.with_label_values(&labels),
             lost_locks: self.lost_locks.with_label_values(&labels),
             history_lost: self.history_lost.with_label_values(&labels),
+            change_failures: self.change_failures.with_label_values(&labels),
+            failure_attempts: self.failure_attempts.with_label_values(&labels),
             states: STATES
                 .iter()
                 .map(|s| {
@@ -174,6 +191,8 @@ pub struct ListenerMetrics {
     acquires: IntCounter,
     lost_locks: IntCounter,
     history_lost: IntCounter,
+    change_failures: IntCounter,
+    failure_attempts: IntGauge,
     states: Vec<(ListenerState, IntGauge)>,
     version: IntGauge,
 }
@@ -203,6 +222,17 @@ impl ListenerMetrics {
 
     pub fn history_lost(&self) {
         self.history_lost.inc();
+    }
+
+    /// This listener failed on a change and recorded it, `attempts` in all so far.
+    pub fn change_failed(&self, attempts: u32) {
+        self.change_failures.inc();
+        self.failure_attempts.set(i64::from(attempts));
+    }
+
+    /// The lease records a failing change after `attempts` (0: none, or it got past it).
+    pub fn failure_attempts(&self, attempts: u32) {
+        self.failure_attempts.set(i64::from(attempts));
     }
 
     pub fn state(&self, state: ListenerState) {
