@@ -486,3 +486,75 @@ async fn mongo_a_change_too_large_to_return_is_recorded_and_skipped() {
     })
     .await;
 }
+
+/// `skip_after`: a listener that opted in steps over a change by itself after that many
+/// attempts, with the same record as an operator's skip and an audit record naming it.
+async fn a_listener_with_skip_after_steps_over_by_itself<S>(store: S, ns: Namespace)
+where
+    S: Store + OpsStore + DocumentStore,
+{
+    let handler = animals(&store, &ns, 3, 2).await;
+    let mut config = ListenerConfig::new("animals", "a", ns.clone());
+    config.lease = Duration::from_secs(10);
+    config.retry_backoff = Duration::from_millis(200);
+    config.skip_after = Some(3);
+    config.bootstrap = streamward::engine::Bootstrap::Oldest;
+    let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
+    let past = handler.clone();
+    let lease = wait_for_lease(&store, Duration::from_secs(60), "stepped over", move |l| {
+        l.failure.is_none() && l.resume_token.is_some() && l.resume_token == past.token_of(3)
+    })
+    .await;
+    assert_eq!(handler.handled(), BTreeSet::from([1, 3]));
+    let kept = store.skipped_changes("animals", 10).await.expect("read");
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let kept = &kept[0];
+    assert_eq!(kept.operator, "a", "the listener is the operator");
+    assert_eq!(kept.failure.as_ref().map(|f| f.attempts), Some(3));
+    assert!(kept.entry.is_some(), "{kept:?}");
+    let record = store
+        .audit_record(&kept.audit_id)
+        .await
+        .expect("read")
+        .expect("its audit record");
+    assert_eq!(
+        (
+            record.operator.as_str(),
+            record.action.as_str(),
+            record.state
+        ),
+        ("a", "skip", streamward::model::AuditState::Applied)
+    );
+    assert!(
+        record
+            .reason
+            .as_deref()
+            .is_some_and(|r| r.contains("skip_after = 3")),
+        "{record:?}"
+    );
+    assert_eq!(
+        record.after.as_ref().and_then(|a| a.resume_token.as_ref()),
+        Some(&kept.token),
+        "the record's lease resumes right after the change"
+    );
+    assert!(lease.version >= record.after.as_ref().map_or(0, |a| a.version));
+    listener.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_a_listener_with_skip_after_steps_over_by_itself() {
+    a_listener_with_skip_after_steps_over_by_itself(
+        common::sandbox(1000),
+        Namespace::new("zoo", "animals"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_listener_with_skip_after_steps_over_by_itself() {
+    live("poison_skip_after", |db: LiveDb| async move {
+        let ns = db.ns("animals");
+        a_listener_with_skip_after_steps_over_by_itself(db.store, ns).await;
+    })
+    .await;
+}

@@ -42,8 +42,14 @@ pub struct ListenerConfig {
     /// Rotation: after holding this long, finish the batch, commit and release.
     pub max_tenure: Option<Duration>,
     pub bootstrap: Bootstrap,
-    /// Pause after a store error or failed batch before trying again.
+    /// Pause after a store error or failed batch before trying again; a change the
+    /// handler fails on is retried after this, doubled per attempt, at most a minute.
     pub retry_backoff: Duration,
+    /// After this many attempts on one change (by every listener of the lease), the
+    /// holder steps over it by itself: kept in the skipped collection with an audit
+    /// record naming this listener, as `streamward skip` does. `None` (the default):
+    /// it keeps failing until fixed or skipped by an operator.
+    pub skip_after: Option<u32>,
     /// Read the next batch while the current one is handled and committed, so the
     /// read's round trip overlaps theirs (default). The batch read ahead reaches the
     /// handler only after the current commit landed; a tenure that ends drops it.
@@ -88,6 +94,7 @@ impl ListenerConfig {
             max_tenure: None,
             bootstrap: Bootstrap::Oldest,
             retry_backoff: Duration::from_secs(1),
+            skip_after: None,
             read_ahead: true,
             document_time_field: None,
             checkpoint_every: Some(Duration::from_secs(60)),

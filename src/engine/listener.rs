@@ -61,6 +61,8 @@ enum TenureEnd {
     Failed(String),
     /// The handler failed on this change, recorded on the lease: wait out its back-off.
     ChangeFailed(ChangeFailure),
+    /// The listener stepped over a failing change by its policy: start again at once.
+    SteppedOver,
 }
 
 /// LOST or INVALIDATED: the listener released its lease and waits on it, without
@@ -250,6 +252,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         self.set_state(ListenerState::Standby);
                         cooldown = Some(self.backoff.next(self.config.retry_backoff));
                     }
+                    TenureEnd::SteppedOver => self.set_state(ListenerState::Standby),
                     TenureEnd::ChangeFailed(failure) => {
                         self.record_error(super::failing::describe(&failure));
                         self.set_state(ListenerState::Failing);
@@ -722,8 +725,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 if let Some(metrics) = &self.metrics {
                     metrics.change_failed(failure.attempts);
                 }
-                self.give_back(tenure, TenureEnd::ChangeFailed(failure))
-                    .await
+                let end = match self.config.skip_after {
+                    Some(after) if failure.attempts >= after => {
+                        self.step_over(tenure, failure, after).await
+                    }
+                    _ => TenureEnd::ChangeFailed(failure),
+                };
+                self.give_back(tenure, end).await
             }
             Ok(TenureWrite::LostLock) => TenureEnd::LostLock(format!(
                 "recording the failed change under version {} matched nothing",
@@ -735,6 +743,36 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     super::failing::describe(&failure)
                 ));
                 self.give_back(tenure, end).await
+            }
+        }
+    }
+
+    /// Steps over `failure`'s change by this listener's policy; the tenure ends either
+    /// way (the stream is past it, or it keeps failing).
+    async fn step_over(
+        &mut self,
+        tenure: &Tenure,
+        failure: ChangeFailure,
+        after: u32,
+    ) -> TenureEnd {
+        let lease = self.config.lease;
+        match super::step_over::step_over(&self.store, tenure, &failure, lease, after).await {
+            Ok(audit_id) => {
+                tracing::warn!(resource = %tenure.resource, audit_id, "stepped over a change by the skip_after policy");
+                self.record_error(format!(
+                    "stepped over by the skip_after policy after {} attempts (audit record \
+                     {audit_id}; undo brings it back): {}",
+                    failure.attempts,
+                    super::failing::describe(&failure)
+                ));
+                TenureEnd::SteppedOver
+            }
+            Err(why) => {
+                self.record_error(format!(
+                    "{}; stepping over it by the skip_after policy failed: {why}",
+                    super::failing::describe(&failure)
+                ));
+                TenureEnd::ChangeFailed(failure)
             }
         }
     }

@@ -11,6 +11,7 @@ mod partitioned;
 mod source;
 mod standby;
 mod status;
+mod step_over;
 mod supervisor;
 
 pub use config::{Bootstrap, ListenerConfig};

@@ -6,10 +6,10 @@
 use super::execute::{apply_begun, begin, finish, intent, OperatorOutcome};
 use super::plan::Plan;
 use super::OpsError;
-use crate::model::{AuditState, Lease, ResumeToken};
+use crate::model::{AuditState, Lease};
 use crate::store::{
-    AuditContext, AuditFinish, AuditLog, OperatorChange, OperatorStore, ResumeChange,
-    SkippedChange, StoreError, StoreResult,
+    skipped_entry, AuditContext, AuditFinish, AuditLog, OperatorChange, OperatorStore,
+    ResumeChange, SkippedChange, StoreError, StoreResult,
 };
 
 pub(super) async fn apply_skip<S: OperatorStore + AuditLog>(
@@ -62,7 +62,7 @@ async fn keep<S: OperatorStore>(
         .failure
         .clone()
         .filter(|f| f.names(token, token.time()));
-    let (entry, entry_missing) = match oplog_entry(store, token, failure.as_ref()).await? {
+    let (entry, entry_missing) = match skipped_entry(store, token, failure.as_ref()).await? {
         Ok(entry) => (Some(entry), None),
         Err(missing) => (None, Some(missing)),
     };
@@ -78,23 +78,4 @@ async fn keep<S: OperatorStore>(
             entry_missing,
         })
         .await
-}
-
-/// The skipped change's oplog entry, or why there is none to keep.
-async fn oplog_entry<S: OperatorStore>(
-    store: &S,
-    token: &ResumeToken,
-    failure: Option<&crate::model::ChangeFailure>,
-) -> StoreResult<Result<bson::Document, String>> {
-    let Some(at) = token.time().or(failure.and_then(|f| f.at)) else {
-        return Ok(Err(
-            "the token tells no time, so its oplog entry cannot be found".into(),
-        ));
-    };
-    match store.oplog_entry(at).await {
-        Ok(Some(entry)) => Ok(Ok(entry)),
-        Ok(None) => Ok(Err(format!("the oplog holds no entry at {at} any more"))),
-        Err(e) if e.oplog_unreadable() => Ok(Err(format!("the oplog cannot be read: {e}"))),
-        Err(e) => Err(e),
-    }
 }

@@ -47,13 +47,15 @@ pub use namespace::Namespace;
 pub use oplog_figures::{
     read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,
 };
-pub use skipped::SkippedChange;
+pub use skipped::{skipped_entry, SkippedChange};
 
 /// Everything a listener needs from one database: its leases, a change feed, capped
-/// collections to tail and the checkpoints it leaves. Handlers bring their own
-/// document access ([`DocumentStore`] or anything else).
-pub trait Store: LeaseStore + ChangeFeed + CappedFeed + CheckpointStore + Clone + 'static {}
-impl<T: LeaseStore + ChangeFeed + CappedFeed + CheckpointStore + Clone + 'static> Store for T {}
+/// collections to tail, the checkpoints it leaves, and what stepping over a failing
+/// change by its own policy writes (the skipped change and its audit record:
+/// [`OperatorStore`], [`AuditLog`]). Handlers bring their own document access
+/// ([`DocumentStore`] or anything else).
+pub trait Store: OperatorStore + AuditLog + Clone + 'static {}
+impl<T: OperatorStore + AuditLog + Clone + 'static> Store for T {}
 
 /// Everything guarded actions and the console need: the engine's ports, the operator's
 /// compare-and-swap and the audit log.

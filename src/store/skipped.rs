@@ -7,6 +7,8 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{ChangeFailure, ResumeToken};
 
+use super::{OperatorStore, StoreResult};
+
 /// One change stepped over.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SkippedChange {
@@ -25,4 +27,24 @@ pub struct SkippedChange {
     pub entry: Option<Document>,
     /// Why there is no `entry`, when there is none.
     pub entry_missing: Option<String>,
+}
+
+/// The oplog entry of the change `token` names (by its time, else the time `failure`
+/// recorded), or why there is none to keep.
+pub async fn skipped_entry<S: OperatorStore>(
+    store: &S,
+    token: &ResumeToken,
+    failure: Option<&ChangeFailure>,
+) -> StoreResult<Result<Document, String>> {
+    let Some(at) = token.time().or(failure.and_then(|f| f.at)) else {
+        return Ok(Err(
+            "the token tells no time, so its oplog entry cannot be found".into(),
+        ));
+    };
+    match store.oplog_entry(at).await {
+        Ok(Some(entry)) => Ok(Ok(entry)),
+        Ok(None) => Ok(Err(format!("the oplog holds no entry at {at} any more"))),
+        Err(e) if e.oplog_unreadable() => Ok(Err(format!("the oplog cannot be read: {e}"))),
+        Err(e) => Err(e),
+    }
 }
