@@ -567,16 +567,29 @@ async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
         );
 
         // What an operator sees: the source, and lag against the collection's window.
-        let mut cmd = support::live::streamward(&live);
-        cmd.args(["leases", "--output", "json"]);
-        let (code, out, err) = support::live::run(cmd).await;
-        assert_eq!(code, 0, "{err}");
-        let listing: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+        // Holders still rotate: read while one holds it (between two tenures it is
+        // EXPIRED, rightly).
+        let mut attempts = 0;
+        let (listing, events) = loop {
+            attempts += 1;
+            let mut cmd = support::live::streamward(&live);
+            cmd.args(["leases", "--output", "json"]);
+            let (code, out, err) = support::live::run(cmd).await;
+            assert_eq!(code, 0, "{err}");
+            let listing: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+            let events = listing
+                .as_array()
+                .expect("an array")
+                .iter()
+                .find(|l| l["resource"] == EVENTS_RESOURCE)
+                .expect("the event store's lease")
+                .clone();
+            if !events["liveHolder"].is_null() || attempts == 20 {
+                break (listing, events);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
         let leases = listing.as_array().expect("an array");
-        let events = leases
-            .iter()
-            .find(|l| l["resource"] == EVENTS_RESOURCE)
-            .expect("the event store's lease");
         assert_eq!(events["source"], "capped", "{events}");
         assert_eq!(
             events["lagSecs"], 0,
