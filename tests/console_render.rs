@@ -959,6 +959,7 @@ fn takeover_plan() -> streamward::ops::Plan {
         bulk_lease: Duration::from_secs(30),
         thresholds: streamward::model::HealthThresholds::default(),
         profile: Default::default(),
+        skipped_entry: None,
     };
     streamward::ops::plan(
         &streamward::ops::ActionRequest::Takeover {
@@ -1092,6 +1093,7 @@ fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
         bulk_lease: Duration::from_secs(30),
         thresholds: streamward::model::HealthThresholds::default(),
         profile: Default::default(),
+        skipped_entry: None,
     }
 }
 

@@ -558,3 +558,100 @@ async fn mongo_a_listener_with_skip_after_steps_over_by_itself() {
     })
     .await;
 }
+
+/// A change inside a multi-document transaction: the plan says which transaction and how
+/// many changes it holds, the move within the one oplog entry is not taken for "no
+/// move", and only that change is skipped. Only a real server has transactions.
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_skip_inside_a_transaction_says_so_and_skips_only_that_change() {
+    live("poison_transaction", |db: LiveDb| async move {
+        let store = db.store.clone();
+        let ns = db.ns("animals");
+        // The collection exists before the transaction (6.0 creates none inside one).
+        store
+            .put(&ns, doc! { "_id": 0, "n": 0 })
+            .await
+            .expect("write");
+        let handler = Poisoned {
+            broken: Arc::new(AtomicBool::new(true)),
+            handled: Arc::default(),
+        };
+        let mut config = ListenerConfig::new("animals", "a", ns.clone());
+        config.lease = Duration::from_secs(10);
+        config.bootstrap = streamward::engine::Bootstrap::Oldest;
+        let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
+        let seen = handler.clone();
+        wait_for_lease(
+            &store,
+            Duration::from_secs(30),
+            "the first insert",
+            move |_| seen.handled().contains(&0),
+        )
+        .await;
+        let collection = store
+            .client()
+            .database(&ns.db)
+            .collection::<bson::Document>(&ns.coll);
+        let mut session = store.client().start_session().await.expect("session");
+        session.start_transaction().await.expect("transaction");
+        for animal in [
+            doc! { "_id": 1, "n": 1 },
+            doc! { "_id": 2, "n": 2, "poison": true },
+            doc! { "_id": 3, "n": 3 },
+        ] {
+            collection
+                .insert_one(animal)
+                .session(&mut session)
+                .await
+                .expect("insert");
+        }
+        session.commit_transaction().await.expect("commit");
+        let failing = wait_for_lease(&store, Duration::from_secs(30), "the failure", |l| {
+            l.failure.is_some()
+        })
+        .await;
+        assert_eq!(
+            failing.failure.as_ref().unwrap().document_key,
+            r#"{"_id":2}"#
+        );
+
+        let request = ActionRequest::Skip {
+            resource: "animals".into(),
+            to_token: None,
+        };
+        let facts = ops::gather(&store, &request, &GatherOptions::new("oncall@test"))
+            .await
+            .expect("gather");
+        let plan = ops::plan(&request, &facts);
+        assert_eq!(plan.refusal, None);
+        let lines = plan.effect.lines.join("\n");
+        assert!(!lines.contains("does not move"), "{lines}");
+        let warning = plan
+            .warnings
+            .iter()
+            .find(|w| w.contains("multi-document transaction"))
+            .unwrap_or_else(|| panic!("{:?}", plan.warnings));
+        assert!(warning.contains("of 3 changes"), "{warning}");
+        println!("plan: {lines}\nwarning: {warning}");
+        ops::execute(&store, &plan, None).await.expect("skipped");
+        let past = handler.clone();
+        wait_for_lease(
+            &store,
+            Duration::from_secs(30),
+            "past the skipped change",
+            move |l| {
+                l.failure.is_none()
+                    && l.resume_token.is_some()
+                    && l.resume_token == past.token_of(3)
+            },
+        )
+        .await;
+        assert_eq!(
+            handler.handled(),
+            BTreeSet::from([0, 1, 3]),
+            "only 2 skipped"
+        );
+        listener.stop().await;
+    })
+    .await;
+}

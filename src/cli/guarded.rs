@@ -799,6 +799,7 @@ mod tests {
                             bulk_lease: options.bulk_lease,
                             thresholds: options.thresholds,
                             profile: Default::default(),
+                            skipped_entry: None,
                         };
                         all.push((facts, defined));
                     }

@@ -118,6 +118,9 @@ pub struct PlanFacts {
     /// What the listeners' change streams can do: on Azure Cosmos DB a stream starts
     /// only at now or after a token, never at a time.
     pub profile: StreamProfile,
+    /// For a skip: the oplog entry of the change it steps over, when it could be read
+    /// (it tells whether the change is one of a multi-document transaction).
+    pub skipped_entry: Option<bson::Document>,
 }
 
 /// Settings for [`super::gather`] that come from the caller, not the store.

@@ -1,10 +1,10 @@
 //! Reading what planning needs from a store: the only I/O before execute.
 
 use super::facts::{CappedHistory, ChangeCount, GatherOptions, PlanFacts};
-use super::target::affected_range;
+use super::target::{affected_range, skipped_token};
 use super::{ActionRequest, OpsError, RewindTarget};
 use crate::model::SourceKind;
-use crate::store::{AuditLog, Namespace, OperatorStore, CHECKPOINTS_KEPT};
+use crate::store::{skipped_entry, AuditLog, Namespace, OperatorStore, CHECKPOINTS_KEPT};
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
 /// clock, the oplog window (absent when not permitted), a rewind's checkpoints and, for
@@ -70,6 +70,7 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         bulk_lease: options.bulk_lease,
         thresholds: options.thresholds,
         profile: store.profile(),
+        skipped_entry: None,
     };
     if let (
         ActionRequest::Rewind {
@@ -83,6 +84,13 @@ pub async fn gather<S: OperatorStore + AuditLog>(
             .checkpoints(resource, CHECKPOINTS_KEPT * 10)
             .await?
             .items;
+    }
+    if let (ActionRequest::Skip { to_token, .. }, Some(lease)) = (request, &facts.lease) {
+        if let Ok(token) = skipped_token(lease, to_token.as_ref()) {
+            facts.skipped_entry = skipped_entry(store, &token, lease.failure.as_ref())
+                .await?
+                .ok();
+        }
     }
     if let Some(range) = affected_range(request, &facts) {
         let limit = options.count_limit.max(1);

@@ -389,6 +389,7 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
         bulk_lease: Duration::from_secs(30),
         thresholds: crate::model::HealthThresholds::default(),
         profile: Default::default(),
+        skipped_entry: None,
     }
 }
 

@@ -57,6 +57,7 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
         bulk_lease: Duration::from_secs(30),
         thresholds: crate::model::HealthThresholds::default(),
         profile: Default::default(),
+        skipped_entry: None,
         capped: None,
     }
 }

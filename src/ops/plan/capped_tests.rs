@@ -72,6 +72,7 @@ fn facts(lease: Lease) -> PlanFacts {
         bulk_lease: Duration::from_secs(30),
         thresholds: HealthThresholds::default(),
         profile: Default::default(),
+        skipped_entry: None,
     }
 }
 

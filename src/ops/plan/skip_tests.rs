@@ -156,3 +156,55 @@ fn a_skip_is_refused_read_only_and_on_a_bulk_lease() {
         RefusalKind::BulkHeld
     );
 }
+
+#[test]
+fn a_change_of_a_transaction_says_so_and_a_move_within_one_entry_is_not_no_move() {
+    // The lease resumes after the transaction's first change; its second fails: the
+    // same cluster time.
+    let mut lease = failing_lease();
+    lease.resume_token = Some(ResumeToken::encode(
+        at(3001),
+        crate::model::TokenKind::Event,
+        3,
+    ));
+    let request = skip(None);
+    let mut facts = facts(lease);
+    facts.skipped_entry = Some(bson::doc! {
+        "lsid": { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![0xab; 16] } },
+        "txnNumber": 7_i64,
+        "op": "c",
+        "ns": "admin.$cmd",
+        "o": { "applyOps": [
+            { "op": "i", "ns": "zoo.animals", "o": { "_id": 1 } },
+            { "op": "i", "ns": "zoo.animals", "o": { "_id": "x" } },
+            { "op": "i", "ns": "zoo.animals", "o": { "_id": 3 } },
+        ] },
+        "prevOpTime": { "ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
+    });
+    let p = plan(&request, &facts);
+    assert_eq!(p.refusal, None);
+    let lines = p.effect.lines.join("\n");
+    assert!(!lines.contains("does not move"), "{lines}");
+    assert!(lines.contains("only this change is skipped"), "{lines}");
+    let warning = p
+        .warnings
+        .iter()
+        .find(|w| w.contains("multi-document transaction"))
+        .unwrap_or_else(|| panic!("{:?}", p.warnings));
+    assert!(
+        warning.contains("txnNumber 7")
+            && warning.contains("of 3 changes")
+            && warning.contains(&"ab".repeat(16)),
+        "{warning}"
+    );
+    // A plain insert with a session (a retryable write) is no transaction.
+    facts.skipped_entry = Some(bson::doc! {
+        "lsid": { "id": 1 }, "txnNumber": 1_i64, "op": "i", "ns": "zoo.animals", "o": { "_id": 2 },
+    });
+    let p = plan(&request, &facts);
+    assert!(
+        !p.warnings.iter().any(|w| w.contains("transaction")),
+        "{:?}",
+        p.warnings
+    );
+}
