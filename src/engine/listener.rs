@@ -568,55 +568,52 @@ impl<S: Store, H: Handler> Listener<S, H> {
         } else {
             self.store.commit(&p.tenure, &token, lease).await
         };
-        {
-            match written {
-                Ok(TenureWrite::Done) => {
-                    let now = Instant::now();
-                    if let Some(metrics) = &self.metrics {
-                        metrics.committed(now - started);
-                        if count > 0 {
-                            metrics.batch_committed(count);
-                        }
-                    }
-                    self.backoff.reset();
-                    p.last_commit = now;
-                    p.next_refresh = now + self.config.refresh_interval();
-                    if past_failure {
-                        p.failure = None;
-                        if let Some(metrics) = &self.metrics {
-                            metrics.failure_attempts(0);
-                        }
-                    }
-                    let time = token.time();
-                    self.checkpoint(&p.tenure, &token, now);
-                    p.committed = Some(token);
-                    // Events count once their commit landed: a fenced-out batch is not progress.
-                    let rate = self.rate.record(count as u64);
-                    self.status.send_modify(|s| {
-                        if count > 0 {
-                            s.events += count as u64;
-                            s.batches += 1;
-                            s.last_batch_size = count;
-                        }
-                        s.events_per_sec = rate;
-                        s.commits += 1;
-                        s.last_committed = time;
-                        s.state = ListenerState::Streaming;
-                    });
-                }
-                Ok(TenureWrite::LostLock) => {
-                    return Err(TenureEnd::LostLock(format!(
-                        "commit of version {} matched nothing",
-                        p.tenure.version
-                    )))
-                }
-                Err(e) => {
-                    return Err(self
-                        .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
-                        .await)
-                }
+        match written {
+            Ok(TenureWrite::Done) => {}
+            Ok(TenureWrite::LostLock) => {
+                return Err(TenureEnd::LostLock(format!(
+                    "commit of version {} matched nothing",
+                    p.tenure.version
+                )))
+            }
+            Err(e) => {
+                return Err(self
+                    .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
+                    .await)
             }
         }
+        let now = Instant::now();
+        if let Some(metrics) = &self.metrics {
+            metrics.committed(now - started);
+            if count > 0 {
+                metrics.batch_committed(count);
+            }
+            if past_failure {
+                metrics.failure_attempts(0);
+            }
+        }
+        self.backoff.reset();
+        p.last_commit = now;
+        p.next_refresh = now + self.config.refresh_interval();
+        if past_failure {
+            p.failure = None;
+        }
+        let time = token.time();
+        self.checkpoint(&p.tenure, &token, now);
+        p.committed = Some(token);
+        // Events count once their commit landed: a fenced-out batch is not progress.
+        let rate = self.rate.record(count as u64);
+        self.status.send_modify(|s| {
+            if count > 0 {
+                s.events += count as u64;
+                s.batches += 1;
+                s.last_batch_size = count;
+            }
+            s.events_per_sec = rate;
+            s.commits += 1;
+            s.last_committed = time;
+            s.state = ListenerState::Streaming;
+        });
         Ok(())
     }
 
@@ -703,22 +700,31 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let Some((event, error)) = failed else {
             return Ok(());
         };
-        let now = match self.store.server_now().await {
-            Ok(now) => now,
-            Err(e) => {
-                let end = TenureEnd::Failed(format!(
-                    "the handler failed ({error}); reading the server's clock to record it failed: {e}"
-                ));
-                return Err(self.give_back(&p.tenure, end).await);
-            }
-        };
-        let failure = super::failing::handler_failure(event, &error, now, p.failure.as_ref());
-        Err(self.record_failure(&p.tenure, failure).await)
+        let previous = p.failure.clone();
+        Err(self
+            .record_failure(&p.tenure, |now| {
+                super::failing::handler_failure(event, &error, now, previous.as_ref())
+            })
+            .await)
     }
 
-    /// Records `failure` on the lease `tenure` holds, gives the lease back and ends the
-    /// tenure: the change's back-off is then waited out by whoever takes it.
-    async fn record_failure(&mut self, tenure: &Tenure, failure: ChangeFailure) -> TenureEnd {
+    /// Records the failure `failure_at` makes of the server's current time on the lease
+    /// `tenure` holds, gives the lease back and ends the tenure: the change's back-off
+    /// is then waited out by whoever takes it.
+    async fn record_failure(
+        &mut self,
+        tenure: &Tenure,
+        failure_at: impl FnOnce(DateTime<Utc>) -> ChangeFailure,
+    ) -> TenureEnd {
+        let failure = match self.store.server_now().await {
+            Ok(now) => failure_at(now),
+            Err(e) => {
+                let end = TenureEnd::Failed(format!(
+                    "a change failed; reading the server's clock to record it failed: {e}"
+                ));
+                return self.give_back(tenure, end).await;
+            }
+        };
         tracing::warn!(resource = %tenure.resource, attempts = failure.attempts, error = %failure.error, "a change failed");
         match self.store.record_failure(tenure, &failure).await {
             Ok(TenureWrite::Done) => {
@@ -785,18 +791,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
         change: &crate::model::TooLargeChange,
         previous: Option<&ChangeFailure>,
     ) -> TenureEnd {
-        let now = match self.store.server_now().await {
-            Ok(now) => now,
-            Err(e) => {
-                let end = TenureEnd::Failed(format!(
-                    "{change}; reading the server's clock to record it failed: {e}"
-                ));
-                return self.give_back(tenure, end).await;
-            }
-        };
         let namespace = self.config.watch.to_string();
-        let failure = super::failing::too_large_failure(change, &namespace, now, previous);
-        self.record_failure(tenure, failure).await
+        self.record_failure(tenure, |now| {
+            super::failing::too_large_failure(change, &namespace, now, previous)
+        })
+        .await
     }
 
     /// A lease acquired with a failing change: waits, holding it, until that change's
