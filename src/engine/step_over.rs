@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use crate::model::{AuditState, ChangeFailure};
 use crate::store::{
-    skipped_entry, AuditContext, AuditFinish, AuditIntent, SkippedChange, Store, Tenure,
-    TenureWrite,
+    AuditContext, AuditFinish, AuditIntent, SkippedChange, Store, Tenure, TenureWrite,
 };
 
 /// Steps over `failure`'s change; `Err` says why not (nothing moved then, unless the
@@ -56,23 +55,17 @@ pub async fn step_over<S: Store>(
         after: None,
         outcome,
     };
-    let (entry, entry_missing) = match skipped_entry(store, &token, Some(failure)).await {
-        Ok(Ok(entry)) => (Some(entry), None),
-        Ok(Err(missing)) => (None, Some(missing)),
-        Err(e) => (None, Some(format!("reading its oplog entry failed: {e}"))),
+    let skipped = SkippedChange {
+        audit_id: audit_id.clone(),
+        resource: tenure.resource.clone(),
+        operator: tenure.listener.clone(),
+        at: now,
+        token: token.clone(),
+        failure: Some(failure.clone()),
+        entry: None,
+        entry_missing: None,
     };
-    let kept = store
-        .keep_skipped(&SkippedChange {
-            audit_id: audit_id.clone(),
-            resource: tenure.resource.clone(),
-            operator: tenure.listener.clone(),
-            at: now,
-            token: token.clone(),
-            failure: Some(failure.clone()),
-            entry,
-            entry_missing,
-        })
-        .await;
+    let kept = store.keep_skipped(&skipped.with_entry(store).await).await;
     if let Err(e) = kept {
         let outcome = format!("not applied: the skipped change could not be kept: {e}");
         let _ = store

@@ -8,8 +8,8 @@ use super::plan::Plan;
 use super::OpsError;
 use crate::model::{AuditState, Lease};
 use crate::store::{
-    skipped_entry, AuditContext, AuditFinish, AuditLog, OperatorChange, OperatorStore,
-    ResumeChange, SkippedChange, StoreError, StoreResult,
+    AuditContext, AuditFinish, AuditLog, OperatorChange, OperatorStore, ResumeChange,
+    SkippedChange, StoreError, StoreResult,
 };
 
 pub(super) async fn apply_skip<S: OperatorStore + AuditLog>(
@@ -62,20 +62,15 @@ async fn keep<S: OperatorStore>(
         .failure
         .clone()
         .filter(|f| f.names(token, token.time()));
-    let (entry, entry_missing) = match skipped_entry(store, token, failure.as_ref()).await? {
-        Ok(entry) => (Some(entry), None),
-        Err(missing) => (None, Some(missing)),
+    let skipped = SkippedChange {
+        audit_id: audit_id.to_string(),
+        resource: change.resource.clone(),
+        operator: plan.operator.clone(),
+        at: plan.planned_at,
+        token: token.clone(),
+        failure,
+        entry: None,
+        entry_missing: None,
     };
-    store
-        .keep_skipped(&SkippedChange {
-            audit_id: audit_id.to_string(),
-            resource: change.resource.clone(),
-            operator: plan.operator.clone(),
-            at: plan.planned_at,
-            token: token.clone(),
-            failure,
-            entry,
-            entry_missing,
-        })
-        .await
+    store.keep_skipped(&skipped.with_entry(store).await).await
 }
