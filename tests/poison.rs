@@ -93,6 +93,30 @@ async fn animals<S: DocumentStore>(
     }
 }
 
+/// A listener of the `animals` lease on `ns`: a 10 s lease, from the oldest entry.
+fn listener_config(ns: &Namespace, id: &str) -> ListenerConfig {
+    let mut config = ListenerConfig::new("animals", id, ns.clone());
+    config.lease = Duration::from_secs(10);
+    config.bootstrap = streamward::engine::Bootstrap::Oldest;
+    config
+}
+
+/// Waits until the lease's listeners got past every failing change, through animal
+/// `n` (as `handler` handled it); returns the lease.
+async fn wait_past<S: Store>(
+    store: &S,
+    limit: Duration,
+    what: &str,
+    handler: &Poisoned,
+    n: i32,
+) -> Lease {
+    let handler = handler.clone();
+    wait_for_lease(store, limit, what, move |l| {
+        l.failure.is_none() && l.resume_token.is_some() && l.resume_token == handler.token_of(n)
+    })
+    .await
+}
+
 /// The most attempts that fit in `span` after the first, by the back-off schedule.
 fn most_attempts_within(span: Duration, base: Duration) -> u32 {
     let mut attempts = 1;
@@ -140,10 +164,8 @@ async fn a_poison_change_is_named_retried_slowly_and_passed_once_fixed<S>(
 {
     let handler = animals(&store, &ns, 5, 3).await;
     let listener = |id: &str| {
-        let mut config = ListenerConfig::new("animals", id, ns.clone());
-        config.lease = Duration::from_secs(10);
+        let mut config = listener_config(&ns, id);
         config.retry_backoff = base;
-        config.bootstrap = streamward::engine::Bootstrap::Oldest;
         ListenerHandle::spawn(store.clone(), config, handler.clone())
     };
     let (a, b) = (listener("a"), listener("b"));
@@ -209,9 +231,8 @@ async fn a_poison_change_is_named_retried_slowly_and_passed_once_fixed<S>(
     );
     assert_eq!(failing.first_at, failure.first_at, "counted as one change");
     let health = LeaseHealth::assess(&later, None, Utc::now(), &HealthThresholds::default());
-    if failing.attempts >= 3 {
-        assert_eq!(health.status, LeaseStatus::Failing);
-    }
+    assert!(failing.attempts >= 3, "{failing:?}");
+    assert_eq!(health.status, LeaseStatus::Failing);
     let states = [a.snapshot(), b.snapshot()];
     assert!(
         states.iter().any(|s| s
@@ -224,14 +245,12 @@ async fn a_poison_change_is_named_retried_slowly_and_passed_once_fixed<S>(
     // Fixed: the next attempt goes through and the failure is gone.
     handler.broken.store(false, Ordering::SeqCst);
     let wait = failure_backoff(failing.attempts, base) + patience;
-    let last = handler.clone();
-    wait_for_lease(
+    wait_past(
         &store,
         wait,
         "the fixed handler past the change",
-        move |l| {
-            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == last.token_of(5)
-        },
+        &handler,
+        5,
     )
     .await;
     assert_eq!(handler.handled(), BTreeSet::from([1, 2, 3, 4, 5]));
@@ -288,9 +307,7 @@ where
     S: Store + OpsStore + DocumentStore,
 {
     let handler = animals(&store, &ns, 3, 2).await;
-    let mut config = ListenerConfig::new("animals", "a", ns.clone());
-    config.lease = Duration::from_secs(10);
-    config.bootstrap = streamward::engine::Bootstrap::Oldest;
+    let config = listener_config(&ns, "a");
     let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
     let patience = Duration::from_secs(30);
     let failing = wait_for_lease(&store, patience, "the failure", |l| l.failure.is_some()).await;
@@ -305,14 +322,12 @@ where
         },
     )
     .await;
-    let past = handler.clone();
-    let skipped = wait_for_lease(
+    let skipped = wait_past(
         &store,
         patience,
         "the listener past the skipped change",
-        move |l| {
-            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == past.token_of(3)
-        },
+        &handler,
+        3,
     )
     .await;
     assert!(
@@ -358,14 +373,12 @@ where
     })
     .await;
     handler.broken.store(false, Ordering::SeqCst);
-    let fixed = handler.clone();
-    wait_for_lease(
+    wait_past(
         &store,
         patience + Duration::from_secs(60),
         "the fixed handler past it",
-        move |l| {
-            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == fixed.token_of(3)
-        },
+        &handler,
+        3,
     )
     .await;
     assert_eq!(handler.handled(), BTreeSet::from([1, 2, 3]));
@@ -409,10 +422,8 @@ async fn mongo_a_change_too_large_to_return_is_recorded_and_skipped() {
             handled: Arc::default(),
         };
         let base = Duration::from_millis(500);
-        let mut config = ListenerConfig::new("animals", "a", ns.clone());
-        config.lease = Duration::from_secs(10);
+        let mut config = listener_config(&ns, "a");
         config.retry_backoff = base;
-        config.bootstrap = streamward::engine::Bootstrap::Oldest;
         let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
         let patience = Duration::from_secs(30);
         let seen = handler.clone();
@@ -467,11 +478,7 @@ async fn mongo_a_change_too_large_to_return_is_recorded_and_skipped() {
             .put(&ns, doc! { "_id": 2, "n": 2 })
             .await
             .expect("write");
-        let past = handler.clone();
-        wait_for_lease(&store, patience, "the listener past it", move |l| {
-            l.failure.is_none() && l.resume_token.is_some() && l.resume_token == past.token_of(2)
-        })
-        .await;
+        wait_past(&store, patience, "the listener past it", &handler, 2).await;
         let kept = store.skipped_changes("animals", 10).await.expect("read");
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].audit_id, skip_id);
@@ -494,17 +501,11 @@ where
     S: Store + OpsStore + DocumentStore,
 {
     let handler = animals(&store, &ns, 3, 2).await;
-    let mut config = ListenerConfig::new("animals", "a", ns.clone());
-    config.lease = Duration::from_secs(10);
+    let mut config = listener_config(&ns, "a");
     config.retry_backoff = Duration::from_millis(200);
     config.skip_after = Some(3);
-    config.bootstrap = streamward::engine::Bootstrap::Oldest;
     let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
-    let past = handler.clone();
-    let lease = wait_for_lease(&store, Duration::from_secs(60), "stepped over", move |l| {
-        l.failure.is_none() && l.resume_token.is_some() && l.resume_token == past.token_of(3)
-    })
-    .await;
+    let lease = wait_past(&store, Duration::from_secs(60), "stepped over", &handler, 3).await;
     assert_eq!(handler.handled(), BTreeSet::from([1, 3]));
     let kept = store.skipped_changes("animals", 10).await.expect("read");
     assert_eq!(kept.len(), 1, "{kept:?}");
@@ -576,9 +577,7 @@ async fn mongo_a_skip_inside_a_transaction_says_so_and_skips_only_that_change() 
             broken: Arc::new(AtomicBool::new(true)),
             handled: Arc::default(),
         };
-        let mut config = ListenerConfig::new("animals", "a", ns.clone());
-        config.lease = Duration::from_secs(10);
-        config.bootstrap = streamward::engine::Bootstrap::Oldest;
+        let config = listener_config(&ns, "a");
         let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
         let seen = handler.clone();
         wait_for_lease(
@@ -634,16 +633,12 @@ async fn mongo_a_skip_inside_a_transaction_says_so_and_skips_only_that_change() 
         assert!(warning.contains("of 3 changes"), "{warning}");
         println!("plan: {lines}\nwarning: {warning}");
         ops::execute(&store, &plan, None).await.expect("skipped");
-        let past = handler.clone();
-        wait_for_lease(
+        wait_past(
             &store,
             Duration::from_secs(30),
             "past the skipped change",
-            move |l| {
-                l.failure.is_none()
-                    && l.resume_token.is_some()
-                    && l.resume_token == past.token_of(3)
-            },
+            &handler,
+            3,
         )
         .await;
         assert_eq!(

@@ -407,6 +407,15 @@ mod tests {
         Ok(())
     }
 
+    /// A sandbox on tokio's paused clock, from 2026-01-01.
+    fn virtual_sandbox() -> SandboxStore {
+        let epoch = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch))
+    }
+
     /// `--poison-after`: the animal the pets handler cannot process is written once,
     /// its lease goes FAILING naming it (not in a loop: a handful of attempts in a
     /// minute), and a skip lets the pets listeners go on.
@@ -415,11 +424,7 @@ mod tests {
         use crate::demo::pets::PET_RESOURCE;
         use crate::demo::workload::POISON_ANIMAL;
         use crate::model::{HealthThresholds, LeaseHealth, LeaseStatus};
-        let epoch = Utc
-            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-            .single()
-            .expect("valid date");
-        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let store = virtual_sandbox();
         let config = DemoConfig {
             workload: WorkloadConfig {
                 poison_after: Some(Duration::from_secs(5)),
@@ -475,11 +480,7 @@ mod tests {
     async fn a_long_run_keeps_every_collection_within_its_bound() {
         const KEPT: usize = 30;
         const RUN: Duration = Duration::from_secs(300);
-        let epoch = Utc
-            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-            .single()
-            .expect("valid date");
-        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let store = virtual_sandbox();
         let config = DemoConfig {
             workload: WorkloadConfig {
                 orders_kept: KEPT,
@@ -562,11 +563,7 @@ mod tests {
         use crate::model::token_entry;
         use crate::store::CappedFeed;
 
-        let epoch = Utc
-            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
-            .single()
-            .expect("valid date");
-        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let store = virtual_sandbox();
         let config = DemoConfig {
             // Three are crashed, one by one; the last goes on alone.
             listeners_per_resource: 4,

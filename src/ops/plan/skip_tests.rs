@@ -2,33 +2,23 @@
 
 use chrono::TimeDelta;
 
-use super::tests::{at, counted as counted_up_to, facts as facts_of, token, wall};
+use super::tests::{at, counted as counted_up_to, facts as facts_of, live_lease, token, wall};
 use super::*;
-use crate::model::{ChangeFailure, FailureCause, ResumeToken, WatchTarget};
+use crate::model::{ChangeFailure, FailureCause, ResumeToken};
 
-/// Held by w1, resuming after +3000 s, its listeners failing on the change at +3001 s.
+/// The plan tests' live lease (held by w1, resuming after +3000 s), its listeners
+/// failing on the change at +3001 s.
 fn failing_lease() -> Lease {
-    let now = wall(3600);
-    let mut lease = Lease::vacant("zoo.tags");
-    lease.holder = Some("w1".into());
-    lease.version = 12;
-    lease.expires_at = Some(now + TimeDelta::seconds(8));
-    lease.renewed_at = Some(now - TimeDelta::seconds(3));
-    lease.resume_token = Some(token(3000));
-    lease.watch = Some(WatchTarget {
-        db: "zoo".into(),
-        coll: "animals".into(),
-        ..Default::default()
-    });
+    let mut lease = live_lease();
     lease.failure = Some(ChangeFailure::first(
         Some(token(3001)),
         Some(at(3001)),
-        "zoo.animals",
+        "shop.orders",
         "insert",
         r#"{"_id":"x"}"#,
         "animal x has no valid \"tags\"",
         FailureCause::Handler,
-        now - TimeDelta::seconds(30),
+        wall(3600) - TimeDelta::seconds(30),
     ));
     lease
 }
@@ -39,7 +29,7 @@ fn facts(lease: Lease) -> PlanFacts {
 
 fn skip(to_token: Option<ResumeToken>) -> ActionRequest {
     ActionRequest::Skip {
-        resource: "zoo.tags".into(),
+        resource: "shop.orders".into(),
         to_token,
     }
 }
@@ -77,9 +67,9 @@ fn a_skip_resumes_right_after_the_failing_change_and_says_which() {
     assert_eq!((after.failure.as_ref(), after.version), (None, 13));
     let lines = p.effect.lines.join("\n");
     assert!(
-        lines.contains("steps over one change: insert zoo.animals {\"_id\":\"x\"}")
+        lines.contains("steps over one change: insert shop.orders {\"_id\":\"x\"}")
             && lines.contains("1 attempt (handler): animal x has no valid")
-            && lines.contains("1 change on zoo.animals will be skipped")
+            && lines.contains("1 change on shop.orders will be skipped")
             && lines.contains("skipped collection"),
         "{lines}"
     );
@@ -175,9 +165,9 @@ fn a_change_of_a_transaction_says_so_and_a_move_within_one_entry_is_not_no_move(
         "op": "c",
         "ns": "admin.$cmd",
         "o": { "applyOps": [
-            { "op": "i", "ns": "zoo.animals", "o": { "_id": 1 } },
-            { "op": "i", "ns": "zoo.animals", "o": { "_id": "x" } },
-            { "op": "i", "ns": "zoo.animals", "o": { "_id": 3 } },
+            { "op": "i", "ns": "shop.orders", "o": { "_id": 1 } },
+            { "op": "i", "ns": "shop.orders", "o": { "_id": "x" } },
+            { "op": "i", "ns": "shop.orders", "o": { "_id": 3 } },
         ] },
         "prevOpTime": { "ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
     });
@@ -199,7 +189,7 @@ fn a_change_of_a_transaction_says_so_and_a_move_within_one_entry_is_not_no_move(
     );
     // A plain insert with a session (a retryable write) is no transaction.
     facts.skipped_entry = Some(bson::doc! {
-        "lsid": { "id": 1 }, "txnNumber": 1_i64, "op": "i", "ns": "zoo.animals", "o": { "_id": 2 },
+        "lsid": { "id": 1 }, "txnNumber": 1_i64, "op": "i", "ns": "shop.orders", "o": { "_id": 2 },
     });
     let p = plan(&request, &facts);
     assert!(

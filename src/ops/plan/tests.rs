@@ -36,7 +36,7 @@ fn orders() -> Namespace {
 }
 
 /// A lease held by w1 (renewed 3 s ago, expires in 8 s), token at +3000 s.
-fn live_lease() -> Lease {
+pub(super) fn live_lease() -> Lease {
     let now = wall(3600);
     let mut lease = Lease::vacant("shop.orders");
     lease.holder = Some("w1".into());
