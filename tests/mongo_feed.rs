@@ -91,7 +91,10 @@ async fn open_now_batches_events_and_returns_the_post_batch_token_when_idle() {
         server.commands_stripped("aggregate"),
         vec![doc! {
             "aggregate": "orders",
-            "pipeline": [{ "$changeStream": { "fullDocument": "updateLookup" } }],
+            "pipeline": [
+                { "$changeStream": { "fullDocument": "updateLookup" } },
+                { "$changeStreamSplitLargeEvent": {} },
+            ],
             "cursor": { "batchSize": 2 },
             "$db": "shop",
         }]
@@ -138,6 +141,174 @@ async fn open_after_a_token_sends_resume_after_and_at_a_time_sends_start_at_oper
             "fullDocument": "updateLookup",
             "startAtOperationTime": Timestamp { time: 1_700_000_000, increment: 4 },
         } })
+    );
+}
+
+// ------------------------------------------ events split by $changeStreamSplitLargeEvent
+//
+// The only real server here is 6.0.5, which has no such stage: these replies follow
+// the stage's documentation (fragments in order, each with its own `_id` and
+// `splitEvent: {fragment, of}`, the first holding the event's context).
+
+const F1: &str = "8263E5B9D4000000012B042C0100296E5A1004";
+const F2: &str = "8263E5B9D4000000012B042C0100296E5A1004FA";
+const F3: &str = "8263E5B9D4000000012B042C0100296E5A1004FB";
+const AFTER: &str = "8263E5B9D5000000012B042C0100296E5A1004";
+
+fn fragment(token: &str, n: i32, of: i32, fields: Document) -> Document {
+    let mut document =
+        doc! { "_id": { "_data": token }, "splitEvent": { "fragment": n, "of": of } };
+    document.extend(fields);
+    document
+}
+
+/// A 30 MB update as three fragments: the context and the post-image's first half
+/// would not fit one reply, so each fragment here stands for one.
+fn split_update() -> [Document; 3] {
+    [
+        fragment(
+            F1,
+            1,
+            3,
+            doc! {
+                "operationType": "update",
+                "clusterTime": Timestamp { time: 0x63E5B9D4, increment: 1 },
+                "wallTime": bson::DateTime::from_millis(1),
+                "ns": { "db": "shop", "coll": "orders" },
+                "documentKey": { "_id": 9 },
+                "updateDescription": { "updatedFields": { "note": "n" }, "removedFields": [] },
+            },
+        ),
+        fragment(
+            F2,
+            2,
+            3,
+            doc! { "fullDocument": { "_id": 9, "note": "n", "blob": "b" } },
+        ),
+        fragment(F3, 3, 3, doc! { "fullDocumentBeforeChange": { "_id": 9 } }),
+    ]
+}
+
+async fn server_of_version(wire: i32, version: Option<&str>) -> WireServer {
+    let server = WireServer::start().await;
+    server.set_max_wire_version(wire);
+    if let Some(version) = version {
+        server.script("buildInfo", [Action::ok(doc! { "version": version })]);
+    }
+    server
+}
+
+fn pipeline_sent(server: &WireServer) -> Vec<Bson> {
+    server.commands_stripped("aggregate")[0]
+        .get_array("pipeline")
+        .unwrap()
+        .clone()
+}
+
+#[tokio::test]
+async fn the_split_stage_is_asked_for_only_where_the_server_has_it() {
+    for (wire, version, split) in [
+        (21, None, true),           // 7.0
+        (17, Some("6.0.9"), true),  // the first 6.0 with the stage
+        (17, Some("6.0.5"), false), // the real server of this suite
+        (17, None, false),          // a 6.0 whose patch cannot be read
+    ] {
+        let server = server_of_version(wire, version).await;
+        let store = connected(&server).await;
+        server.script("aggregate", [cursor(true, vec![], T1)]);
+        let _stream = store
+            .open(&orders(), StartPoint::Now, options(1))
+            .await
+            .unwrap();
+        let pipeline = pipeline_sent(&server);
+        let last = pipeline.last().unwrap().as_document().unwrap();
+        assert_eq!(
+            last.contains_key("$changeStreamSplitLargeEvent"),
+            split,
+            "wire {wire}, {version:?}: {pipeline:?}"
+        );
+        if split {
+            assert_eq!(
+                last,
+                &doc! { "$changeStreamSplitLargeEvent": {} },
+                "the stage is last"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_split_event_is_one_change_under_its_last_fragments_token_even_across_replies() {
+    let server = WireServer::start().await; // 7.0
+    let store = connected(&server).await;
+    let [first, second, third] = split_update();
+    // The first reply holds only the first fragment, and the next none: the
+    // post-batch token is that fragment's, yet a batch ends only after the last one.
+    server.script("aggregate", [cursor(true, vec![first], F1)]);
+    server.script(
+        "getMore",
+        [
+            cursor(false, vec![], F1),
+            cursor(false, vec![second], F2),
+            cursor(false, vec![third, change(AFTER, 10)], AFTER),
+            cursor(false, vec![], PBRT),
+        ],
+    );
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(1))
+        .await
+        .unwrap();
+
+    let batch = stream.next_batch().await.unwrap();
+    assert_eq!(batch.events.len(), 1, "{:?}", batch.events);
+    let event = &batch.events[0];
+    assert_eq!(
+        event.token,
+        ResumeToken::from_document(doc! { "_data": F3 })
+    );
+    assert_eq!(
+        batch.resume_token,
+        Some(ResumeToken::from_document(doc! { "_data": F3 })),
+        "a commit of this batch resumes after the whole event"
+    );
+    assert_eq!(event.operation, OperationType::Update);
+    assert_eq!(event.document_key, doc! { "_id": 9 });
+    assert_eq!(event.cluster_time, Some(ClusterTime::new(0x63E5B9D4, 1)));
+    assert_eq!(
+        event.full_document,
+        Some(doc! { "_id": 9, "note": "n", "blob": "b" }),
+        "the post-image of the second fragment"
+    );
+
+    let next = stream.next_batch().await.unwrap();
+    assert_eq!(next.events.len(), 1);
+    assert_eq!(next.events[0].document_key, doc! { "_id": 10 });
+    assert_eq!(
+        next.resume_token,
+        Some(ResumeToken::from_document(doc! { "_data": AFTER }))
+    );
+}
+
+#[tokio::test]
+async fn fragments_that_do_not_make_one_event_are_malformed_not_a_made_up_change() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let [first, _second, third] = split_update();
+    server.script("aggregate", [cursor(true, vec![first, third], F3)]);
+    let mut stream = store
+        .open(&orders(), StartPoint::Now, options(5))
+        .await
+        .unwrap();
+    let error = stream.next_batch().await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::Malformed { what, .. } if what == "split change event"),
+        "{error:?}"
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("fragment 3 of 3 arrived where fragment 2 of 3 was due"),
+        "{error}"
     );
 }
 

@@ -81,6 +81,8 @@ pub struct Opened {
     pub options: ClientOptions,
     /// `hello` answered as a mongos router does (`msg: "isdbgrid"`).
     pub router: bool,
+    /// The server takes `$changeStreamSplitLargeEvent` ([`version::splits_large_events`]).
+    pub splits_large_events: bool,
 }
 
 /// Builds the client, then proves the cluster answers (`ping` on `admin`). `tweak`
@@ -157,13 +159,14 @@ pub async fn open_client(
             )));
         }
     }
-    let router = check_version(&admin, settings.operation_timeout)
+    let server = check_version(&admin, settings.operation_timeout)
         .await
         .map_err(redact_error)?;
     Ok(Opened {
         client,
         options,
-        router,
+        router: server.router,
+        splits_large_events: server.splits_large_events,
     })
 }
 
@@ -177,10 +180,17 @@ fn refused_as_too_old(error: &mongodb::error::Error) -> Option<StoreError> {
     }
 }
 
+/// What `hello` (and, where it must, `buildInfo`) told of the server.
+struct ServerFacts {
+    router: bool,
+    splits_large_events: bool,
+}
+
 /// Refuses a server older than the adapter's commands need: `hello.maxWireVersion`
-/// decides; `buildInfo.version` (read only then) names it in the message. Answers
-/// whether the server is a mongos router.
-async fn check_version(admin: &Database, limit: Duration) -> Result<bool, StoreError> {
+/// decides; `buildInfo.version` names it in the message. `buildInfo` is read only
+/// when the wire version cannot tell: a server too old, or a 6.0 whose patch decides
+/// whether change streams can split large events.
+async fn check_version(admin: &Database, limit: Duration) -> Result<ServerFacts, StoreError> {
     let action = "read the server's version (hello)";
     let hello = bounded(limit, action, async {
         admin.run_command(doc! {"hello": 1}).await
@@ -197,19 +207,29 @@ async fn check_version(admin: &Database, limit: Duration) -> Result<bool, StoreE
         }
     };
     let wire = i32::try_from(wire).unwrap_or(i32::MAX);
-    if wire >= version::MIN_WIRE_VERSION {
-        return Ok(hello.get_str("msg") == Ok("isdbgrid"));
-    }
-    let build = bounded(limit, "read the server's version (buildInfo)", async {
-        admin.run_command(doc! {"buildInfo": 1}).await
+    let router = hello.get_str("msg") == Ok("isdbgrid");
+    let needs_build = wire < version::MIN_WIRE_VERSION || version::patch_decides_splitting(wire);
+    let named = if needs_build {
+        let build = bounded(limit, "read the server's version (buildInfo)", async {
+            admin.run_command(doc! {"buildInfo": 1}).await
+        })
+        .await;
+        if let Err(e) = &build {
+            tracing::debug!(error = ?e, "buildInfo could not be read; the server's patch release stays unknown");
+        }
+        build.ok().and_then(|b| {
+            b.get_str("version")
+                .ok()
+                .map(crate::model::text::escape_control)
+        })
+    } else {
+        None
+    };
+    version::check(wire, named.as_deref())?;
+    Ok(ServerFacts {
+        router,
+        splits_large_events: version::splits_large_events(wire, named.as_deref()),
     })
-    .await
-    .ok();
-    let named = build
-        .as_ref()
-        .and_then(|b| b.get_str("version").ok())
-        .map(crate::model::text::escape_control);
-    version::check(wire, named.as_deref()).map(|()| false)
 }
 
 impl CallError {

@@ -13,6 +13,7 @@ use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::cosmos;
 use super::errors::{bounded, next_within, with_one_retry};
 use super::read_pace::ReadPace;
+use super::split_event::Fragments;
 use super::MongoStore;
 use crate::model::{
     ClusterTime, Deployment, OplogAccess, OplogWindow, Partition, ResumeToken, ShardOplog,
@@ -321,6 +322,11 @@ impl ChangeFeed for MongoStore {
             }
             pipeline.push(partition.change_stream_stage());
         }
+        if self.profile == StreamProfile::MongoDb && self.splits_large_events {
+            // Last, as the stage must be; the events it splits are put back together
+            // in `next_changes`.
+            pipeline.push(doc! { "$changeStreamSplitLargeEvent": {} });
+        }
         let started_after = match &start {
             StartPoint::After(token) => Some(token.as_document().clone()),
             _ => None,
@@ -379,6 +385,7 @@ impl ChangeFeed for MongoStore {
             pending: None,
             last_token: started_after,
             pace,
+            fragments: Fragments::default(),
         })
     }
 
@@ -495,6 +502,9 @@ pub struct MongoChangeStream {
     last_token: Option<Document>,
     /// Waiting on the server for changes, or polling ([`ReadPace`]).
     pace: ReadPace,
+    /// The part read of an event the server split; kept across reads, since the
+    /// cursor does not return a fragment twice.
+    fragments: Fragments,
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -548,6 +558,13 @@ impl MongoChangeStream {
                 .await
                 .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
             let Some(document) = next else {
+                if self.stream.is_alive() && self.fragments.assembling() {
+                    waited += 1;
+                    if waited < 3 {
+                        continue; // the rest of the event follows
+                    }
+                    return Err(self.fragments.abandon());
+                }
                 if self.stream.is_alive() {
                     waited += 1;
                     if closing.is_some() && waited < 3 {
@@ -573,6 +590,9 @@ impl MongoChangeStream {
                     )),
                 });
                 break;
+            };
+            let Some(document) = self.fragments.take(document)? else {
+                continue;
             };
             match stream_event(&self.ns, &document, self.profile)? {
                 StreamEvent::Change(event) => {

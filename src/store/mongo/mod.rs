@@ -27,6 +27,7 @@ mod read_pace;
 mod redact;
 mod shards;
 mod skipped;
+mod split_event;
 pub mod version;
 
 use std::sync::Arc;
@@ -74,6 +75,8 @@ pub struct MongoStore {
     /// Azure Cosmos DB (by the profile or the host names, vCore included): it keeps no
     /// oplog, and nothing is sent to read one.
     no_oplog: bool,
+    /// Change streams end in `$changeStreamSplitLargeEvent`: the server takes it.
+    splits_large_events: bool,
 }
 
 impl MongoStore {
@@ -123,6 +126,7 @@ impl MongoStore {
             read_slots,
             profile,
             no_oplog,
+            splits_large_events: opened.splits_large_events,
         })
     }
 

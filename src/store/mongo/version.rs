@@ -37,6 +37,39 @@ pub fn release_of_wire(wire: i32) -> Option<&'static str> {
     })
 }
 
+/// Wire version of MongoDB 7.0, the first release line with
+/// `$changeStreamSplitLargeEvent` in every version.
+const SPLIT_EVENTS_WIRE: i32 = 21;
+/// Wire version of MongoDB 6.0, where the stage came with 6.0.9.
+const SIX_OH_WIRE: i32 = 17;
+
+/// Whether only the server's patch release (`buildInfo.version`) tells if it takes
+/// `$changeStreamSplitLargeEvent`.
+pub fn patch_decides_splitting(max_wire_version: i32) -> bool {
+    max_wire_version == SIX_OH_WIRE
+}
+
+/// Whether the server takes `$changeStreamSplitLargeEvent` ("New in MongoDB 7.0 (and
+/// 6.0.9)", the stage's documentation): every 7.0 and later, and 6.0 from 6.0.9 on,
+/// which only `buildInfo.version` tells apart. The rapid releases 6.1 to 6.3 are not
+/// named by the documentation and are taken as without it.
+pub fn splits_large_events(max_wire_version: i32, version: Option<&str>) -> bool {
+    if max_wire_version >= SPLIT_EVENTS_WIRE {
+        return true;
+    }
+    if max_wire_version != SIX_OH_WIRE {
+        return false;
+    }
+    let Some(version) = version else {
+        return false;
+    };
+    let mut parts = version.split(['.', '-']).map(|p| p.parse::<u32>().ok());
+    matches!(
+        (parts.next(), parts.next(), parts.next()),
+        (Some(Some(6)), Some(Some(0)), Some(Some(patch))) if patch >= 9
+    )
+}
+
 /// "4.4.29 (wire version 12)" from what the server said; the release of the wire
 /// version stands in when `buildInfo` could not be read.
 fn found(wire: i32, version: Option<&str>) -> String {
@@ -93,6 +126,20 @@ mod tests {
             unnamed.starts_with("MongoDB 4.4 (wire version 9) is too old"),
             "{unnamed}"
         );
+    }
+
+    #[test]
+    fn the_split_stage_is_used_from_6_0_9_and_on_every_7_0_and_later() {
+        assert!(!splits_large_events(17, Some("6.0.5")), "the server here");
+        assert!(!splits_large_events(17, Some("6.0.8")));
+        assert!(splits_large_events(17, Some("6.0.9")));
+        assert!(splits_large_events(17, Some("6.0.19")));
+        assert!(!splits_large_events(17, None), "6.0 of unknown patch");
+        assert!(!splits_large_events(17, Some("6.0.x-rc1")));
+        assert!(!splits_large_events(20, Some("6.3.2")), "rapid releases");
+        assert!(!splits_large_events(13, Some("5.0.30")));
+        assert!(splits_large_events(21, None));
+        assert!(splits_large_events(25, Some("8.0.4")));
     }
 
     #[test]
