@@ -597,6 +597,7 @@ fn registered_series() -> BTreeSet<String> {
     let engine = EngineMetrics::new().unwrap();
     let listener = engine.listener("shop.orders", "w1");
     listener.committed(Duration::from_millis(3));
+    listener.lag(Duration::from_secs(2));
     let mut names = rendered_names(&encode(engine.registry()).unwrap());
 
     let cluster = ClusterMetrics::new().unwrap();

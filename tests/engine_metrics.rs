@@ -249,3 +249,126 @@ async fn a_failing_change_is_counted_and_its_attempts_shown_until_passed() {
     until("past the change", || read(&attempts) == Some(0.0)).await;
     listener.stop().await;
 }
+
+/// The `_id` of a change handed over, and the lag gauge when it was.
+type LagSeen = (i32, Option<f64>);
+
+/// Reads the listener's lag gauge each time it is handed a change: the value then is
+/// the lag measured after the batch before.
+#[derive(Clone)]
+struct SeesLag {
+    metrics: EngineMetrics,
+    series: String,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<LagSeen>>>,
+}
+
+impl streamward::engine::Handler for SeesLag {
+    async fn handle(
+        &mut self,
+        events: &[streamward::store::ChangeEvent],
+        _fence: &streamward::model::Fence,
+    ) -> Result<(), streamward::engine::HandlerError> {
+        let lag = value(
+            &encode(self.metrics.registry()).unwrap_or_default(),
+            &self.series,
+        );
+        for event in events {
+            let id = event.document_key.get_i32("_id").unwrap_or(-1);
+            self.seen.lock().unwrap().push((id, lag));
+        }
+        Ok(())
+    }
+}
+
+/// Two changes `gap` apart, read one per batch by a listener started after both: after
+/// the first, the stream is the gap behind the cluster time its reply carried; once
+/// both are handled and the stream is idle, it is not behind.
+async fn a_listener_behind_shows_its_lag<S: streamward::store::Store + DocumentStore>(
+    store: S,
+    ns: Namespace,
+    gap: Duration,
+    caught_up_within: f64,
+) {
+    store.put(&ns, doc! { "_id": 1 }).await.expect("write");
+    tokio::time::sleep(gap).await;
+    store.put(&ns, doc! { "_id": 2 }).await.expect("write");
+    let metrics = EngineMetrics::new().expect("metrics");
+    let mut config = ListenerConfig::new("lagging", "w1", ns.clone());
+    config.bootstrap = Bootstrap::Oldest;
+    config.batch_size = 1;
+    config.max_batch_wait = Duration::from_millis(200);
+    config.heartbeat = Duration::from_millis(200);
+    let series =
+        "streamward_listener_lag_seconds{listener=\"w1\",resource=\"lagging\"}".to_string();
+    let handler = SeesLag {
+        metrics: metrics.clone(),
+        series: series.clone(),
+        seen: Default::default(),
+    };
+    let seen = handler.seen.clone();
+    let listener = ListenerHandle::spawn_with_metrics(store.clone(), config, handler, &metrics);
+    let handled = || seen.lock().unwrap().iter().any(|(id, _)| *id == 2);
+    for _ in 0..400 {
+        if handled() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        handled(),
+        "both changes handled: {:?}",
+        seen.lock().unwrap()
+    );
+    let at_second = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|(id, _)| *id == 2)
+        .and_then(|(_, lag)| *lag);
+    let gap_secs = gap.as_secs_f64();
+    assert!(
+        at_second.is_some_and(|lag| lag >= gap_secs - 1.0),
+        "after the first change the stream was {gap_secs}s behind; the gauge said {at_second:?}"
+    );
+    let read = || value(&encode(metrics.registry()).unwrap_or_default(), &series);
+    let mut caught_up = read();
+    for _ in 0..100 {
+        if caught_up.is_some_and(|lag| lag <= caught_up_within) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        caught_up = read();
+    }
+    assert!(
+        caught_up.is_some_and(|lag| lag <= caught_up_within),
+        "idle and caught up, yet the gauge says {caught_up:?}"
+    );
+    listener.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn sandbox_a_listener_behind_shows_its_lag() {
+    let clock = Clock::Virtual {
+        epoch: chrono::Utc::now(),
+        start: tokio::time::Instant::now(),
+    };
+    let store = SandboxStore::new(SandboxConfig::default(), clock);
+    a_listener_behind_shows_its_lag(
+        store,
+        Namespace::new("zoo", "lag"),
+        Duration::from_secs(40),
+        0.0,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_listener_behind_shows_its_lag() {
+    support::live::live("engine_lag", |db: support::live::LiveDb| async move {
+        let ns = db.ns("lag");
+        // The cluster time and the stream's post-batch token are whole seconds apart
+        // at most once idle (a write elsewhere, the primary's periodic no-op).
+        a_listener_behind_shows_its_lag(db.store, ns, Duration::from_secs(3), 1.0).await;
+    })
+    .await;
+}

@@ -524,8 +524,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
             self.set_state(ListenerState::Committing);
+            self.measure_lag(&batch);
             batch.resume_token
         } else {
+            self.measure_lag(&batch);
             let heartbeat_due = handing_over
                 || p.committed.is_none()
                 || p.last_commit.elapsed() >= self.config.heartbeat;
@@ -547,6 +549,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
             self.commit(p, token, count, past_failure).await?;
         }
         self.after_commit(p, handing_over).await
+    }
+
+    fn measure_lag(&self, batch: &ChangeBatch) {
+        if let (Some(metrics), Some(lag)) = (&self.metrics, batch.lag()) {
+            metrics.lag(lag);
+        }
     }
 
     /// Commits `token`, after `count` changes were handled (none for a heartbeat);

@@ -11,7 +11,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry,
 };
 
 use super::MetricsError;
@@ -50,6 +51,7 @@ pub struct EngineMetrics {
     history_lost: IntCounterVec,
     change_failures: IntCounterVec,
     failure_attempts: IntGaugeVec,
+    lag: GaugeVec,
     state: IntGaugeVec,
     version: IntGaugeVec,
 }
@@ -113,6 +115,13 @@ impl EngineMetrics {
                 ),
                 &LABELS,
             )?,
+            lag: GaugeVec::new(
+                Opts::new(
+                    "streamward_listener_lag_seconds",
+                    "Seconds from the last change this listener handled (or the post-batch token of an empty read) to the cluster time the stream's reply carried; by cluster time, so whole seconds. Absent until a change stream reply told it (never for a capped collection).",
+                ),
+                &LABELS,
+            )?,
             state: IntGaugeVec::new(
                 Opts::new(
                     "streamward_listener_state",
@@ -143,6 +152,7 @@ impl EngineMetrics {
         registry.register(Box::new(self.history_lost.clone()))?;
         registry.register(Box::new(self.change_failures.clone()))?;
         registry.register(Box::new(self.failure_attempts.clone()))?;
+        registry.register(Box::new(self.lag.clone()))?;
         registry.register(Box::new(self.state.clone()))?;
         registry.register(Box::new(self.version.clone()))?;
         Ok(())
@@ -166,6 +176,9 @@ impl EngineMetrics {
             history_lost: self.history_lost.with_label_values(&labels),
             change_failures: self.change_failures.with_label_values(&labels),
             failure_attempts: self.failure_attempts.with_label_values(&labels),
+            lag: self.lag.clone(),
+            labels: [resource.to_string(), listener.to_string()],
+            lag_series: std::sync::OnceLock::new(),
             states: STATES
                 .iter()
                 .map(|s| {
@@ -193,6 +206,10 @@ pub struct ListenerMetrics {
     history_lost: IntCounter,
     change_failures: IntCounter,
     failure_attempts: IntGauge,
+    /// Made on the first measure, so a listener that never had one shows no series.
+    lag: GaugeVec,
+    labels: [String; 2],
+    lag_series: std::sync::OnceLock<Gauge>,
     states: Vec<(ListenerState, IntGauge)>,
     version: IntGauge,
 }
@@ -233,6 +250,17 @@ impl ListenerMetrics {
     /// The lease records a failing change after `attempts` (0: none, or it got past it).
     pub fn failure_attempts(&self, attempts: u32) {
         self.failure_attempts.set(i64::from(attempts));
+    }
+
+    /// How far behind the cluster the stream was after the last batch handled
+    /// ([`crate::store::ChangeBatch::lag`]).
+    pub fn lag(&self, lag: Duration) {
+        self.lag_series
+            .get_or_init(|| {
+                self.lag
+                    .with_label_values(&[self.labels[0].as_str(), self.labels[1].as_str()])
+            })
+            .set(lag.as_secs_f64());
     }
 
     pub fn state(&self, state: ListenerState) {

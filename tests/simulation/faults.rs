@@ -1163,6 +1163,7 @@ impl FaultyStream {
         ChangeBatch {
             events,
             resume_token: token,
+            cluster_time: None,
         }
     }
 }

@@ -530,9 +530,11 @@ impl MongoTail {
             }
         }
         let resume_token = events.last().map(|event| event.token.clone());
+        // A capped collection is read by `find`, not a change stream: no lag is known.
         Ok(ChangeBatch {
             events,
             resume_token,
+            cluster_time: None,
         })
     }
 }

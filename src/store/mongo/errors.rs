@@ -12,8 +12,10 @@
 use std::future::Future;
 use std::time::Duration;
 
+use mongodb::change_stream::session::SessionChangeStream;
 use mongodb::change_stream::ChangeStream;
 use mongodb::error::{Error, ErrorKind, WriteFailure};
+use mongodb::ClientSession;
 use serde::de::DeserializeOwned;
 
 use crate::store::error::NOT_PRIMARY_CODES;
@@ -214,6 +216,24 @@ where
     T: DeserializeOwned + Unpin + Send + Sync,
 {
     match tokio::time::timeout(bound, stream.next_if_any()).await {
+        Ok(next) => next.map_err(CallError::Driver),
+        Err(_) => Err(CallError::TimedOut(format!(
+            "{action}: no reply within {bound:?}"
+        ))),
+    }
+}
+
+/// [`next_within`] on a change stream opened in an explicit session.
+pub async fn next_within_session<T>(
+    stream: &mut SessionChangeStream<T>,
+    session: &mut ClientSession,
+    bound: Duration,
+    action: &str,
+) -> Result<Option<T>, CallError>
+where
+    T: DeserializeOwned + Unpin + Send + Sync,
+{
+    match tokio::time::timeout(bound, stream.next_if_any(session)).await {
         Ok(next) => next.map_err(CallError::Driver),
         Err(_) => Err(CallError::TimedOut(format!(
             "{action}: no reply within {bound:?}"

@@ -5,13 +5,13 @@ use std::time::Duration;
 
 use bson::{doc, Bson, Document, RawDocumentBuf};
 use chrono::{DateTime, Utc};
-use mongodb::change_stream::ChangeStream as DriverStream;
+use mongodb::change_stream::session::SessionChangeStream;
 use mongodb::options::FullDocumentType;
-use mongodb::Client;
+use mongodb::{Client, ClientSession};
 
 use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::cosmos;
-use super::errors::{bounded, next_within, with_one_retry};
+use super::errors::{bounded, next_within_session, with_one_retry};
 use super::read_pace::ReadPace;
 use super::split_event::Fragments;
 use super::MongoStore;
@@ -345,6 +345,14 @@ impl ChangeFeed for MongoStore {
         };
         let (pace, server_wait) = ReadPace::choose(&self.read_slots, options.max_await);
         let opened = bounded(self.timeout() + options.max_await, &action, async {
+            // An explicit session only so its `$clusterTime` can be read after each
+            // reply (the stream's lag, no extra query); on the wire it is what the
+            // implicit one would be: an `lsid`, and no causal `afterClusterTime`.
+            let mut session = self
+                .client
+                .start_session()
+                .causal_consistency(false)
+                .await?;
             let mut watch = collection
                 .watch()
                 .pipeline(pipeline)
@@ -355,7 +363,8 @@ impl ChangeFeed for MongoStore {
             if let Some(at) = start_at {
                 watch = watch.start_at_operation_time(at);
             }
-            watch.await
+            let stream = watch.session(&mut session).await?;
+            Ok::<_, mongodb::error::Error>((stream.with_type::<RawDocumentBuf>(), session))
         })
         .await
         .map_err(|e| {
@@ -374,8 +383,10 @@ impl ChangeFeed for MongoStore {
                 (StreamProfile::MongoDb, other) => other,
             }
         })?;
+        let (stream, session) = opened;
         Ok(MongoChangeStream {
-            stream: opened.with_type::<RawDocumentBuf>(),
+            stream,
+            session,
             batch_size: options.batch_size.max(1) as usize,
             ns: ns.clone(),
             action: format!("read the change stream on {ns}"),
@@ -484,7 +495,9 @@ fn change_too_large(error: StoreError) -> StoreError {
 /// A change stream opened by [`ChangeFeed::open`].
 pub struct MongoChangeStream {
     /// Events stay raw bytes until [`change_event_from_raw`] reads what a handler gets.
-    stream: DriverStream<RawDocumentBuf>,
+    stream: SessionChangeStream<RawDocumentBuf>,
+    /// The stream's own session: the `$clusterTime` of its last reply.
+    session: ClientSession,
     batch_size: usize,
     ns: Namespace,
     /// A getMore waits at most `max_await` on the server; past this the server is not answering.
@@ -535,14 +548,23 @@ impl ChangeStream for MongoChangeStream {
         } else {
             self.next_changes().await
         };
-        if let Ok(batch) = &batch {
-            self.pace.record(started, batch.events.is_empty());
-        }
-        batch
+        let mut batch = batch?;
+        self.pace.record(started, batch.events.is_empty());
+        batch.cluster_time = self.reply_cluster_time();
+        Ok(batch)
     }
 }
 
 impl MongoChangeStream {
+    /// The `$clusterTime` of the stream's last reply, as its session kept it.
+    fn reply_cluster_time(&self) -> Option<ClusterTime> {
+        let gossiped = bson::to_document(self.session.cluster_time()?).ok()?;
+        gossiped
+            .get_timestamp("clusterTime")
+            .ok()
+            .map(ClusterTime::from)
+    }
+
     async fn next_changes(&mut self) -> StoreResult<ChangeBatch> {
         if let Some(ended) = &self.ended {
             return Err(ended.clone());
@@ -554,9 +576,14 @@ impl MongoChangeStream {
         // a few empty replies mean it is not coming, and the drop alone ends the stream.
         let mut waited = 0;
         while closing.is_some() || batch.events.len() < self.batch_size {
-            let next = next_within(&mut self.stream, self.read_bound, &self.action)
-                .await
-                .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
+            let next = next_within_session(
+                &mut self.stream,
+                &mut self.session,
+                self.read_bound,
+                &self.action,
+            )
+            .await
+            .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
             let Some(document) = next else {
                 if self.stream.is_alive() && self.fragments.assembling() {
                     waited += 1;
@@ -648,11 +675,16 @@ impl MongoChangeStream {
         }
         let mut events: Vec<ChangeEvent> = self.pending.take().into_iter().collect();
         loop {
-            let next = next_within(&mut self.stream, self.read_bound, &self.action)
-                .await
-                .map_err(|e| {
-                    cosmos::stream_error(e.into_store_hinted(&self.action, STREAM_HINT), &self.ns)
-                })?;
+            let next = next_within_session(
+                &mut self.stream,
+                &mut self.session,
+                self.read_bound,
+                &self.action,
+            )
+            .await
+            .map_err(|e| {
+                cosmos::stream_error(e.into_store_hinted(&self.action, STREAM_HINT), &self.ns)
+            })?;
             let Some(document) = next else {
                 if !self.stream.is_alive() {
                     let ended = StoreError::Network(format!(
@@ -697,6 +729,7 @@ impl MongoChangeStream {
         Ok(ChangeBatch {
             events,
             resume_token,
+            cluster_time: None,
         })
     }
 }

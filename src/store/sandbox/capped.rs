@@ -348,6 +348,7 @@ impl ChangeStream for SandboxTail {
                 return Ok(ChangeBatch {
                     events,
                     resume_token,
+                    cluster_time: None,
                 });
             }
             tokio::select! {

@@ -236,6 +236,8 @@ impl SandboxStream {
         Ok(ChangeBatch {
             events,
             resume_token,
+            // The end of the log when it was read: what a reply's `$clusterTime` says.
+            cluster_time: Some(scanned_to),
         })
     }
 }
