@@ -6,6 +6,8 @@
 //! Synchronisation is by polling the emulated screen against a deadline, never by
 //! sleeping for a fixed time.
 
+mod support;
+
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -863,5 +865,203 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
     });
     session.send("q");
     let status = session.wait_exit(&sandbox);
+    assert!(status.success(), "{status:?}");
+}
+
+// ------------------------------------------- a poison change, on the real replica set
+
+/// Drops the test's database when the test ends, however it ends.
+struct DropDatabase {
+    uri: String,
+    db: String,
+}
+
+impl Drop for DropDatabase {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Runtime::new() else {
+            return;
+        };
+        runtime.block_on(async {
+            if let Ok(client) = mongodb::Client::with_uri_str(&self.uri).await {
+                let _ = client.database(&self.db).drop().await;
+            }
+        });
+    }
+}
+
+/// What `leases --output json` says of `resource` now: its fencing version, holder, and
+/// the attempts its failure record counts (0 without one).
+fn lease_reading(sandbox: &Sandbox, uri: &str, leases: &str, resource: &str) -> (i64, String, u64) {
+    let output = sandbox
+        .command(&[
+            "leases", "--output", "json", "--uri", uri, "--leases", leases,
+        ])
+        .output()
+        .expect("leases ran");
+    let json: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("leases --output json is JSON");
+    fn find<'a>(value: &'a serde_json::Value, resource: &str) -> Option<&'a serde_json::Value> {
+        match value {
+            serde_json::Value::Object(map)
+                if map.get("resource").and_then(|r| r.as_str()) == Some(resource) =>
+            {
+                Some(value)
+            }
+            serde_json::Value::Object(map) => map.values().find_map(|v| find(v, resource)),
+            serde_json::Value::Array(items) => items.iter().find_map(|v| find(v, resource)),
+            _ => None,
+        }
+    }
+    let lease = find(&json, resource).unwrap_or_else(|| panic!("{resource} in {json}"));
+    (
+        lease["version"].as_i64().unwrap_or(0),
+        lease["listenerId"].as_str().unwrap_or("").to_string(),
+        lease["failure"]["attempts"].as_u64().unwrap_or(0),
+    )
+}
+
+/// An operator's night with a poison change, on the real replica set: `console --run`
+/// writes an animal the pets listeners can never process; the console shows the lease
+/// FAILING, and so does a `leases --check` run from another shell (exit 6). The
+/// process is killed and another `console --run` takes over: its listeners count on
+/// from the attempts the first one's made (the count is on the lease, not in a
+/// process), no faster than the back-off. `skip` from the command line steps over the
+/// change, and the console sees the lease leave FAILING.
+#[test]
+fn a_poison_change_is_failing_across_processes_and_skipped_from_the_command_line() {
+    let test = "a_poison_change_is_failing_across_processes";
+    let Some(uri) = support::live::live_uri(test, support::live::URI_VAR) else {
+        return;
+    };
+    let db = format!("sw_poison_e2e_{:08x}", rand::random::<u32>());
+    let _drop = DropDatabase {
+        uri: uri.clone(),
+        db: db.clone(),
+    };
+    let leases = format!("{db}.leases");
+    let sandbox = Sandbox::new("poison");
+    let run = |poison: bool| {
+        let mut args = vec![
+            "console",
+            "--run",
+            "--uri",
+            &uri,
+            "--leases",
+            &leases,
+            "--demo-db",
+            &db,
+            "--operator",
+            "oncall@test",
+        ];
+        if poison {
+            args.extend(["--poison-after", "1s"]);
+        }
+        PtySession::spawn(&sandbox, &args, &[])
+    };
+    let failing = |screen: &str| {
+        lease_row(screen, "pet-aggregates").is_some_and(|row| row.contains("FAILING"))
+    };
+    let mut first = run(true);
+    first.wait_for_within(
+        Duration::from_secs(120),
+        "pet-aggregates FAILING",
+        &sandbox,
+        failing,
+    );
+
+    let check = sandbox
+        .command(&["leases", "--check", "--uri", &uri, "--leases", &leases])
+        .output()
+        .expect("leases --check ran");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&check.stdout),
+        String::from_utf8_lossy(&check.stderr)
+    );
+    assert_eq!(check.status.code(), Some(6), "{said}");
+    assert!(said.contains("pet-aggregates FAILING"), "{said}");
+
+    // The first process dies without a word; another takes over.
+    let first_pid = first.child.process_id().expect("the first console's pid");
+    first.child.kill().expect("kill the first console");
+    let _ = first.child.wait();
+    let (_, _, attempts_before) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+    assert!(
+        attempts_before >= 3,
+        "FAILING after 3 attempts: {attempts_before}"
+    );
+    let mut second = run(false);
+    let started = Instant::now();
+    let (version_then, attempts_then) = loop {
+        let (version, holder, attempts) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+        let by_second = !holder.is_empty() && !holder.contains(&format!("/{first_pid}-"));
+        if by_second && attempts > attempts_before {
+            break (version, attempts);
+        }
+        assert!(
+            attempts >= attempts_before,
+            "the count went back from {attempts_before} to {attempts}: it restarted with the process"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the second process never failed on the change: holder {holder}, attempts {attempts}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(
+        attempts_then,
+        attempts_before + 1,
+        "the second process's first attempt counts on from the first's"
+    );
+    let span = Duration::from_secs(30);
+    std::thread::sleep(span);
+    let (version_later, _, attempts_later) =
+        lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+    let acquires = version_later - version_then;
+    let attempts = i64::try_from(attempts_later - attempts_then).unwrap_or(i64::MAX);
+    println!(
+        "after the takeover by a new process: {attempts} more attempts and {acquires} acquires in {span:?}"
+    );
+    assert!(
+        acquires <= attempts + 1,
+        "{acquires} acquires for {attempts} attempts in {span:?}: one per attempt at most"
+    );
+    assert!(
+        attempts <= 4,
+        "{attempts} attempts in {span:?}: the back-off allows a few, not a loop"
+    );
+    second.wait_for("still FAILING", &sandbox, failing);
+
+    let skip = sandbox
+        .command(&[
+            "skip",
+            "pet-aggregates",
+            "--execute",
+            "--uri",
+            &uri,
+            "--leases",
+            &leases,
+            "--operator",
+            "oncall@test",
+        ])
+        .output()
+        .expect("skip ran");
+    let said =
+        String::from_utf8_lossy(&skip.stdout).into_owned() + &String::from_utf8_lossy(&skip.stderr);
+    assert!(skip.status.success(), "{said}");
+    assert!(said.contains("applied"), "{said}");
+    second.wait_for_within(
+        Duration::from_secs(60),
+        "pet-aggregates past the change",
+        &sandbox,
+        |screen| lease_row(screen, "pet-aggregates").is_some_and(|row| !row.contains("FAILING")),
+    );
+    let (_, _, attempts_after) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+    assert_eq!(
+        attempts_after, 0,
+        "past the change, the lease records no failure"
+    );
+    second.send("q");
+    let status = second.wait_exit(&sandbox);
     assert!(status.success(), "{status:?}");
 }
