@@ -747,7 +747,7 @@ async fn mongo_a_whole_transaction_skip_steps_over_its_changes_and_undo_brings_t
         assert!(
             lines.contains("steps over 2 changes")
                 && lines.contains(&format!("1 on {payments}"))
-                && lines.contains("the failing change"),
+                && lines.contains("— the failing one: "),
             "{lines}"
         );
         assert!(

@@ -213,10 +213,18 @@ pub(super) fn skip_transaction(
             .failure
             .as_ref()
             .filter(|f| f.names(&change.token, change.token.time()))
-            .map(|f| format!(" — the failing change: {}", failure_summary(f)))
+            .map(|f| {
+                format!(
+                    " — the failing one: {} attempt{} ({}): {}",
+                    f.attempts,
+                    if f.attempts == 1 { "" } else { "s" },
+                    f.cause.as_str(),
+                    escape_control(&f.error)
+                )
+            })
             .unwrap_or_default();
         lines.push(format!(
-            "  {}. {} {ns} {}{failing}",
+            "{}. {} {ns} {}{failing}",
             i + 1,
             escape_control(&change.operation),
             escape_control(&change.key)
@@ -224,7 +232,7 @@ pub(super) fn skip_transaction(
     }
     if n > LISTED_MAX {
         lines.push(format!(
-            "  … and {} more (each is kept in the skipped collection)",
+            "… and {} more (each is kept in the skipped collection)",
             n - LISTED_MAX
         ));
     }

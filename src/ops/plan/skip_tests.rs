@@ -279,7 +279,7 @@ fn a_whole_transaction_skip_steps_over_its_changes_not_yet_handled_and_lists_the
     assert!(
         lines.contains("steps over 2 changes on shop.orders of the multi-document transaction")
             && lines.contains("txnNumber 7")
-            && lines.contains(r#"1. insert shop.orders {"_id":2} — the failing change: insert"#)
+            && lines.contains(r#"1. insert shop.orders {"_id":2} — the failing one: 1 attempt (handler): animal x"#)
             && lines.contains(r#"2. insert shop.orders {"_id":3}"#)
             && lines.contains("1 on shop.payments")
             && lines.contains("one record per change")
