@@ -560,59 +560,86 @@ async fn mongo_a_listener_with_skip_after_steps_over_by_itself() {
     .await;
 }
 
+/// A listener of `animals` failing inside a multi-document transaction: animal 0 is
+/// handled, then one transaction inserts animals 1, 2 (poison) and 3 into `ns` and, when
+/// `elsewhere` is given, a payment there; returns the listener, its handler and the
+/// lease once it records the failure on animal 2.
+async fn failing_in_a_transaction(
+    db: &LiveDb,
+    ns: &Namespace,
+    elsewhere: Option<&Namespace>,
+) -> (ListenerHandle, Poisoned, Lease) {
+    let store = db.store.clone();
+    // The collections exist before the transaction (6.0 creates none inside one).
+    store
+        .put(ns, doc! { "_id": 0, "n": 0 })
+        .await
+        .expect("write");
+    if let Some(other) = elsewhere {
+        store.put(other, doc! { "_id": 0 }).await.expect("write");
+    }
+    let handler = Poisoned {
+        broken: Arc::new(AtomicBool::new(true)),
+        handled: Arc::default(),
+    };
+    let config = listener_config(ns, "a");
+    let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
+    let seen = handler.clone();
+    wait_for_lease(
+        &store,
+        Duration::from_secs(30),
+        "the first insert",
+        move |_| seen.handled().contains(&0),
+    )
+    .await;
+    let collection = |ns: &Namespace| {
+        store
+            .client()
+            .database(&ns.db)
+            .collection::<bson::Document>(&ns.coll)
+    };
+    let mut session = store.client().start_session().await.expect("session");
+    session.start_transaction().await.expect("transaction");
+    for animal in [
+        doc! { "_id": 1, "n": 1 },
+        doc! { "_id": 2, "n": 2, "poison": true },
+        doc! { "_id": 3, "n": 3 },
+    ] {
+        collection(ns)
+            .insert_one(animal)
+            .session(&mut session)
+            .await
+            .expect("insert");
+    }
+    if let Some(other) = elsewhere {
+        collection(other)
+            .insert_one(doc! { "_id": 10, "paid": true })
+            .session(&mut session)
+            .await
+            .expect("insert");
+    }
+    session.commit_transaction().await.expect("commit");
+    let failing = wait_for_lease(&store, Duration::from_secs(30), "the failure", |l| {
+        l.failure.is_some()
+    })
+    .await;
+    assert_eq!(
+        failing.failure.as_ref().unwrap().document_key,
+        r#"{"_id":2}"#
+    );
+    (listener, handler, failing)
+}
+
 /// A change inside a multi-document transaction: the plan says which transaction and how
-/// many changes it holds, the move within the one oplog entry is not taken for "no
-/// move", and only that change is skipped. Only a real server has transactions.
+/// many changes it holds (and names `--whole-transaction`), the move within the one
+/// oplog entry is not taken for "no move", and only that change is skipped. Only a
+/// real server has transactions.
 #[tokio::test(flavor = "multi_thread")]
 async fn mongo_a_skip_inside_a_transaction_says_so_and_skips_only_that_change() {
     live("poison_transaction", |db: LiveDb| async move {
         let store = db.store.clone();
         let ns = db.ns("animals");
-        // The collection exists before the transaction (6.0 creates none inside one).
-        store
-            .put(&ns, doc! { "_id": 0, "n": 0 })
-            .await
-            .expect("write");
-        let handler = Poisoned {
-            broken: Arc::new(AtomicBool::new(true)),
-            handled: Arc::default(),
-        };
-        let config = listener_config(&ns, "a");
-        let listener = ListenerHandle::spawn(store.clone(), config, handler.clone());
-        let seen = handler.clone();
-        wait_for_lease(
-            &store,
-            Duration::from_secs(30),
-            "the first insert",
-            move |_| seen.handled().contains(&0),
-        )
-        .await;
-        let collection = store
-            .client()
-            .database(&ns.db)
-            .collection::<bson::Document>(&ns.coll);
-        let mut session = store.client().start_session().await.expect("session");
-        session.start_transaction().await.expect("transaction");
-        for animal in [
-            doc! { "_id": 1, "n": 1 },
-            doc! { "_id": 2, "n": 2, "poison": true },
-            doc! { "_id": 3, "n": 3 },
-        ] {
-            collection
-                .insert_one(animal)
-                .session(&mut session)
-                .await
-                .expect("insert");
-        }
-        session.commit_transaction().await.expect("commit");
-        let failing = wait_for_lease(&store, Duration::from_secs(30), "the failure", |l| {
-            l.failure.is_some()
-        })
-        .await;
-        assert_eq!(
-            failing.failure.as_ref().unwrap().document_key,
-            r#"{"_id":2}"#
-        );
+        let (listener, handler, _) = failing_in_a_transaction(&db, &ns, None).await;
 
         let request = ActionRequest::Skip {
             resource: "animals".into(),
@@ -630,7 +657,10 @@ async fn mongo_a_skip_inside_a_transaction_says_so_and_skips_only_that_change() 
             .iter()
             .find(|w| w.contains("multi-document transaction"))
             .unwrap_or_else(|| panic!("{:?}", plan.warnings));
-        assert!(warning.contains("of 3 changes"), "{warning}");
+        assert!(
+            warning.contains("of 3 changes") && warning.contains("--whole-transaction"),
+            "{warning}"
+        );
         println!("plan: {lines}\nwarning: {warning}");
         ops::execute(&store, &plan, None).await.expect("skipped");
         wait_past(
@@ -646,6 +676,144 @@ async fn mongo_a_skip_inside_a_transaction_says_so_and_skips_only_that_change() 
             BTreeSet::from([0, 1, 3]),
             "only 2 skipped"
         );
+        listener.stop().await;
+    })
+    .await;
+}
+
+/// `skip --whole-transaction`: a transaction of 3 inserts on the lease's collection and
+/// 1 on another, the handler failing on the 2nd (the 1st was handled and committed
+/// before it). The plan lists the 2 changes still to handle, counts the handled one and
+/// the one elsewhere, and is refused read-only; executed, each is kept under the audit
+/// id, the listener handles what follows; `undo` brings both back.
+#[tokio::test(flavor = "multi_thread")]
+async fn mongo_a_whole_transaction_skip_steps_over_its_changes_and_undo_brings_them_back() {
+    live("poison_whole_transaction", |db: LiveDb| async move {
+        let store = db.store.clone();
+        let ns = db.ns("animals");
+        let payments = db.ns("payments");
+        let (listener, handler, failing) =
+            failing_in_a_transaction(&db, &ns, Some(&payments)).await;
+        let request = ActionRequest::SkipTransaction {
+            resource: "animals".into(),
+            to_token: None,
+        };
+        let mut read_only = GatherOptions::new("oncall@test");
+        read_only.read_only = true;
+        let facts = ops::gather(&store, &request, &read_only)
+            .await
+            .expect("gather");
+        assert_eq!(
+            ops::plan(&request, &facts).refusal.map(|r| r.kind),
+            Some(ops::RefusalKind::ReadOnly)
+        );
+
+        // The failing listener takes the lease again after each back-off, which moves
+        // its version: a plan it overtook is not applied (Changed), and is made again.
+        let mut tries = 0;
+        let (plan, audit_id) = loop {
+            let facts = ops::gather(&store, &request, &GatherOptions::new("oncall@test"))
+                .await
+                .expect("gather");
+            let plan = ops::plan(&request, &facts);
+            assert_eq!(plan.refusal, None, "{:?}", plan.effect);
+            match ops::execute(&store, &plan, Some("poison transaction".into())).await {
+                Ok(done) => break (plan, done.audit_id),
+                Err(ops::OpsError::Changed { .. }) if tries < 5 => tries += 1,
+                Err(e) => panic!("not applied: {e}"),
+            }
+        };
+        let lines = plan.effect.lines.join("\n");
+        println!("plan:\n{lines}\nwarnings: {:?}", plan.warnings);
+        let keys: Vec<&str> = plan
+            .effect
+            .stepped_over
+            .iter()
+            .map(|c| c.key.as_str())
+            .collect();
+        assert_eq!(keys, [r#"{"_id":2}"#, r#"{"_id":3}"#]);
+        assert_eq!(
+            plan.effect.stepped_over[0].token.as_document(),
+            failing
+                .failure
+                .as_ref()
+                .unwrap()
+                .token
+                .as_ref()
+                .unwrap()
+                .as_document(),
+            "the first stepped over is the failing change"
+        );
+        assert!(
+            lines.contains("steps over 2 changes")
+                && lines.contains(&format!("1 on {payments}"))
+                && lines.contains("— the failing one: "),
+            "{lines}"
+        );
+        assert!(
+            plan.warnings
+                .iter()
+                .any(|w| w.contains("the first 1 of its 3 changes")),
+            "{:?}",
+            plan.warnings
+        );
+        let stepped = plan.effect.stepped_over.clone();
+
+        // Each change stepped over is kept under the one audit id, with its entry.
+        let kept = store.skipped_changes("animals", 10).await.expect("read");
+        assert_eq!(kept.len(), 2, "{kept:?}");
+        assert!(kept.iter().all(|k| k.audit_id == audit_id), "{kept:?}");
+        let mut tokens: Vec<_> = kept.iter().map(|k| k.token.as_document().clone()).collect();
+        tokens.sort_by_key(|t| t.get_str("_data").unwrap_or_default().to_string());
+        let expected: Vec<_> = stepped
+            .iter()
+            .map(|c| c.token.as_document().clone())
+            .collect();
+        assert_eq!(tokens, expected);
+        assert_eq!(
+            kept.iter().filter(|k| k.failure.is_some()).count(),
+            1,
+            "what the lease recorded goes with the failing change only"
+        );
+        assert!(
+            kept.iter().all(|k| k
+                .entry
+                .as_ref()
+                .and_then(|e| e.get_document("o").ok())
+                .is_some_and(|o| o.contains_key("applyOps"))),
+            "{kept:?}"
+        );
+
+        // The listener goes on past the transaction.
+        store
+            .put(&ns, doc! { "_id": 4, "n": 4 })
+            .await
+            .expect("write");
+        wait_past(
+            &store,
+            Duration::from_secs(30),
+            "past the transaction",
+            &handler,
+            4,
+        )
+        .await;
+        assert_eq!(handler.handled(), BTreeSet::from([0, 1, 4]));
+
+        // Undo: back before the first change stepped over; fixed, the handler takes both.
+        handler.broken.store(false, Ordering::SeqCst);
+        let undo = act(&store, ActionRequest::Undo { audit_id }).await;
+        assert!(!undo.is_empty());
+        let seen = handler.clone();
+        wait_for_lease(
+            &store,
+            Duration::from_secs(30),
+            "2 and 3 handled again",
+            move |_| {
+                let handled = seen.handled();
+                handled.contains(&2) && handled.contains(&3)
+            },
+        )
+        .await;
         listener.stop().await;
     })
     .await;

@@ -121,6 +121,12 @@ pub struct SkipArgs {
     /// instead of the one the lease records as failing; it must be the next change.
     #[arg(long, value_name = "TOKEN", value_parser = ops::parse_token)]
     pub to_token: Option<crate::model::ResumeToken>,
+    /// Step over every change, on the lease's collection, of the multi-document
+    /// transaction that change belongs to (those not yet handled), and resume after the
+    /// last of them; refused when the change is not part of a transaction, or when
+    /// anything else would be passed over. Each is kept in the skipped collection.
+    #[arg(long)]
+    pub whole_transaction: bool,
     #[command(flatten)]
     pub options: ActionOptions,
     #[command(flatten)]
@@ -129,9 +135,10 @@ pub struct SkipArgs {
 
 impl SkipArgs {
     pub fn request(&self) -> ActionRequest {
-        ActionRequest::Skip {
-            resource: self.resource.clone(),
-            to_token: self.to_token.clone(),
+        let (resource, to_token) = (self.resource.clone(), self.to_token.clone());
+        match self.whole_transaction {
+            false => ActionRequest::Skip { resource, to_token },
+            true => ActionRequest::SkipTransaction { resource, to_token },
         }
     }
 }

@@ -305,6 +305,11 @@ pub fn plan_json(plan: &Plan) -> Value {
             "fencesOut": plan.effect.fences_out,
             "resume": resume,
             "lines": plan.effect.lines,
+            "steppedOver": plan.effect.stepped_over.iter().map(|c| json!({
+                "token": c.token.to_string(),
+                "op": c.operation,
+                "key": c.key,
+            })).collect::<Vec<_>>(),
         },
         "warnings": plan.warnings,
         "confirmation": plan.confirmation,

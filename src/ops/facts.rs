@@ -10,6 +10,8 @@ use crate::model::{
 };
 use crate::store::{CappedWindow, Namespace};
 
+use super::transaction::{TransactionChanges, TransactionMiss};
+
 /// The changes between two points of one namespace's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeRange {
@@ -118,9 +120,30 @@ pub struct PlanFacts {
     /// What the listeners' change streams can do: on Azure Cosmos DB a stream starts
     /// only at now or after a token, never at a time.
     pub profile: StreamProfile,
-    /// For a skip: the oplog entry of the change it steps over, when it could be read
-    /// (it tells whether the change is one of a multi-document transaction).
-    pub skipped_entry: Option<bson::Document>,
+    /// For a skip: what was read of the change it steps over (`None`: nothing, as for
+    /// every other action).
+    pub skipped_entry: Option<SkippedEntry>,
+}
+
+/// What a skip's plan read of the change it steps over.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkippedEntry {
+    /// Its oplog entry, when it could be read (it tells whether the change is one of a
+    /// multi-document transaction).
+    pub entry: Option<bson::Document>,
+    /// For `skip --whole-transaction`: the transaction's changes as the lease sees
+    /// them, or why they cannot be told.
+    pub transaction: Option<Result<TransactionChanges, TransactionMiss>>,
+}
+
+impl SkippedEntry {
+    /// Just the entry (a plain skip's facts).
+    pub fn of_entry(entry: bson::Document) -> Self {
+        Self {
+            entry: Some(entry),
+            transaction: None,
+        }
+    }
 }
 
 /// Settings for [`super::gather`] that come from the caller, not the store.

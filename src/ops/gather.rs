@@ -1,7 +1,8 @@
 //! Reading what planning needs from a store: the only I/O before execute.
 
-use super::facts::{CappedHistory, ChangeCount, GatherOptions, PlanFacts};
+use super::facts::{CappedHistory, ChangeCount, GatherOptions, PlanFacts, SkippedEntry};
 use super::target::{affected_range, skipped_token};
+use super::transaction::{self, TransactionMiss};
 use super::{ActionRequest, OpsError, RewindTarget};
 use crate::model::SourceKind;
 use crate::store::{skipped_entry, AuditLog, Namespace, OperatorStore, CHECKPOINTS_KEPT};
@@ -85,11 +86,9 @@ pub async fn gather<S: OperatorStore + AuditLog>(
             .await?
             .items;
     }
-    if let (ActionRequest::Skip { to_token, .. }, Some(lease)) = (request, &facts.lease) {
-        if let Ok(token) = skipped_token(lease, to_token.as_ref()) {
-            facts.skipped_entry = skipped_entry(store, &token, lease.failure.as_ref())
-                .await
-                .ok();
+    if let (Some((to_token, whole)), Some(lease)) = (request.skip_target(), &facts.lease) {
+        if let Ok(token) = skipped_token(lease, to_token) {
+            facts.skipped_entry = Some(skipped(store, lease, &token, whole, &facts).await);
         }
     }
     if let Some(range) = affected_range(request, &facts) {
@@ -116,4 +115,30 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         }
     }
     Ok(facts)
+}
+
+/// What a skip reads of the change it steps over: its oplog entry and, for `skip
+/// --whole-transaction`, its transaction's changes as the lease sees them.
+async fn skipped<S: OperatorStore>(
+    store: &S,
+    lease: &crate::model::Lease,
+    token: &crate::model::ResumeToken,
+    whole: bool,
+    facts: &PlanFacts,
+) -> SkippedEntry {
+    let entry = skipped_entry(store, token, lease.failure.as_ref()).await;
+    let transaction = match (&entry, whole) {
+        (_, false) => None,
+        (Ok(entry), true) => {
+            Some(transaction::resolve(store, lease, entry, facts.window.as_ref()).await)
+        }
+        (Err(why), true) if facts.window.is_none() && facts.capped.is_none() => {
+            Some(Err(TransactionMiss::OplogUnreadable(why.clone())))
+        }
+        (Err(why), true) => Some(Err(TransactionMiss::Unresolved(why.clone()))),
+    };
+    SkippedEntry {
+        entry: entry.ok(),
+        transaction,
+    }
 }

@@ -29,10 +29,13 @@ mod request;
 mod resume;
 mod skip;
 mod target;
+pub mod transaction;
 
 pub use error::OpsError;
 pub use execute::{apply_audited, audit_context, execute, execute_as, Executed, OperatorOutcome};
-pub use facts::{CappedHistory, ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget};
+pub use facts::{
+    CappedHistory, ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget, SkippedEntry,
+};
 pub use fold_increments::{
     fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
 };

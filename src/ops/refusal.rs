@@ -43,8 +43,15 @@ pub enum RefusalKind {
     /// `skip` without a change to step over: the lease records no failing change (or
     /// one the server did not name) and no `--to-token` names one.
     NothingToSkip,
-    /// `skip` of a change the lease already resumes after, or of more than one change.
+    /// `skip` of a change the lease already resumes after, or of more than one change
+    /// (with `--whole-transaction`: of a change not of the transaction).
     NotOneChange,
+    /// `skip --whole-transaction` of a change that is not part of a multi-document
+    /// transaction.
+    NotATransaction,
+    /// `skip --whole-transaction` whose transaction cannot be told: an oplog entry of it
+    /// is gone, or the change stream and the oplog disagree.
+    TransactionUnknown,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

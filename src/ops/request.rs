@@ -34,6 +34,13 @@ pub enum ActionRequest {
         resource: String,
         to_token: Option<ResumeToken>,
     },
+    /// `skip --whole-transaction`: step over every change, on the lease's namespace, of
+    /// the multi-document transaction that change (named as for `Skip`) belongs to; the
+    /// lease resumes right after the transaction's last change there.
+    SkipTransaction {
+        resource: String,
+        to_token: Option<ResumeToken>,
+    },
     /// Run the rebuild definition `name` under the bulk lock of its resource.
     Rebuild {
         name: String,
@@ -85,10 +92,20 @@ impl ActionRequest {
             ActionRequest::Takeover { .. } => ActionKind::Takeover,
             ActionRequest::Rewind { .. } => ActionKind::Rewind,
             ActionRequest::Reset { .. } => ActionKind::Reset,
-            ActionRequest::Skip { .. } => ActionKind::Skip,
+            ActionRequest::Skip { .. } | ActionRequest::SkipTransaction { .. } => ActionKind::Skip,
             ActionRequest::Rebuild { .. } => ActionKind::Rebuild,
             ActionRequest::AbortBulk { .. } => ActionKind::AbortBulk,
             ActionRequest::Undo { .. } => ActionKind::Undo,
+        }
+    }
+
+    /// For a skip: the change `--to-token` names (`None`: the lease's failing one), and
+    /// whether its whole transaction is stepped over.
+    pub fn skip_target(&self) -> Option<(Option<&ResumeToken>, bool)> {
+        match self {
+            ActionRequest::Skip { to_token, .. } => Some((to_token.as_ref(), false)),
+            ActionRequest::SkipTransaction { to_token, .. } => Some((to_token.as_ref(), true)),
+            _ => None,
         }
     }
 
@@ -100,6 +117,7 @@ impl ActionRequest {
             | ActionRequest::Rewind { resource, .. }
             | ActionRequest::Reset { resource, .. }
             | ActionRequest::Skip { resource, .. }
+            | ActionRequest::SkipTransaction { resource, .. }
             | ActionRequest::AbortBulk { resource } => Some(resource),
             ActionRequest::Rebuild { .. } | ActionRequest::Undo { .. } => None,
         }

@@ -1,12 +1,14 @@
 //! Executing a skip, intent first: the pending audit record, then the change kept in
 //! the skipped collection under the record's id (what the lease recorded of it, and
-//! its oplog entry while the oplog holds it), then the compare-and-swap. A change that
-//! cannot be kept is not skipped: the record is finalized as not applied.
+//! its oplog entry while the oplog holds it) — with `--whole-transaction`, each change
+//! stepped over, one record each — then the compare-and-swap. A change that cannot be
+//! kept is not skipped: the record is finalized as not applied (records kept before
+//! the failure stay, under that record).
 
 use super::execute::{apply_begun, begin, finish, intent, OperatorOutcome};
 use super::plan::Plan;
 use super::OpsError;
-use crate::model::{AuditState, Lease};
+use crate::model::{AuditState, Lease, ResumeToken};
 use crate::store::{
     AuditContext, AuditFinish, AuditLog, OperatorChange, OperatorStore, ResumeChange,
     SkippedChange, StoreError, StoreResult,
@@ -42,7 +44,8 @@ pub(super) async fn apply_skip<S: OperatorStore + AuditLog>(
     apply_begun(store, audit_id, change, Some(planned), context).await
 }
 
-/// Keeps the change `change` steps over, under `audit_id`.
+/// Keeps the change `change` steps over, under `audit_id`; for `skip
+/// --whole-transaction`, each of the changes the plan lists, in order, one record each.
 async fn keep<S: OperatorStore>(
     store: &S,
     plan: &Plan,
@@ -58,19 +61,38 @@ async fn keep<S: OperatorStore>(
             "a skip resumes after a token, and this plan names none".into(),
         ));
     };
-    let failure = planned
-        .failure
-        .clone()
-        .filter(|f| f.names(token, token.time()));
-    let skipped = SkippedChange {
+    let record = |token: &ResumeToken| SkippedChange {
         audit_id: audit_id.to_string(),
         resource: change.resource.clone(),
         operator: plan.operator.clone(),
         at: plan.planned_at,
         token: token.clone(),
-        failure,
+        failure: planned
+            .failure
+            .clone()
+            .filter(|f| f.names(token, token.time())),
         entry: None,
         entry_missing: None,
     };
-    store.keep_skipped(&skipped.with_entry(store).await).await
+    let stepped = &plan.effect.stepped_over;
+    if stepped.is_empty() {
+        return store
+            .keep_skipped(&record(token).with_entry(store).await)
+            .await;
+    }
+    if stepped
+        .last()
+        .is_none_or(|last| last.token.as_document() != token.as_document())
+    {
+        return Err(StoreError::InvalidArgument(
+            "this plan resumes after another change than the last it steps over".into(),
+        ));
+    }
+    for stepped in stepped {
+        let mut skipped = record(&stepped.token);
+        // The entry read when planned: the one that holds this change.
+        skipped.entry = Some(stepped.entry.clone());
+        store.keep_skipped(&skipped).await?;
+    }
+    Ok(())
 }

@@ -12,6 +12,8 @@ use crate::model::{
 };
 use crate::store::Namespace;
 
+use super::transaction::{SteppedChange, TransactionChanges, TransactionMiss};
+
 /// `time` inside the history the lease is measured against, or refused as outside it;
 /// not checked where it is unknown (the plan says so). A capped collection's entries
 /// tell their time to the second: a time in the second of its oldest or newest entry
@@ -286,6 +288,11 @@ pub(crate) fn resume_target(
             let token = skipped_token(lease, to_token.as_ref())?;
             token_target(&token, "the skipped change's time", facts)
         }
+        ActionRequest::SkipTransaction { to_token, .. } => {
+            let token = skipped_token(lease, to_token.as_ref())?;
+            let last = transaction_end(lease, &token, facts)?;
+            token_target(&last.token, "the transaction's last change's time", facts)
+        }
         ActionRequest::Undo { .. } => {
             let before = facts.audit.as_ref().and_then(|r| r.before.as_ref());
             let Some(before) = before.filter(|b| b.resume_token.is_some() || b.resume_at.is_some())
@@ -340,6 +347,112 @@ pub(crate) fn skipped_token(
                 ),
             )
         }),
+    }
+}
+
+/// The transaction `token`'s change belongs to, as gathered for `skip
+/// --whole-transaction`, and the last of its changes the lease has not handled (where
+/// it resumes after): or a refusal that says why not, and what to do instead.
+pub(crate) fn transaction_end<'a>(
+    lease: &Lease,
+    token: &ResumeToken,
+    facts: &'a PlanFacts,
+) -> Result<&'a SteppedChange, Refusal> {
+    let txn = whole_transaction(lease, facts)?;
+    let resource = escape_control(&lease.resource);
+    if let Some(before) = &txn.before {
+        return Err(Refusal::new(
+            RefusalKind::NotOneChange,
+            format!(
+                "a change that is not of the transaction ({}) comes first after where \
+                 {resource} resumes: {before}; --whole-transaction steps over only the \
+                 transaction's changes: skip that change first (skip {resource} \
+                 --to-token TOKEN), or skip more knowingly with reset --to now \
+                 --accept-skip",
+                txn.id
+            ),
+        ));
+    }
+    let Some(last) = txn.stepped.last() else {
+        return Err(Refusal::new(
+            RefusalKind::NotOneChange,
+            format!(
+                "{resource} already resumes after every change of the transaction ({}) on \
+                 its collection (they were handled): there is nothing to skip; rewind goes \
+                 back",
+                txn.id
+            ),
+        ));
+    };
+    if !txn
+        .stepped
+        .iter()
+        .any(|c| c.token.as_document() == token.as_document())
+    {
+        return Err(Refusal::new(
+            RefusalKind::NotOneChange,
+            format!(
+                "the change with token {token} is not one of the transaction's ({}) that \
+                 {resource} has yet to handle: it was handled (rewind goes back), or it is \
+                 not the transaction's (name one of its changes with --to-token)",
+                txn.id
+            ),
+        ));
+    }
+    Ok(last)
+}
+
+/// The gathered transaction, or the refusal its absence means.
+pub(crate) fn whole_transaction<'a>(
+    lease: &Lease,
+    facts: &'a PlanFacts,
+) -> Result<&'a TransactionChanges, Refusal> {
+    let resource = escape_control(&lease.resource);
+    let read = facts
+        .skipped_entry
+        .as_ref()
+        .and_then(|s| s.transaction.as_ref());
+    match read {
+        Some(Ok(txn)) => Ok(txn),
+        Some(Err(TransactionMiss::NotATransaction)) => Err(Refusal::new(
+            RefusalKind::NotATransaction,
+            format!(
+                "the change is not part of a multi-document transaction: plain skip steps \
+                 over it (skip {resource}, without --whole-transaction)"
+            ),
+        )),
+        Some(Err(TransactionMiss::OplogUnreadable(why))) => Err(Refusal::new(
+            RefusalKind::NoOplogAccess,
+            format!(
+                "the transaction's changes are read from the oplog, which cannot be read \
+                 ({}): grant the clusterMonitor role (or read on the local database); \
+                 without it, plain skip steps over the one change {resource} records as \
+                 failing",
+                escape_control(why)
+            ),
+        )),
+        Some(Err(TransactionMiss::Unresolved(why))) => Err(Refusal::new(
+            RefusalKind::TransactionUnknown,
+            format!(
+                "the transaction's changes cannot be told: {}; nothing is skipped: plain \
+                 skip steps over the one change, or reset --to now --accept-skip skips \
+                 everything up to now",
+                escape_control(why)
+            ),
+        )),
+        None => Err(Refusal::new(
+            if facts.window.is_none() && facts.capped.is_none() {
+                RefusalKind::NoOplogAccess
+            } else {
+                RefusalKind::TransactionUnknown
+            },
+            format!(
+                "the change's oplog entry could not be read, so its transaction cannot be \
+                 told (`streamward oplog` says whether the oplog can be read; an entry \
+                 that fell off it is gone): plain skip steps over the one change \
+                 {resource} records as failing"
+            ),
+        )),
     }
 }
 

@@ -359,7 +359,9 @@ pub trait OperatorStore:
     ) -> impl Future<Output = StoreResult<Option<bson::Document>>> + Send;
 
     /// Keeps a change an operator stepped over (`streamward skip`), majority, by its
-    /// audit record's id: written again with the same id, it is the same record.
+    /// audit record's id and the change's token (`skip --whole-transaction` keeps each
+    /// of its changes under one audit record): written again with the same two, it is
+    /// the same record.
     fn keep_skipped(
         &self,
         skipped: &super::SkippedChange,

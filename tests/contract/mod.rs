@@ -58,6 +58,7 @@ macro_rules! every_check {
             a_changed_lease_makes_operator_writes_write_nothing,
             the_audit_log_is_newest_first_and_limited,
             an_audit_record_is_pending_then_gains_steps_then_is_finalized_once,
+            skipped_changes_are_kept_one_per_audit_id_and_token,
             // documents
             lease_fenced_writes_admit_the_same_or_a_newer_version,
             source_versioned_writes_admit_only_a_newer_version,

@@ -10,7 +10,7 @@ use streamward::store::AuditLog;
 use streamward::store::OperatorStore;
 use streamward::store::{
     AuditContext, AuditFinish, AuditIntent, ChangeFeed, DocumentStore, LeaseStore, OperatorChange,
-    ResumeChange, StartPoint, SwapOutcome, Tenure,
+    ResumeChange, SkippedChange, StartPoint, SwapOutcome, Tenure,
 };
 
 use super::*;
@@ -324,6 +324,48 @@ pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
     let first = store.audit_record(&ids[0]).await.unwrap().expect("by id");
     assert_eq!(first.before, Some(lease));
     assert_eq!(store.audit_record("no-such-record").await.unwrap(), None);
+}
+
+/// `keep_skipped` keeps one record per change an action stepped over (its audit id and
+/// the change's token: `skip --whole-transaction` keeps several under one id); written
+/// again with the same two, it is the same record. `skipped_changes` reads a
+/// resource's, newest first.
+pub async fn skipped_changes_are_kept_one_per_audit_id_and_token<H: Harness>(h: &H) {
+    let store = h.store();
+    let now = store.server_now().await.unwrap();
+    let record = |audit_id: &str, n: u64, resource: &str| SkippedChange {
+        audit_id: audit_id.into(),
+        resource: resource.into(),
+        operator: "ann@host".into(),
+        at: now,
+        token: ResumeToken::encode(ClusterTime::new(1_700_000_000, 5), TokenKind::Event, n),
+        failure: None,
+        entry: Some(doc! { "op": "c", "o": { "applyOps": [ { "op": "i" } ] } }),
+        entry_missing: None,
+    };
+    let (first, second) = (
+        record("a1", 1, "skipped-res"),
+        record("a1", 2, "skipped-res"),
+    );
+    store.keep_skipped(&first).await.unwrap();
+    store.keep_skipped(&second).await.unwrap();
+    store.keep_skipped(&second).await.unwrap();
+    store
+        .keep_skipped(&record("b1", 1, "another-res"))
+        .await
+        .unwrap();
+    let kept = store.skipped_changes("skipped-res", 10).await.unwrap();
+    assert_eq!(kept.len(), 2, "both changes, the second once: {kept:?}");
+    let mut tokens: Vec<_> = kept.iter().map(|k| k.token.clone()).collect();
+    tokens.sort_by_key(|t| t.to_string());
+    assert_eq!(tokens, [first.token.clone(), second.token.clone()]);
+    assert!(kept
+        .iter()
+        .all(|k| k.audit_id == "a1" && k.entry == first.entry));
+    assert_eq!(
+        store.skipped_changes("skipped-res", 1).await.unwrap().len(),
+        1
+    );
 }
 
 pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<H: Harness>(h: &H) {

@@ -38,6 +38,10 @@ pub struct PlanEffect {
     pub resume: Option<ResumeMove>,
     /// One line each, for people.
     pub lines: Vec<String>,
+    /// `skip --whole-transaction`: the changes stepped over, in order, each kept in the
+    /// skipped collection when executed (a plain skip keeps its one change by the
+    /// token it resumes after, and leaves this empty).
+    pub stepped_over: Vec<crate::ops::transaction::SteppedChange>,
 }
 
 /// The outcome of planning: shown as the preview, executed as is.
@@ -229,6 +233,9 @@ fn decide(
         } => resume_moves::reset(request, lease, *to, *accept_skip, facts),
         ActionRequest::Skip { to_token, .. } => {
             skip::skip(request, lease, to_token.as_ref(), facts)
+        }
+        ActionRequest::SkipTransaction { to_token, .. } => {
+            skip::skip_transaction(request, lease, to_token.as_ref(), facts)
         }
         ActionRequest::Rebuild { name } => bulk::rebuild(lease, name, facts),
         ActionRequest::AbortBulk { .. } => bulk::abort_bulk(lease, facts),

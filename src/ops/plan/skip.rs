@@ -9,10 +9,12 @@ use crate::model::text::escape_control;
 use crate::model::{Lease, ResumeToken};
 use crate::ops::describe::failure_summary;
 use crate::ops::facts::PlanFacts;
+use crate::ops::facts::{ChangeCount, ChangeRange};
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::request::ActionRequest;
 use crate::ops::resume::Direction;
-use crate::ops::target::skipped_token;
+use crate::ops::target::{skipped_token, transaction_end, whole_transaction};
+use crate::ops::transaction::{self, TransactionId, LISTED_MAX};
 
 pub(super) fn skip(
     request: &ActionRequest,
@@ -84,8 +86,13 @@ pub(super) fn skip(
                 .into(),
         );
     }
-    if let Some(transaction) = facts.skipped_entry.as_ref().and_then(Transaction::of) {
-        decision.warnings.push(transaction.describe());
+    if let Some(transaction) = facts
+        .skipped_entry
+        .as_ref()
+        .and_then(|s| s.entry.as_ref())
+        .and_then(Transaction::of)
+    {
+        decision.warnings.push(transaction.describe(&resource));
     }
     decision.effect.lines.push(
         "keeps the change in the skipped collection beside the audit log (what the lease \
@@ -96,12 +103,12 @@ pub(super) fn skip(
     Ok(decision)
 }
 
-/// The multi-document transaction an oplog entry holds (`applyOps` with a session).
+/// The multi-document transaction an oplog entry holds (`applyOps` with a session), as
+/// a plain skip's plan names it.
 #[derive(Debug, Clone, PartialEq)]
 struct Transaction {
-    lsid: String,
-    txn_number: i64,
-    /// The operations in this entry, and how many of them are on each namespace.
+    id: TransactionId,
+    /// The operations in this entry.
     operations: usize,
     /// A transaction written over several entries (this is one of them).
     partial: bool,
@@ -109,50 +116,176 @@ struct Transaction {
 
 impl Transaction {
     fn of(entry: &bson::Document) -> Option<Self> {
-        let operations = entry.get_document("o").ok()?.get_array("applyOps").ok()?;
-        let lsid = entry.get_document("lsid").ok()?;
-        let txn_number = match entry.get("txnNumber")? {
-            bson::Bson::Int64(n) => *n,
-            bson::Bson::Int32(n) => i64::from(*n),
-            _ => return None,
-        };
-        let lsid = match lsid.get("id") {
-            Some(bson::Bson::Binary(id)) => id
-                .bytes
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect::<String>(),
-            Some(other) => other.to_string(),
-            None => return None,
-        };
-        let partial = entry
-            .get_document("o")
-            .ok()
-            .is_some_and(|o| o.get_bool("partialTxn").unwrap_or(false))
-            || entry
-                .get_document("prevOpTime")
-                .ok()
-                .and_then(|p| p.get_timestamp("ts").ok())
-                .is_some_and(|ts| ts.time != 0 || ts.increment != 0);
+        let operations = transaction::operations(entry);
+        if operations.is_empty() {
+            return None;
+        }
         Some(Self {
-            lsid,
-            txn_number,
+            id: TransactionId::of(entry)?,
             operations: operations.len(),
-            partial,
+            partial: transaction::spans_entries(entry),
         })
     }
 
-    fn describe(&self) -> String {
+    fn describe(&self, resource: &str) -> String {
         let count = match (self.operations, self.partial) {
             (n, true) => format!("at least {n} changes (it spans several oplog entries)"),
             (1, false) => "1 change".to_string(),
             (n, false) => format!("{n} changes"),
         };
         format!(
-            "the change belongs to a multi-document transaction (lsid {}, txnNumber {}) of \
-             {count}: only this one is skipped, the others are handled, so derived data may \
-             hold part of the transaction",
-            self.lsid, self.txn_number
+            "the change belongs to a multi-document transaction ({}) of {count}: only this \
+             one is skipped, the others are handled, so derived data may hold part of the \
+             transaction; skip {resource} --whole-transaction steps over all of its changes \
+             on the lease's collection",
+            self.id
         )
+    }
+}
+
+/// `skip --whole-transaction`: every change of the transaction the named change belongs
+/// to that the lease has yet to handle, and nothing else; the lease resumes after the
+/// last of them.
+pub(super) fn skip_transaction(
+    request: &ActionRequest,
+    lease: &Lease,
+    to_token: Option<&ResumeToken>,
+    facts: &PlanFacts,
+) -> Result<Decision, Refusal> {
+    let token = skipped_token(lease, to_token)?;
+    let txn = whole_transaction(lease, facts)?;
+    transaction_end(lease, &token, facts)?;
+    let resource = escape_control(&lease.resource);
+    let ns = lease
+        .watch
+        .as_ref()
+        .map(|w| escape_control(&format!("{}.{}", w.db, w.coll)))
+        .unwrap_or_default();
+    let n = txn.stepped.len();
+    let note = format!(
+        "skip of {} of transaction ({}) by {}",
+        changes(n),
+        txn.id,
+        facts.operator
+    );
+    let (mut decision, moved) = move_resume(request, lease, facts, note)?;
+    if moved
+        .as_ref()
+        .is_some_and(|m| m.direction != Direction::Skip)
+    {
+        return Err(Refusal::new(
+            RefusalKind::NotOneChange,
+            format!(
+                "{resource} already resumes after the transaction's changes: there is \
+                 nothing to skip; rewind goes back"
+            ),
+        ));
+    }
+    // The oplog's count on the collection does not see a transaction (its entries are
+    // on admin.$cmd); what the lease's stream returned is what is passed over.
+    let described = moved.as_ref().map(|m| describe_move(m, facts));
+    decision.effect.lines.retain(|l| {
+        !l.starts_with("the resume point does not move") && Some(l) != described.as_ref()
+    });
+    if let Some(m) = decision.effect.resume.as_mut() {
+        if let Some(on) = m.ns.clone() {
+            m.count = Some(ChangeCount {
+                range: ChangeRange {
+                    ns: on,
+                    from: m.from,
+                    to: m.to,
+                    entries: None,
+                },
+                counted: n as u64,
+                limit: u64::MAX,
+            });
+        }
+    }
+    let mut lines = vec![format!(
+        "steps over {} on {ns} of the multi-document transaction ({}) committed at {}, \
+         in the order its listener would handle them:",
+        changes(n),
+        txn.id,
+        txn.at
+    )];
+    for (i, change) in txn.stepped.iter().enumerate().take(LISTED_MAX) {
+        let failing = lease
+            .failure
+            .as_ref()
+            .filter(|f| f.names(&change.token, change.token.time()))
+            .map(|f| {
+                format!(
+                    " — the failing one: {} attempt{} ({}): {}",
+                    f.attempts,
+                    if f.attempts == 1 { "" } else { "s" },
+                    f.cause.as_str(),
+                    escape_control(&f.error)
+                )
+            })
+            .unwrap_or_default();
+        lines.push(format!(
+            "{}. {} {ns} {}{failing}",
+            i + 1,
+            escape_control(&change.operation),
+            escape_control(&change.key)
+        ));
+    }
+    if n > LISTED_MAX {
+        lines.push(format!(
+            "… and {} more (each is kept in the skipped collection)",
+            n - LISTED_MAX
+        ));
+    }
+    decision.effect.lines.splice(0..0, lines);
+    if !txn.elsewhere.is_empty() {
+        let total: usize = txn.elsewhere.values().sum();
+        let places = txn
+            .elsewhere
+            .iter()
+            .map(|(on, k)| format!("{k} on {on}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        decision.effect.lines.push(match total {
+            1 => format!(
+                "the transaction's other change ({places}) is not {resource}'s: it is not \
+                 skipped"
+            ),
+            n => format!(
+                "the transaction's {n} other changes ({places}) are not {resource}'s: they \
+                 are not skipped"
+            ),
+        });
+    }
+    if txn.entries > 1 {
+        decision.effect.lines.push(format!(
+            "the transaction was written over {} oplog entries; its changes all have its \
+             commit's cluster time",
+            txn.entries
+        ));
+    }
+    if txn.handled() > 0 {
+        decision.warnings.push(format!(
+            "the first {} of its {} changes on {ns} were handled before: they stay handled \
+             (neither this skip nor its undo takes them back), so derived data may hold \
+             part of the transaction",
+            txn.handled(),
+            txn.on_lease
+        ));
+    }
+    decision.effect.lines.push(
+        "keeps each change stepped over in the skipped collection beside the audit log, \
+         one record per change (its token and oplog entry; for the failing one, what the \
+         lease recorded), under this action's audit record id; undo puts the resume point \
+         back before the first of them"
+            .into(),
+    );
+    decision.effect.stepped_over = txn.stepped.clone();
+    Ok(decision)
+}
+
+fn changes(n: usize) -> String {
+    match n {
+        1 => "1 change".into(),
+        n => format!("{n} changes"),
     }
 }

@@ -4,7 +4,9 @@ use chrono::TimeDelta;
 
 use super::tests::{at, counted as counted_up_to, facts as facts_of, live_lease, token, wall};
 use super::*;
-use crate::model::{ChangeFailure, FailureCause, ResumeToken};
+use crate::model::{ChangeFailure, FailureCause, ResumeToken, TokenKind};
+use crate::ops::facts::SkippedEntry;
+use crate::ops::transaction::{SteppedChange, TransactionChanges, TransactionId, TransactionMiss};
 
 /// The plan tests' live lease (held by w1, resuming after +3000 s), its listeners
 /// failing on the change at +3001 s.
@@ -159,7 +161,7 @@ fn a_change_of_a_transaction_says_so_and_a_move_within_one_entry_is_not_no_move(
     ));
     let request = skip(None);
     let mut facts = facts(lease);
-    facts.skipped_entry = Some(bson::doc! {
+    facts.skipped_entry = Some(SkippedEntry::of_entry(bson::doc! {
         "lsid": { "id": bson::Binary { subtype: bson::spec::BinarySubtype::Uuid, bytes: vec![0xab; 16] } },
         "txnNumber": 7_i64,
         "op": "c",
@@ -170,7 +172,7 @@ fn a_change_of_a_transaction_says_so_and_a_move_within_one_entry_is_not_no_move(
             { "op": "i", "ns": "shop.orders", "o": { "_id": 3 } },
         ] },
         "prevOpTime": { "ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
-    });
+    }));
     let p = plan(&request, &facts);
     assert_eq!(p.refusal, None);
     let lines = p.effect.lines.join("\n");
@@ -184,17 +186,237 @@ fn a_change_of_a_transaction_says_so_and_a_move_within_one_entry_is_not_no_move(
     assert!(
         warning.contains("txnNumber 7")
             && warning.contains("of 3 changes")
-            && warning.contains(&"ab".repeat(16)),
+            && warning.contains(&"ab".repeat(16))
+            && warning.contains("skip shop.orders --whole-transaction"),
         "{warning}"
     );
     // A plain insert with a session (a retryable write) is no transaction.
-    facts.skipped_entry = Some(bson::doc! {
+    facts.skipped_entry = Some(SkippedEntry::of_entry(bson::doc! {
         "lsid": { "id": 1 }, "txnNumber": 1_i64, "op": "i", "ns": "shop.orders", "o": { "_id": 2 },
-    });
+    }));
     let p = plan(&request, &facts);
     assert!(
         !p.warnings.iter().any(|w| w.contains("transaction")),
         "{:?}",
         p.warnings
+    );
+}
+
+/// The change of a transaction committed at +3001 s, `index`-th in its stream order.
+fn txn_token(index: u64) -> ResumeToken {
+    ResumeToken::encode(at(3001), TokenKind::Event, index)
+}
+
+fn stepped(index: u64, key: i32) -> SteppedChange {
+    SteppedChange {
+        token: txn_token(index),
+        operation: "insert".into(),
+        key: format!(r#"{{"_id":{key}}}"#),
+        entry: bson::doc! { "op": "c", "ns": "admin.$cmd", "o": { "applyOps": [] } },
+    }
+}
+
+/// The failing lease inside a transaction: it handled the first of its 3 changes on
+/// shop.orders and fails on the second (token `txn_token(2)`); the transaction also
+/// wrote once to shop.payments.
+fn inside_a_transaction() -> (Lease, TransactionChanges) {
+    let mut lease = failing_lease();
+    lease.resume_token = Some(txn_token(1));
+    let failure = lease.failure.as_mut().unwrap();
+    failure.token = Some(txn_token(2));
+    failure.document_key = r#"{"_id":2}"#.into();
+    let txn = TransactionChanges {
+        id: TransactionId {
+            lsid: "ab".repeat(16),
+            txn_number: 7,
+        },
+        at: at(3001),
+        entries: 1,
+        on_lease: 3,
+        elsewhere: [("shop.payments".to_string(), 1)].into(),
+        stepped: vec![stepped(2, 2), stepped(3, 3)],
+        before: None,
+    };
+    (lease, txn)
+}
+
+fn whole(to_token: Option<ResumeToken>) -> ActionRequest {
+    ActionRequest::SkipTransaction {
+        resource: "shop.orders".into(),
+        to_token,
+    }
+}
+
+fn with_transaction(lease: Lease, txn: Result<TransactionChanges, TransactionMiss>) -> PlanFacts {
+    let mut facts = facts(lease);
+    facts.skipped_entry = Some(SkippedEntry {
+        entry: Some(bson::doc! { "op": "c" }),
+        transaction: Some(txn),
+    });
+    facts
+}
+
+#[test]
+fn a_whole_transaction_skip_steps_over_its_changes_not_yet_handled_and_lists_them() {
+    let (lease, txn) = inside_a_transaction();
+    let p = plan(&whole(None), &with_transaction(lease, Ok(txn.clone())));
+    assert_eq!(p.refusal, None);
+    let change = p.change.as_ref().unwrap();
+    assert_eq!(
+        change.resume,
+        ResumeChange::Set {
+            token: Some(txn_token(3)),
+            at: None
+        },
+        "resumes after the transaction's last change on the collection"
+    );
+    assert_eq!(
+        (change.expected_version, change.holder.as_deref()),
+        (12, None)
+    );
+    assert_eq!(p.effect.stepped_over, txn.stepped);
+    let lines = p.effect.lines.join("\n");
+    assert!(
+        lines.contains("steps over 2 changes on shop.orders of the multi-document transaction")
+            && lines.contains("txnNumber 7")
+            && lines.contains(r#"1. insert shop.orders {"_id":2} — the failing one: 1 attempt (handler): animal x"#)
+            && lines.contains(r#"2. insert shop.orders {"_id":3}"#)
+            && lines.contains("1 on shop.payments")
+            && lines.contains("one record per change")
+            && !lines.contains("does not move"),
+        "{lines}"
+    );
+    assert!(
+        p.warnings
+            .iter()
+            .any(|w| w.contains("the first 1 of its 3 changes on shop.orders were handled")),
+        "{:?}",
+        p.warnings
+    );
+    assert!(p.confirmation.is_some());
+    assert_eq!(p.effect.fences_out.as_deref(), Some("w1"));
+    let json = crate::ops::describe::plan_json(&p);
+    assert_eq!(
+        json["effect"]["steppedOver"].as_array().map(Vec::len),
+        Some(2)
+    );
+
+    // From before the transaction: the move is counted as the stream's changes, not
+    // as the oplog's count on the collection (which sees no transaction).
+    let (mut lease, mut txn) = inside_a_transaction();
+    lease.resume_token = Some(token(3000));
+    txn.stepped.insert(0, stepped(1, 1));
+    let request = whole(None);
+    let facts = counted(&request, with_transaction(lease, Ok(txn)), 0);
+    let p = plan(&request, &facts);
+    assert_eq!(p.refusal, None);
+    let lines = p.effect.lines.join("\n");
+    assert!(
+        lines.contains("steps over 3 changes") && !lines.contains("0 changes"),
+        "{lines}"
+    );
+    assert_eq!(
+        p.effect
+            .resume
+            .as_ref()
+            .and_then(|m| m.count.as_ref())
+            .map(|c| c.counted),
+        Some(3)
+    );
+    assert!(
+        !p.warnings.iter().any(|w| w.contains("were handled")),
+        "{:?}",
+        p.warnings
+    );
+}
+
+#[test]
+fn a_whole_transaction_skip_is_refused_for_anything_but_the_transactions_changes() {
+    let (lease, txn) = inside_a_transaction();
+    let case = |txn: Result<TransactionChanges, TransactionMiss>, request: ActionRequest| {
+        refused(&plan(&request, &with_transaction(lease.clone(), txn)))
+    };
+
+    let (kind, reason) = case(Err(TransactionMiss::NotATransaction), whole(None));
+    assert_eq!(kind, RefusalKind::NotATransaction);
+    assert!(
+        reason.contains("not part of a multi-document transaction: plain skip steps over it"),
+        "{reason}"
+    );
+
+    let mut first = txn.clone();
+    first.before = Some(r#"update shop.orders {"_id":9} at 1700003000:5"#.into());
+    let (kind, reason) = case(Ok(first), whole(None));
+    assert_eq!(kind, RefusalKind::NotOneChange);
+    assert!(
+        reason.contains(r#"{"_id":9}"#) && reason.contains("--to-token"),
+        "{reason}"
+    );
+
+    let mut done = txn.clone();
+    done.stepped.clear();
+    let (kind, reason) = case(Ok(done), whole(None));
+    assert_eq!(kind, RefusalKind::NotOneChange);
+    assert!(
+        reason.contains("already resumes after every change"),
+        "{reason}"
+    );
+
+    // A token that is none of the transaction's changes still to handle.
+    let (kind, reason) = case(Ok(txn.clone()), whole(Some(token(3005))));
+    assert_eq!(kind, RefusalKind::NotOneChange);
+    assert!(
+        reason.contains("is not one of the transaction's"),
+        "{reason}"
+    );
+    // One of them, named: the same steps.
+    let p = plan(
+        &whole(Some(txn_token(3))),
+        &with_transaction(lease.clone(), Ok(txn.clone())),
+    );
+    assert_eq!(p.refusal, None);
+
+    let (kind, reason) = case(
+        Err(TransactionMiss::Unresolved(
+            "its oplog entry at 1700003000:1 is gone".into(),
+        )),
+        whole(None),
+    );
+    assert_eq!(kind, RefusalKind::TransactionUnknown);
+    assert!(
+        reason.contains("is gone") && reason.contains("plain skip"),
+        "{reason}"
+    );
+
+    let (kind, reason) = case(
+        Err(TransactionMiss::OplogUnreadable(
+            "not authorized on local".into(),
+        )),
+        whole(None),
+    );
+    assert_eq!(kind, RefusalKind::NoOplogAccess);
+    assert!(reason.contains("clusterMonitor"), "{reason}");
+
+    // Nothing read at all (the entry could not be had).
+    let mut unread = facts(lease.clone());
+    unread.skipped_entry = None;
+    assert_eq!(
+        refused(&plan(&whole(None), &unread)).0,
+        RefusalKind::TransactionUnknown
+    );
+
+    let mut read_only = with_transaction(lease.clone(), Ok(txn));
+    read_only.read_only = true;
+    assert_eq!(
+        refused(&plan(&whole(None), &read_only)).0,
+        RefusalKind::ReadOnly
+    );
+
+    // With no failure and no token: nothing names the change.
+    let mut clean = lease;
+    clean.failure = None;
+    assert_eq!(
+        refused(&plan(&whole(None), &facts(clean))).0,
+        RefusalKind::NothingToSkip
     );
 }

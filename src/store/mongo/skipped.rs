@@ -1,6 +1,7 @@
 //! The changes operators stepped over, in the `skipped` collection beside the audit
-//! log (`_id`: the skip's audit record id), and the oplog read that keeps the change
-//! itself.
+//! log, one document per change (`_id`: the skip's audit record id and the change's
+//! token: `skip --whole-transaction` keeps several under one audit record), and the
+//! oplog read that keeps the change itself.
 
 use std::future::IntoFuture;
 
@@ -54,7 +55,7 @@ impl MongoStore {
         let action = format!("keep the change skipped on {}", skipped.resource);
         let collection = self.skipped();
         let document = skipped_to_document(skipped);
-        let filter = doc! { "_id": &skipped.audit_id };
+        let filter = doc! { "_id": skipped_id(skipped) };
         with_one_retry(self.write_timeout(), &action, || {
             collection
                 .replace_one(filter.clone(), document.clone())
@@ -78,7 +79,7 @@ impl MongoStore {
         let found: Vec<Document> = with_one_retry(self.timeout(), &action, || async {
             collection
                 .find(doc! { "resource": resource })
-                .sort(doc! { "at": -1 })
+                .sort(doc! { "at": -1, "_id.token": -1 })
                 .limit(limit)
                 .await?
                 .try_collect()
@@ -90,10 +91,18 @@ impl MongoStore {
     }
 }
 
+/// `{auditId, token}`: one document per change an action stepped over.
+fn skipped_id(skipped: &SkippedChange) -> Document {
+    doc! {
+        "auditId": &skipped.audit_id,
+        "token": skipped.token.as_document().clone(),
+    }
+}
+
 fn skipped_to_document(skipped: &SkippedChange) -> Document {
     let opt = |value: Option<Bson>| value.unwrap_or(Bson::Null);
     doc! {
-        "_id": &skipped.audit_id,
+        "_id": skipped_id(skipped),
         "resource": &skipped.resource,
         "operator": &skipped.operator,
         "at": date(skipped.at),
@@ -119,8 +128,16 @@ fn skipped_from_document(document: &Document) -> StoreResult<SkippedChange> {
             Some(_) => Err(malformed(WHAT, field, "expected a document")),
         }
     };
+    let audit_id = match document.get("_id") {
+        Some(Bson::Document(id)) => match id.get("auditId") {
+            Some(Bson::String(s)) => s.clone(),
+            _ => return Err(malformed(WHAT, "_id.auditId", "expected a string")),
+        },
+        // Written before a skip could keep several changes: the audit id alone.
+        _ => text("_id")?,
+    };
     Ok(SkippedChange {
-        audit_id: text("_id")?,
+        audit_id,
         resource: text("resource")?,
         operator: text("operator")?,
         at: opt_date(WHAT, document, "at")?.ok_or_else(|| malformed(WHAT, "at", "missing"))?,

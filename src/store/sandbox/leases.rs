@@ -237,7 +237,10 @@ impl OperatorStore for SandboxStore {
     async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
         count(&self.inner.calls.audit_writes);
         let mut state = self.lock();
-        state.skipped.retain(|s| s.audit_id != skipped.audit_id);
+        // One record per change an action stepped over: its audit id and the token.
+        state.skipped.retain(|s| {
+            s.audit_id != skipped.audit_id || s.token.as_document() != skipped.token.as_document()
+        });
         state.skipped.push(skipped.clone());
         Ok(())
     }
