@@ -372,3 +372,60 @@ async fn mongo_a_listener_behind_shows_its_lag() {
     })
     .await;
 }
+
+/// Waits on tokio's paused clock until `done`, for at most ten virtual minutes.
+async fn on_paused_clock(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..6_000 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("waiting for {what}");
+}
+
+/// A change that keeps failing holds the stream where it is while the cluster moves on:
+/// the lag grows with every attempt, and falls once the change is passed.
+#[tokio::test(start_paused = true)]
+async fn a_failing_change_shows_the_lag_growing_behind_it() {
+    let clock = Clock::Virtual {
+        epoch: chrono::Utc::now(),
+        start: tokio::time::Instant::now(),
+    };
+    let store = SandboxStore::new(SandboxConfig::default(), clock);
+    let animals = Namespace::new("zoo", "animals");
+    store.put(&animals, doc! { "_id": 1 }).await.expect("write");
+    store
+        .put(&animals, doc! { "_id": 2, "poison": true })
+        .await
+        .expect("write");
+    let metrics = EngineMetrics::new().expect("metrics");
+    let mut config = ListenerConfig::new("zoo.animals", "w1", animals.clone());
+    config.bootstrap = Bootstrap::Oldest;
+    config.retry_backoff = Duration::from_secs(1);
+    let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let listener = ListenerHandle::spawn_with_metrics(
+        store.clone(),
+        config,
+        FailsOnPoison(broken.clone()),
+        &metrics,
+    );
+    let labels = "{listener=\"w1\",resource=\"zoo.animals\"}";
+    let failures = format!("streamward_listener_change_failures_total{labels}");
+    let lag = format!("streamward_listener_lag_seconds{labels}");
+    let read = |series: &str| value(&encode(metrics.registry()).unwrap_or_default(), series);
+    on_paused_clock("the first failure", || read(&failures).is_some()).await;
+    // The cluster moves on a minute; the change still fails.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    store.put(&animals, doc! { "_id": 3 }).await.expect("write");
+    let seen_before = read(&failures);
+    on_paused_clock("another attempt", || read(&failures) != seen_before).await;
+    let behind = read(&lag);
+    assert!(
+        behind.is_some_and(|lag| lag >= 60.0),
+        "stuck on a change a minute ago while the cluster moved on, the gauge says {behind:?}"
+    );
+    broken.store(false, std::sync::atomic::Ordering::SeqCst);
+    on_paused_clock("caught up", || read(&lag) == Some(0.0)).await;
+    listener.stop().await;
+}

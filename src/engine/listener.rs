@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 
 use crate::metrics::engine::ListenerMetrics;
 use crate::model::{
-    ChangeFailure, Fence, Lease, ResumePoint, ResumeToken, SourceKind, StreamProfile,
+    ChangeFailure, ClusterTime, Fence, Lease, ResumePoint, ResumeToken, SourceKind, StreamProfile,
 };
 use crate::store::{
     AcquireOutcome, AcquireRequest, ChangeBatch, ChangeEvent, ChangeStream, FeedOptions,
@@ -505,6 +505,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             .as_ref()
             .is_some_and(FleetSeat::handover_requested);
         let to_commit = if count > 0 {
+            // Read, not handled yet: as far behind as the point handled before it (a
+            // change that keeps failing keeps it there while the cluster moves on).
+            self.measure_lag(&batch, p.committed.as_ref().and_then(ResumeToken::time));
             match self.handler.handle(&batch.events, &p.fence).await {
                 Ok(()) => {}
                 Err(HandlerError::Fenced(reason)) => {
@@ -524,10 +527,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             }
             self.set_state(ListenerState::Committing);
-            self.measure_lag(&batch);
+            self.measure_lag(&batch, batch.reached());
             batch.resume_token
         } else {
-            self.measure_lag(&batch);
+            self.measure_lag(&batch, batch.reached());
             let heartbeat_due = handing_over
                 || p.committed.is_none()
                 || p.last_commit.elapsed() >= self.config.heartbeat;
@@ -551,9 +554,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
         self.after_commit(p, handing_over).await
     }
 
-    fn measure_lag(&self, batch: &ChangeBatch) {
-        if let (Some(metrics), Some(lag)) = (&self.metrics, batch.lag()) {
-            metrics.lag(lag);
+    /// How far `position` is behind the cluster time `batch`'s reply carried.
+    fn measure_lag(&self, batch: &ChangeBatch, position: Option<ClusterTime>) {
+        if let (Some(metrics), Some(reply), Some(position)) =
+            (&self.metrics, batch.cluster_time, position)
+        {
+            metrics.lag(reply.saturating_since(position));
         }
     }
 

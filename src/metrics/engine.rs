@@ -118,7 +118,7 @@ impl EngineMetrics {
             lag: GaugeVec::new(
                 Opts::new(
                     "streamward_listener_lag_seconds",
-                    "Seconds from the last change this listener handled (or the post-batch token of an empty read) to the cluster time the stream's reply carried; by cluster time, so whole seconds. Absent until a change stream reply told it (never for a capped collection).",
+                    "Seconds from the last change this listener handled (or the post-batch token of an empty read) to the cluster time its stream's latest reply carried, as of its last read: a change that keeps failing holds it where it is while the cluster moves on. By cluster time, so whole seconds. Absent until a change stream reply told it (never for a capped collection).",
                 ),
                 &LABELS,
             )?,

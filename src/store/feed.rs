@@ -97,20 +97,18 @@ pub struct ChangeBatch {
     /// post-batch (high-water-mark) token when the batch is empty.
     pub resume_token: Option<ResumeToken>,
     /// The cluster time the server's reply carried (`$clusterTime`), where the store
-    /// learns it with the batch: what [`ChangeBatch::lag`] measures against.
+    /// learns it with the batch: how far the stream is behind is measured against it.
     pub cluster_time: Option<ClusterTime>,
 }
 
 impl ChangeBatch {
-    /// How far behind the cluster the stream is once this batch is handled: from the
-    /// time of its last change (or of its post-batch token, when it is empty) to the
-    /// cluster time its reply carried. `None` where either is unknown.
-    pub fn lag(&self) -> Option<Duration> {
-        let reached = match self.events.last() {
+    /// Where the stream is once this batch is handled: the time of its last change, or
+    /// of its post-batch token when it is empty.
+    pub fn reached(&self) -> Option<ClusterTime> {
+        match self.events.last() {
             Some(last) => last.cluster_time.or_else(|| last.token.time()),
             None => self.resume_token.as_ref().and_then(ResumeToken::time),
-        }?;
-        Some(self.cluster_time?.saturating_since(reached))
+        }
     }
 }
 
