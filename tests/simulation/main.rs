@@ -31,6 +31,7 @@ mod faults;
 mod fleet;
 mod observe;
 mod operator;
+mod poison;
 mod sim;
 mod trace;
 
@@ -351,6 +352,7 @@ fn a_listener_that_loses_history_while_catching_up_is_recovered_at_quiescence() 
         let config = SimConfig {
             capacity: 40,
             profile: FaultProfile::none(),
+            poison: poison::PoisonProfile::none(),
         };
         let mut sim = Sim::with(seed, SmallRng::seed_from_u64(seed), config);
         // Only the orders run; the animals are written, and nobody aggregates them yet.
@@ -403,7 +405,7 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
             }
             tokio::time::sleep(fleet::LEASE).await;
             sim.check()?;
-            sim.check_nothing_lost()?;
+            sim.check_nothing_lost().await?;
             sim.stop_all().await
         }
         .await;
