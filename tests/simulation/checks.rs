@@ -1166,3 +1166,322 @@ impl Downstream<'_> {
         Ok(())
     }
 }
+
+/// The poison rules on hand-made histories: a failed batch handed again one change at
+/// a time, the failing change stepped over and kept, passes; a change dropped without
+/// a skipped record, a record for a change that never failed, a committed change
+/// handed again alone, a commit past a failed change that is no step over, and a
+/// stream started past a failed change nobody stepped over, are each reported.
+#[cfg(test)]
+mod poison_histories {
+    use super::*;
+    use bson::doc;
+    use chrono::{TimeZone, Utc};
+    use streamward::model::{ChangeFailure, FailureCause, ResumeToken, TokenKind};
+    use streamward::store::{AuditContext, AuditIntent};
+
+    const EPOCH: u32 = 1_767_225_600;
+    const T0: ClusterTime = ClusterTime::new(EPOCH + 1, 1);
+    const A: ClusterTime = ClusterTime::new(EPOCH + 2, 1);
+    const X: ClusterTime = ClusterTime::new(EPOCH + 2, 2);
+    const B: ClusterTime = ClusterTime::new(EPOCH + 3, 1);
+    const POISON: &str = "handler failed: poison change";
+
+    fn ns() -> Namespace {
+        Namespace::new("db", "coll")
+    }
+
+    fn entry(actor: &str, obs: Obs) -> Entry {
+        Entry {
+            at: Duration::ZERO,
+            actor: Arc::from(actor),
+            obs,
+        }
+    }
+
+    fn wrote(time: ClusterTime) -> Entry {
+        let obs = Obs::Wrote {
+            ns: ns(),
+            id: format!("k{}", time.inc),
+            time,
+            document: doc! {},
+        };
+        entry("workload", obs)
+    }
+
+    fn lease(holder: &str, version: i64) -> Option<LeaseSeen> {
+        Some(LeaseSeen {
+            holder: Some(holder.into()),
+            version,
+            live: true,
+            kind: LockKind::Update,
+            resume: Resume::Oldest,
+        })
+    }
+
+    fn done<T>(done: T) -> Call<T> {
+        Call {
+            done: Some(done),
+            fault: None,
+        }
+    }
+
+    /// `actor` acquires `version`, resuming after `after`, and opens stream `stream` there.
+    fn holds(actor: &str, version: i64, after: ClusterTime, stream: u64) -> Vec<Entry> {
+        let resume = Resume::After(after);
+        let acquire = Obs::Acquire {
+            resource: "r".into(),
+            before: None,
+            call: done(AcquireDone::Acquired { version, resume }),
+        };
+        let open = Obs::Open {
+            ns: ns(),
+            start: resume,
+            stream,
+            call: done(Ok(())),
+            first: None,
+        };
+        vec![entry(actor, acquire), entry(actor, open)]
+    }
+
+    fn batch(actor: &str, stream: u64, events: &[ClusterTime]) -> Entry {
+        let obs = Obs::Batch {
+            stream,
+            events: events.to_vec(),
+            duplicates: 0,
+            token: events.last().copied(),
+            call: done(Ok(())),
+            lost_before: None,
+        };
+        entry(actor, obs)
+    }
+
+    fn handled(actor: &str, version: i64, events: &[ClusterTime], ok: bool) -> Entry {
+        let obs = Obs::Handled {
+            resource: "r".into(),
+            version,
+            events: events.to_vec(),
+            result: if ok { Ok(()) } else { Err(POISON.into()) },
+        };
+        entry(actor, obs)
+    }
+
+    fn commit(actor: &str, version: i64, token: ClusterTime) -> Entry {
+        let obs = Obs::Commit {
+            resource: "r".into(),
+            listener: actor.into(),
+            version,
+            token: Some(token),
+            before: lease(actor, version),
+            call: done(TenureDone::Done),
+        };
+        entry(actor, obs)
+    }
+
+    fn release(actor: &str, version: i64) -> Entry {
+        let obs = Obs::Release {
+            resource: "r".into(),
+            listener: actor.into(),
+            version,
+            before: lease(actor, version),
+            call: done(TenureDone::Done),
+        };
+        entry(actor, obs)
+    }
+
+    /// `a` is given A and X, fails, hands A alone (committed) and X alone (fails) and
+    /// gives the lease back; `b` takes it, fails on X again, alone, and steps over it
+    /// (its `skip_after` policy); `a` takes it again and handles B.
+    fn legitimate() -> Vec<Entry> {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X]),
+            handled("a", 1, &[A, X], false),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            handled("a", 1, &[X], false),
+            release("a", 1),
+        ]);
+        history.extend(holds("b", 2, A, 2));
+        history.extend([
+            batch("b", 2, &[X, B]),
+            handled("b", 2, &[X, B], false),
+            handled("b", 2, &[X], false),
+            commit("b", 2, X),
+            release("b", 2),
+        ]);
+        history.extend(holds("a", 3, X, 3));
+        history.extend([
+            batch("a", 3, &[B]),
+            handled("a", 3, &[B], true),
+            commit("a", 3, B),
+        ]);
+        history
+    }
+
+    fn checker(history: &[Entry]) -> Result<Checker, Violation> {
+        let mut checker = Checker::default();
+        for listener in ["a", "b"] {
+            checker.register(listener, "r", ns());
+        }
+        for entry in history {
+            checker.apply(entry)?;
+        }
+        Ok(checker)
+    }
+
+    /// The change at `at` kept as skipped, under an applied `skip` of `r`.
+    fn kept(at: ClusterTime) -> Kept {
+        let now = Utc.timestamp_opt(i64::from(EPOCH) + 10, 0).unwrap();
+        let token = ResumeToken::encode(at, TokenKind::Event, 0);
+        let failure = ChangeFailure::first(
+            Some(token.clone()),
+            Some(at),
+            "db.coll",
+            "insert",
+            "{}",
+            POISON,
+            FailureCause::Handler,
+            now,
+        );
+        let intent = AuditIntent {
+            resource: "r".into(),
+            context: AuditContext {
+                operator: "b".into(),
+                action: "skip".into(),
+                reason: None,
+            },
+            before: None,
+            intended: None,
+        };
+        let mut audit = intent.pending_record("audit-1".into(), now);
+        audit.state = AuditState::Applied;
+        Kept {
+            skipped: SkippedChange {
+                audit_id: "audit-1".into(),
+                resource: "r".into(),
+                operator: "b".into(),
+                at: now,
+                token,
+                failure: Some(failure),
+                entry: None,
+                entry_missing: None,
+            },
+            audit: Some(audit),
+        }
+    }
+
+    /// The end-of-run invariant on `checker`, the lease resuming after B.
+    fn judge(checker: &Checker, kept: &[Kept]) -> Result<(), String> {
+        let committed = checker.committed(&ns());
+        let handled = |at| committed.is_some_and(|c| c.contains(&at));
+        let outcome = Outcome {
+            resource: "r",
+            changes: checker.changes(&ns()).to_vec(),
+            end: Resume::After(B),
+            handled: &handled,
+            lost_before: checker.frontier(&ns()),
+            failed: checker.failed(&ns()),
+        };
+        nothing_missed(&outcome, kept)
+    }
+
+    #[test]
+    fn a_poison_change_handed_alone_stepped_over_and_kept_passes() {
+        let checker = checker(&legitimate()).expect("a legitimate history");
+        assert_eq!(judge(&checker, &[kept(X)]), Ok(()));
+    }
+
+    #[test]
+    fn a_change_dropped_without_a_skipped_record_is_a_violation() {
+        let checker = checker(&legitimate()).expect("the trace alone cannot tell");
+        let error = judge(&checker, &[]).expect_err("X is neither handled nor kept");
+        assert!(
+            error.contains(&T(X).to_string()) && error.contains("neither handled"),
+            "{error}"
+        );
+        // Kept, but under a skip that was not applied: nothing stepped over it.
+        let mut not_applied = kept(X);
+        not_applied.audit.as_mut().unwrap().state = AuditState::NotApplied;
+        let error = judge(&checker, &[not_applied]).expect_err("the skip was not applied");
+        assert!(error.contains("a skip not applied"), "{error}");
+        // Kept under an audit record the audit log does not hold.
+        let mut orphan = kept(X);
+        orphan.audit = None;
+        let error = judge(&checker, &[orphan]).expect_err("no audit record");
+        assert!(error.contains("holds no such record"), "{error}");
+    }
+
+    #[test]
+    fn a_skipped_record_for_a_change_that_never_failed_is_a_violation() {
+        let checker = checker(&legitimate()).expect("a legitimate history");
+        let error = judge(&checker, &[kept(X), kept(B)]).expect_err("B never failed");
+        assert!(
+            error.contains(&T(B).to_string()) && error.contains("no handler ever failed"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_committed_change_handed_again_alone_is_a_violation() {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A]),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            batch("a", 1, &[X, B]),
+            handled("a", 1, &[X, B], false),
+            // A was committed before this batch: not one of its changes.
+            handled("a", 1, &[A], true),
+        ]);
+        let error = checker(&history).err().expect("A handed again");
+        assert!(
+            error.message.contains("the failed batch's next change"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_commit_past_a_failed_change_that_is_no_step_over_is_a_violation() {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X, B]),
+            handled("a", 1, &[A, X, B], false),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            handled("a", 1, &[X], false),
+            commit("a", 1, B),
+        ]);
+        let error = checker(&history).err().expect("B committed after X failed");
+        assert!(
+            error.message.contains("while holding no lease"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_stream_started_past_a_failed_change_nobody_stepped_over_is_a_violation() {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X]),
+            handled("a", 1, &[A, X], false),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            handled("a", 1, &[X], false),
+            release("a", 1),
+        ]);
+        history.extend(holds("b", 2, X, 2));
+        let error = checker(&history).err().expect("X skipped unnoted");
+        assert!(
+            error.message.contains("never handled and committed"),
+            "{}",
+            error.message
+        );
+    }
+}
