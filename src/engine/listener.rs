@@ -738,7 +738,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     }
                     _ => TenureEnd::ChangeFailed(failure),
                 };
-                self.give_back(tenure, end).await
+                match end {
+                    TenureEnd::LostLock(_) => end,
+                    end => self.give_back(tenure, end).await,
+                }
             }
             Ok(TenureWrite::LostLock) => TenureEnd::LostLock(format!(
                 "recording the failed change under version {} matched nothing",
@@ -774,7 +777,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 ));
                 TenureEnd::SteppedOver
             }
-            Err(why) => {
+            Err(super::step_over::NotSteppedOver::LostLock(why)) => TenureEnd::LostLock(format!(
+                "{}; stepping over it by the skip_after policy: {why}",
+                super::failing::describe(&failure)
+            )),
+            Err(super::step_over::NotSteppedOver::Failed(why)) => {
                 self.record_error(format!(
                     "{}; stepping over it by the skip_after policy failed: {why}",
                     super::failing::describe(&failure)
