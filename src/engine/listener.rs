@@ -561,6 +561,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
     ) -> Result<(), TenureEnd> {
         let started = Instant::now();
         let lease = self.config.lease;
+        let past_failure = past_failure || super::failing::passed_by(p.failure.as_ref(), &token);
         let written = if past_failure {
             self.store
                 .commit_past_failure(&p.tenure, &token, lease)
