@@ -474,10 +474,10 @@ impl FleetSim {
             self.processes.keys().collect::<Vec<_>>()
         ));
         self.cluster.set_enabled(false);
-        if let Some(last) = self.fleet_checker.last_written() {
-            self.poison
-                .clean_from(ClusterTime::from_u64(last.as_u64() + 1));
-        }
+        // Every change from this second of the server's clock on (nothing may have
+        // been written yet).
+        let secs = u32::try_from(self.store.clock().now().timestamp()).unwrap_or(u32::MAX);
+        self.poison.clean_from(ClusterTime::new(secs, 0));
         for process in self.processes.values() {
             for (_, pause) in &process.listeners {
                 pause.release();
@@ -853,11 +853,6 @@ impl FleetChecker {
 
     pub fn written(&self) -> usize {
         self.keys.len()
-    }
-
-    /// The newest change written, of any namespace.
-    pub fn last_written(&self) -> Option<ClusterTime> {
-        self.keys.keys().map(|(_, t)| *t).max()
     }
 
     /// The changes of `ns` (of its keys in `partition`, when one is named), in order.
