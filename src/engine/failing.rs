@@ -69,6 +69,14 @@ pub fn passes(failure: Option<&ChangeFailure>, events: &[ChangeEvent]) -> bool {
     failure.is_some_and(|f| events.iter().any(|e| f.names(&e.token, e.cluster_time)))
 }
 
+/// Whether `token` is past the change `failure` names by their cluster times.
+pub fn passed_by(failure: Option<&ChangeFailure>, token: &crate::model::ResumeToken) -> bool {
+    match (failure.and_then(|f| f.at), token.time()) {
+        (Some(at), Some(time)) => time > at,
+        _ => false,
+    }
+}
+
 /// What the listener says of a failure, for its status and the log.
 pub fn describe(failure: &ChangeFailure) -> String {
     let at = failure.at.map(|t| format!(" at {t}")).unwrap_or_default();

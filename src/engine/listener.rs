@@ -575,6 +575,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
     ) -> Result<(), TenureEnd> {
         let started = Instant::now();
         let lease = self.config.lease;
+        let past_failure = past_failure || super::failing::passed_by(p.failure.as_ref(), &token);
         let written = if past_failure {
             self.store
                 .commit_past_failure(&p.tenure, &token, lease)
@@ -691,6 +692,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             for event in events {
                 let one = std::slice::from_ref(event);
                 match self.handler.handle(one, &p.fence).await {
+                    Ok(()) if behind(&event.token, p.committed.as_ref()) => {}
                     Ok(()) => {
                         let past = super::failing::passes(p.failure.as_ref(), one);
                         self.commit(p, event.token.clone(), 1, past).await?;
@@ -751,7 +753,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     }
                     _ => TenureEnd::ChangeFailed(failure),
                 };
-                self.give_back(tenure, end).await
+                match end {
+                    TenureEnd::LostLock(_) => end,
+                    end => self.give_back(tenure, end).await,
+                }
             }
             Ok(TenureWrite::LostLock) => TenureEnd::LostLock(format!(
                 "recording the failed change under version {} matched nothing",
@@ -787,7 +792,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 ));
                 TenureEnd::SteppedOver
             }
-            Err(why) => {
+            Err(super::step_over::NotSteppedOver::LostLock(why)) => TenureEnd::LostLock(format!(
+                "{}; stepping over it by the skip_after policy: {why}",
+                super::failing::describe(&failure)
+            )),
+            Err(super::step_over::NotSteppedOver::Failed(why)) => {
                 self.record_error(format!(
                     "{}; stepping over it by the skip_after policy failed: {why}",
                     super::failing::describe(&failure)

@@ -12,6 +12,14 @@ use crate::store::{
     AuditContext, AuditFinish, AuditIntent, SkippedChange, Store, Tenure, TenureWrite,
 };
 
+/// Why a change was not stepped over.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotSteppedOver {
+    /// The lease is no longer this tenure's.
+    LostLock(String),
+    Failed(String),
+}
+
 /// Steps over `failure`'s change; `Err` says why not (nothing moved then, unless the
 /// commit's reply was lost: its record is left pending, to be judged by the lease).
 pub async fn step_over<S: Store>(
@@ -20,11 +28,13 @@ pub async fn step_over<S: Store>(
     failure: &ChangeFailure,
     lease: Duration,
     skip_after: u32,
-) -> Result<String, String> {
+) -> Result<String, NotSteppedOver> {
     let Some(token) = failure.token.clone() else {
-        return Err("the server did not name the change, so it cannot be stepped over".into());
+        return Err(NotSteppedOver::Failed(
+            "the server did not name the change, so it cannot be stepped over".into(),
+        ));
     };
-    let read = |e: crate::store::StoreError| e.to_string();
+    let read = |e: crate::store::StoreError| NotSteppedOver::Failed(e.to_string());
     let now = store.server_now().await.map_err(read)?;
     let before = store
         .get(&tenure.resource)
@@ -33,7 +43,7 @@ pub async fn step_over<S: Store>(
         .filter(|l| {
             l.version == tenure.version && l.holder.as_deref() == Some(tenure.listener.as_str())
         })
-        .ok_or("the lease moved on")?;
+        .ok_or_else(|| NotSteppedOver::LostLock("the lease moved on".into()))?;
     let commit = tenure.commit_past_failure(&token, lease);
     let intent = AuditIntent {
         resource: tenure.resource.clone(),
@@ -71,7 +81,9 @@ pub async fn step_over<S: Store>(
         let _ = store
             .finish_audit(&audit_id, &finish(AuditState::NotApplied, outcome))
             .await;
-        return Err(format!("keeping the change failed: {e}"));
+        return Err(NotSteppedOver::Failed(format!(
+            "keeping the change failed: {e}"
+        )));
     }
     match store.commit_past_failure(tenure, &token, lease).await {
         Ok(TenureWrite::Done) => {
@@ -90,19 +102,19 @@ pub async fn step_over<S: Store>(
             let _ = store
                 .finish_audit(&audit_id, &finish(AuditState::NotApplied, outcome))
                 .await;
-            Err("the lease moved on".into())
+            Err(NotSteppedOver::LostLock("the lease moved on".into()))
         }
         Err(e) if e.write_may_have_applied() => {
             let what = format!("the skip's commit reply was lost: {e}");
             let _ = store.audit_step(&audit_id, &what, None, None).await;
-            Err(what)
+            Err(NotSteppedOver::Failed(what))
         }
         Err(e) => {
             let outcome = format!("not applied: {e}");
             let _ = store
                 .finish_audit(&audit_id, &finish(AuditState::NotApplied, outcome))
                 .await;
-            Err(e.to_string())
+            Err(NotSteppedOver::Failed(e.to_string()))
         }
     }
 }

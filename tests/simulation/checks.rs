@@ -13,6 +13,11 @@
 //! - the changes handled are the watched namespace's changes in order, with no gap
 //!   (a change handled again is only one the stream re-delivered);
 //! - a commit that applied covers only changes the handler returned `Ok` for;
+//! - a batch the handler failed on (`HandlerError::Failed`) is handed again one
+//!   change at a time, in order, under the same tenure, until one fails (nothing
+//!   else is handed meanwhile, and nothing already committed); after a change failed
+//!   on its own, nothing more is handled, and the one commit allowed is the step over
+//!   that change (`skip_after`), which covers everything before it and not it;
 //! - after a lost lock (a fenced write refused, a commit that matched nothing, a
 //!   refresh that did not keep the version) nothing more is handled or committed,
 //!   and the lease is not released; after a failure nothing more is committed;
@@ -30,9 +35,9 @@ use std::time::Duration;
 use bson::{Bson, Document};
 use streamward::demo::orders::outbox_ns;
 use streamward::demo::pets::{self, expected_counts, read_animals, stored_counts, TAGS};
-use streamward::model::{ClusterTime, LockKind};
+use streamward::model::{AuditRecord, AuditState, ClusterTime, Lease, LockKind, ResumePoint};
 use streamward::store::sandbox::SandboxStore;
-use streamward::store::{DocumentStore, Namespace};
+use streamward::store::{AuditLog, DocumentStore, Namespace, OperatorStore, SkippedChange};
 
 use crate::trace::{
     opt, times, AcquireDone, Call, Entry, FenceKind, LeaseSeen, Obs, Resume, TenureDone, Trace,
@@ -66,6 +71,9 @@ const STANDBY_ACQUIRES_PER_10S: usize = 30;
 enum End {
     LostLock,
     Failed,
+    /// The handler failed on this change, handed alone: the tenure records it and
+    /// gives the lease back, or steps over it.
+    Failing(ClusterTime),
     Released,
 }
 
@@ -81,6 +89,8 @@ struct Hold {
     stream: Option<u64>,
     /// Non-empty batches handed over and not yet given to the handler.
     delivered: VecDeque<Vec<ClusterTime>>,
+    /// After the handler failed on a batch: its changes not handed again alone yet.
+    singles: Option<VecDeque<ClusterTime>>,
     /// Changes the handler returned `Ok` for.
     handled: BTreeSet<ClusterTime>,
     /// The newest change handled.
@@ -118,6 +128,12 @@ pub struct Checker {
     skip_frontier: BTreeMap<Namespace, ClusterTime>,
     /// Changes handled by a hold that then committed past them.
     committed: BTreeMap<Namespace, BTreeSet<ClusterTime>>,
+    /// Changes a handler failed on when handed alone (`HandlerError::Failed`).
+    failed: BTreeMap<Namespace, BTreeSet<ClusterTime>>,
+    /// Changes stepped over (a listener's `skip_after` commit that applied, an
+    /// operator's skip noted before its write), with how many such steps may stand:
+    /// a stream may start past them.
+    stepped: BTreeMap<(Namespace, ClusterTime), u32>,
 }
 
 impl Checker {
@@ -154,14 +170,42 @@ impl Checker {
         }
     }
 
+    /// An operator steps over the one change of `ns` at `at` (noted before the write,
+    /// which a listener may act on at once).
+    pub fn steps_over(&mut self, ns: &Namespace, at: ClusterTime) {
+        *self.stepped.entry((ns.clone(), at)).or_default() += 1;
+    }
+
+    /// The step over `at` noted by [`Checker::steps_over`] was not written.
+    pub fn not_stepped_over(&mut self, ns: &Namespace, at: ClusterTime) {
+        let key = (ns.clone(), at);
+        if let Some(count) = self.stepped.get_mut(&key) {
+            *count -= 1;
+            if *count == 0 {
+                self.stepped.remove(&key);
+            }
+        }
+    }
+
+    /// Whether a step over the change of `ns` at `at` may stand.
+    fn stepped_over(&self, ns: &Namespace, at: ClusterTime) -> bool {
+        self.stepped.contains_key(&(ns.clone(), at))
+    }
+
+    /// Changes of `ns` a handler failed on when handed alone.
+    pub fn failed(&self, ns: &Namespace) -> Option<&BTreeSet<ClusterTime>> {
+        self.failed.get(ns)
+    }
+
     /// Changes of `ns` before `first` can no longer be read: those never handled and
-    /// committed are skipped.
+    /// committed (nor stepped over) are skipped.
     fn fell_off(&mut self, ns: &Namespace, first: ClusterTime) {
         let committed = self.committed.get(ns);
-        let skipped = self
-            .changes(ns)
-            .iter()
-            .any(|c| *c < first && !committed.is_some_and(|done| done.contains(c)));
+        let skipped = self.changes(ns).iter().any(|c| {
+            *c < first
+                && !committed.is_some_and(|done| done.contains(c))
+                && !self.stepped_over(ns, *c)
+        });
         if skipped {
             self.advance(ns, first);
         }
@@ -440,6 +484,7 @@ impl Checker {
                     start: None,
                     stream: None,
                     delivered: VecDeque::new(),
+                    singles: None,
                     handled: BTreeSet::new(),
                     last: None,
                     ended: None,
@@ -505,6 +550,7 @@ impl Checker {
             .copied()
             .filter(|c| !start.admits(*c))
             .filter(|c| !committed.is_some_and(|done| done.contains(c)))
+            .filter(|c| !self.stepped_over(ns, *c))
             .filter(|c| frontier.is_none_or(|f| *c >= f))
             .collect();
         if let Some(readable) = skipped.iter().find(|c| first.is_none_or(|f| **c >= f)) {
@@ -551,21 +597,55 @@ impl Checker {
                 ),
             ));
         }
-        let next = hold.delivered.pop_front();
-        if next.as_deref() != Some(events) {
-            return Err(Violation::of(resource, format!(
-                "{actor} v{version}: the handler was given {}, but the next batch the stream handed over was {}",
-                times(events),
-                next.as_deref().map_or_else(|| "none".into(), times)
-            )));
+        match hold.singles.as_mut() {
+            // One at a time: exactly the failed batch's next change, alone.
+            Some(singles) => {
+                let next = singles.pop_front();
+                if next.is_none() || events != next.as_slice() {
+                    return Err(Violation::of(resource, format!(
+                        "{actor} v{version}: after its handler failed on a batch, the handler was given {}, but the failed batch's next change to hand again alone was {}",
+                        times(events),
+                        opt(&next)
+                    )));
+                }
+            }
+            None => {
+                let next = hold.delivered.pop_front();
+                if next.as_deref() != Some(events) {
+                    return Err(Violation::of(resource, format!(
+                        "{actor} v{version}: the handler was given {}, but the next batch the stream handed over was {}",
+                        times(events),
+                        next.as_deref().map_or_else(|| "none".into(), times)
+                    )));
+                }
+            }
         }
         if let Err(error) = result {
-            hold.ended = Some(if error.starts_with("fenced out") {
-                End::LostLock
-            } else {
-                End::Failed
-            });
+            hold.ended = match events {
+                _ if !error.starts_with("handler failed") => {
+                    Some(if error.starts_with("fenced out") {
+                        End::LostLock
+                    } else {
+                        End::Failed
+                    })
+                }
+                // The change it fails on: recorded on the lease (or stepped over).
+                [one] => {
+                    hold.singles = None;
+                    self.failed.entry(ns.clone()).or_default().insert(*one);
+                    Some(End::Failing(*one))
+                }
+                // Which change it fails on is found by handing them again alone.
+                _ => {
+                    hold.singles = Some(events.iter().copied().collect());
+                    None
+                }
+            };
             return Ok(());
+        }
+        if hold.singles.as_ref().is_some_and(VecDeque::is_empty) {
+            // Every change of the failed batch went through alone.
+            hold.singles = None;
         }
         let changes = truth.get(&ns).map_or(&[][..], Vec::as_slice);
         let start = hold.start.unwrap_or(Resume::Oldest);
@@ -616,11 +696,22 @@ impl Checker {
             return Ok(());
         };
         let ns = listener.ns.clone();
-        let Some(hold) = listener.hold.as_mut().filter(|h| h.active()) else {
+        // After the handler failed on one change, the one commit allowed steps over it.
+        let failing = match listener.hold.as_ref().and_then(|h| h.ended) {
+            Some(End::Failing(at)) => Some(at),
+            _ => None,
+        };
+        let step_over = failing.filter(|at| token == Some(*at));
+        let Some(hold) = listener
+            .hold
+            .as_mut()
+            .filter(|h| h.active() || step_over.is_some())
+        else {
             return Err(Violation::of(
                 resource,
                 format!(
-                "{actor} committed v{version} while holding no lease (its tenure had ended: {:?})",
+                "{actor} committed {} v{version} while holding no lease (its tenure had ended: {:?})",
+                opt(&token),
                 listener.hold.as_ref().and_then(|h| h.ended)
             ),
             ));
@@ -654,7 +745,7 @@ impl Checker {
             let missing: Vec<ClusterTime> = due
                 .iter()
                 .copied()
-                .filter(|c| !hold.handled.contains(c))
+                .filter(|c| !hold.handled.contains(c) && Some(*c) != step_over)
                 .collect();
             if !missing.is_empty() {
                 return Err(Violation::of(
@@ -667,9 +758,12 @@ impl Checker {
                 ));
             }
             self.committed
-                .entry(ns)
+                .entry(ns.clone())
                 .or_default()
-                .extend(due.iter().copied());
+                .extend(due.iter().copied().filter(|c| Some(*c) != step_over));
+            if let Some(at) = step_over {
+                *self.stepped.entry((ns, at)).or_default() += 1;
+            }
         }
         match told {
             Some(TenureDone::Done) => {}
@@ -769,6 +863,158 @@ fn fenced_write(
     }
 }
 
+/// A lease whose resume point is past the change its failure record names, and
+/// still records it: a commit past the change, and every operator move of the point,
+/// removes the record with it. `None` when the lease is as it should be.
+pub fn failure_outlived(lease: &Lease) -> Option<String> {
+    let failure = lease.failure.as_ref()?;
+    let at = failure.at?;
+    let past = match lease.resume_point() {
+        ResumePoint::Token(token) => token.time().is_some_and(|t| t >= at),
+        ResumePoint::At(t) => t > at,
+        ResumePoint::Oldest => false,
+    };
+    past.then(|| {
+        format!(
+            "lease {} v{} resumes {}, past the change at {} it still records as failing ({} attempts): the record outlived its change",
+            lease.resource,
+            lease.version,
+            Resume::of(&lease.resume_point()),
+            T(at),
+            failure.attempts
+        )
+    })
+}
+
+/// A change kept in `streamward.skipped`, with the audit record its id names, as the
+/// store holds them.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub skipped: SkippedChange,
+    pub audit: Option<AuditRecord>,
+}
+
+impl Kept {
+    /// The change's cluster time, by its token.
+    pub fn at(&self) -> Option<ClusterTime> {
+        self.skipped.token.time()
+    }
+
+    /// Whether the skip may have moved the resume point: its audit record says
+    /// applied, or pending (the skip's commit or swap lost its reply). A record
+    /// finalized as not applied kept the change, but nothing stepped over it.
+    fn stands(&self) -> bool {
+        self.audit
+            .as_ref()
+            .is_some_and(|a| matches!(a.state, AuditState::Applied | AuditState::Pending))
+    }
+}
+
+/// Every change kept as skipped for `resource`, each with its audit record, read from
+/// the store.
+pub async fn kept(store: &SandboxStore, resource: &str) -> Result<Vec<Kept>, String> {
+    let skipped = store
+        .skipped_changes(resource, usize::MAX)
+        .await
+        .map_err(|e| format!("reading the skipped changes of {resource}: {e}"))?;
+    let mut kept = Vec::new();
+    for skipped in skipped {
+        let audit = store
+            .audit_record(&skipped.audit_id)
+            .await
+            .map_err(|e| format!("reading audit record {}: {e}", skipped.audit_id))?;
+        kept.push(Kept { skipped, audit });
+    }
+    Ok(kept)
+}
+
+/// What a resource's changes came to, for [`nothing_missed`].
+pub struct Outcome<'a> {
+    pub resource: &'a str,
+    /// Every change of the watched namespace (of the lease's partition), in order.
+    pub changes: Vec<ClusterTime>,
+    /// The lease's resume point at the end: every change before it is judged.
+    pub end: Resume,
+    /// Changes handled by a handler call whose commit stands (or covered by a
+    /// rebuild that applied).
+    pub handled: &'a dyn Fn(ClusterTime) -> bool,
+    /// Changes before this may have been lost with the history, or skipped on purpose
+    /// by a reset to now (which keeps no skipped record).
+    pub lost_before: Option<ClusterTime>,
+    /// Changes a handler failed on when handed alone.
+    pub failed: Option<&'a BTreeSet<ClusterTime>>,
+}
+
+/// The poison invariant, from the store's state at the end (the lease's point, the
+/// skipped collection, the audit log): every change before the lease's point was
+/// handled, or is kept in `streamward.skipped` under an audit record of a skip of this
+/// resource that stands; nothing else is missed. And nothing is kept that no handler
+/// failed on: every kept change names a change of the namespace some handler failed
+/// on when handed alone, with the failure it recorded naming it too.
+pub fn nothing_missed(outcome: &Outcome<'_>, kept: &[Kept]) -> Result<(), String> {
+    let resource = outcome.resource;
+    let mut standing = BTreeSet::new();
+    for k in kept {
+        let id = &k.skipped.audit_id;
+        let Some(audit) = &k.audit else {
+            return Err(format!(
+                "a change of {resource} is kept as skipped under audit record {id}, but the audit log holds no such record"
+            ));
+        };
+        if audit.action != "skip" || audit.resource != resource {
+            return Err(format!(
+                "a change of {resource} is kept as skipped under audit record {id}, which records a {} of {}",
+                audit.action, audit.resource
+            ));
+        }
+        let Some(at) = k.at().filter(|t| outcome.changes.contains(t)) else {
+            return Err(format!(
+                "the skipped change kept under {id} (token {}) names no change of {resource}'s namespace",
+                k.skipped.token
+            ));
+        };
+        if !outcome.failed.is_some_and(|f| f.contains(&at)) {
+            return Err(format!(
+                "the change at {} of {resource} was skipped (audit record {id}, {}), but no handler ever failed on it",
+                T(at),
+                audit.state
+            ));
+        }
+        if let Some(failure) = k.skipped.failure.as_ref().filter(|f| f.at != Some(at)) {
+            return Err(format!(
+                "the change at {} of {resource} is kept with the failure of another change (at {})",
+                T(at),
+                opt(&failure.at)
+            ));
+        }
+        if k.stands() {
+            standing.insert(at);
+        }
+    }
+    for at in outcome.changes.iter().copied() {
+        if outcome.end.admits(at)
+            || (outcome.handled)(at)
+            || standing.contains(&at)
+            || outcome.lost_before.is_some_and(|f| at < f)
+        {
+            continue;
+        }
+        let kept_not_applied = kept.iter().any(|k| k.at() == Some(at));
+        return Err(format!(
+            "the change at {} of {resource} is behind its lease's point ({}) but was neither handled (no commit of it stands) nor kept in streamward.skipped with an audit record of a skip that stands{} (nothing before {} was lost or skipped on purpose)",
+            T(at),
+            outcome.end,
+            if kept_not_applied {
+                " (it is kept, under a record of a skip not applied)"
+            } else {
+                ""
+            },
+            opt(&outcome.lost_before)
+        ));
+    }
+    Ok(())
+}
+
 /// What the downstream documents must say once everything has caught up.
 pub struct Downstream<'a> {
     pub store: &'a SandboxStore,
@@ -816,9 +1062,14 @@ impl Downstream<'_> {
     }
 
     /// One outbox message per order change, with that change's content; nothing
-    /// else. Changes before the frontier (skipped on purpose, or lost) may be
-    /// missing; changes a listener handled and committed may not.
-    pub async fn outbox(&self, orders: &Namespace) -> Result<(), String> {
+    /// else. Changes before the frontier (skipped on purpose, or lost) and changes
+    /// kept as skipped (`skipped`, read from the store) may be missing; changes a
+    /// listener handled and committed may not.
+    pub async fn outbox(
+        &self,
+        orders: &Namespace,
+        skipped: &BTreeSet<ClusterTime>,
+    ) -> Result<(), String> {
         let messages = self
             .store
             .find_all(&outbox_ns())
@@ -901,6 +1152,9 @@ impl Downstream<'_> {
                     T(*time)
                 ));
             }
+            if skipped.contains(time) {
+                continue;
+            }
             if frontier.is_none_or(|f| *time >= f) {
                 return Err(format!(
                     "the change at {} has no message (nothing before {} was skipped)",
@@ -910,5 +1164,324 @@ impl Downstream<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The poison rules on hand-made histories: a failed batch handed again one change at
+/// a time, the failing change stepped over and kept, passes; a change dropped without
+/// a skipped record, a record for a change that never failed, a committed change
+/// handed again alone, a commit past a failed change that is no step over, and a
+/// stream started past a failed change nobody stepped over, are each reported.
+#[cfg(test)]
+mod poison_histories {
+    use super::*;
+    use bson::doc;
+    use chrono::{TimeZone, Utc};
+    use streamward::model::{ChangeFailure, FailureCause, ResumeToken, TokenKind};
+    use streamward::store::{AuditContext, AuditIntent};
+
+    const EPOCH: u32 = 1_767_225_600;
+    const T0: ClusterTime = ClusterTime::new(EPOCH + 1, 1);
+    const A: ClusterTime = ClusterTime::new(EPOCH + 2, 1);
+    const X: ClusterTime = ClusterTime::new(EPOCH + 2, 2);
+    const B: ClusterTime = ClusterTime::new(EPOCH + 3, 1);
+    const POISON: &str = "handler failed: poison change";
+
+    fn ns() -> Namespace {
+        Namespace::new("db", "coll")
+    }
+
+    fn entry(actor: &str, obs: Obs) -> Entry {
+        Entry {
+            at: Duration::ZERO,
+            actor: Arc::from(actor),
+            obs,
+        }
+    }
+
+    fn wrote(time: ClusterTime) -> Entry {
+        let obs = Obs::Wrote {
+            ns: ns(),
+            id: format!("k{}", time.inc),
+            time,
+            document: doc! {},
+        };
+        entry("workload", obs)
+    }
+
+    fn lease(holder: &str, version: i64) -> Option<LeaseSeen> {
+        Some(LeaseSeen {
+            holder: Some(holder.into()),
+            version,
+            live: true,
+            kind: LockKind::Update,
+            resume: Resume::Oldest,
+        })
+    }
+
+    fn done<T>(done: T) -> Call<T> {
+        Call {
+            done: Some(done),
+            fault: None,
+        }
+    }
+
+    /// `actor` acquires `version`, resuming after `after`, and opens stream `stream` there.
+    fn holds(actor: &str, version: i64, after: ClusterTime, stream: u64) -> Vec<Entry> {
+        let resume = Resume::After(after);
+        let acquire = Obs::Acquire {
+            resource: "r".into(),
+            before: None,
+            call: done(AcquireDone::Acquired { version, resume }),
+        };
+        let open = Obs::Open {
+            ns: ns(),
+            start: resume,
+            stream,
+            call: done(Ok(())),
+            first: None,
+        };
+        vec![entry(actor, acquire), entry(actor, open)]
+    }
+
+    fn batch(actor: &str, stream: u64, events: &[ClusterTime]) -> Entry {
+        let obs = Obs::Batch {
+            stream,
+            events: events.to_vec(),
+            duplicates: 0,
+            token: events.last().copied(),
+            call: done(Ok(())),
+            lost_before: None,
+        };
+        entry(actor, obs)
+    }
+
+    fn handled(actor: &str, version: i64, events: &[ClusterTime], ok: bool) -> Entry {
+        let obs = Obs::Handled {
+            resource: "r".into(),
+            version,
+            events: events.to_vec(),
+            result: if ok { Ok(()) } else { Err(POISON.into()) },
+        };
+        entry(actor, obs)
+    }
+
+    fn commit(actor: &str, version: i64, token: ClusterTime) -> Entry {
+        let obs = Obs::Commit {
+            resource: "r".into(),
+            listener: actor.into(),
+            version,
+            token: Some(token),
+            before: lease(actor, version),
+            call: done(TenureDone::Done),
+        };
+        entry(actor, obs)
+    }
+
+    fn release(actor: &str, version: i64) -> Entry {
+        let obs = Obs::Release {
+            resource: "r".into(),
+            listener: actor.into(),
+            version,
+            before: lease(actor, version),
+            call: done(TenureDone::Done),
+        };
+        entry(actor, obs)
+    }
+
+    /// `a` is given A and X, fails, hands A alone (committed) and X alone (fails) and
+    /// gives the lease back; `b` takes it, fails on X again, alone, and steps over it
+    /// (its `skip_after` policy); `a` takes it again and handles B.
+    fn legitimate() -> Vec<Entry> {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X]),
+            handled("a", 1, &[A, X], false),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            handled("a", 1, &[X], false),
+            release("a", 1),
+        ]);
+        history.extend(holds("b", 2, A, 2));
+        history.extend([
+            batch("b", 2, &[X, B]),
+            handled("b", 2, &[X, B], false),
+            handled("b", 2, &[X], false),
+            commit("b", 2, X),
+            release("b", 2),
+        ]);
+        history.extend(holds("a", 3, X, 3));
+        history.extend([
+            batch("a", 3, &[B]),
+            handled("a", 3, &[B], true),
+            commit("a", 3, B),
+        ]);
+        history
+    }
+
+    fn checker(history: &[Entry]) -> Result<Checker, Violation> {
+        let mut checker = Checker::default();
+        for listener in ["a", "b"] {
+            checker.register(listener, "r", ns());
+        }
+        for entry in history {
+            checker.apply(entry)?;
+        }
+        Ok(checker)
+    }
+
+    /// The change at `at` kept as skipped, under an applied `skip` of `r`.
+    fn kept(at: ClusterTime) -> Kept {
+        let now = Utc.timestamp_opt(i64::from(EPOCH) + 10, 0).unwrap();
+        let token = ResumeToken::encode(at, TokenKind::Event, 0);
+        let failure = ChangeFailure::first(
+            Some(token.clone()),
+            Some(at),
+            "db.coll",
+            "insert",
+            "{}",
+            POISON,
+            FailureCause::Handler,
+            now,
+        );
+        let intent = AuditIntent {
+            resource: "r".into(),
+            context: AuditContext {
+                operator: "b".into(),
+                action: "skip".into(),
+                reason: None,
+            },
+            before: None,
+            intended: None,
+        };
+        let mut audit = intent.pending_record("audit-1".into(), now);
+        audit.state = AuditState::Applied;
+        Kept {
+            skipped: SkippedChange {
+                audit_id: "audit-1".into(),
+                resource: "r".into(),
+                operator: "b".into(),
+                at: now,
+                token,
+                failure: Some(failure),
+                entry: None,
+                entry_missing: None,
+            },
+            audit: Some(audit),
+        }
+    }
+
+    /// The end-of-run invariant on `checker`, the lease resuming after B.
+    fn judge(checker: &Checker, kept: &[Kept]) -> Result<(), String> {
+        let committed = checker.committed(&ns());
+        let handled = |at| committed.is_some_and(|c| c.contains(&at));
+        let outcome = Outcome {
+            resource: "r",
+            changes: checker.changes(&ns()).to_vec(),
+            end: Resume::After(B),
+            handled: &handled,
+            lost_before: checker.frontier(&ns()),
+            failed: checker.failed(&ns()),
+        };
+        nothing_missed(&outcome, kept)
+    }
+
+    #[test]
+    fn a_poison_change_handed_alone_stepped_over_and_kept_passes() {
+        let checker = checker(&legitimate()).expect("a legitimate history");
+        assert_eq!(judge(&checker, &[kept(X)]), Ok(()));
+    }
+
+    #[test]
+    fn a_change_dropped_without_a_skipped_record_is_a_violation() {
+        let checker = checker(&legitimate()).expect("the trace alone cannot tell");
+        let error = judge(&checker, &[]).expect_err("X is neither handled nor kept");
+        assert!(
+            error.contains(&T(X).to_string()) && error.contains("neither handled"),
+            "{error}"
+        );
+        // Kept, but under a skip that was not applied: nothing stepped over it.
+        let mut not_applied = kept(X);
+        not_applied.audit.as_mut().unwrap().state = AuditState::NotApplied;
+        let error = judge(&checker, &[not_applied]).expect_err("the skip was not applied");
+        assert!(error.contains("a skip not applied"), "{error}");
+        // Kept under an audit record the audit log does not hold.
+        let mut orphan = kept(X);
+        orphan.audit = None;
+        let error = judge(&checker, &[orphan]).expect_err("no audit record");
+        assert!(error.contains("holds no such record"), "{error}");
+    }
+
+    #[test]
+    fn a_skipped_record_for_a_change_that_never_failed_is_a_violation() {
+        let checker = checker(&legitimate()).expect("a legitimate history");
+        let error = judge(&checker, &[kept(X), kept(B)]).expect_err("B never failed");
+        assert!(
+            error.contains(&T(B).to_string()) && error.contains("no handler ever failed"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_committed_change_handed_again_alone_is_a_violation() {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A]),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            batch("a", 1, &[X, B]),
+            handled("a", 1, &[X, B], false),
+            // A was committed before this batch: not one of its changes.
+            handled("a", 1, &[A], true),
+        ]);
+        let error = checker(&history).err().expect("A handed again");
+        assert!(
+            error.message.contains("the failed batch's next change"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_commit_past_a_failed_change_that_is_no_step_over_is_a_violation() {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X, B]),
+            handled("a", 1, &[A, X, B], false),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            handled("a", 1, &[X], false),
+            commit("a", 1, B),
+        ]);
+        let error = checker(&history).err().expect("B committed after X failed");
+        assert!(
+            error.message.contains("while holding no lease"),
+            "{}",
+            error.message
+        );
+    }
+
+    #[test]
+    fn a_stream_started_past_a_failed_change_nobody_stepped_over_is_a_violation() {
+        let mut history = vec![wrote(A), wrote(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X]),
+            handled("a", 1, &[A, X], false),
+            handled("a", 1, &[A], true),
+            commit("a", 1, A),
+            handled("a", 1, &[X], false),
+            release("a", 1),
+        ]);
+        history.extend(holds("b", 2, X, 2));
+        let error = checker(&history).err().expect("X skipped unnoted");
+        assert!(
+            error.message.contains("never handled and committed"),
+            "{}",
+            error.message
+        );
     }
 }

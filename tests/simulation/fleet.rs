@@ -51,9 +51,10 @@ use streamward::store::{
     WriteOutcome,
 };
 
-use crate::checks::{Checker, Violation};
+use crate::checks::{self, failure_outlived, Checker, Outcome, Violation};
 use crate::faults::{now_or_never, Cluster, FaultProfile, FaultyStore};
 use crate::observe::{Observed, PauseSwitch, Recorder};
+use crate::poison::{Poison, PoisonProfile, Poisoned};
 use crate::trace::{opt, times, AcquireDone, Entry, Obs, Resume, TenureDone, Trace, T};
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -153,6 +154,9 @@ pub struct FleetSim {
     fleet_checker: FleetChecker,
     /// A listener found dead when it was stopped.
     died: Option<Violation>,
+    poison: Arc<Poison>,
+    /// Every listener's `skip_after` (one policy for the whole fleet).
+    skip_after: Option<u32>,
 }
 
 impl FleetSim {
@@ -165,7 +169,13 @@ impl FleetSim {
         let profile = FaultProfile::draw(&mut rng, scale);
         let resources = rng.gen_range(6..=9);
         let partitions = rng.gen_range(2..=4);
-        Self::with(seed, rng, profile, resources, partitions)
+        // Poison that is never fixed only where the listeners step over it by
+        // themselves (no operator here); the rest is fixed well within the drain.
+        let skip_after = rng.gen_bool(0.5).then(|| rng.gen_range(2..=4));
+        let poison = PoisonProfile::draw(&mut rng, skip_after.is_some(), 30 * SECOND);
+        let mut sim = Self::with(seed, rng, profile, resources, partitions);
+        sim.poisoned(poison, skip_after);
+        sim
     }
 
     /// A run with this fault profile, this many plain resources and one resource split
@@ -226,7 +236,16 @@ impl FleetSim {
             checker: Checker::default(),
             fleet_checker: FleetChecker::default(),
             died: None,
+            poison: Poison::new(PoisonProfile::none()),
+            skip_after: None,
         }
+    }
+
+    /// This run's poison, and every listener's `skip_after`, for listeners that join
+    /// from now on.
+    pub fn poisoned(&mut self, poison: PoisonProfile, skip_after: Option<u32>) {
+        self.poison = Poison::new(poison);
+        self.skip_after = skip_after;
     }
 
     fn note(&self, text: String) {
@@ -239,7 +258,16 @@ impl FleetSim {
         }
         // The fleet's invariants first: where both would object, theirs is the report.
         self.fleet_checker.check(&self.trace)?;
-        self.checker.check(&self.trace)
+        self.checker.check(&self.trace)?;
+        // The leases as they are now: a failure record goes with the point that passes it.
+        for spec in &self.leases {
+            if let Some(Ok(Some(lease))) = now_or_never(self.store.get(&spec.lease)) {
+                if let Some(message) = failure_outlived(&lease) {
+                    return Err(violation(&spec.lease, message));
+                }
+            }
+        }
+        Ok(())
     }
 
     fn actor_seed(&self, n: u64) -> u64 {
@@ -280,6 +308,7 @@ impl FleetSim {
             config.batch_size = batch;
             config.retry_backoff = SECOND;
             config.read_ahead = read_ahead;
+            config.skip_after = self.skip_after;
             let n = (i as u64 + 1) << 1;
             let engine =
                 FaultyStore::new(self.store.clone(), &self.cluster, &id, self.actor_seed(n));
@@ -298,10 +327,13 @@ impl FleetSim {
                 .register(&id, watched(resource), spec.partition);
             let pause = Arc::new(PauseSwitch::default());
             let actor = engine.actor().clone();
-            let inner = KeyLog {
-                store: handler,
-                out: out(resource),
-            };
+            let inner = Poisoned::new(
+                KeyLog {
+                    store: handler,
+                    out: out(resource),
+                },
+                &self.poison,
+            );
             let handle = ListenerHandle::spawn_in_fleet(
                 engine,
                 config,
@@ -438,10 +470,14 @@ impl FleetSim {
             self.join();
         }
         self.note(format!(
-            "quiet from here: faults off, no joins or leaves; live processes {:?}",
+            "quiet from here: faults off, no joins or leaves, no new poison; live processes {:?}",
             self.processes.keys().collect::<Vec<_>>()
         ));
         self.cluster.set_enabled(false);
+        // Every change from this second of the server's clock on (nothing may have
+        // been written yet).
+        let secs = u32::try_from(self.store.clock().now().timestamp()).unwrap_or(u32::MAX);
+        self.poison.clean_from(ClusterTime::new(secs, 0));
         for process in self.processes.values() {
             for (_, pause) in &process.listeners {
                 pause.release();
@@ -552,17 +588,49 @@ impl FleetSim {
         })
     }
 
-    /// No change lost: every change written was handled by someone, and every lease's
-    /// token has reached its namespace's last change.
-    pub fn check_nothing_lost(&self) -> Result<(), Violation> {
-        if let Some(missing) = self.fleet_checker.never_handled().first() {
+    /// No change lost: every change written was handled by someone or is kept as
+    /// skipped (from the store: the skipped collection and the audit log, judged by
+    /// [`checks::nothing_missed`]), and every lease's token has reached its
+    /// namespace's last change.
+    pub async fn check_nothing_lost(&self) -> Result<(), Violation> {
+        let mut skipped = BTreeSet::new();
+        for spec in &self.leases {
+            let resource = &spec.lease;
+            let ns = watched(&spec.resource);
+            let kept = checks::kept(&self.store, resource)
+                .await
+                .map_err(|message| violation(resource, message))?;
+            let end = now_or_never(self.store.get(resource))
+                .and_then(|r| r.ok())
+                .flatten()
+                .map_or(Resume::Oldest, |l| Resume::of(&l.resume_point()));
+            let handled = |at| self.fleet_checker.handled.contains(&(ns.clone(), at));
+            let outcome = Outcome {
+                resource,
+                changes: self.fleet_checker.changes(&ns, spec.partition),
+                end,
+                handled: &handled,
+                lost_before: None,
+                failed: self.fleet_checker.failed.get(&ns),
+            };
+            checks::nothing_missed(&outcome, &kept)
+                .map_err(|message| violation(resource, message))?;
+            skipped.extend(kept.iter().filter_map(|k| Some((ns.clone(), k.at()?))));
+        }
+        let never_handled: Vec<_> = self
+            .fleet_checker
+            .never_handled()
+            .into_iter()
+            .filter(|(ns, time, _)| !skipped.contains(&(ns.clone(), *time)))
+            .collect();
+        if let Some(missing) = never_handled.first() {
             let (ns, time, key) = missing;
             return Err(Violation {
                 resource: None,
                 message: format!(
-                    "change lost: {ns} {key} at {} was never handled by anyone ({} of {} changes never handled)",
+                    "change lost: {ns} {key} at {} was never handled by anyone nor kept as skipped ({} of {} changes never handled)",
                     T(*time),
-                    self.fleet_checker.never_handled().len(),
+                    never_handled.len(),
                     self.fleet_checker.written()
                 ),
             });
@@ -685,7 +753,7 @@ pub async fn run(sim: &mut FleetSim) -> Result<(), Violation> {
     // The workload stops; everything written gets handled and committed.
     tokio::time::sleep(3 * LEASE).await;
     sim.check()?;
-    sim.check_nothing_lost()?;
+    sim.check_nothing_lost().await?;
     sim.stop_all().await
 }
 
@@ -699,6 +767,9 @@ struct SeatObs {
     /// The handler call under way: how far its lease had been committed when the
     /// handler was given its batch.
     given: Option<Given>,
+    /// After the handler failed on a batch: its changes not handed again alone yet,
+    /// each with whether the stream had re-delivered it.
+    singles: Option<VecDeque<(ClusterTime, bool)>>,
     tenure: Option<TenureObs>,
 }
 
@@ -738,6 +809,8 @@ pub struct FleetChecker {
     key_last: BTreeMap<(Namespace, String), ClusterTime>,
     /// Changes some handler returned `Ok` for.
     handled: BTreeSet<(Namespace, ClusterTime)>,
+    /// Per namespace, changes a handler failed on when handed alone.
+    failed: BTreeMap<Namespace, BTreeSet<ClusterTime>>,
 }
 
 /// Whether `key` (a string `_id`) is `partition`'s, by the hash the server uses.
@@ -761,6 +834,7 @@ impl FleetChecker {
                 partition,
                 delivered: VecDeque::new(),
                 given: None,
+                singles: None,
                 tenure: None,
             },
         );
@@ -779,6 +853,15 @@ impl FleetChecker {
 
     pub fn written(&self) -> usize {
         self.keys.len()
+    }
+
+    /// The changes of `ns` (of its keys in `partition`, when one is named), in order.
+    pub fn changes(&self, ns: &Namespace, partition: Option<Partition>) -> Vec<ClusterTime> {
+        self.keys
+            .iter()
+            .filter(|((n, _), key)| n == ns && partition.is_none_or(|p| holds(p, key)))
+            .map(|((_, t), _)| *t)
+            .collect()
     }
 
     /// The last change of `ns` (of its keys in `partition`, when one is named).
@@ -839,6 +922,7 @@ impl FleetChecker {
             Obs::Open { call, .. } => {
                 if let (Some(Ok(())), Some(seat)) = (call.told(), self.seats.get_mut(actor)) {
                     seat.delivered.clear();
+                    seat.singles = None;
                 }
                 Ok(())
             }
@@ -872,7 +956,7 @@ impl FleetChecker {
                 version,
                 events,
                 result,
-            } => self.handled(actor, resource, *version, events, result.is_ok()),
+            } => self.handled(actor, resource, *version, events, result),
             Obs::Commit {
                 resource,
                 version,
@@ -955,7 +1039,7 @@ impl FleetChecker {
         resource: &str,
         version: i64,
         events: &[ClusterTime],
-        ok: bool,
+        result: &Result<(), String>,
     ) -> Result<(), Violation> {
         let Some(seat) = self.seats.get_mut(actor) else {
             return Ok(());
@@ -968,8 +1052,17 @@ impl FleetChecker {
         };
         let ns = seat.ns.clone();
         let partition = seat.partition;
-        let duplicates = match seat.delivered.front() {
-            Some((batch, duplicates)) if batch.as_slice() == events => {
+        // One at a time after a failed batch: the stream re-delivered a change handed
+        // again alone if it had in that batch.
+        let single = match (seat.singles.as_mut(), events) {
+            (Some(singles), [one]) if singles.front().map(|s| s.0) == Some(*one) => {
+                singles.pop_front().map(|(_, again)| usize::from(again))
+            }
+            _ => None,
+        };
+        let duplicates = match (single, seat.delivered.front()) {
+            (Some(duplicates), _) => duplicates,
+            (None, Some((batch, duplicates))) if batch.as_slice() == events => {
                 let duplicates = *duplicates;
                 seat.delivered.pop_front();
                 duplicates
@@ -985,9 +1078,30 @@ impl FleetChecker {
                 ),
             ));
         };
-        if !ok {
+        if let Err(error) = result {
             tenure.failed = true;
+            if error.starts_with("handler failed") {
+                match events {
+                    [one] => {
+                        seat.singles = None;
+                        self.failed.entry(ns).or_default().insert(*one);
+                    }
+                    _ => {
+                        let again = |i: usize| i < duplicates;
+                        seat.singles = Some(
+                            events
+                                .iter()
+                                .enumerate()
+                                .map(|(i, t)| (*t, again(i)))
+                                .collect(),
+                        );
+                    }
+                }
+            }
             return Ok(());
+        }
+        if seat.singles.as_ref().is_some_and(VecDeque::is_empty) {
+            seat.singles = None;
         }
         for (i, time) in events.iter().enumerate() {
             let Some(key) = self.keys.get(&(ns.clone(), *time)) else {

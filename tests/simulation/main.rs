@@ -31,6 +31,7 @@ mod faults;
 mod fleet;
 mod observe;
 mod operator;
+mod poison;
 mod sim;
 mod trace;
 
@@ -351,6 +352,7 @@ fn a_listener_that_loses_history_while_catching_up_is_recovered_at_quiescence() 
         let config = SimConfig {
             capacity: 40,
             profile: FaultProfile::none(),
+            poison: poison::PoisonProfile::none(),
         };
         let mut sim = Sim::with(seed, SmallRng::seed_from_u64(seed), config);
         // Only the orders run; the animals are written, and nobody aggregates them yet.
@@ -403,7 +405,7 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
             }
             tokio::time::sleep(fleet::LEASE).await;
             sim.check()?;
-            sim.check_nothing_lost()?;
+            sim.check_nothing_lost().await?;
             sim.stop_all().await
         }
         .await;
@@ -412,6 +414,56 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
             message: violation.message,
             dump: sim.dump(),
             test: Some("a_stream_that_redelivers_never_moves_the_committed_point_back"),
+            fleet: true,
+        })
+    });
+    if let Err(failure) = outcome {
+        failure.report(true);
+        panic!("{}", failure.message);
+    }
+}
+
+/// Fleet seed 57 (here seed 3, one listener, every batch re-delivering): the handler
+/// failed on a batch that began with changes the stream delivered again (already
+/// handled and committed), and the listener, handing the batch again one change at a
+/// time, committed each of those changes' own tokens, moving the lease's point back;
+/// had the next change failed alone and the lease been given back, its successor
+/// would have handled committed changes again. Handing a failed batch again alone
+/// commits no token behind the one committed.
+#[test]
+fn a_failed_batch_handed_again_alone_never_moves_the_committed_point_back() {
+    let seed = 3;
+    let outcome = runtime().block_on(async move {
+        let profile = FaultProfile {
+            duplicate: 1.0,
+            ..FaultProfile::none()
+        };
+        let poison = poison::PoisonProfile {
+            rate: 0.15,
+            permanent: false,
+            max_fix: Duration::from_secs(5),
+            salt: seed,
+        };
+        let mut sim = fleet::FleetSim::with(seed, SmallRng::seed_from_u64(seed), profile, 1, 0);
+        sim.poisoned(poison, None);
+        sim.join();
+        let result = async {
+            for _ in 0..40 {
+                sim.write(1).await;
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                sim.check()?;
+            }
+            tokio::time::sleep(12 * fleet::LEASE).await;
+            sim.check()?;
+            sim.check_nothing_lost().await?;
+            sim.stop_all().await
+        }
+        .await;
+        result.map_err(|violation| Failure {
+            seed,
+            message: violation.message,
+            dump: sim.dump(),
+            test: Some("a_failed_batch_handed_again_alone_never_moves_the_committed_point_back"),
             fleet: true,
         })
     });

@@ -1,7 +1,7 @@
 //! One run: listeners for `pet-aggregates` and `shop.orders` on a faulty store, a
 //! workload, and random disturbances and operator actions; then quiescence.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,19 +15,23 @@ use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{ClusterTime, Lease, LockKind};
 use streamward::ops::{ActionRequest, ResetTarget, RewindTarget, TimeSpec};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use streamward::store::{ChangeFeed, LeaseStore, Namespace};
+use streamward::store::{ChangeFeed, LeaseStore, Namespace, OperatorStore, ResumeChange};
 
-use crate::checks::{Checker, Downstream, Violation};
+use crate::checks::{self, failure_outlived, Checker, Downstream, Outcome, Violation};
 use crate::faults::{now_or_never, Cluster, FaultProfile, FaultyStore};
 use crate::observe::{Observed, PauseSwitch, Recorder};
 use crate::operator::{resume_at, Acted, Operator};
-use crate::trace::{opt, Obs, Trace};
+use crate::poison::{Poison, PoisonProfile, Poisoned};
+use crate::trace::{opt, Obs, Resume, Trace, T};
 
 const SECOND: Duration = Duration::from_secs(1);
 pub const LISTENERS_PER_RESOURCE: usize = 3;
 pub const STEPS: usize = 60;
-/// At most this many rounds of recovery at quiescence.
-const QUIESCENCE_ROUNDS: usize = 8;
+/// At most this many rounds of recovery at quiescence (each poison change that is
+/// never fixed may take one, for the skip that gets past it).
+const QUIESCENCE_ROUNDS: usize = 16;
+/// A failing change an operator skips at quiescence has failed this many times.
+const SKIP_AT_QUIESCENCE_AFTER: u32 = 3;
 pub const RESOURCES: [&str; 2] = [PET_RESOURCE, ORDERS_RESOURCE];
 
 pub fn watched(resource: &str) -> Namespace {
@@ -43,6 +47,7 @@ pub fn watched(resource: &str) -> Namespace {
 pub struct SimConfig {
     pub capacity: usize,
     pub profile: FaultProfile,
+    pub poison: PoisonProfile,
 }
 
 impl SimConfig {
@@ -57,9 +62,11 @@ impl SimConfig {
             .ok()
             .and_then(|s| s.parse().ok())
             .unwrap_or(1.0);
+        let profile = FaultProfile::draw(rng, scale);
         Self {
             capacity,
-            profile: FaultProfile::draw(rng, scale),
+            profile,
+            poison: PoisonProfile::draw(rng, true, Duration::from_secs(90)),
         }
     }
 }
@@ -82,6 +89,12 @@ pub struct Sim {
     incarnations: u64,
     pub checker: Checker,
     pub operator: Operator,
+    poison: Arc<Poison>,
+    /// Audit records of skips the operator applied, for undo.
+    skip_audits: Vec<String>,
+    /// How many changes of the pets were kept as skipped when the aggregate was last
+    /// rebuilt at quiescence.
+    rebuilt_skips: usize,
     /// The pet aggregate cannot be exact until it is rebuilt (a reset skipped changes).
     pets_need_rebuild: bool,
     /// The animals' skip frontier when the aggregate was last rebuilt at quiescence.
@@ -124,6 +137,7 @@ impl Sim {
             },
         );
         let operator = Operator::new(&store, &cluster, seed ^ 0x0b5e_55ed);
+        let poison = Poison::new(config.poison);
         Self {
             seed,
             config,
@@ -137,6 +151,9 @@ impl Sim {
             incarnations: 0,
             checker: Checker::default(),
             operator,
+            poison,
+            skip_audits: Vec::new(),
+            rebuilt_skips: 0,
             pets_need_rebuild: false,
             rebuilt_through: None,
             orders_resets: 0,
@@ -153,7 +170,19 @@ impl Sim {
         if let Some(died) = self.died.take() {
             return Err(died);
         }
-        self.checker.check(&self.trace)
+        self.checker.check(&self.trace)?;
+        // The leases as they are now: a failure record goes with the point that passes it.
+        for resource in RESOURCES {
+            if let Some(Ok(Some(lease))) = now_or_never(self.store.get(resource)) {
+                if let Some(message) = failure_outlived(&lease) {
+                    return Err(Violation {
+                        resource: Some(resource.into()),
+                        message,
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Stops a listener gracefully; a task that had already died (a panic) is a
@@ -182,6 +211,9 @@ impl Sim {
         if self.rng.gen_bool(0.3) {
             config.max_tenure = Some(Duration::from_secs(self.rng.gen_range(15..60)));
         }
+        if self.rng.gen_bool(0.35) {
+            config.skip_after = Some(self.rng.gen_range(2..=5));
+        }
         let actor_seed = self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (self.incarnations << 8);
         let engine = FaultyStore::new(self.store.clone(), &self.cluster, &id, actor_seed);
         let handler = FaultyStore::new(
@@ -191,24 +223,25 @@ impl Sim {
             actor_seed ^ 1,
         );
         self.note(format!(
-            "start {id}: batch {}, read-ahead {}, max tenure {:?}, clock skew {} ms",
+            "start {id}: batch {}, read-ahead {}, max tenure {:?}, skip after {:?}, clock skew {} ms",
             config.batch_size,
             config.read_ahead,
             config.max_tenure,
+            config.skip_after,
             engine.skew().num_milliseconds()
         ));
         self.checker.register(&id, resource, watched(resource));
         let pause = Arc::new(PauseSwitch::default());
         let actor = engine.actor().clone();
         let handle = if resource == PET_RESOURCE {
-            let inner = PetAggregates::new(handler);
+            let inner = Poisoned::new(PetAggregates::new(handler), &self.poison);
             ListenerHandle::spawn(
                 engine,
                 config,
                 Observed::new(inner, &self.trace, &actor, &pause),
             )
         } else {
-            let inner = OrderOutbox::new(handler);
+            let inner = Poisoned::new(OrderOutbox::new(handler), &self.poison);
             ListenerHandle::spawn(
                 engine,
                 config,
@@ -291,6 +324,7 @@ impl Sim {
             }
             86..=88 => self.abort_bulk().await,
             89..=92 => self.undo().await,
+            93..=96 => self.skip().await,
             _ => self.restart_ended(),
         }
     }
@@ -466,13 +500,80 @@ impl Sim {
         }
     }
 
+    /// Undoes an earlier action, a skip half the time there is one to undo (the
+    /// change skipped is handed again).
     async fn undo(&mut self) {
-        if self.operator.audits.is_empty() {
+        let audits = if !self.skip_audits.is_empty() && self.rng.gen_bool(0.5) {
+            &self.skip_audits
+        } else {
+            &self.operator.audits
+        };
+        if audits.is_empty() {
             return;
         }
-        let pick = self.rng.gen_range(0..self.operator.audits.len());
-        let audit_id = self.operator.audits[pick].clone();
+        let audit_id = audits[self.rng.gen_range(0..audits.len())].clone();
         self.operator.act(ActionRequest::Undo { audit_id }).await;
+    }
+
+    /// Skips the change a lease records as failing, if one does.
+    async fn skip(&mut self) {
+        for resource in RESOURCES {
+            if self
+                .lease(resource)
+                .await
+                .is_some_and(|l| l.failure.is_some())
+            {
+                self.skip_failing(resource).await;
+                return;
+            }
+        }
+    }
+
+    /// `skip` of the change `resource`'s lease records as failing, through the plan
+    /// and execution every other action takes. The step over is noted to the checker
+    /// before the write (a listener may act on it at once), and taken back when it
+    /// was not written.
+    async fn skip_failing(&mut self, resource: &str) -> Acted {
+        let request = ActionRequest::Skip {
+            resource: resource.into(),
+            to_token: None,
+        };
+        let plan = match self.operator.plan(&request).await {
+            Ok(plan) => plan,
+            Err((_, acted)) => return acted,
+        };
+        let ns = watched(resource);
+        let at = match plan.change.as_ref().map(|c| &c.resume) {
+            Some(ResumeChange::Set {
+                token: Some(token), ..
+            }) => token.time(),
+            _ => None,
+        };
+        if let Some(at) = at {
+            self.note(format!("skip the change at {} of {resource}", T(at)));
+            self.checker.steps_over(&ns, at);
+        }
+        let acted = self.operator.execute(&plan).await;
+        match (&acted, at) {
+            (Acted::Changed | Acted::Refused | Acted::Failed, Some(at)) => {
+                self.checker.not_stepped_over(&ns, at);
+            }
+            (Acted::Applied, _) => {
+                if let Some(audit_id) = self.operator.audits.last() {
+                    self.skip_audits.push(audit_id.clone());
+                }
+            }
+            _ => {}
+        }
+        acted
+    }
+
+    /// How many changes of `resource` are kept as skipped (an observer's read).
+    async fn kept_count(&self, resource: &str) -> usize {
+        self.store
+            .skipped_changes(resource, usize::MAX)
+            .await
+            .map_or(0, |k| k.len())
     }
 
     /// Stops the disturbances and lets every listener catch up. Every resource gets
@@ -515,10 +616,13 @@ impl Sim {
         // Changes that were skipped (on purpose, or lost) never reached the aggregate:
         // only a rebuild makes it exact again.
         let frontier = self.checker.frontier(&animals_ns());
-        if self.pets_need_rebuild || (frontier.is_some() && self.rebuilt_through != Some(frontier))
+        let kept = self.kept_count(PET_RESOURCE).await;
+        if self.pets_need_rebuild
+            || (frontier.is_some() && self.rebuilt_through != Some(frontier))
+            || kept > self.rebuilt_skips
         {
             self.note(format!(
-                "quiescence: rebuild the aggregate (skipped before {})",
+                "quiescence: rebuild the aggregate (skipped before {}, {kept} changes kept as skipped)",
                 opt(&frontier)
             ));
             self.recover(PET_RESOURCE).await;
@@ -545,6 +649,18 @@ impl Sim {
         let now = self.store.clock().now();
         if lease.kind == LockKind::Bulk && lease.live_holder(now).is_none() {
             return Assessment::Stuck("is STUCK BULK".into());
+        }
+        if let Some(failure) = &lease.failure {
+            let why = format!(
+                "records the change at {} failing ({} attempts)",
+                opt(&failure.at),
+                failure.attempts
+            );
+            return if failure.attempts >= SKIP_AT_QUIESCENCE_AFTER {
+                Assessment::Stuck(why)
+            } else {
+                Assessment::Behind(why)
+            };
         }
         if let Ok(window) = self.store.oplog_window().await {
             if lease
@@ -573,14 +689,27 @@ impl Sim {
         }
     }
 
-    /// What an operator does about a resource that stopped: rebuild the aggregate;
-    /// reset the orders to the oldest entry, and if that keeps being overrun, to now.
+    /// What an operator does about a resource that stopped: skip the change its lease
+    /// records as failing; else rebuild the aggregate, reset the orders to the oldest
+    /// entry, and if that keeps being overrun, to now.
     async fn recover(&mut self, resource: &str) {
+        if self
+            .lease(resource)
+            .await
+            .is_some_and(|l| l.failure.is_some() && l.kind != LockKind::Bulk)
+            // Refused where more than that change is to move over (history lost past
+            // it): then as for any other stop.
+            && self.skip_failing(resource).await == Acted::Applied
+        {
+            return;
+        }
         if resource == PET_RESOURCE {
             let frontier = self.checker.frontier(&animals_ns());
+            let kept = self.kept_count(PET_RESOURCE).await;
             if self.operator.rebuild_now().await {
                 self.pets_need_rebuild = false;
                 self.rebuilt_through = Some(frontier);
+                self.rebuilt_skips = kept;
             }
             return;
         }
@@ -617,6 +746,45 @@ impl Sim {
                 });
             }
         }
+        let mut skipped_orders = BTreeSet::new();
+        for resource in RESOURCES {
+            let kept = checks::kept(&self.store, resource)
+                .await
+                .map_err(|message| Violation {
+                    resource: Some(resource.into()),
+                    message,
+                })?;
+            let ns = watched(resource);
+            let committed = self.checker.committed(&ns);
+            let handled = |at| committed.is_some_and(|c| c.contains(&at));
+            let end = self
+                .lease(resource)
+                .await
+                .map_or(Resume::Oldest, |l| Resume::of(&l.resume_point()));
+            let outcome = Outcome {
+                resource,
+                changes: self.checker.changes(&ns).to_vec(),
+                end,
+                handled: &handled,
+                lost_before: self.checker.frontier(&ns),
+                failed: self.checker.failed(&ns),
+            };
+            self.note(format!(
+                "{resource}: {} changes failed alone, {} kept as skipped ({} by a listener's skip_after)",
+                outcome.failed.map_or(0, BTreeSet::len),
+                kept.len(),
+                kept.iter()
+                    .filter(|k| k.skipped.operator != crate::operator::OPERATOR)
+                    .count()
+            ));
+            checks::nothing_missed(&outcome, &kept).map_err(|message| Violation {
+                resource: Some(resource.into()),
+                message,
+            })?;
+            if resource == ORDERS_RESOURCE {
+                skipped_orders.extend(kept.iter().filter_map(checks::Kept::at));
+            }
+        }
         let downstream = Downstream {
             store: &self.store,
             checker: &self.checker,
@@ -626,7 +794,7 @@ impl Sim {
             message,
         })?;
         downstream
-            .outbox(&orders_ns())
+            .outbox(&orders_ns(), &skipped_orders)
             .await
             .map_err(|message| Violation {
                 resource: Some(ORDERS_RESOURCE.into()),
@@ -647,8 +815,8 @@ impl Sim {
     pub fn dump(&self, resource: Option<&str>) -> Vec<String> {
         let ns = resource.map(|r| watched(r).to_string());
         let mut lines = vec![format!(
-            "config: log capacity {}, faults {:?}",
-            self.config.capacity, self.config.profile
+            "config: log capacity {}, faults {:?}, poison {:?}",
+            self.config.capacity, self.config.profile, self.config.poison
         )];
         lines.push("-- what every actor observed (time, actor, observation):".into());
         lines.extend(self.trace.render(|entry| {
