@@ -26,7 +26,9 @@
 //!   committed everything it handled (a handover leaves nothing to redo);
 //! - **no lease held twice at one version**: every acquire the store granted, as an
 //!   observer saw it, maps (resource, version) to one listener;
-//! - **balance**: after two lease periods of quiet, every live process holds
+//! - **balance**: after two lease periods of quiet (begun once no lease records a
+//!   failing change: each failed attempt hands its lease to whoever acquires it next),
+//!   every live process holds
 //!   `floor(R/N)` or `ceil(R/N)` of the `R` leases with `N` live processes, every lease
 //!   is held by a listener of a live process, and through one more lease period no
 //!   lease changes hands;
@@ -64,6 +66,10 @@ pub const FLEET_STEPS: usize = 50;
 const MAX_PROCESSES: usize = 5;
 /// The longest injected timeout (12 s) and the longest back-off (60 s), and a little.
 const DRAIN: Duration = Duration::from_secs(75);
+/// The most the quiet waits for poisoned changes written before it to be fixed or
+/// stepped over: a lease may hold several, each fixed up to 30 s after its first
+/// failure, which its back-off (up to a minute) may delay by as much again.
+const FAILURES_DRAIN: Duration = Duration::from_secs(20 * 60);
 /// Keys per resource: few, so each key sees many changes.
 const KEYS: usize = 6;
 const DB: &str = "fleet";
@@ -497,6 +503,37 @@ impl FleetSim {
         Ok(())
     }
 
+    /// Poison written before the quiet may still fail in it: its fix counts from its
+    /// first failure, which a change behind another poisoned one reaches late, and each
+    /// failed attempt hands its lease to whoever acquires it next. The last of the
+    /// disturbances: idles until no lease records a failure, at most `limit`.
+    pub async fn drain_failures(&mut self, limit: Duration) -> Result<(), Violation> {
+        let end = tokio::time::Instant::now() + limit;
+        loop {
+            let failing: Vec<String> = now_or_never(self.store.list())
+                .and_then(|r| r.ok())
+                .map(|l| l.items)
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|lease| lease.failure.is_some())
+                .map(|lease| lease.resource)
+                .collect();
+            if failing.is_empty() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= end {
+                return Err(Violation {
+                    resource: None,
+                    message: format!(
+                        "{failing:?} still record a failing change {limit:?} into the quiet, \
+                         though every poisoned change is fixed or stepped over by then"
+                    ),
+                });
+            }
+            self.idle(LEASE).await?;
+        }
+    }
+
     /// Who holds each lease now, as an observer reads it: resource → (holder, version)
     /// for a live holder.
     fn holders(&self) -> BTreeMap<String, (Option<String>, i64)> {
@@ -742,6 +779,7 @@ pub async fn run(sim: &mut FleetSim) -> Result<(), Violation> {
     // whose calls failed waits out its back-off (up to a minute, docs/protocol.md §6)
     // before it can take a lease again: the last effects of the disturbances.
     sim.idle(DRAIN).await?;
+    sim.drain_failures(FAILURES_DRAIN).await?;
     sim.note(format!(
         "two lease periods of quiet begin ({:?})",
         2 * LEASE
