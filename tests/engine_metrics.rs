@@ -214,6 +214,30 @@ impl streamward::engine::Handler for FailsOnPoison {
     }
 }
 
+/// Listener `w1` of `zoo.animals` from the oldest change, failing on poison until the
+/// returned flag is cleared.
+fn spawn_failing(
+    store: &SandboxStore,
+    animals: &Namespace,
+    retry_backoff: Duration,
+    metrics: &EngineMetrics,
+) -> (
+    ListenerHandle,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut config = ListenerConfig::new("zoo.animals", "w1", animals.clone());
+    config.bootstrap = Bootstrap::Oldest;
+    config.retry_backoff = retry_backoff;
+    let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let listener = ListenerHandle::spawn_with_metrics(
+        store.clone(),
+        config,
+        FailsOnPoison(broken.clone()),
+        metrics,
+    );
+    (listener, broken)
+}
+
 /// A change the handler fails on: counted per failure, and its attempts shown until a
 /// commit gets past it (0 then).
 #[tokio::test(flavor = "multi_thread")]
@@ -225,16 +249,7 @@ async fn a_failing_change_is_counted_and_its_attempts_shown_until_passed() {
         .await
         .expect("write");
     let metrics = EngineMetrics::new().expect("metrics");
-    let mut config = ListenerConfig::new("zoo.animals", "w1", animals.clone());
-    config.bootstrap = Bootstrap::Oldest;
-    config.retry_backoff = Duration::from_millis(100);
-    let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let listener = ListenerHandle::spawn_with_metrics(
-        store.clone(),
-        config,
-        FailsOnPoison(broken.clone()),
-        &metrics,
-    );
+    let (listener, broken) = spawn_failing(&store, &animals, Duration::from_millis(100), &metrics);
     let labels = "{listener=\"w1\",resource=\"zoo.animals\"}";
     let failures = format!("streamward_listener_change_failures_total{labels}");
     let attempts = format!("streamward_listener_failure_attempts{labels}");
@@ -400,16 +415,7 @@ async fn a_failing_change_shows_the_lag_growing_behind_it() {
         .await
         .expect("write");
     let metrics = EngineMetrics::new().expect("metrics");
-    let mut config = ListenerConfig::new("zoo.animals", "w1", animals.clone());
-    config.bootstrap = Bootstrap::Oldest;
-    config.retry_backoff = Duration::from_secs(1);
-    let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let listener = ListenerHandle::spawn_with_metrics(
-        store.clone(),
-        config,
-        FailsOnPoison(broken.clone()),
-        &metrics,
-    );
+    let (listener, broken) = spawn_failing(&store, &animals, Duration::from_secs(1), &metrics);
     let labels = "{listener=\"w1\",resource=\"zoo.animals\"}";
     let failures = format!("streamward_listener_change_failures_total{labels}");
     let lag = format!("streamward_listener_lag_seconds{labels}");

@@ -390,12 +390,33 @@ fn a_listener_that_loses_history_while_catching_up_is_recovered_at_quiescence() 
 #[test]
 fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
     let seed = 304;
+    redelivering_fleet_of_one(
+        seed,
+        "a_stream_that_redelivers_never_moves_the_committed_point_back",
+        None,
+        fleet::LEASE,
+    );
+}
+
+/// One listener of a fleet whose every batch re-delivers what came before (seeded
+/// `seed`, poisoned by `poison` if given): 40 changes 150 ms apart, checked as they
+/// go, then `settle` and a check that nothing was lost; a violation fails `test` with
+/// the seed's history.
+fn redelivering_fleet_of_one(
+    seed: u64,
+    test: &'static str,
+    poison: Option<poison::PoisonProfile>,
+    settle: Duration,
+) {
     let outcome = runtime().block_on(async move {
         let profile = FaultProfile {
             duplicate: 1.0,
             ..FaultProfile::none()
         };
         let mut sim = fleet::FleetSim::with(seed, SmallRng::seed_from_u64(seed), profile, 1, 0);
+        if let Some(poison) = poison {
+            sim.poisoned(poison, None);
+        }
         sim.join();
         let result = async {
             for _ in 0..40 {
@@ -403,7 +424,7 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
                 tokio::time::sleep(Duration::from_millis(150)).await;
                 sim.check()?;
             }
-            tokio::time::sleep(fleet::LEASE).await;
+            tokio::time::sleep(settle).await;
             sim.check()?;
             sim.check_nothing_lost().await?;
             sim.stop_all().await
@@ -413,7 +434,7 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
             seed,
             message: violation.message,
             dump: sim.dump(),
-            test: Some("a_stream_that_redelivers_never_moves_the_committed_point_back"),
+            test: Some(test),
             fleet: true,
         })
     });
@@ -433,42 +454,16 @@ fn a_stream_that_redelivers_never_moves_the_committed_point_back() {
 #[test]
 fn a_failed_batch_handed_again_alone_never_moves_the_committed_point_back() {
     let seed = 3;
-    let outcome = runtime().block_on(async move {
-        let profile = FaultProfile {
-            duplicate: 1.0,
-            ..FaultProfile::none()
-        };
-        let poison = poison::PoisonProfile {
-            rate: 0.15,
-            permanent: false,
-            max_fix: Duration::from_secs(5),
-            salt: seed,
-        };
-        let mut sim = fleet::FleetSim::with(seed, SmallRng::seed_from_u64(seed), profile, 1, 0);
-        sim.poisoned(poison, None);
-        sim.join();
-        let result = async {
-            for _ in 0..40 {
-                sim.write(1).await;
-                tokio::time::sleep(Duration::from_millis(150)).await;
-                sim.check()?;
-            }
-            tokio::time::sleep(12 * fleet::LEASE).await;
-            sim.check()?;
-            sim.check_nothing_lost().await?;
-            sim.stop_all().await
-        }
-        .await;
-        result.map_err(|violation| Failure {
-            seed,
-            message: violation.message,
-            dump: sim.dump(),
-            test: Some("a_failed_batch_handed_again_alone_never_moves_the_committed_point_back"),
-            fleet: true,
-        })
-    });
-    if let Err(failure) = outcome {
-        failure.report(true);
-        panic!("{}", failure.message);
-    }
+    let poison = poison::PoisonProfile {
+        rate: 0.15,
+        permanent: false,
+        max_fix: Duration::from_secs(5),
+        salt: seed,
+    };
+    redelivering_fleet_of_one(
+        seed,
+        "a_failed_batch_handed_again_alone_never_moves_the_committed_point_back",
+        Some(poison),
+        12 * fleet::LEASE,
+    );
 }

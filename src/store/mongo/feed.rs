@@ -556,6 +556,17 @@ impl ChangeStream for MongoChangeStream {
 }
 
 impl MongoChangeStream {
+    /// The next event, in its session, within the read bound.
+    async fn read_next(&mut self) -> Result<Option<RawDocumentBuf>, super::errors::CallError> {
+        next_within_session(
+            &mut self.stream,
+            &mut self.session,
+            self.read_bound,
+            &self.action,
+        )
+        .await
+    }
+
     /// The `$clusterTime` of the stream's last reply, as its session kept it.
     fn reply_cluster_time(&self) -> Option<ClusterTime> {
         let gossiped = bson::to_document(self.session.cluster_time()?).ok()?;
@@ -576,14 +587,10 @@ impl MongoChangeStream {
         // a few empty replies mean it is not coming, and the drop alone ends the stream.
         let mut waited = 0;
         while closing.is_some() || batch.events.len() < self.batch_size {
-            let next = next_within_session(
-                &mut self.stream,
-                &mut self.session,
-                self.read_bound,
-                &self.action,
-            )
-            .await
-            .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
+            let next = self
+                .read_next()
+                .await
+                .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
             let Some(document) = next else {
                 if self.stream.is_alive() && self.fragments.assembling() {
                     waited += 1;
@@ -675,14 +682,7 @@ impl MongoChangeStream {
         }
         let mut events: Vec<ChangeEvent> = self.pending.take().into_iter().collect();
         loop {
-            let next = next_within_session(
-                &mut self.stream,
-                &mut self.session,
-                self.read_bound,
-                &self.action,
-            )
-            .await
-            .map_err(|e| {
+            let next = self.read_next().await.map_err(|e| {
                 cosmos::stream_error(e.into_store_hinted(&self.action, STREAM_HINT), &self.ns)
             })?;
             let Some(document) = next else {
