@@ -26,8 +26,18 @@ pub fn escape_control(text: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
+            // Besides the controls: zero-width characters, every direction mark and
+            // embedding (Unicode's Bidi_Control set, with the Arabic letter mark),
+            // Unicode's own line and paragraph separators, and the byte-order mark.
             c if c.is_control()
-                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') =>
+                || matches!(
+                    c,
+                    '\u{61c}'
+                        | '\u{200b}'..='\u{200f}'
+                        | '\u{2028}'..='\u{202e}'
+                        | '\u{2066}'..='\u{2069}'
+                        | '\u{feff}'
+                ) =>
             {
                 let _ = write!(out, "\\u{{{:x}}}", c as u32);
             }
@@ -134,6 +144,10 @@ mod tests {
         assert_eq!(escape_control("a\x1b[2Jb"), "a\\u{1b}[2Jb");
         assert_eq!(escape_control("x\ny\r\t"), "x\\ny\\r\\t");
         assert_eq!(escape_control("evil\u{202e}txt"), "evil\\u{202e}txt");
+        assert_eq!(
+            escape_control("a\u{2028}b\u{2029}c\u{61c}d\u{feff}"),
+            "a\\u{2028}b\\u{2029}c\\u{61c}d\\u{feff}"
+        );
         assert_eq!(escape_control("host-1 ünïcode"), "host-1 ünïcode");
     }
 
