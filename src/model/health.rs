@@ -17,7 +17,8 @@ pub struct HealthThresholds {
     /// A caught-up lease whose stream has had no entry for this long is IDLE.
     pub quiet_after: Duration,
     /// A lease free for the taking this long that nobody took is UNCLAIMED: a waiting
-    /// standby takes a lease at its expiry, so none is waiting.
+    /// standby takes a lease at its expiry, so none is waiting for it (listeners may
+    /// run and fail before they take it).
     pub unclaimed_after: Duration,
     /// A lease whose listeners failed this many times on one change is FAILING.
     pub failing_after: u32,
@@ -37,7 +38,7 @@ impl Default for HealthThresholds {
 
 impl HealthThresholds {
     /// How long `lease` has been free for the taking without a taker, once that is long
-    /// enough to mean no standby is running (UNCLAIMED).
+    /// enough to mean no standby is waiting for it (UNCLAIMED).
     pub fn unclaimed_for(&self, lease: &Lease, now: DateTime<Utc>) -> Option<Duration> {
         lease
             .unclaimed_for(now)
@@ -64,7 +65,8 @@ pub enum LeaseStatus {
     /// the resume point stays before it until it goes through or is skipped.
     Failing,
     StuckBulk,
-    /// Free for the taking for a while and nobody took it: no standby is waiting for it.
+    /// Free for the taking for a while and nobody took it: no listener waits for it
+    /// (whether any runs, failing before it takes the lease, the lease cannot show).
     Unclaimed,
     AtRisk,
     Behind,
@@ -106,13 +108,14 @@ impl LeaseStatus {
 
 /// What UNCLAIMED means for `resource`, free for the taking for `unclaimed` and not
 /// taken. Only what the lease shows: a listener that runs but fails before it holds
-/// (backing off after an error) leaves the same trace as none at all.
+/// (backing off after an error) leaves the same trace as none at all, so whether any
+/// runs is not said.
 pub fn unclaimed_explanation(resource: &str, unclaimed: Duration) -> String {
     format!(
-        "no holder for {}: no listener took it when it became free, though a waiting \
-         standby takes a lease at once. Either no listener of {resource} is running, or \
-         every one is backing off after an error (their last error says why); until one \
-         takes it, releasing it changes nothing",
+        "no live holder for {}: no listener took it when it became free (one waiting \
+         for it takes it at once). Listeners of {resource} may run and fail before they \
+         take it, which looks the same: their last error says why; until one takes it, \
+         releasing it changes nothing",
         super::text::short_duration(unclaimed)
     )
 }
@@ -241,6 +244,25 @@ mod tests {
     use proptest::prelude::*;
 
     const BASE: u32 = 1_700_000_000;
+
+    /// Listeners that run and fail before they take the lease leave the trace of none:
+    /// the text says what the lease shows, never that nothing runs (issue 26).
+    #[test]
+    fn unclaimed_says_what_the_lease_shows_and_never_that_nothing_runs() {
+        let text = unclaimed_explanation("shop.orders", Duration::from_secs(300));
+        assert!(text.starts_with("no live holder for 5m00s: "), "{text}");
+        assert!(text.contains("shop.orders"), "{text}");
+        for claim in [
+            "no listener of",
+            "is running",
+            "none runs",
+            "none is running",
+            "not running",
+            "no standby",
+        ] {
+            assert!(!text.contains(claim), "says {claim:?}: {text}");
+        }
+    }
 
     fn at(secs: u32) -> ClusterTime {
         ClusterTime::new(BASE + secs, 1)

@@ -284,10 +284,8 @@ fn takeover_of_a_lease_nobody_took_says_no_standby_took_it() {
         let p = plan(&request, &facts(Some(expired(live_lease()))));
         accepted(&p);
         assert!(
-            p.warnings
-                .iter()
-                .any(|w| w
-                    .starts_with("no holder for 5m00s: no listener took it when it became free")),
+            p.warnings.iter().any(|w| w
+                .starts_with("no live holder for 5m00s: no listener took it when it became free")),
             "{:?}",
             p.warnings
         );
