@@ -16,9 +16,9 @@ use streamward::console::view;
 use streamward::engine::{ListenerSnapshot, ListenerState};
 use streamward::model::{
     entry_token, object_id_at, AuditRecord, AuditState, ClusterTime, Deployment, Invalidation,
-    Lease, LockKind, LossInput, LossTime, Member, MemberListener, Missing, OplogAccess, OplogStats,
-    OplogWindow, Rate, ResumeToken, ShardOplog, SourceKind, TimeToLoss, TokenKind, Topology,
-    WatchTarget,
+    Lease, LockKind, LossInput, LossTime, Member, MemberLag, MemberListener, Missing, OplogAccess,
+    OplogStats, OplogWindow, Rate, ResumeToken, ShardOplog, SourceKind, TimeToLoss, TokenKind,
+    Topology, WatchTarget,
 };
 use streamward::store::LossReading;
 
@@ -201,19 +201,19 @@ fn state(mode: Mode) -> ConsoleState {
                 name: "db1.example:27017".into(),
                 state: "PRIMARY".into(),
                 healthy: true,
-                lag: None,
+                lag: MemberLag::Behind(Duration::ZERO),
             },
             MemberRow {
                 name: "db2.example:27017".into(),
                 state: "SECONDARY".into(),
                 healthy: true,
-                lag: Some(Duration::from_secs(2)),
+                lag: MemberLag::Behind(Duration::from_secs(2)),
             },
             MemberRow {
                 name: "db3.example:27017".into(),
                 state: "(not reachable/healthy)".into(),
                 healthy: false,
-                lag: None,
+                lag: MemberLag::Unreachable,
             },
         ])),
         now(),

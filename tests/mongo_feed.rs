@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use bson::{doc, Bson, Document, Timestamp};
-use streamward::model::{ClusterTime, Fence, OplogWindow, ResumeToken};
+use streamward::model::{ClusterTime, Fence, MemberLag, OplogWindow, ResumeToken};
 use streamward::store::mongo::MemberState;
 use streamward::store::*;
 use support::wire::{Action, WireServer};
@@ -549,16 +549,40 @@ async fn members_report_state_and_lag_behind_the_primary() {
               "optime": { "ts": Timestamp { time: 1000, increment: 1 }, "t": 1_i64 }, "optimeDate": bson::DateTime::from_millis(1_000_000) },
             { "name": "b:27017", "health": 1.0, "stateStr": "SECONDARY",
               "optime": { "ts": Timestamp { time: 993, increment: 1 }, "t": 1_i64 }, "optimeDate": bson::DateTime::from_millis(993_000) },
-            { "name": "c:27017", "health": 0.0, "stateStr": "(not reachable/healthy)" },
+            // As the server reports a member it cannot reach (6.0, one of three
+            // stopped): health 0, state 8, every optime at the epoch.
+            { "_id": 2, "name": "c:27017", "health": 0.0, "state": 8, "stateStr": "(not reachable/healthy)", "uptime": 0,
+              "optime": { "ts": Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
+              "optimeDurable": { "ts": Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
+              "optimeDate": bson::DateTime::from_millis(0), "optimeDurableDate": bson::DateTime::from_millis(0),
+              "lastAppliedWallTime": bson::DateTime::from_millis(0), "lastDurableWallTime": bson::DateTime::from_millis(0),
+              "lastHeartbeat": bson::DateTime::from_millis(1_004_000), "lastHeartbeatRecv": bson::DateTime::from_millis(0),
+              "pingMs": 0_i64, "lastHeartbeatMessage": "Error connecting to c:27017 :: caused by :: Connection refused",
+              "authenticated": false, "syncSourceHost": "", "syncSourceId": -1, "infoMessage": "", "configVersion": -1, "configTerm": -1 },
+            // An arbiter holds no oplog: healthy, with its optime at the epoch too.
+            { "_id": 3, "name": "d:27017", "health": 1.0, "state": 7, "stateStr": "ARBITER", "uptime": 50,
+              "optime": { "ts": Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
+              "optimeDate": bson::DateTime::from_millis(0),
+              "lastHeartbeat": bson::DateTime::from_millis(1_004_000), "pingMs": 0_i64,
+              "syncSourceHost": "", "syncSourceId": -1, "infoMessage": "", "configVersion": 1, "configTerm": 1 },
         ] })],
     );
     let members = store.members().await.unwrap();
-    assert_eq!(members.len(), 3);
+    assert_eq!(members.len(), 4);
     assert_eq!(members[0].state, MemberState::Primary);
-    assert_eq!(members[1].lag, Some(Duration::from_secs(7)));
+    assert_eq!(members[1].lag, MemberLag::Behind(Duration::from_secs(7)));
     assert_eq!(members[1].optime, Some(ClusterTime::new(993, 1)));
     assert!(!members[2].healthy);
-    assert_eq!(members[2].lag, None);
+    assert_eq!(members[2].lag, MemberLag::Unreachable);
+    assert_eq!(members[2].lag.to_string(), "unreachable");
+    assert_eq!(members[2].optime, None, "no optime rather than the epoch");
+    assert!(members[3].healthy);
+    assert_eq!(members[3].optime, None);
+    assert_eq!(
+        members[3].lag,
+        MemberLag::Unknown,
+        "an arbiter is not decades behind"
+    );
     assert_eq!(
         server.commands_stripped("replSetGetStatus"),
         vec![doc! { "replSetGetStatus": 1, "$db": "admin" }]

@@ -550,7 +550,7 @@ pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<(
                     "state": member_state(&m.state),
                     "healthy": m.healthy,
                     "optime": describe::time_json(m.optime),
-                    "lagSecs": m.lag.map(|d| d.as_secs()),
+                    "lagSecs": m.lag.behind().map(|d| d.as_secs()),
                 })).collect::<Vec<_>>(),
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
@@ -671,7 +671,7 @@ pub fn render_oplog(
                     escape_control(&m.name),
                     member_state(&m.state),
                     if m.healthy { "yes" } else { "no" }.to_string(),
-                    m.lag.map_or_else(|| "-".into(), short_duration),
+                    m.lag.to_string(),
                 ]
             })
             .collect();
@@ -695,5 +695,33 @@ mod tests {
         for status in NEEDS_ATTENTION {
             assert!(help.contains(status.label()), "{status:?} in {help}");
         }
+    }
+
+    /// An unreachable member has no lag: the LAG column says it is unreachable, and
+    /// a member with no optime to compare (an arbiter) shows none.
+    #[test]
+    fn the_oplog_view_says_a_member_is_unreachable_instead_of_a_lag() {
+        let topology = Topology::new(
+            Deployment::ReplicaSet { name: "rs0".into() },
+            OplogAccess::Readable,
+        );
+        let reply = bson::doc! { "members": [
+            { "name": "a:1", "health": 1.0, "stateStr": "PRIMARY",
+              "optime": { "ts": bson::Timestamp { time: 1_795_000_000, increment: 1 }, "t": 1_i64 },
+              "optimeDate": bson::DateTime::from_millis(1_795_000_000_000) },
+            { "name": "c:3", "health": 0.0, "stateStr": "(not reachable/healthy)",
+              "optime": { "ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
+              "optimeDate": bson::DateTime::from_millis(0) },
+        ] };
+        let members = crate::store::mongo::parse_members(&reply).expect("parses");
+        let out = render_oplog(&topology, None, None, &members);
+        let row = |name: &str| {
+            out.lines()
+                .find(|l| l.starts_with(name))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(row("a:1").last().copied(), Some("0s"), "{out}");
+        assert_eq!(row("c:3").last().copied(), Some("unreachable"), "{out}");
     }
 }

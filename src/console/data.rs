@@ -1,7 +1,5 @@
 //! What the background tasks send to the console: facts, never commands.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 
 use crate::engine::ListenerSnapshot;
@@ -101,5 +99,5 @@ pub struct MemberRow {
     pub name: String,
     pub state: String,
     pub healthy: bool,
-    pub lag: Option<Duration>,
+    pub lag: crate::model::MemberLag,
 }

@@ -68,7 +68,7 @@ impl ClusterProbe for SandboxStore {
             name: "sandbox".into(),
             state: "PRIMARY".into(),
             healthy: true,
-            lag: None,
+            lag: crate::model::MemberLag::Behind(std::time::Duration::ZERO),
         }])
     }
 

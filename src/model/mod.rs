@@ -53,5 +53,5 @@ pub use time_to_loss::{
     MAX_ENTRY_BYTES,
 };
 pub use topology::{
-    Deployment, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,
+    Deployment, MemberLag, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,
 };

@@ -4,7 +4,63 @@
 use std::fmt;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use super::OplogWindow;
+
+/// How far a replica set member's last applied write is behind the primary's, as far as
+/// `replSetGetStatus` tells. One answer for every view (`oplog`, both consoles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberLag {
+    /// Behind the primary by this much (zero for the primary itself).
+    Behind(Duration),
+    /// The member cannot be reached (`health: 0`): it has no lag to show. The server
+    /// reports its optime at the epoch, which read as a lag of decades.
+    Unreachable,
+    /// Reachable, but there is no optime to compare: an arbiter (it holds no oplog), a
+    /// member in initial sync, or no primary to compare with.
+    Unknown,
+}
+
+impl MemberLag {
+    /// From the member's health and the wall times of its last applied write and the
+    /// primary's. A time at the epoch is the server's way of saying it has none.
+    pub fn of(
+        healthy: bool,
+        applied: Option<DateTime<Utc>>,
+        primary_applied: Option<DateTime<Utc>>,
+    ) -> MemberLag {
+        let known = |at: Option<DateTime<Utc>>| at.filter(|at| at.timestamp_millis() != 0);
+        if !healthy {
+            return MemberLag::Unreachable;
+        }
+        match (known(primary_applied), known(applied)) {
+            (Some(primary), Some(member)) => {
+                MemberLag::Behind((primary - member).to_std().unwrap_or_default())
+            }
+            _ => MemberLag::Unknown,
+        }
+    }
+
+    /// The lag, when there is one to show.
+    pub fn behind(self) -> Option<Duration> {
+        match self {
+            MemberLag::Behind(lag) => Some(lag),
+            MemberLag::Unreachable | MemberLag::Unknown => None,
+        }
+    }
+}
+
+/// A table cell: the lag, `unreachable`, or `-`.
+impl fmt::Display for MemberLag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemberLag::Behind(lag) => f.write_str(&super::text::short_duration(*lag)),
+            MemberLag::Unreachable => f.write_str("unreachable"),
+            MemberLag::Unknown => f.write_str("-"),
+        }
+    }
+}
 
 /// The kind of deployment a connection reaches.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -139,7 +139,8 @@ fn members_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
                     format!(" {}", escape_control(&member.state)),
                     style,
                 ));
-                if let Some(lag) = member.lag.filter(|l| !l.is_zero()) {
+                // An unreachable member's state already says so ("(not reachable/healthy)").
+                if let Some(lag) = member.lag.behind().filter(|l| !l.is_zero()) {
                     spans.push(Span::styled(
                         format!(" lag {}", short_duration(lag)),
                         theme.warn,

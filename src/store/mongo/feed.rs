@@ -16,8 +16,8 @@ use super::read_pace::ReadPace;
 use super::split_event::Fragments;
 use super::MongoStore;
 use crate::model::{
-    ClusterTime, Deployment, OplogAccess, OplogWindow, Partition, ResumeToken, ShardOplog,
-    ShardWindows, StreamProfile, Topology,
+    ClusterTime, Deployment, MemberLag, OplogAccess, OplogWindow, Partition, ResumeToken,
+    ShardOplog, ShardWindows, StreamProfile, Topology,
 };
 use crate::store::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
@@ -36,8 +36,9 @@ pub struct ReplicaMember {
     pub state: MemberState,
     pub healthy: bool,
     pub optime: Option<ClusterTime>,
-    /// How far this member's last applied write is behind the primary's.
-    pub lag: Option<Duration>,
+    /// How far this member's last applied write is behind the primary's, or why that
+    /// is not known (unreachable, no optime).
+    pub lag: MemberLag,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -737,7 +738,7 @@ impl MongoChangeStream {
 /// The members of a `replSetGetStatus` reply, each with its replication lag behind the
 /// primary. A member that is not healthy (unreachable: `health: 0`, its `optimeDate`
 /// the epoch) has no lag to show, rather than decades of it.
-fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
+pub(crate) fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
     let malformed = |detail: String| StoreError::Malformed {
         what: "replSetGetStatus reply".into(),
         detail,
@@ -781,7 +782,7 @@ fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
                 state,
                 healthy,
                 optime,
-                lag: None,
+                lag: MemberLag::Unknown,
             },
             member
                 .get_datetime("optimeDate")
@@ -796,10 +797,7 @@ fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
     Ok(parsed
         .into_iter()
         .map(|(mut member, date)| {
-            member.lag = primary_date
-                .zip(date)
-                .filter(|_| member.healthy)
-                .map(|(p, d)| (p - d).to_std().unwrap_or_default());
+            member.lag = MemberLag::of(member.healthy, date, primary_date);
             member
         })
         .collect())
@@ -834,10 +832,10 @@ mod member_tests {
             member("c:3", 0.0, "(not reachable/healthy)", 0),
         ] };
         let members = parse_members(&reply).expect("parses");
-        assert_eq!(members[0].lag, Some(Duration::ZERO));
-        assert_eq!(members[1].lag, Some(Duration::from_secs(3)));
+        assert_eq!(members[0].lag, MemberLag::Behind(Duration::ZERO));
+        assert_eq!(members[1].lag, MemberLag::Behind(Duration::from_secs(3)));
         assert!(!members[2].healthy);
-        assert_eq!(members[2].lag, None, "{:?}", members[2]);
+        assert_eq!(members[2].lag, MemberLag::Unreachable, "{:?}", members[2]);
         assert_eq!(members[2].optime, None, "no optime rather than the epoch");
         assert_eq!(
             members[2].state,

@@ -39,6 +39,8 @@ use mongodb::{Client, Collection};
 
 pub use capped::MongoTail;
 pub use connect::MongoSettings;
+#[cfg(test)]
+pub(crate) use feed::parse_members;
 pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
 pub use lease_hub::MongoLeaseWatch;
 pub use redact::{redact_message, redact_uri, ConnectionString};
