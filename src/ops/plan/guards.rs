@@ -55,24 +55,49 @@ pub(super) fn refuse_unaccepted_skip(
 /// What `reset --to now` skips when the lease and the oplog have not been read.
 pub(super) const UNCOUNTED_SKIP: &str = "unprocessed changes are skipped";
 
-/// Every action bumps the fencing version; at `i64::MAX` the bump would wrap to a
-/// negative version (or, on the server, turn the field into a double that no reader
-/// accepts). A fencing version must never go backwards, so nothing is written.
-pub(super) fn refuse_exhausted_version(lease: &Lease) -> Result<(), Refusal> {
-    if lease.version == i64::MAX {
-        return Err(Refusal::new(
-            RefusalKind::VersionExhausted,
-            format!(
-                "the fencing version of {:?} is {}, the largest an int64 holds: it cannot grow, \
-                 and a fencing version must never go back, so no action can change this lease. \
-                 A version this large was not reached by listeners (one step per change of \
-                 holder): find what wrote it (streamward audit), then stop every listener of \
-                 the resource and run it under a new resource name",
-                lease.resource, lease.version
-            ),
-        ));
+/// How many times `action` bumps the fencing version, each write one step: a rebuild
+/// twice (it takes the lease bulk, and gives it back after the run), every other
+/// action once.
+fn versions_written(action: ActionKind) -> i64 {
+    match action {
+        ActionKind::Rebuild => 2,
+        ActionKind::Takeover
+        | ActionKind::Rewind
+        | ActionKind::Reset
+        | ActionKind::Skip
+        | ActionKind::AbortBulk
+        | ActionKind::Undo => 1,
     }
-    Ok(())
+}
+
+/// The one rule for the top of the version range: every action bumps the fencing
+/// version, and past `i64::MAX` the bump would wrap to a negative version (or, on the
+/// server, turn the field into a double that no reader accepts). A fencing version must
+/// never go backwards, so an action whose last write would pass `i64::MAX` is refused
+/// and nothing is written; a rebuild is refused before it runs, not at its give-back.
+pub(super) fn refuse_exhausted_version(lease: &Lease, action: ActionKind) -> Result<(), Refusal> {
+    let writes = versions_written(action);
+    if lease.version.checked_add(writes).is_some() {
+        return Ok(());
+    }
+    let moves = match writes {
+        1 => "one step".to_string(),
+        2 => "two steps (it takes the lease bulk, then gives it back)".to_string(),
+        n => format!("{n} steps"),
+    };
+    Err(Refusal::new(
+        RefusalKind::VersionExhausted,
+        format!(
+            "the fencing version of {:?} is {} and {action} moves it {moves}: past {}, the \
+             largest an int64 holds, where it would wrap, and a fencing version must never \
+             go back, so nothing is written. A version this large was not reached by listeners (one step per \
+             change of holder): find what wrote it (streamward audit), then stop every \
+             listener of the resource and run it under a new resource name",
+            lease.resource,
+            lease.version,
+            i64::MAX
+        ),
+    ))
 }
 
 pub(super) fn refuse_bulk(lease: &Lease, action: ActionKind) -> Result<(), Refusal> {

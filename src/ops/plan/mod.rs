@@ -222,7 +222,7 @@ fn decide(
             ),
         ));
     };
-    guards::refuse_exhausted_version(lease)?;
+    guards::refuse_exhausted_version(lease, request.kind())?;
     match request {
         ActionRequest::Takeover { to, hold, .. } => {
             takeover::takeover(lease, to.as_deref(), *hold, facts)

@@ -1226,3 +1226,30 @@ fn no_action_wraps_a_fencing_version_at_its_largest_value() {
     let p = plan(&takeover(None, None), &facts(Some(lease)));
     assert_eq!(p.after.map(|a| a.version), Some(i64::MAX));
 }
+
+/// A rebuild writes two versions: the bulk swap, then the give-back after the run. One
+/// below the largest value, the give-back would wrap after the whole run and leave the
+/// lease STUCK BULK at a version no abort-bulk can move: refused before anything runs.
+#[test]
+fn a_rebuild_is_refused_when_its_give_back_would_pass_the_largest_version() {
+    let request = ActionRequest::Rebuild {
+        name: "orders-rollup".into(),
+    };
+    let mut lease = live_lease();
+    lease.version = i64::MAX - 1;
+    let mut f = facts(Some(lease.clone()));
+    f.rebuild = Some(rebuild_target());
+    let p = plan(&request, &f);
+    assert_eq!(refusal(&p), RefusalKind::VersionExhausted);
+    assert!(p.change.is_none() && p.after.is_none());
+    let reason = p.refusal.map(|r| r.reason).unwrap_or_default();
+    assert!(
+        reason.contains("9223372036854775806") && reason.contains("two"),
+        "{reason}"
+    );
+    // Two below, both writes fit: the give-back reaches the largest value.
+    lease.version = i64::MAX - 2;
+    f.lease = Some(lease);
+    let p = plan(&request, &f);
+    assert_eq!(p.after.map(|a| a.version), Some(i64::MAX - 1));
+}
