@@ -1290,9 +1290,8 @@ mod poison_histories {
     }
 
     /// `a` is given A and X, fails, hands A alone (committed) and X alone (fails) and
-    /// gives the lease back; `b` takes it, fails on X again, alone, and steps over it
-    /// (its `skip_after` policy); `a` takes it again and handles B.
-    fn legitimate() -> Vec<Entry> {
+    /// gives the lease back.
+    fn a_fails_on_x_and_gives_the_lease_back() -> Vec<Entry> {
         let mut history = vec![wrote(A), wrote(X), wrote(B)];
         history.extend(holds("a", 1, T0, 1));
         history.extend([
@@ -1303,6 +1302,13 @@ mod poison_histories {
             handled("a", 1, &[X], false),
             release("a", 1),
         ]);
+        history
+    }
+
+    /// [`a_fails_on_x_and_gives_the_lease_back`]; then `b` takes it, fails on X again, alone, and steps over it
+    /// (its `skip_after` policy); `a` takes it again and handles B.
+    fn legitimate() -> Vec<Entry> {
+        let mut history = a_fails_on_x_and_gives_the_lease_back();
         history.extend(holds("b", 2, A, 2));
         history.extend([
             batch("b", 2, &[X, B]),
@@ -1466,16 +1472,7 @@ mod poison_histories {
 
     #[test]
     fn a_stream_started_past_a_failed_change_nobody_stepped_over_is_a_violation() {
-        let mut history = vec![wrote(A), wrote(X), wrote(B)];
-        history.extend(holds("a", 1, T0, 1));
-        history.extend([
-            batch("a", 1, &[A, X]),
-            handled("a", 1, &[A, X], false),
-            handled("a", 1, &[A], true),
-            commit("a", 1, A),
-            handled("a", 1, &[X], false),
-            release("a", 1),
-        ]);
+        let mut history = a_fails_on_x_and_gives_the_lease_back();
         history.extend(holds("b", 2, X, 2));
         let error = checker(&history).err().expect("X skipped unnoted");
         assert!(

@@ -513,11 +513,9 @@ fn cancel_is_focused_and_the_resource_must_be_typed() {
     assert_eq!(state.notice.clone().unwrap().text, "applied");
 }
 
-#[test]
-fn a_name_a_terminal_cannot_type_is_confirmed_by_the_escaped_form_shown() {
-    // A newline and a right-to-left override: the dialog shows them escaped.
-    let name = "shop\norders\u{202e}x";
-    let shown = "shop\\norders\\u{202e}x";
+/// A takeover of `name` opened from the console: Apply stays disabled, naming
+/// `shown`, until all of `shown` is typed, and then executes a plan for `name`.
+fn confirmed_by_its_escape(name: &str, shown: &str) {
     assert_eq!(crate::model::text::escape_control(name), shown);
     let mut state = state();
     state.apply(window(), now());
@@ -532,7 +530,7 @@ fn a_name_a_terminal_cannot_type_is_confirmed_by_the_escaped_form_shown() {
     let disabled = state.dialog.as_ref().and_then(Dialog::apply_disabled);
     assert!(
         disabled.as_deref().is_some_and(|d| d.contains(shown)),
-        "{disabled:?}"
+        "the dialog names the escaped form: {disabled:?}"
     );
     type_text(&mut state, &shown["shop".len()..]);
     assert_eq!(state.dialog.as_ref().and_then(Dialog::apply_disabled), None);
@@ -543,34 +541,21 @@ fn a_name_a_terminal_cannot_type_is_confirmed_by_the_escaped_form_shown() {
     assert_eq!(plan.resource.as_deref(), Some(name));
 }
 
+/// A newline and a right-to-left override: the dialog shows them escaped.
+#[test]
+fn a_name_a_terminal_cannot_type_is_confirmed_by_the_escaped_form_shown() {
+    confirmed_by_its_escape("shop\norders\u{202e}x", "shop\\norders\\u{202e}x");
+}
+
 /// Unicode's own line breaks and the direction marks outside the ranges first escaped
 /// (U+2028, U+2029, the Arabic letter mark U+061C, the byte-order mark U+FEFF) cannot be
 /// typed at a terminal either: the dialog shows them escaped, and the escape confirms.
 #[test]
 fn a_unicode_line_separator_or_letter_mark_is_confirmed_by_its_escape() {
-    let name = "shop\u{2028}orders\u{61c}\u{2029}x\u{feff}";
-    let shown = "shop\\u{2028}orders\\u{61c}\\u{2029}x\\u{feff}";
-    let mut state = state();
-    state.apply(window(), now());
-    state.apply(
-        DataEvent::LeaseSnapshot((vec![lease(name, 7)]).into()),
-        now(),
+    confirmed_by_its_escape(
+        "shop\u{2028}orders\u{61c}\u{2029}x\u{feff}",
+        "shop\\u{2028}orders\\u{61c}\\u{2029}x\\u{feff}",
     );
-    press(&mut state, KeyCode::Char('t'));
-    planned(&mut state, &takeover_of(name), &lease(name, 7));
-    press(&mut state, KeyCode::Tab);
-    let disabled = state.dialog.as_ref().and_then(Dialog::apply_disabled);
-    assert!(
-        disabled.as_deref().is_some_and(|d| d.contains(shown)),
-        "the dialog names the escaped form: {disabled:?}"
-    );
-    type_text(&mut state, shown);
-    assert_eq!(state.dialog.as_ref().and_then(Dialog::apply_disabled), None);
-    let effects = press(&mut state, KeyCode::Enter);
-    let [Effect::Execute { plan, .. }] = effects.as_slice() else {
-        panic!("execute: {effects:?}")
-    };
-    assert_eq!(plan.resource.as_deref(), Some(name));
 }
 
 #[test]
