@@ -105,6 +105,15 @@ async fn a_listeners_events_commits_and_tenures_are_counted() {
         version("w2") > version("w1"),
         "a new holder, a new version: {text}"
     );
+    assert_eq!(
+        value(&text, &w1("streamward_listener_lag_seconds")),
+        None,
+        "w1 stopped reading: no lag of its own to show"
+    );
+    assert!(
+        value(&text, &w2("streamward_listener_lag_seconds")).is_some(),
+        "the holder reads: {text}"
+    );
     let batches = value(&text, &w1("streamward_listener_batches_total")).expect("batches");
     assert!(
         (3.0..=25.0).contains(&batches),

@@ -11,8 +11,8 @@
 use std::time::Duration;
 
 use prometheus::{
-    Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
-    Opts, Registry,
+    GaugeVec, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry,
 };
 
 use super::MetricsError;
@@ -118,7 +118,7 @@ impl EngineMetrics {
             lag: GaugeVec::new(
                 Opts::new(
                     "streamward_listener_lag_seconds",
-                    "Seconds from the last change this listener handled (or the post-batch token of an empty read) to the cluster time its stream's latest reply carried, as of its last read: a change that keeps failing holds it where it is while the cluster moves on. By cluster time, so whole seconds. Absent until a change stream reply told it (never for a capped collection).",
+                    "Seconds from the last change this listener handled (or the post-batch token of an empty read) to the cluster time its stream's latest reply carried, as of its last read: a change that keeps failing holds it where it is while the cluster moves on. By cluster time, so whole seconds. Present only while the listener reads its stream (streaming, committing, failing), and never for a capped collection.",
                 ),
                 &LABELS,
             )?,
@@ -178,7 +178,6 @@ impl EngineMetrics {
             failure_attempts: self.failure_attempts.with_label_values(&labels),
             lag: self.lag.clone(),
             labels: [resource.to_string(), listener.to_string()],
-            lag_series: std::sync::OnceLock::new(),
             states: STATES
                 .iter()
                 .map(|s| {
@@ -206,10 +205,10 @@ pub struct ListenerMetrics {
     history_lost: IntCounter,
     change_failures: IntCounter,
     failure_attempts: IntGauge,
-    /// Made on the first measure, so a listener that never had one shows no series.
+    /// A series only while the listener reads its stream: a standby's last reading
+    /// would say a lease it no longer reads is caught up.
     lag: GaugeVec,
     labels: [String; 2],
-    lag_series: std::sync::OnceLock<Gauge>,
     states: Vec<(ListenerState, IntGauge)>,
     version: IntGauge,
 }
@@ -255,11 +254,8 @@ impl ListenerMetrics {
     /// How far behind the cluster the stream was after the last batch handled
     /// ([`crate::store::ChangeBatch::lag`]).
     pub fn lag(&self, lag: Duration) {
-        self.lag_series
-            .get_or_init(|| {
-                self.lag
-                    .with_label_values(&[self.labels[0].as_str(), self.labels[1].as_str()])
-            })
+        self.lag
+            .with_label_values(&self.label_refs())
             .set(lag.as_secs_f64());
     }
 
@@ -267,6 +263,18 @@ impl ListenerMetrics {
         for (s, gauge) in &self.states {
             gauge.set(i64::from(*s == state));
         }
+        let reading = matches!(
+            state,
+            ListenerState::Streaming | ListenerState::Committing | ListenerState::Failing
+        );
+        if !reading {
+            // Absent, not a stale figure: an error only means there was none.
+            let _ = self.lag.remove_label_values(&self.label_refs());
+        }
+    }
+
+    fn label_refs(&self) -> [&str; 2] {
+        [self.labels[0].as_str(), self.labels[1].as_str()]
     }
 }
 
