@@ -889,9 +889,14 @@ impl Drop for DropDatabase {
     }
 }
 
-/// What `leases --output json` says of `resource` now: its fencing version, holder, and
-/// the attempts its failure record counts (0 without one).
-fn lease_reading(sandbox: &Sandbox, uri: &str, leases: &str, resource: &str) -> (i64, String, u64) {
+/// What `leases --output json` says of `resource` now: its fencing version, holder, the
+/// attempts its failure record counts (0 without one) and when that record began.
+fn lease_reading(
+    sandbox: &Sandbox,
+    uri: &str,
+    leases: &str,
+    resource: &str,
+) -> (i64, String, u64, String) {
     let output = sandbox
         .command(&[
             "leases", "--output", "json", "--uri", uri, "--leases", leases,
@@ -917,6 +922,10 @@ fn lease_reading(sandbox: &Sandbox, uri: &str, leases: &str, resource: &str) -> 
         lease["version"].as_i64().unwrap_or(0),
         lease["listenerId"].as_str().unwrap_or("").to_string(),
         lease["failure"]["attempts"].as_u64().unwrap_or(0),
+        lease["failure"]["firstAt"]
+            .as_str()
+            .unwrap_or("")
+            .to_string(),
     )
 }
 
@@ -985,18 +994,20 @@ fn a_poison_change_is_failing_across_processes_and_skipped_from_the_command_line
     let first_pid = first.child.process_id().expect("the first console's pid");
     first.child.kill().expect("kill the first console");
     let _ = first.child.wait();
-    let (_, _, attempts_before) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+    let (_, _, attempts_before, first_failed_before) =
+        lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
     assert!(
         attempts_before >= 3,
         "FAILING after 3 attempts: {attempts_before}"
     );
     let mut second = run(false);
     let started = Instant::now();
-    let (version_then, attempts_then) = loop {
-        let (version, holder, attempts) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+    let (version_then, attempts_then, first_failed_then) = loop {
+        let (version, holder, attempts, first_failed) =
+            lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
         let by_second = !holder.is_empty() && !holder.contains(&format!("/{first_pid}-"));
         if by_second && attempts > attempts_before {
-            break (version, attempts);
+            break (version, attempts, first_failed);
         }
         assert!(
             attempts >= attempts_before,
@@ -1008,14 +1019,16 @@ fn a_poison_change_is_failing_across_processes_and_skipped_from_the_command_line
         );
         std::thread::sleep(Duration::from_millis(500));
     };
+    // Counted on, not restarted: one change, so the record keeps its first time (a
+    // count started over could pass the old one between two readings).
+    assert!(attempts_then > attempts_before);
     assert_eq!(
-        attempts_then,
-        attempts_before + 1,
-        "the second process's first attempt counts on from the first's"
+        first_failed_then, first_failed_before,
+        "the second process's attempts count on from the first's"
     );
     let span = Duration::from_secs(30);
     std::thread::sleep(span);
-    let (version_later, _, attempts_later) =
+    let (version_later, _, attempts_later, _) =
         lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
     let acquires = version_later - version_then;
     let attempts = i64::try_from(attempts_later - attempts_then).unwrap_or(i64::MAX);
@@ -1056,7 +1069,7 @@ fn a_poison_change_is_failing_across_processes_and_skipped_from_the_command_line
         &sandbox,
         |screen| lease_row(screen, "pet-aggregates").is_some_and(|row| !row.contains("FAILING")),
     );
-    let (_, _, attempts_after) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
+    let (_, _, attempts_after, _) = lease_reading(&sandbox, &uri, &leases, "pet-aggregates");
     assert_eq!(
         attempts_after, 0,
         "past the change, the lease records no failure"
