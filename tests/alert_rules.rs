@@ -103,11 +103,14 @@ fn every_series_the_rules_and_the_dashboard_name_is_exported() {
                 TimeToLoss {
                     earliest: LossTime::In(std::time::Duration::from_secs(600)),
                     latest: None,
+                    filling: false,
                     missing: Vec::new(),
                 },
             )]),
             unknown: None,
             unpredicted: Default::default(),
+            pending: Default::default(),
+            pending_unknown: Default::default(),
             oplog: Some(OplogStats {
                 size_bytes: 1,
                 max_bytes: 2,

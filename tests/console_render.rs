@@ -329,6 +329,7 @@ fn losses() -> LossReading {
             TimeToLoss {
                 earliest,
                 latest,
+                filling: false,
                 missing,
             },
         )
@@ -338,6 +339,8 @@ fn losses() -> LossReading {
         predicted,
         unknown: None,
         unpredicted: Default::default(),
+        pending: Default::default(),
+        pending_unknown: Default::default(),
         oplog: Some(OplogStats {
             size_bytes: 50 * 1024 * 1024 - 123_456,
             max_bytes: 50 * 1024 * 1024,

@@ -631,11 +631,14 @@ fn registered_series() -> BTreeSet<String> {
             TimeToLoss {
                 earliest: LossTime::In(Duration::from_secs(900)),
                 latest: Some(LossTime::Never),
+                filling: false,
                 missing: Vec::new(),
             },
         )]),
         unknown: None,
         unpredicted: HashMap::new(),
+        pending: HashMap::new(),
+        pending_unknown: HashMap::new(),
         oplog: Some(streamward::model::OplogStats {
             size_bytes: 990_000,
             max_bytes: 1_048_576,

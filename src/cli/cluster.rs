@@ -19,7 +19,7 @@ use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
     capped_collection, ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
-    LossTime, LossTracker, OplogAccess, OplogWindow, SourceWindows, TimeToLoss, Topology,
+    LossTime, Pending, LossTracker, OplogAccess, OplogWindow, SourceWindows, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
@@ -160,7 +160,13 @@ impl Snapshot {
     }
 
     fn health(&self, lease: &Lease, thresholds: &HealthThresholds) -> LeaseHealth {
-        LeaseHealth::assess(lease, self.windows().for_lease(lease), self.now, thresholds)
+        LeaseHealth::assess_with(
+            lease,
+            self.windows().for_lease(lease),
+            self.now,
+            thresholds,
+            &self.loss.evidence(&lease.resource),
+        )
     }
 
     fn json(
@@ -193,8 +199,14 @@ impl Snapshot {
         let rows: Vec<LeaseRow> = leases
             .iter()
             .map(|l| {
-                LeaseRow::new(l, windows.for_lease(l), self.now, thresholds)
-                    .with_loss(self.loss.predicted.get(&l.resource))
+                LeaseRow::new(
+                    l,
+                    windows.for_lease(l),
+                    self.now,
+                    thresholds,
+                    &self.loss.evidence(&l.resource),
+                )
+                .with_loss(self.loss.predicted.get(&l.resource))
             })
             .collect();
         let owned: Vec<Lease> = leases.iter().map(|l| (*l).clone()).collect();
@@ -228,9 +240,6 @@ impl Snapshot {
         seen
     }
 }
-
-/// Between the two reads of a one-shot `leases`, for the rates of its time to loss.
-const LOSS_SAMPLE_GAP: Duration = Duration::from_secs(1);
 
 /// The statuses `--check` fails on.
 const NEEDS_ATTENTION: [LeaseStatus; 6] = [
@@ -271,17 +280,14 @@ pub async fn leases(
         return watch(&store, settings, args.interval, out).await;
     }
     let mut snapshot = Snapshot::read(&store, settings).await?;
+    if snapshot.window.is_some() && !snapshot.leases.is_empty() {
+        // One read gives the oplog's average fill rate, so the time to loss (and with
+        // it AT RISK) is known from it, `--check` included.
+        let mut tracker = LossTracker::default();
+        snapshot.predict_loss(&store, &mut tracker).await;
+    }
     if args.check {
         return check(&snapshot, settings, out);
-    }
-    if snapshot.window.is_some() && !snapshot.leases.is_empty() {
-        // Rates need two reads: the time to loss is predicted from a second read, one
-        // second after the first (LOSS_SAMPLE_GAP).
-        let mut tracker = LossTracker::default();
-        snapshot.time_to_loss(&store, &mut tracker).await;
-        tokio::time::sleep(LOSS_SAMPLE_GAP).await;
-        snapshot = Snapshot::read(&store, settings).await?;
-        snapshot.predict_loss(&store, &mut tracker).await;
     }
     snapshot.note_window_unknown();
     let thresholds = settings.thresholds;
@@ -469,7 +475,8 @@ fn lease_json(
             .or(loss.unknown.as_ref())
             .filter(|_| lease.resume_point().time().is_some()),
     };
-    let health = LeaseHealth::assess(lease, window, now, thresholds);
+    let health =
+        LeaseHealth::assess_with(lease, window, now, thresholds, &loss.evidence(&lease.resource));
     let mut json = describe::lease_json(lease);
     if let Some(fields) = json.as_object_mut() {
         for (key, value) in [
@@ -479,6 +486,12 @@ fn lease_json(
             ("source", json!(lease.source().map(|s| s.as_str()))),
             ("tokenTime", describe::time_json(health.token_time)),
             ("lagSecs", json!(health.lag.map(|d| d.as_secs()))),
+            ("pending", pending_json(health.pending)),
+            (
+                "pendingUnknown",
+                json!(loss.pending_unknown.get(&lease.resource)),
+            ),
+            ("risk", json!(health.risk.map(|r| r.label()))),
             ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),
             ("headroomShare", json!(health.headroom_share)),
             ("status", json!(health.status.label())),
@@ -489,6 +502,18 @@ fn lease_json(
         }
     }
     json
+}
+
+/// What is left to process in JSON: `{count, bound}` with bound `exact`, `atLeast`
+/// (the count stopped at its limit) or `atMost` (a pipeline or partition may filter
+/// some out); `null` where it was not counted.
+fn pending_json(pending: Option<Pending>) -> Value {
+    match pending {
+        None => Value::Null,
+        Some(Pending::Counted(n)) => json!({"count": n, "bound": "exact"}),
+        Some(Pending::AtLeast(n)) => json!({"count": n, "bound": "atLeast"}),
+        Some(Pending::AtMost(n)) => json!({"count": n, "bound": "atMost"}),
+    }
 }
 
 /// A time to loss in JSON: its text, each estimate in seconds (0: lost; `null` latest:

@@ -7,8 +7,22 @@ use crate::model::text::{
     clip, escape_control, pad_to, relative_time, short_duration, CELL_MAX_CHARS,
 };
 use crate::model::{
-    token_time_cell, HealthThresholds, Lease, LeaseHealth, OplogWindow, TimeToLoss,
+    token_time_cell, HealthEvidence, HealthThresholds, Lease, LeaseHealth, OplogWindow, Pending,
+    TimeToLoss,
 };
+
+/// The lag cell: what is left to process where it was counted ("0 left", "12 left ·
+/// 45s"), else the time behind.
+fn lag_cell(health: &LeaseHealth) -> String {
+    let time = health.lag.map(short_duration);
+    match (health.pending, time) {
+        (Some(Pending::Counted(0)), _) => "0 left".to_string(),
+        (Some(pending), Some(time)) => format!("{pending} left · {time}"),
+        (Some(pending), None) => format!("{pending} left"),
+        (None, Some(time)) => time,
+        (None, None) => "-".to_string(),
+    }
+}
 
 /// One lease, as its table row shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,8 +48,9 @@ impl LeaseRow {
         window: Option<&OplogWindow>,
         now: DateTime<Utc>,
         thresholds: &HealthThresholds,
+        evidence: &HealthEvidence<'_>,
     ) -> Self {
-        let health = LeaseHealth::assess(lease, window, now, thresholds);
+        let health = LeaseHealth::assess_with(lease, window, now, thresholds, evidence);
         let dash = || "-".to_string();
         Self {
             resource: escape_control(&lease.resource),
@@ -56,7 +71,7 @@ impl LeaseRow {
                 time.to_datetime()
                     .map_or_else(|| time.to_string(), |t| t.format("%H:%M:%S").to_string())
             }),
-            lag: health.lag.map_or_else(dash, short_duration),
+            lag: lag_cell(&health),
             headroom: match (health.headroom, health.headroom_share) {
                 (Some(h), Some(share)) => format!("{} ({:.0}%)", short_duration(h), share * 100.0),
                 _ => dash(),
@@ -66,7 +81,7 @@ impl LeaseRow {
         }
     }
 
-    /// With the time to loss predicted for the lease.
+    /// With the time to loss predicted for the lease (its figure, as its status used it).
     pub fn with_loss(mut self, loss: Option<&TimeToLoss>) -> Self {
         if let Some(loss) = loss {
             self.loss = loss.to_string();
@@ -236,6 +251,7 @@ mod tests {
             None,
             now,
             &HealthThresholds::default(),
+            &HealthEvidence::default(),
         )]);
         let row = text.lines().nth(1).unwrap_or_default();
         assert!(
@@ -262,7 +278,7 @@ mod tests {
             ClusterTime::new(1_700_000_000, 1),
             ClusterTime::new(1_700_001_000, 1),
         );
-        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default());
+        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default(), &HealthEvidence::default());
         assert_eq!(
             row.holder, "host\\u{1b}[31m-1",
             "control characters never reach the terminal"
@@ -300,7 +316,7 @@ mod tests {
             at: Some(ClusterTime::new(1_700_000_995, 4)),
             reason: "shop.orders was renamed to shop.\x1b[2Jorders_old".into(),
         });
-        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default());
+        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default(), &HealthEvidence::default());
         assert_eq!(row.status, "INVALIDATED");
         assert_eq!(
             render_invalidations(&[lease]),
@@ -318,7 +334,7 @@ mod tests {
         lease.kind = LockKind::Bulk;
         lease.holder = Some("op".into());
         lease.expires_at = Some(now - TimeDelta::seconds(90));
-        let row = LeaseRow::new(&lease, None, now, &HealthThresholds::default());
+        let row = LeaseRow::new(&lease, None, now, &HealthThresholds::default(), &HealthEvidence::default());
         assert_eq!(row.holder, "(op, expired)");
         assert_eq!(row.expires, "1m30s ago");
         assert_eq!(row.token_time, "oldest");
@@ -346,7 +362,7 @@ mod tests {
             ClusterTime::new(1_700_000_900, 0),
             ClusterTime::new(1_700_001_000, 0),
         );
-        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default());
+        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default(), &HealthEvidence::default());
         assert_eq!(row.source, "capped");
         assert_eq!(row.lag, "10s");
         assert_eq!(row.headroom, "1m30s (90%)");
@@ -354,7 +370,7 @@ mod tests {
         stream.watch.as_mut().unwrap().source = crate::model::SourceKind::ChangeStream;
         let table = render_leases(&[
             row,
-            LeaseRow::new(&stream, None, now, &HealthThresholds::default()),
+            LeaseRow::new(&stream, None, now, &HealthThresholds::default(), &HealthEvidence::default()),
         ]);
         assert!(table.contains("shop.events  update  capped"), "{table}");
         assert!(table.contains("shop.events  update  stream"), "{table}");

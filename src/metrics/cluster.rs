@@ -252,11 +252,12 @@ impl ClusterMetrics {
         let windows = sample.capped.source_windows(sample.window);
         for lease in sample.leases {
             let resource = lease.resource.as_str();
-            let health = LeaseHealth::assess(
+            let health = LeaseHealth::assess_with(
                 lease,
                 windows.for_lease(lease),
                 sample.now,
                 sample.thresholds,
+                &sample.loss.evidence(&lease.resource),
             );
             let loss = sample.loss.predicted.get(&lease.resource);
             let since_commit = lease
@@ -397,6 +398,8 @@ mod tests {
             predicted,
             unknown: None,
             unpredicted: HashMap::new(),
+            pending: HashMap::new(),
+            pending_unknown: HashMap::new(),
             oplog: Some(OplogStats {
                 size_bytes: 990_000,
                 max_bytes: 1_048_576,
@@ -458,6 +461,7 @@ mod tests {
                 TimeToLoss {
                     earliest: LossTime::In(std::time::Duration::from_secs(900)),
                     latest: Some(LossTime::Never),
+                    filling: false,
                     missing: Vec::new(),
                 },
             )])),
@@ -468,7 +472,9 @@ mod tests {
             "streamward_lease_headroom_seconds{resource=\"shop.orders\"} 3480",
             "streamward_lease_fencing_version{resource=\"shop.orders\"} 7",
             "streamward_lease_holder_present{resource=\"shop.orders\"} 1",
-            "streamward_lease_status{resource=\"shop.orders\",status=\"BEHIND\"} 1",
+            // Its time to loss may end in 15 minutes: AT RISK, whatever the share.
+            "streamward_lease_status{resource=\"shop.orders\",status=\"AT RISK\"} 1",
+            "streamward_lease_status{resource=\"shop.orders\",status=\"BEHIND\"} 0",
             "streamward_lease_status{resource=\"shop.orders\",status=\"OK\"} 0",
             "streamward_lease_seconds_since_commit{resource=\"shop.orders\"} 3",
             "streamward_lease_history_loss_earliest_seconds{resource=\"shop.orders\"} 900",
@@ -501,6 +507,7 @@ mod tests {
                     let prediction = TimeToLoss {
                         earliest: LossTime::In(std::time::Duration::from_secs(ops as u64)),
                         latest: None,
+                        filling: false,
                         missing: Vec::new(),
                     };
                     (l.resource.clone(), prediction)

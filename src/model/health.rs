@@ -5,14 +5,18 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{ClusterTime, Lease, LockKind, OplogWindow, ResumePoint};
+use super::{ClusterTime, Lease, LockKind, LossTime, OplogWindow, ResumePoint, TimeToLoss};
 
 /// Where the status rules draw their lines; all configurable.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct HealthThresholds {
     /// Lag above this is BEHIND.
     pub behind_after: Duration,
-    /// Headroom below this share of the window length is AT RISK.
+    /// A lease whose time to loss may end sooner than this is AT RISK (the shipped
+    /// alert's 30 minutes by default).
+    pub at_risk_within: Duration,
+    /// Headroom below this share of the window length is AT RISK, but only where no
+    /// time to loss is known and the oplog is known to be full ([`Risk`]).
     pub at_risk_share: f64,
     /// A caught-up lease whose stream has had no entry for this long is IDLE.
     pub quiet_after: Duration,
@@ -28,6 +32,7 @@ impl Default for HealthThresholds {
     fn default() -> Self {
         Self {
             behind_after: Duration::from_secs(60),
+            at_risk_within: super::LOSS_WARNING_WITHIN,
             at_risk_share: 0.20,
             quiet_after: Duration::from_secs(30),
             unclaimed_after: Duration::from_secs(30),
@@ -141,27 +146,201 @@ pub fn token_time_cell(
     }
 }
 
+/// Changes on a lease's watched collection after its resume point: what is left to
+/// process, counted up to a bound on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    /// Exactly this many (zero: caught up, whatever its token's age).
+    Counted(u64),
+    /// At least this many: the count stopped at its bound.
+    AtLeast(u64),
+    /// At most this many: the listener's pipeline or partition may filter some out,
+    /// so whether any is left is not known.
+    AtMost(u64),
+}
+
+impl Pending {
+    /// `count` entries found by a count that stops at `limit`.
+    pub fn from_count(count: u64, limit: u64) -> Self {
+        if count >= limit {
+            Pending::AtLeast(count)
+        } else {
+            Pending::Counted(count)
+        }
+    }
+
+    pub fn is_none_left(self) -> bool {
+        self == Pending::Counted(0)
+    }
+}
+
+impl fmt::Display for Pending {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pending::Counted(n) => write!(f, "{n}"),
+            Pending::AtLeast(n) => write!(f, "≥{n}"),
+            Pending::AtMost(n) => write!(f, "≤{n}"),
+        }
+    }
+}
+
+/// Where a lease's unprocessed changes are counted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PendingTarget {
+    /// Its `watch` names one collection: the changes on it. With a pipeline or a
+    /// partition filtering them the count is only an upper bound.
+    Namespace {
+        db: String,
+        coll: String,
+        filtered: bool,
+    },
+    /// No `watch` (a lease another implementation wrote): the collection its resume
+    /// token's change was on, by the UUID the token carries (oplog entries carry it
+    /// as `ui`).
+    Collection([u8; 16]),
+}
+
+impl PendingTarget {
+    /// `None` where neither tells: a whole-database watch, a capped collection (its
+    /// own history, not the oplog's), or a token that names no collection.
+    pub fn of(lease: &Lease) -> Option<PendingTarget> {
+        match &lease.watch {
+            Some(watch) if watch.source == super::SourceKind::Capped => None,
+            Some(watch) if watch.db.is_empty() || watch.coll.is_empty() => None,
+            Some(watch) => Some(PendingTarget::Namespace {
+                db: watch.db.clone(),
+                coll: watch.coll.clone(),
+                filtered: !watch.pipeline.trim().is_empty()
+                    || super::Partition::parse_lease_id(&lease.resource).is_some(),
+            }),
+            None => lease
+                .resume_token
+                .as_ref()
+                .and_then(super::ResumeToken::collection_uuid)
+                .map(PendingTarget::Collection),
+        }
+    }
+
+    /// What a count of `count` entries, stopped at `limit`, says is left.
+    pub fn pending(&self, count: u64, limit: u64) -> Pending {
+        match self {
+            PendingTarget::Namespace { filtered: true, .. } if count > 0 => {
+                Pending::AtMost(count.min(limit))
+            }
+            _ => Pending::from_count(count, limit),
+        }
+    }
+}
+
+/// What a status is assessed from beyond the lease and the window, each `None` where
+/// it was not read: the status then follows the rules that need less, and says
+/// nothing it cannot know.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct HealthEvidence<'a> {
+    /// The lease's time to loss ([`super::predict`]).
+    pub loss: Option<&'a TimeToLoss>,
+    /// Whether the oplog is full (drops history as it is written).
+    pub oplog_full: Option<bool>,
+    /// What is left to process on its watched collection.
+    pub pending: Option<Pending>,
+}
+
+/// Whether a lease's history may be gone soon, and what says so: the one rule for
+/// AT RISK.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Risk {
+    /// Its time to loss may end within [`HealthThresholds::at_risk_within`].
+    Soon,
+    /// Its time to loss says not within that horizon.
+    NotSoon,
+    /// No time to loss, the oplog full, and the headroom below
+    /// [`HealthThresholds::at_risk_share`] of the window.
+    ShortHeadroom,
+    /// No time to loss, the oplog full, and headroom above that share.
+    EnoughHeadroom,
+    /// No time to loss and the oplog not known to be full: the share of a window says
+    /// nothing about when history goes, so nothing is guessed.
+    Unknown,
+}
+
+impl Risk {
+    /// The rule: the time to loss where there is one (earliest within the horizon);
+    /// without one, the share of the window only where the oplog is known to be full.
+    pub fn assess(
+        loss: Option<&TimeToLoss>,
+        oplog_full: Option<bool>,
+        headroom_share: Option<f64>,
+        thresholds: &HealthThresholds,
+    ) -> Risk {
+        match loss.map(|l| l.earliest) {
+            Some(LossTime::AlreadyLost) => Risk::Soon,
+            Some(LossTime::In(d)) if d < thresholds.at_risk_within => Risk::Soon,
+            Some(_) => Risk::NotSoon,
+            None => match (oplog_full, headroom_share) {
+                (Some(true), Some(share)) if share < thresholds.at_risk_share => {
+                    Risk::ShortHeadroom
+                }
+                (Some(true), Some(_)) => Risk::EnoughHeadroom,
+                _ => Risk::Unknown,
+            },
+        }
+    }
+
+    pub fn is_at_risk(self) -> bool {
+        matches!(self, Risk::Soon | Risk::ShortHeadroom)
+    }
+
+    /// As JSON and the detail view name it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Risk::Soon => "loss within the horizon",
+            Risk::NotSoon => "no loss within the horizon",
+            Risk::ShortHeadroom => "short headroom in a full oplog",
+            Risk::EnoughHeadroom => "enough headroom in a full oplog",
+            Risk::Unknown => "unknown",
+        }
+    }
+}
+
 /// Everything the console shows about one lease's position in history.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LeaseHealth {
     pub token_time: Option<ClusterTime>,
-    /// last − token time; without a window (the oplog cannot be read), the server's
-    /// clock − token time; `None` without a token time.
+    /// What is left to process: zero when nothing is pending on its collection;
+    /// otherwise last − token time; without a window (the oplog cannot be read), the
+    /// server's clock − token time; `None` without a token time.
     pub lag: Option<Duration>,
+    /// Changes left to process, when counted.
+    pub pending: Option<Pending>,
     /// token time − first; zero once history is lost.
     pub headroom: Option<Duration>,
     /// headroom as a share of the window length, 0.0..=1.0.
     pub headroom_share: Option<f64>,
+    /// What decides AT RISK ([`Risk::assess`]); `None` for a lease whose history is
+    /// lost already or whose position is unknown.
+    pub risk: Option<Risk>,
     pub status: LeaseStatus,
 }
 
 impl LeaseHealth {
-    /// Applies the status rules (docs/runbook.md names each status). `now` is the server's (or sandbox's) wall clock.
+    /// [`LeaseHealth::assess_with`] with nothing but the lease and the window.
     pub fn assess(
         lease: &Lease,
         window: Option<&OplogWindow>,
         now: DateTime<Utc>,
         thresholds: &HealthThresholds,
+    ) -> Self {
+        Self::assess_with(lease, window, now, thresholds, &HealthEvidence::default())
+    }
+
+    /// Applies the status rules (docs/runbook.md names each status). `now` is the
+    /// server's (or sandbox's) wall clock.
+    pub fn assess_with(
+        lease: &Lease,
+        window: Option<&OplogWindow>,
+        now: DateTime<Utc>,
+        thresholds: &HealthThresholds,
+        evidence: &HealthEvidence<'_>,
     ) -> Self {
         // A lease reset to (or never past) the oldest entry, and not yet taken, starts
         // there: the whole window to process and no headroom. Once a listener holds
@@ -171,7 +350,10 @@ impl LeaseHealth {
             ResumePoint::Oldest if lease.live_holder(now).is_none() => window.map(|w| w.first),
             point => point.time(),
         };
+        let nothing_pending = evidence.pending.is_some_and(Pending::is_none_left);
         let lag = token_time.map(|t| match window {
+            // Nothing left to process is no lag, however old its token.
+            _ if nothing_pending => Duration::ZERO,
             Some(w) => w.last.saturating_since(t),
             // On MongoDB a caught-up listener's token keeps up with the cluster's clock
             // (its heartbeat commits move it), so this is lag too, to the second. On
@@ -198,11 +380,29 @@ impl LeaseHealth {
         });
         let expired = lease.live_holder(now).is_none();
         let unclaimed = thresholds.unclaimed_for(lease, now).is_some();
-        let caught_up = token_time.zip(window).is_some_and(|(t, w)| t >= w.last);
-        let quiet = window.is_some_and(|w| {
-            w.last.to_datetime().is_some_and(|last| {
-                (now - last).to_std().unwrap_or_default() >= thresholds.quiet_after
-            })
+        // Caught up: nothing pending where that was counted, else a token at the newest entry.
+        let counted = evidence
+            .pending
+            .filter(|p| !matches!(p, Pending::AtMost(_)));
+        let caught_up = match counted {
+            Some(pending) => pending.is_none_left(),
+            None => token_time.zip(window).is_some_and(|(t, w)| t >= w.last),
+        };
+        // Quiet: where pending was counted, its own last change is old (whoever wrote
+        // the lease, heartbeats or not); else the whole oplog had no entry for a while.
+        let quiet_since = match counted {
+            Some(_) => token_time.and_then(|t| t.to_datetime()),
+            None => window.and_then(|w| w.last.to_datetime()),
+        };
+        let quiet = quiet_since
+            .is_some_and(|at| (now - at).to_std().unwrap_or_default() >= thresholds.quiet_after);
+        let risk = (token_time.is_some() && !lost).then(|| {
+            Risk::assess(
+                evidence.loss,
+                evidence.oplog_full,
+                headroom_share,
+                thresholds,
+            )
         });
 
         let status = if lost {
@@ -215,7 +415,7 @@ impl LeaseHealth {
             LeaseStatus::StuckBulk
         } else if unclaimed {
             LeaseStatus::Unclaimed
-        } else if headroom_share.is_some_and(|s| s < thresholds.at_risk_share) && !caught_up {
+        } else if risk.is_some_and(Risk::is_at_risk) {
             LeaseStatus::AtRisk
         } else if lag.is_some_and(|l| l > thresholds.behind_after) {
             LeaseStatus::Behind
@@ -229,8 +429,10 @@ impl LeaseHealth {
         Self {
             token_time,
             lag,
+            pending: evidence.pending,
             headroom,
             headroom_share,
+            risk,
             status,
         }
     }
@@ -292,25 +494,137 @@ mod tests {
             status(&held_lease(Some(999), now), &window, now),
             LeaseStatus::Lost
         );
-        // Exactly at the first entry: still startable, but no headroom at all.
+        // Exactly at the first entry: still startable, no headroom at all, and whether
+        // that is a risk only its time to loss (or a full oplog) can say.
         assert_eq!(
             status(&held_lease(Some(1000), now), &window, now),
-            LeaseStatus::AtRisk
+            LeaseStatus::Behind
         );
     }
 
+    fn status_with(
+        lease: &Lease,
+        window: &OplogWindow,
+        now: DateTime<Utc>,
+        evidence: &HealthEvidence<'_>,
+    ) -> LeaseStatus {
+        LeaseHealth::assess_with(lease, Some(window), now, &HealthThresholds::default(), evidence)
+            .status
+    }
+
+    fn loss_in(earliest: LossTime) -> TimeToLoss {
+        TimeToLoss {
+            earliest,
+            latest: None,
+            filling: false,
+            missing: Vec::new(),
+        }
+    }
+
+    /// Without a time to loss the share of the window decides, and only in a full oplog.
     #[test]
-    fn at_risk_edge_is_twenty_percent_of_the_window() {
+    fn the_share_of_the_window_counts_only_in_a_full_oplog_without_a_time_to_loss() {
         let window = OplogWindow::new(at(1000), at(2000));
         let now = now_at(2000);
+        let full = HealthEvidence {
+            oplog_full: Some(true),
+            ..HealthEvidence::default()
+        };
         assert_eq!(
-            status(&held_lease(Some(1199), now), &window, now),
+            status_with(&held_lease(Some(1199), now), &window, now, &full),
             LeaseStatus::AtRisk
         );
         // 200 s of 1000 s is exactly 20 %: not below, so not at risk (but 800 s behind).
         assert_eq!(
-            status(&held_lease(Some(1200), now), &window, now),
+            status_with(&held_lease(Some(1200), now), &window, now, &full),
             LeaseStatus::Behind
+        );
+        // An oplog not full (or not known to be) says nothing by its share: unknown.
+        for oplog_full in [Some(false), None] {
+            let evidence = HealthEvidence {
+                oplog_full,
+                ..HealthEvidence::default()
+            };
+            let health = LeaseHealth::assess_with(
+                &held_lease(Some(1001), now),
+                Some(&window),
+                now,
+                &HealthThresholds::default(),
+                &evidence,
+            );
+            assert_eq!(health.risk, Some(Risk::Unknown));
+            assert_eq!(health.status, LeaseStatus::Behind);
+        }
+    }
+
+    /// AT RISK follows the time to loss, whatever the share of the window says.
+    #[test]
+    fn at_risk_follows_the_time_to_loss() {
+        // A young oplog: a token 45 s into a 50 s window is 10 % short of the head.
+        let window = OplogWindow::new(at(1000), at(1050));
+        let now = now_at(1050);
+        let lease = held_lease(Some(1005), now);
+        for (earliest, expected) in [
+            (LossTime::In(Duration::from_secs(29 * 60)), LeaseStatus::AtRisk),
+            (LossTime::In(Duration::from_secs(30 * 60)), LeaseStatus::Ok),
+            (LossTime::Never, LeaseStatus::Ok),
+        ] {
+            let loss = loss_in(earliest);
+            for oplog_full in [Some(true), Some(false), None] {
+                let evidence = HealthEvidence {
+                    loss: Some(&loss),
+                    oplog_full,
+                    pending: None,
+                };
+                assert_eq!(
+                    status_with(&lease, &window, now, &evidence),
+                    expected,
+                    "{earliest:?} {oplog_full:?}"
+                );
+            }
+        }
+    }
+
+    /// A caught-up, quiet listener is IDLE by what is left to process, not by the age of
+    /// its token: one that commits only when a change arrives (no heartbeats) too.
+    #[test]
+    fn nothing_pending_is_caught_up_whatever_the_tokens_age() {
+        let window = OplogWindow::new(at(0), at(2000));
+        let now = now_at(2000);
+        // Its last change was 11 minutes ago; the oplog moved on with other writes.
+        let lease = held_lease(Some(2000 - 660), now);
+        let none_left = HealthEvidence {
+            pending: Some(Pending::Counted(0)),
+            ..HealthEvidence::default()
+        };
+        let health = LeaseHealth::assess_with(
+            &lease,
+            Some(&window),
+            now,
+            &HealthThresholds::default(),
+            &none_left,
+        );
+        assert_eq!(health.status, LeaseStatus::Idle);
+        assert_eq!(health.lag, Some(Duration::ZERO));
+        // A change just arrived and waits: behind by the time since its token.
+        let one_left = HealthEvidence {
+            pending: Some(Pending::Counted(1)),
+            ..HealthEvidence::default()
+        };
+        let health = LeaseHealth::assess_with(
+            &lease,
+            Some(&window),
+            now,
+            &HealthThresholds::default(),
+            &one_left,
+        );
+        assert_eq!(health.status, LeaseStatus::Behind);
+        assert_eq!(health.lag, Some(Duration::from_secs(660)));
+        // Caught up and its last change a moment ago: OK, not yet IDLE.
+        let recent = held_lease(Some(1995), now);
+        assert_eq!(
+            status_with(&recent, &window, now, &none_left),
+            LeaseStatus::Ok
         );
     }
 
@@ -431,7 +745,7 @@ mod tests {
         assert_eq!(health.token_time, Some(at(1000)));
         assert_eq!(health.lag, Some(Duration::from_secs(1000)));
         assert_eq!(health.headroom, Some(Duration::ZERO));
-        assert_eq!(health.status, LeaseStatus::AtRisk);
+        assert_eq!(health.status, LeaseStatus::Behind);
         // Without a window its position is unknown, as before (held again).
         lease.holder = Some("me".into());
         let health = LeaseHealth::assess(&lease, None, now, &HealthThresholds::default());
@@ -483,6 +797,33 @@ mod tests {
             prop_assert_eq!(h.lag.unwrap() + h.headroom.unwrap(), window.length());
             let share = h.headroom_share.unwrap();
             prop_assert!((0.0..=1.0).contains(&share));
+        }
+
+        /// No lease is ever AT RISK while its own time to loss says it is not, and every
+        /// lease whose time to loss ends within the horizon is AT RISK unless a worse
+        /// status applies.
+        #[test]
+        fn at_risk_never_contradicts_the_time_to_loss(
+            first in 1u32..10_000,
+            len in 0u32..10_000,
+            pos in 0u32..10_000,
+            earliest_secs in proptest::option::of(0u64..7_200),
+            full in proptest::option::of(any::<bool>()),
+            pending in proptest::option::of(0u64..3),
+            held in any::<bool>(),
+        ) {
+            let window = OplogWindow::new(at(first), at(first + len));
+            let now = now_at(first + len);
+            let mut lease = held_lease(Some(first + pos.min(len)), now);
+            if !held {
+                lease.holder = None;
+            }
+            let loss = loss_in(earliest_secs.map_or(LossTime::Never, |s| LossTime::In(Duration::from_secs(s))));
+            let evidence = HealthEvidence { loss: Some(&loss), oplog_full: full, pending: pending.map(Pending::Counted) };
+            let thresholds = HealthThresholds::default();
+            let health = LeaseHealth::assess_with(&lease, Some(&window), now, &thresholds, &evidence);
+            let within = matches!(loss.earliest, LossTime::In(d) if d < thresholds.at_risk_within);
+            prop_assert_eq!(health.status == LeaseStatus::AtRisk, within, "{:?}", health);
         }
 
         #[test]

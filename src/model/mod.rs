@@ -29,7 +29,8 @@ pub use failure::{
     FAILURE_ERROR_MAX_CHARS, FAILURE_KEY_MAX_CHARS,
 };
 pub use health::{
-    token_time_cell, unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus,
+    token_time_cell, unclaimed_explanation, HealthEvidence, HealthThresholds, LeaseHealth,
+    LeaseStatus, Pending, PendingTarget, Risk,
 };
 pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
@@ -47,9 +48,10 @@ pub use source::{
     EntryStart, SourceKind, SourceWindows,
 };
 pub use time_to_loss::{
-    predict as predict_time_to_loss, truncation_chunk, CappedSample, HistoryBefore, LossInput,
+    predict as predict_time_to_loss, truncation_chunk, window_average_fill, CappedSample, HistoryBefore, LossInput,
     LossInputs, LossTime, LossTracker, Missing, NotReady, OplogRates, OplogStats, Rate, TimeToLoss,
-    TrailingRate, DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN, LOSS_WARNING_WITHIN,
+    TrailingRate, DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN,
+    LOSS_WARNING_WITHIN,
     MAX_ENTRY_BYTES,
 };
 pub use topology::{

@@ -154,6 +154,26 @@ impl ResumeToken {
         }
     }
 
+    /// The UUID of the collection whose change this token follows, where the token
+    /// carries one: MongoDB's event tokens hold it as keystring BinData of subtype 4
+    /// (`5A 10 04` then 16 bytes) after the timestamp; high-water-mark tokens, and
+    /// tokens that cannot be decoded, hold none.
+    pub fn collection_uuid(&self) -> Option<[u8; 16]> {
+        const UUID_BINDATA: [u8; 3] = [0x5A, 0x10, 0x04];
+        let bytes = hex::decode(self.data_hex()?).ok()?;
+        if bytes.first() != Some(&TIMESTAMP_TYPE) {
+            return None;
+        }
+        let after_time = bytes.get(9..)?;
+        let at = after_time
+            .windows(UUID_BINDATA.len())
+            .position(|w| w == UUID_BINDATA)?;
+        after_time
+            .get(at + UUID_BINDATA.len()..at + UUID_BINDATA.len() + 16)?
+            .try_into()
+            .ok()
+    }
+
     /// Encodes a v2 token the way MongoDB lays out `_data`: timestamp, version,
     /// token type, then `sequence` as the event's position within that time.
     pub fn encode(time: ClusterTime, kind: TokenKind, sequence: u64) -> Self {
@@ -241,6 +261,28 @@ mod tests {
 
     fn token(hex: &str) -> ResumeToken {
         ResumeToken::from_document(doc! { "_data": hex })
+    }
+
+    /// Tokens a real MongoDB 6.0.5 sent: an insert's event token, the post-batch token
+    /// after it (the same bytes), and a high-water mark; the collection's UUID was
+    /// `bfc7e19092a340c8a88f71054c678744` by `listCollections`.
+    #[test]
+    fn an_event_token_names_its_collection_by_uuid() {
+        let token = |hex: &str| ResumeToken::from_document(doc! {"_data": hex});
+        let event = token(
+            "826B0B0BDB000000032B022C0100296E5A1004BFC7E19092A340C8A88F71054C678744463C5F6964003C6B31000004",
+        );
+        assert_eq!(
+            event.collection_uuid().map(hex::encode),
+            Some("bfc7e19092a340c8a88f71054c678744".to_string())
+        );
+        let high_water_mark = ResumeToken::encode(ClusterTime::new(1_800_000_000, 1), TokenKind::HighWaterMark, 0);
+        assert_eq!(high_water_mark.collection_uuid(), None);
+        for unreadable in ["", "zz", "8200", "0A6B0B0BDB000000032B022C0100296E5A1004BFC7E19092A340C8A88F71054C678744"] {
+            assert_eq!(token(unreadable).collection_uuid(), None, "{unreadable}");
+        }
+        // Cut inside the UUID: none, not a short one.
+        assert_eq!(token("826B0B0BDB000000032B022C0100296E5A1004BFC7E190").collection_uuid(), None);
     }
 
     #[test]

@@ -170,6 +170,22 @@ pub struct OplogStats {
     pub truncation_bytes: Option<u64>,
 }
 
+impl OplogStats {
+    /// Whether the oplog is full: it holds within one truncation chunk of its maximum,
+    /// so it drops history as it is written. Not full, it drops nothing.
+    pub fn is_full(&self) -> bool {
+        let chunk = self
+            .truncation_bytes
+            .unwrap_or_else(|| truncation_chunk(self.max_bytes));
+        is_full(self.size_bytes as f64, chunk as f64, self.max_bytes as f64)
+    }
+}
+
+/// The one rule for a full oplog ([`OplogStats::is_full`]), in the model's units.
+fn is_full(size: f64, chunk: f64, max: f64) -> bool {
+    size + chunk >= max
+}
+
 /// Bytes of retained history before a resume point (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistoryBefore {
@@ -387,6 +403,11 @@ pub struct TimeToLoss {
     pub earliest: LossTime,
     /// By when it surely has; `None` when the inputs cannot say.
     pub latest: Option<LossTime>,
+    /// The oplog is not full yet and nothing goes before it fills: the earliest is
+    /// that wait (at the highest fill rate seen), and it is shown as a lower bound
+    /// ("≥ 40d") without the latest, which rests on the lowest rate a quiet oplog
+    /// measures as near zero.
+    pub filling: bool,
     /// Inputs that were missing and widened the estimate, each saying how.
     pub missing: Vec<Missing>,
 }
@@ -398,13 +419,49 @@ impl TimeToLoss {
         TimeToLoss {
             earliest: self.earliest.after(elapsed),
             latest: self.latest.map(|l| l.after(elapsed)),
+            filling: self.filling,
             missing: self.missing.clone(),
         }
     }
 
-    /// As a narrow table cell shows it ([`LossTime::compact_range`]).
+    /// As a narrow table cell shows it ([`LossTime::compact_range`]; `≥40d` while the
+    /// oplog fills).
     pub fn compact(&self) -> String {
-        LossTime::compact_range(self.earliest, self.latest)
+        match self.filling_bound() {
+            Some(bound) => format!("≥{}", LossTime::In(bound).coarse()),
+            None => LossTime::compact_range(self.earliest, self.latest),
+        }
+    }
+
+    /// While the oplog fills: the earliest, rounded down to a step of a coarse scale so
+    /// that reads seconds apart, whose rates differ by noise, say the same.
+    pub fn filling_bound(&self) -> Option<Duration> {
+        const STEPS: [u64; 16] = [
+            0,
+            60,
+            5 * 60,
+            15 * 60,
+            30 * 60,
+            3_600,
+            3 * 3_600,
+            6 * 3_600,
+            12 * 3_600,
+            86_400,
+            2 * 86_400,
+            7 * 86_400,
+            14 * 86_400,
+            30 * 86_400,
+            90 * 86_400,
+            365 * 86_400,
+        ];
+        match (self.filling, self.earliest) {
+            (true, LossTime::In(d)) => {
+                let secs = d.as_secs();
+                let step = STEPS.iter().rev().find(|s| **s <= secs).copied().unwrap_or(0);
+                Some(Duration::from_secs(step))
+            }
+            _ => None,
+        }
     }
 
     /// A resume point needed on several oplogs (each shard's) is lost once it is lost on
@@ -425,6 +482,7 @@ impl TimeToLoss {
             TimeToLoss {
                 earliest: a.earliest.min(b.earliest),
                 latest,
+                filling: a.filling && b.filling,
                 missing,
             }
         })
@@ -437,8 +495,16 @@ impl TimeToLoss {
 }
 
 impl fmt::Display for TimeToLoss {
-    /// `lost`, `never`, `3m–12m`, `now–?`, `4m` (when both are the same).
+    /// `lost`, `never`, `3m–12m`, `now–?`, `4m` (when both are the same), and while
+    /// the oplog fills `not before the oplog fills, ≥ 30d`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(bound) = self.filling_bound() {
+            return write!(
+                f,
+                "not before the oplog fills, ≥ {}",
+                LossTime::In(bound).coarse()
+            );
+        }
         match (self.earliest, self.latest) {
             (LossTime::AlreadyLost, _) => f.write_str("lost"),
             (LossTime::Never, _) => f.write_str("never"),
@@ -458,6 +524,7 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
             return TimeToLoss {
                 earliest: LossTime::AlreadyLost,
                 latest: Some(LossTime::AlreadyLost),
+                filling: false,
                 missing: Vec::new(),
             };
         }
@@ -638,9 +705,14 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
     let earliest = to_loss_time(earliest);
     // Never before the earliest (samples taken at slightly different moments could say so).
     let latest = latest.map(|l| to_loss_time(l).max(earliest));
+    // Not full: no chunk goes before the complete chunks exceed the maximum.
+    let filling = matches!(earliest, LossTime::In(_))
+        && inputs.window.is_some()
+        && bytes.as_ref().is_some_and(|m| !is_full(m.size, m.chunk, m.max));
     TimeToLoss {
         earliest,
         latest,
+        filling,
         missing: notes.0,
     }
 }
@@ -870,6 +942,9 @@ impl TrailingRate {
 #[derive(Debug, Clone)]
 pub struct OplogRates {
     written: TrailingRate,
+    /// The last read's average over its window: the bytes it holds over the time they
+    /// span (see [`window_average_fill`]).
+    average: Option<f64>,
     first: TrailingRate,
     /// Samples recorded.
     reads: u64,
@@ -879,6 +954,7 @@ impl OplogRates {
     pub fn new(span: Duration) -> Self {
         Self {
             written: TrailingRate::new(span),
+            average: None,
             first: TrailingRate::quantized(span, 1.0),
             reads: 0,
         }
@@ -894,6 +970,7 @@ impl OplogRates {
         stats: Option<&OplogStats>,
     ) {
         self.reads += 1;
+        self.average = window.zip(stats).and_then(|(w, s)| window_average_fill(w, s));
         match stats {
             Some(OplogStats {
                 written_bytes: Some(written),
@@ -910,8 +987,19 @@ impl OplogRates {
         }
     }
 
+    /// The measured range widened to take in the window's average; the average alone
+    /// until two reads measured one. So one read gives a rate, and a read whose
+    /// interval caught no write (a quiet oplog) adds no lower bound beyond zero that
+    /// the earliest would use.
     pub fn fill_rate(&self) -> Option<Rate> {
-        self.written.rate()
+        match (self.written.rate(), self.average) {
+            (Some(measured), Some(average)) => Rate::between(
+                measured.low.min(average),
+                measured.high.max(average),
+            ),
+            (measured, None) => measured,
+            (None, Some(average)) => Rate::exactly(average),
+        }
     }
 
     /// How many samples were recorded.
@@ -922,6 +1010,14 @@ impl OplogRates {
     pub fn first_advance(&self) -> Option<Rate> {
         self.first.rate()
     }
+}
+
+/// The average rate at which the history an oplog holds was written: its bytes over
+/// the seconds from its first entry to its last. Stable from read to read, known from
+/// one; `None` for a window shorter than a second.
+pub fn window_average_fill(window: &OplogWindow, stats: &OplogStats) -> Option<f64> {
+    let secs = window.length().as_secs_f64();
+    (secs >= 1.0).then(|| stats.size_bytes as f64 / secs)
 }
 
 mod tracker;

@@ -8,8 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::StoreResult;
 use crate::model::{
-    ClusterTime, HistoryBefore, Lease, LossTracker, NotReady, OplogStats, OplogWindow, Rate,
-    TimeToLoss,
+    ClusterTime, HistoryBefore, Lease, LossTracker, NotReady, OplogStats, OplogWindow, Pending,
+    PendingTarget, Rate, TimeToLoss,
 };
 
 /// Entries summed per lease when counting the history before its resume point; past
@@ -42,6 +42,16 @@ pub trait OplogFigures: Send + Sync {
         size_before: u64,
         limit: u32,
     ) -> impl Future<Output = StoreResult<HistoryBefore>> + Send;
+
+    /// How many changes on `target` the oplog holds after `after` (not at it), counting
+    /// at most `limit`: what a listener at `after` has left to process. Changes inside
+    /// a transaction count by the operations of its `applyOps` entry.
+    fn changes_after(
+        &self,
+        target: &PendingTarget,
+        after: ClusterTime,
+        limit: u32,
+    ) -> impl Future<Output = StoreResult<u64>> + Send;
 }
 
 /// One read's predictions.
@@ -59,7 +69,31 @@ pub struct LossReading {
     pub oplog: Option<OplogStats>,
     /// Bytes per second written to the oplog, lowest and highest over the tracker's span.
     pub fill_rate: Option<Rate>,
+    /// Per resource, what is left to process, where it could be counted.
+    pub pending: HashMap<String, Pending>,
+    /// Per resource, why what is left could not be counted (a failed count).
+    pub pending_unknown: HashMap<String, String>,
 }
+
+impl LossReading {
+    /// Whether the oplog is full (it drops history as it is written), where its figures
+    /// were read: it holds within one truncation chunk of its maximum.
+    pub fn oplog_full(&self) -> Option<bool> {
+        self.oplog.as_ref().map(OplogStats::is_full)
+    }
+
+    /// What `resource`'s status is assessed from beyond its lease and window.
+    pub fn evidence(&self, resource: &str) -> crate::model::HealthEvidence<'_> {
+        crate::model::HealthEvidence {
+            loss: self.predicted.get(resource),
+            oplog_full: self.oplog_full(),
+            pending: self.pending.get(resource).copied(),
+        }
+    }
+}
+
+/// Changes counted per lease for what is left to process; past it, "at least".
+pub const PENDING_COUNT_LIMIT: u32 = 1_000;
 
 /// Adds this read (at `now`, the server's clock) to `tracker` and predicts each lease's
 /// time to loss: every oplog's window and figures first, then, once the tracker has
@@ -98,6 +132,25 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
         }
     };
     tracker.keep_oplogs(parts.iter().map(|p| p.shard.as_deref()));
+    let mut pending = HashMap::new();
+    let mut pending_unknown = HashMap::new();
+    for lease in leases {
+        let (Some(target), Some(at)) = (PendingTarget::of(lease), lease.resume_point().time())
+        else {
+            continue;
+        };
+        match store.changes_after(&target, at, PENDING_COUNT_LIMIT).await {
+            Ok(count) => {
+                pending.insert(
+                    lease.resource.clone(),
+                    target.pending(count, u64::from(PENDING_COUNT_LIMIT)),
+                );
+            }
+            Err(error) => {
+                pending_unknown.insert(lease.resource.clone(), error.to_string());
+            }
+        }
+    }
     for part in &parts {
         tracker.record_oplog(
             part.shard.as_deref(),
@@ -115,6 +168,8 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
         },
         _ => LossReading::default(),
     };
+    reading.pending = pending;
+    reading.pending_unknown = pending_unknown;
     for part in &parts {
         match tracker.ready_on(part.shard.as_deref()) {
             Ok(()) => {}
@@ -174,6 +229,7 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
                         Some(part.window),
                         Some(&part.stats),
                         Some(history),
+                        reading.pending.get(&lease.resource).copied(),
                     )
                 });
         reading.record(&lease.resource, TimeToLoss::soonest(each));
@@ -282,7 +338,7 @@ mod tests {
                 shard: None,
                 window: OplogWindow::new(at(0), at(100 * n as u32)),
                 stats: OplogStats {
-                    size_bytes: 1_000_000 + self.step * n - if n >= 3 { self.dropped } else { 0 },
+                    size_bytes: 1_000_000 + self.step * n - if n >= 4 { self.dropped } else { 0 },
                     max_bytes: 1_000_000,
                     entries: 1_000,
                     written_bytes: Some(10_000_000 + self.step * n),
@@ -303,6 +359,20 @@ mod tests {
         ) -> StoreResult<HistoryBefore> {
             (self.history)(at)
         }
+
+        /// As many changes left as the point is seconds before 40 (a lease at 30 has
+        /// ten); a point at 33 cannot be counted.
+        async fn changes_after(
+            &self,
+            _target: &PendingTarget,
+            after: ClusterTime,
+            limit: u32,
+        ) -> StoreResult<u64> {
+            match after.secs - 1_800_000_000 {
+                33 => Err(StoreError::OplogUnknown("count refused".into())),
+                secs => Ok(u64::from(40u32.saturating_sub(secs)).min(u64::from(limit))),
+            }
+        }
     }
 
     fn lease(resource: &str, secs: u32) -> Lease {
@@ -311,12 +381,59 @@ mod tests {
         lease
     }
 
+    fn watching(resource: &str, secs: u32, pipeline: &str) -> Lease {
+        let mut lease = lease(resource, secs);
+        lease.watch = Some(crate::model::WatchTarget {
+            db: "shop".into(),
+            coll: "orders".into(),
+            pipeline: pipeline.into(),
+            ..Default::default()
+        });
+        lease
+    }
+
+    /// What is left to process is counted for each lease whose collection is known:
+    /// exact, at most (a pipeline filters), or why it could not be counted; a lease
+    /// whose collection is unknown is not counted at all.
+    #[tokio::test]
+    async fn each_lease_has_what_is_left_to_process_or_why_not() {
+        let store = Scripted {
+            reads: Mutex::new(0),
+            step: 50_000,
+            dropped: 0,
+            history: |at| {
+                Ok(HistoryBefore {
+                    older_bytes: 600_000,
+                    entry: Some(at),
+                    complete: true,
+                })
+            },
+        };
+        let leases = [
+            watching("caught-up", 40, ""),
+            watching("ten-left", 30, ""),
+            watching("filtered", 30, "[{$match: …}]"),
+            watching("refused", 33, ""),
+            lease("no-watch", 30),
+        ];
+        let mut tracker = LossTracker::default();
+        let now = Utc.timestamp_opt(1_800_000_100, 0).unwrap();
+        let reading = read_oplog_time_to_loss(&store, &mut tracker, now, &leases).await;
+        assert_eq!(reading.pending.get("caught-up"), Some(&Pending::Counted(0)));
+        assert_eq!(reading.pending.get("ten-left"), Some(&Pending::Counted(10)));
+        assert_eq!(reading.pending.get("filtered"), Some(&Pending::AtMost(10)));
+        assert!(reading.pending_unknown["refused"].contains("count refused"));
+        assert!(!reading.pending.contains_key("no-watch"));
+        assert!(!reading.pending_unknown.contains_key("no-watch"));
+    }
+
     async fn two_reads(store: &Scripted, leases: &[Lease]) -> LossReading {
         let mut tracker = LossTracker::default();
         let first = Utc.timestamp_opt(1_800_000_100, 0).unwrap();
-        let measuring = read_oplog_time_to_loss(store, &mut tracker, first, leases).await;
-        assert_eq!(measuring.unknown, None);
-        assert!(measuring.predicted.is_empty() && measuring.unpredicted.is_empty());
+        let one_read = read_oplog_time_to_loss(store, &mut tracker, first, leases).await;
+        assert_eq!(one_read.unknown, None);
+        // One read predicts already: its fill rate is the window's average.
+        assert_eq!(one_read.fill_rate, Rate::exactly(1_050_000.0 / 100.0));
         read_oplog_time_to_loss(
             store,
             &mut tracker,

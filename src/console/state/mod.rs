@@ -588,7 +588,7 @@ impl ConsoleState {
     }
 
     fn apply_losses(&mut self, read_at: DateTime<Utc>, reading: LossReading) {
-        self.leases.set_losses(&reading.predicted);
+        self.leases.set_losses(&reading);
         self.loss_read_at = Some(read_at);
         self.loss_unknown = reading.unknown;
         self.loss_unpredicted = reading.unpredicted;

@@ -8,9 +8,10 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use chrono::{DateTime, Utc};
 
 use crate::model::{
-    lease_group, lease_order, HealthThresholds, Lease, LeaseHealth, LeaseStatus, Partition,
-    SourceWindows, TimeToLoss,
+    lease_group, lease_order, HealthEvidence, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
+    Partition, Pending, SourceWindows, TimeToLoss,
 };
+use crate::store::LossReading;
 
 /// Holder and version changes kept per lease for the detail view.
 const CHANGES_KEPT: usize = 32;
@@ -97,6 +98,8 @@ pub struct LeaseEntry {
     /// The time to loss as of the last prediction ([`LeaseTable::set_losses`]); `None`
     /// until one was made for it.
     pub loss: Option<TimeToLoss>,
+    /// What is left to process as of the last prediction, where it was counted.
+    pub pending: Option<Pending>,
 }
 
 /// A substring filter over resource, holder, kind, source and status; `!` in front
@@ -211,6 +214,29 @@ pub struct LeaseTable {
     /// the last version seen; one that comes back at that version or above is no
     /// longer gone. Lease documents are never deleted by the protocol, so each is news.
     vanished: BTreeMap<String, i64>,
+    /// Whether the oplog is full, as of the last prediction.
+    oplog_full: Option<bool>,
+}
+
+/// One lease's health from the table's context and what the last prediction said of it.
+fn assess_with(
+    context: &HealthContext,
+    oplog_full: Option<bool>,
+    lease: &Lease,
+    loss: Option<&TimeToLoss>,
+    pending: Option<Pending>,
+) -> LeaseHealth {
+    LeaseHealth::assess_with(
+        lease,
+        context.windows.for_lease(lease),
+        context.now,
+        &context.thresholds,
+        &HealthEvidence {
+            loss,
+            oplog_full,
+            pending,
+        },
+    )
 }
 
 const STATUSES: usize = LeaseStatus::Ok as usize + 1;
@@ -232,6 +258,7 @@ impl LeaseTable {
             context,
             status_counts: [0; STATUSES],
             vanished: BTreeMap::new(),
+            oplog_full: None,
         }
     }
 
@@ -400,15 +427,21 @@ impl LeaseTable {
             .collect();
         self.by_resource.clear();
         for lease in leases {
-            let (changes, loss) = match previous.remove(&lease.resource) {
+            let (changes, loss, pending) = match previous.remove(&lease.resource) {
                 Some(old) => {
                     let mut changes = old.changes;
                     note_change(&mut changes, &old.lease, &lease, seen_at);
-                    (changes, old.loss)
+                    (changes, old.loss, old.pending)
                 }
-                None => (VecDeque::new(), None),
+                None => (VecDeque::new(), None, None),
             };
-            let health = self.assess(&lease);
+            let health = assess_with(
+                &self.context,
+                self.oplog_full,
+                &lease,
+                loss.as_ref(),
+                pending,
+            );
             self.by_resource
                 .insert(lease.resource.clone(), self.entries.len());
             self.entries.push(LeaseEntry {
@@ -416,6 +449,7 @@ impl LeaseTable {
                 health,
                 changes,
                 loss,
+                pending,
             });
         }
         self.recount();
@@ -451,18 +485,19 @@ impl LeaseTable {
                 let entry = &mut self.entries[index];
                 note_change(&mut entry.changes, &entry.lease, &lease, seen_at);
                 self.status_counts[entry.health.status as usize] -= 1;
-                entry.health = LeaseHealth::assess(
+                entry.health = assess_with(
+                    &self.context,
+                    self.oplog_full,
                     &lease,
-                    self.context.windows.for_lease(&lease),
-                    self.context.now,
-                    &self.context.thresholds,
+                    entry.loss.as_ref(),
+                    entry.pending,
                 );
                 self.status_counts[entry.health.status as usize] += 1;
                 entry.lease = lease;
                 index
             }
             None => {
-                let health = self.assess(&lease);
+                let health = assess_with(&self.context, self.oplog_full, &lease, None, None);
                 self.status_counts[health.status as usize] += 1;
                 if Partition::parse_lease_id(&lease.resource).is_some() {
                     self.partition_leases += 1;
@@ -474,6 +509,7 @@ impl LeaseTable {
                     health,
                     changes: VecDeque::new(),
                     loss: None,
+                    pending: None,
                 });
                 index
             }
@@ -492,15 +528,7 @@ impl LeaseTable {
     pub fn set_context(&mut self, context: HealthContext) {
         self.context = context;
         let keep = self.selected_resource();
-        let context = &self.context;
-        for entry in &mut self.entries {
-            entry.health = LeaseHealth::assess(
-                &entry.lease,
-                context.windows.for_lease(&entry.lease),
-                context.now,
-                &context.thresholds,
-            );
-        }
+        self.reassess_all();
         self.recount();
         if self.filter.is_empty() {
             // Nothing enters or leaves the order, and from one second to the next
@@ -515,15 +543,31 @@ impl LeaseTable {
         self.reselect(keep.as_deref());
     }
 
-    /// Every lease's time to loss from one prediction; a lease it leaves out has none.
-    pub fn set_losses(&mut self, predicted: &HashMap<String, TimeToLoss>) {
-        let keep = self.selected_resource();
+    fn reassess_all(&mut self) {
+        let (context, oplog_full) = (&self.context, self.oplog_full);
         for entry in &mut self.entries {
-            entry.loss = predicted.get(&entry.lease.resource).cloned();
+            entry.health = assess_with(
+                context,
+                oplog_full,
+                &entry.lease,
+                entry.loss.as_ref(),
+                entry.pending,
+            );
         }
-        if self.sort == Column::LossIn {
-            self.rebuild_order();
+    }
+
+    /// Every lease's time to loss and what is left to process, from one prediction (a
+    /// lease it leaves out has none); their statuses follow.
+    pub fn set_losses(&mut self, reading: &LossReading) {
+        let keep = self.selected_resource();
+        self.oplog_full = reading.oplog_full();
+        for entry in &mut self.entries {
+            entry.loss = reading.predicted.get(&entry.lease.resource).cloned();
+            entry.pending = reading.pending.get(&entry.lease.resource).copied();
         }
+        self.reassess_all();
+        self.recount();
+        self.rebuild_order();
         self.reselect(keep.as_deref());
     }
 
@@ -648,15 +692,6 @@ impl LeaseTable {
         order.sort_unstable_by(|&a, &b| self.compare(a, b));
         self.order = order;
         self.regroup();
-    }
-
-    fn assess(&self, lease: &Lease) -> LeaseHealth {
-        LeaseHealth::assess(
-            lease,
-            self.context.windows.for_lease(lease),
-            self.context.now,
-            &self.context.thresholds,
-        )
     }
 
     /// A total order: the sort column, then the resource name (unique).

@@ -757,6 +757,8 @@ fn the_selection_starts_on_the_worst_lease_once_the_window_arrives() {
         now(),
     );
     state.apply(window(), now());
+    // Its time to loss says AT RISK (the share of the window alone says nothing).
+    state.apply(losses(&[("shop.mailer", 600), ("pet-aggregates", 86_400)]), now());
     assert_eq!(shown(&state)[0], "shop.mailer");
     assert_eq!(
         state.leases.selected().unwrap().health.status,
@@ -1401,6 +1403,7 @@ fn losses(predicted: &[(&str, u64)]) -> DataEvent {
                         TimeToLoss {
                             earliest: at,
                             latest: Some(LossTime::Never),
+                            filling: false,
                             missing: Vec::new(),
                         },
                     )

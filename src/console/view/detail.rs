@@ -400,6 +400,18 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
         },
         field("lag", duration(health.lag), theme),
         field(
+            "left",
+            match health.pending {
+                Some(crate::model::Pending::Counted(0)) => "nothing: caught up".to_string(),
+                Some(crate::model::Pending::AtMost(n)) => format!(
+                    "at most {n} changes (its pipeline or partition may filter them out)"
+                ),
+                Some(pending) => format!("{pending} changes"),
+                None => "not counted".to_string(),
+            },
+            theme,
+        ),
+        field(
             "headroom",
             match (health.headroom, health.headroom_share) {
                 (Some(h), Some(s)) => format!(
@@ -413,6 +425,9 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
         ),
     ];
     lines.extend(loss_lines(entry, state, theme));
+    if let Some(risk) = health.risk {
+        lines.push(field("risk", risk.label().to_string(), theme));
+    }
     lines.push(Line::from(vec![
         Span::styled(format!("{:<12}", "status"), theme.muted),
         Span::styled(health.status.label(), status_style(health.status, theme)),

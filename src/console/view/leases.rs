@@ -346,7 +346,13 @@ fn row<'a>(
                 health.token_time,
                 cluster_clock,
             ))),
-            Column::Lag => Cell::from(Line::from(text(duration(health.lag))).right_aligned()),
+            Column::Lag => Cell::from(
+                Line::from(text(match health.pending {
+                    Some(crate::model::Pending::Counted(0)) => "0 left".to_string(),
+                    _ => duration(health.lag),
+                }))
+                .right_aligned(),
+            ),
             Column::Headroom => match health.headroom_share {
                 Some(share) => {
                     let bar_width = width.saturating_sub(5);

@@ -151,6 +151,45 @@ fn an_oplog_not_yet_full_drops_nothing_before_it_fills() {
     assert!(t >= earliest, "lost at {t}, earliest {earliest}");
 }
 
+/// An oplog that is not full says one steady thing: not before it fills, at least a
+/// step of a coarse scale, however the highest rate seen moves by noise from read to
+/// read (a quiet oplog's no-op seen or not between two reads a second apart).
+#[test]
+fn an_oplog_filling_says_one_steady_lower_bound() {
+    let mut inputs = full_oplog(1000, 0.0);
+    // 10 % full of a 1 GB oplog.
+    inputs.oplog_max_bytes = Some(1_000 * MB);
+    inputs.oplog_bytes = Some(100 * MB);
+    inputs.history_before = Some(HistoryBefore {
+        older_bytes: 0,
+        entry: Some(at(1000)),
+        complete: true,
+    });
+    let mut texts = std::collections::BTreeSet::new();
+    for high in [40.0, 55.0, 70.0, 90.0, 100.0] {
+        inputs.fill_rate = Rate::between(0.0, high);
+        let ttl = inputs.predict();
+        assert!(ttl.filling, "{ttl:?}");
+        texts.insert((ttl.to_string(), ttl.compact()));
+    }
+    assert_eq!(
+        texts.into_iter().collect::<Vec<_>>(),
+        vec![(
+            "not before the oplog fills, ≥ 90d".to_string(),
+            "≥90d".to_string()
+        )]
+    );
+    // The bound is never later than the earliest it rounds.
+    inputs.fill_rate = Rate::between(0.0, 900.0 * MB as f64 / (3.0 * 86_400.0));
+    let ttl = inputs.predict();
+    assert_eq!(ttl.filling_bound(), Some(Duration::from_secs(2 * 86_400)));
+    assert!(secs(ttl.earliest) >= 2.0 * 86_400.0);
+    // Full: a range as before.
+    inputs.oplog_bytes = Some(1_000 * MB);
+    let ttl = inputs.predict();
+    assert!(!ttl.filling && ttl.filling_bound().is_none(), "{ttl:?}");
+}
+
 #[test]
 fn a_listener_catching_up_is_never_lost() {
     // Two minutes behind on a 1000 s oplog, moving at twice real time.
@@ -348,9 +387,15 @@ fn oplog_rates_use_the_written_counter_or_an_oplog_never_full() {
     };
     let window = OplogWindow::new(at(10), at(20));
     let mut rates = OplogRates::new(Duration::from_secs(60));
+    // One read: the window's average, 990 bytes over its 10 s.
     rates.record(t(0), Some(&window), Some(&stats(990, Some(5_000))));
+    assert_eq!(rates.fill_rate(), Rate::exactly(99.0), "one read: the average");
     rates.record(t(1), Some(&window), Some(&stats(995, Some(5_100))));
-    assert_eq!(rates.fill_rate(), Rate::exactly(100.0), "full: the counter");
+    assert_eq!(
+        rates.fill_rate(),
+        Rate::between(99.5, 100.0),
+        "full: the counter, with the window's average"
+    );
     assert_eq!(rates.first_advance(), Rate::between(0.0, 1.0));
 
     let mut rates = OplogRates::new(Duration::from_secs(60));
@@ -379,12 +424,14 @@ fn displays_a_range() {
     let ttl = TimeToLoss {
         earliest: LossTime::In(Duration::from_secs(180)),
         latest: Some(LossTime::In(Duration::from_secs(720))),
+        filling: false,
         missing: Vec::new(),
     };
     assert_eq!(ttl.to_string(), "3m00s–12m00s");
     let never = TimeToLoss {
         earliest: LossTime::Never,
         latest: Some(LossTime::Never),
+        filling: false,
         missing: Vec::new(),
     };
     assert_eq!(never.to_string(), "never");
@@ -826,6 +873,7 @@ fn a_prediction_counts_down_and_fits_a_narrow_cell() {
     let ttl = TimeToLoss {
         earliest: mins(12),
         latest: Some(mins(31)),
+        filling: false,
         missing: Vec::new(),
     };
     assert_eq!(ttl.compact(), "12m–31m");
@@ -844,24 +892,28 @@ fn a_prediction_counts_down_and_fits_a_narrow_cell() {
     let never = TimeToLoss {
         earliest: LossTime::Never,
         latest: Some(LossTime::Never),
+        filling: false,
         missing: Vec::new(),
     };
     assert_eq!(never.after(Duration::from_secs(99)), never);
     let open = TimeToLoss {
         earliest: LossTime::In(Duration::from_secs(86_400 * 5000)),
         latest: None,
+        filling: false,
         missing: Vec::new(),
     };
     assert_eq!(open.compact(), "99d–?");
     let far = TimeToLoss {
         earliest: LossTime::In(Duration::from_secs(86_400 * 150)),
         latest: Some(LossTime::Never),
+        filling: false,
         missing: Vec::new(),
     };
     assert!(far.compact().chars().count() <= 9, "{}", far.compact());
     let widest = TimeToLoss {
         earliest: mins(59),
         latest: Some(LossTime::Never),
+        filling: false,
         missing: Vec::new(),
     };
     assert_eq!(widest.compact(), "59m–never");
@@ -874,6 +926,7 @@ fn a_point_needed_on_several_shards_is_lost_with_the_first() {
     let ttl = |earliest, latest, missing: Vec<LossInput>| TimeToLoss {
         earliest,
         latest,
+        filling: false,
         missing: missing
             .into_iter()
             .map(|input| Missing {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{HistoryBefore, LossInputs, OplogRates, OplogStats, Rate, TimeToLoss, TrailingRate};
-use crate::model::{Lease, OplogWindow};
+use crate::model::{Lease, OplogWindow, Pending};
 use bson::oid::ObjectId;
 
 /// Why an oplog's figures do not allow a prediction yet.
@@ -170,7 +170,7 @@ impl LossTracker {
         history: HistoryBefore,
     ) -> Option<TimeToLoss> {
         let rates = &self.capped.get(name)?.rates;
-        self.predict_with(rates, now, lease, Some(window), Some(stats), Some(history))
+        self.predict_with(rates, now, lease, Some(window), Some(stats), Some(history), None)
     }
 
     /// One read of a replica set: the window and the oplog's figures as read at `now`
@@ -257,7 +257,7 @@ impl LossTracker {
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
     ) -> Option<TimeToLoss> {
-        self.predict_on(None, now, lease, window, stats, history)
+        self.predict_on(None, now, lease, window, stats, history, None)
     }
 
     /// When `lease`'s resume point may leave one oplog (`shard` `None`: the replica
@@ -273,9 +273,10 @@ impl LossTracker {
         window: Option<OplogWindow>,
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
+        pending: Option<Pending>,
     ) -> Option<TimeToLoss> {
         let oplog = self.oplogs.get(&shard.map(str::to_string))?;
-        self.predict_with(oplog, now, lease, window, stats, history)
+        self.predict_with(oplog, now, lease, window, stats, history, pending)
     }
 
     fn predict_with(
@@ -286,16 +287,24 @@ impl LossTracker {
         window: Option<OplogWindow>,
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
+        pending: Option<Pending>,
     ) -> Option<TimeToLoss> {
         let resume_at = lease.resume_point().time()?;
         stats?;
         oplog.fill_rate()?;
+        let measured = self
+            .progress
+            .get(&lease.resource)
+            .and_then(TrailingRate::rate);
         let progress = match lease.live_holder(now) {
             None => Rate::exactly(0.0),
-            Some(_) => self
-                .progress
-                .get(&lease.resource)
-                .and_then(TrailingRate::rate),
+            // A live holder with nothing left to process is where the newest change
+            // is: it keeps up with history (its cursor moves on, whether or not its
+            // token does) for as long as it holds; that it stops is what EXPIRED says.
+            Some(_) if pending.is_some_and(Pending::is_none_left) => {
+                Rate::between(1.0, measured.map_or(1.0, |m| m.high.max(1.0)))
+            }
+            Some(_) => measured,
         };
         Some(
             LossInputs::new(now, resume_at)

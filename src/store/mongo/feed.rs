@@ -235,7 +235,12 @@ impl MongoStore {
 
     /// [`MongoStore::count_oplog_on`] on this replica set, or summed over the shards
     /// through a router (each shard counted up to `limit`, the sum capped at it).
-    async fn count_oplog(&self, filter: Document, limit: u64, action: &str) -> StoreResult<u64> {
+    pub(super) async fn count_oplog(
+        &self,
+        filter: Document,
+        limit: u64,
+        action: &str,
+    ) -> StoreResult<u64> {
         self.oplog_kept()?;
         if !self.router {
             return self

@@ -390,6 +390,43 @@ impl crate::store::OplogFigures for MongoStore {
             }
         }
     }
+
+    async fn changes_after(
+        &self,
+        target: &crate::model::PendingTarget,
+        after: ClusterTime,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        use crate::model::PendingTarget;
+        // Chunk migrations (`fromMigrate`) and no-ops are never delivered as changes.
+        let (field, inner, value, shown) = match target {
+            PendingTarget::Namespace { db, coll, .. } => {
+                let ns = format!("{db}.{coll}");
+                ("ns", "o.applyOps.ns", Bson::String(ns.clone()), ns)
+            }
+            PendingTarget::Collection(uuid) => (
+                "ui",
+                "o.applyOps.ui",
+                Bson::Binary(bson::Binary {
+                    subtype: bson::spec::BinarySubtype::Uuid,
+                    bytes: uuid.to_vec(),
+                }),
+                format!("the collection with UUID {}", hex::encode(uuid)),
+            ),
+        };
+        let filter = doc! {
+            "ts": { "$gt": bson::Timestamp::from(after) },
+            "op": { "$ne": "n" },
+            "fromMigrate": { "$ne": true },
+            "$or": [ { field: value.clone() }, { inner: value } ],
+        };
+        self.count_oplog(
+            filter,
+            u64::from(limit),
+            &format!("count the changes left on {shown} in the oplog"),
+        )
+        .await
+    }
 }
 
 fn unsigned(document: &Document, field: &str) -> StoreResult<u64> {

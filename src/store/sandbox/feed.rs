@@ -294,6 +294,29 @@ impl crate::store::OplogFigures for SandboxStore {
         self.require_oplog()?;
         Ok(self.lock().log.history_before(at))
     }
+
+    async fn changes_after(
+        &self,
+        target: &crate::model::PendingTarget,
+        after: ClusterTime,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.require_oplog()?;
+        match target {
+            crate::model::PendingTarget::Namespace { db, coll, .. } => {
+                Ok(self.lock().log.count_between(
+                    &Namespace::new(db.as_str(), coll.as_str()),
+                    ClusterTime::from_u64(after.as_u64().saturating_add(1)),
+                    ClusterTime::from_u64(u64::MAX),
+                    u64::from(limit),
+                ))
+            }
+            // The sandbox's tokens name no collection.
+            crate::model::PendingTarget::Collection(_) => Err(StoreError::InvalidArgument(
+                "the sandbox's changes carry no collection UUID".into(),
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
