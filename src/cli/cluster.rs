@@ -19,7 +19,7 @@ use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
     capped_collection, ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
-    LossTime, Pending, LossTracker, OplogAccess, OplogWindow, SourceWindows, TimeToLoss, Topology,
+    LossTime, LossTracker, OplogAccess, OplogWindow, Pending, SourceWindows, TimeToLoss, Topology,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
@@ -475,8 +475,13 @@ fn lease_json(
             .or(loss.unknown.as_ref())
             .filter(|_| lease.resume_point().time().is_some()),
     };
-    let health =
-        LeaseHealth::assess_with(lease, window, now, thresholds, &loss.evidence(&lease.resource));
+    let health = LeaseHealth::assess_with(
+        lease,
+        window,
+        now,
+        thresholds,
+        &loss.evidence(&lease.resource),
+    );
     let mut json = describe::lease_json(lease);
     if let Some(fields) = json.as_object_mut() {
         for (key, value) in [

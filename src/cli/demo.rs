@@ -203,7 +203,15 @@ async fn render_frame(
         .source_windows(Some(window));
     let rows: Vec<LeaseRow> = leases
         .iter()
-        .map(|l| LeaseRow::new(l, windows.for_lease(l), now, thresholds, &Default::default()))
+        .map(|l| {
+            LeaseRow::new(
+                l,
+                windows.for_lease(l),
+                now,
+                thresholds,
+                &Default::default(),
+            )
+        })
         .collect();
     let snapshots: Vec<_> = demo.listeners.iter().map(|l| l.snapshot()).collect();
     Ok(format!(

@@ -84,7 +84,11 @@ impl LeaseRow {
     /// With the time to loss predicted for the lease (its figure, as its status used it).
     pub fn with_loss(mut self, loss: Option<&TimeToLoss>) -> Self {
         if let Some(loss) = loss {
-            self.loss = loss.to_string();
+            self.loss = match loss.filling_bound() {
+                // The long form is a sentence; the cell says the bound and why.
+                Some(_) => format!("{} (filling)", loss.compact()),
+                None => loss.to_string(),
+            };
         }
         self
     }
@@ -278,7 +282,13 @@ mod tests {
             ClusterTime::new(1_700_000_000, 1),
             ClusterTime::new(1_700_001_000, 1),
         );
-        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default(), &HealthEvidence::default());
+        let row = LeaseRow::new(
+            &lease,
+            Some(&window),
+            now,
+            &HealthThresholds::default(),
+            &HealthEvidence::default(),
+        );
         assert_eq!(
             row.holder, "host\\u{1b}[31m-1",
             "control characters never reach the terminal"
@@ -316,7 +326,13 @@ mod tests {
             at: Some(ClusterTime::new(1_700_000_995, 4)),
             reason: "shop.orders was renamed to shop.\x1b[2Jorders_old".into(),
         });
-        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default(), &HealthEvidence::default());
+        let row = LeaseRow::new(
+            &lease,
+            Some(&window),
+            now,
+            &HealthThresholds::default(),
+            &HealthEvidence::default(),
+        );
         assert_eq!(row.status, "INVALIDATED");
         assert_eq!(
             render_invalidations(&[lease]),
@@ -334,7 +350,13 @@ mod tests {
         lease.kind = LockKind::Bulk;
         lease.holder = Some("op".into());
         lease.expires_at = Some(now - TimeDelta::seconds(90));
-        let row = LeaseRow::new(&lease, None, now, &HealthThresholds::default(), &HealthEvidence::default());
+        let row = LeaseRow::new(
+            &lease,
+            None,
+            now,
+            &HealthThresholds::default(),
+            &HealthEvidence::default(),
+        );
         assert_eq!(row.holder, "(op, expired)");
         assert_eq!(row.expires, "1m30s ago");
         assert_eq!(row.token_time, "oldest");
@@ -362,7 +384,13 @@ mod tests {
             ClusterTime::new(1_700_000_900, 0),
             ClusterTime::new(1_700_001_000, 0),
         );
-        let row = LeaseRow::new(&lease, Some(&window), now, &HealthThresholds::default(), &HealthEvidence::default());
+        let row = LeaseRow::new(
+            &lease,
+            Some(&window),
+            now,
+            &HealthThresholds::default(),
+            &HealthEvidence::default(),
+        );
         assert_eq!(row.source, "capped");
         assert_eq!(row.lag, "10s");
         assert_eq!(row.headroom, "1m30s (90%)");
@@ -370,7 +398,13 @@ mod tests {
         stream.watch.as_mut().unwrap().source = crate::model::SourceKind::ChangeStream;
         let table = render_leases(&[
             row,
-            LeaseRow::new(&stream, None, now, &HealthThresholds::default(), &HealthEvidence::default()),
+            LeaseRow::new(
+                &stream,
+                None,
+                now,
+                &HealthThresholds::default(),
+                &HealthEvidence::default(),
+            ),
         ]);
         assert!(table.contains("shop.events  update  capped"), "{table}");
         assert!(table.contains("shop.events  update  stream"), "{table}");

@@ -172,6 +172,23 @@ impl Pending {
     pub fn is_none_left(self) -> bool {
         self == Pending::Counted(0)
     }
+
+    /// The one rule for "caught up": nothing left to process where that was counted;
+    /// where it was not, or only as an upper bound (a pipeline or partition filters),
+    /// a resume point at the newest entry of its history.
+    pub fn caught_up(
+        pending: Option<Pending>,
+        token_time: Option<ClusterTime>,
+        window: Option<&OplogWindow>,
+    ) -> bool {
+        match pending {
+            Some(Pending::Counted(n)) => n == 0,
+            Some(Pending::AtLeast(_)) => false,
+            Some(Pending::AtMost(_)) | None => {
+                token_time.zip(window).is_some_and(|(t, w)| t >= w.last)
+            }
+        }
+    }
 }
 
 impl fmt::Display for Pending {
@@ -384,10 +401,7 @@ impl LeaseHealth {
         let counted = evidence
             .pending
             .filter(|p| !matches!(p, Pending::AtMost(_)));
-        let caught_up = match counted {
-            Some(pending) => pending.is_none_left(),
-            None => token_time.zip(window).is_some_and(|(t, w)| t >= w.last),
-        };
+        let caught_up = Pending::caught_up(evidence.pending, token_time, window);
         // Quiet: where pending was counted, its own last change is old (whoever wrote
         // the lease, heartbeats or not); else the whole oplog had no entry for a while.
         let quiet_since = match counted {
@@ -508,8 +522,14 @@ mod tests {
         now: DateTime<Utc>,
         evidence: &HealthEvidence<'_>,
     ) -> LeaseStatus {
-        LeaseHealth::assess_with(lease, Some(window), now, &HealthThresholds::default(), evidence)
-            .status
+        LeaseHealth::assess_with(
+            lease,
+            Some(window),
+            now,
+            &HealthThresholds::default(),
+            evidence,
+        )
+        .status
     }
 
     fn loss_in(earliest: LossTime) -> TimeToLoss {
@@ -565,7 +585,10 @@ mod tests {
         let now = now_at(1050);
         let lease = held_lease(Some(1005), now);
         for (earliest, expected) in [
-            (LossTime::In(Duration::from_secs(29 * 60)), LeaseStatus::AtRisk),
+            (
+                LossTime::In(Duration::from_secs(29 * 60)),
+                LeaseStatus::AtRisk,
+            ),
             (LossTime::In(Duration::from_secs(30 * 60)), LeaseStatus::Ok),
             (LossTime::Never, LeaseStatus::Ok),
         ] {

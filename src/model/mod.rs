@@ -48,11 +48,10 @@ pub use source::{
     EntryStart, SourceKind, SourceWindows,
 };
 pub use time_to_loss::{
-    predict as predict_time_to_loss, truncation_chunk, window_average_fill, CappedSample, HistoryBefore, LossInput,
-    LossInputs, LossTime, LossTracker, Missing, NotReady, OplogRates, OplogStats, Rate, TimeToLoss,
-    TrailingRate, DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN,
-    LOSS_WARNING_WITHIN,
-    MAX_ENTRY_BYTES,
+    predict as predict_time_to_loss, truncation_chunk, window_average_fill, CappedSample,
+    HistoryBefore, LossInput, LossInputs, LossTime, LossTracker, Missing, NotReady, OplogRates,
+    OplogStats, Rate, TimeToLoss, TrailingRate, DEFAULT_CHECKPOINT_INTERVAL, LOSS_RATE_SPAN,
+    LOSS_WARNING_WITHIN, MAX_ENTRY_BYTES,
 };
 pub use topology::{
     Deployment, MemberLag, OplogAccess, ShardOplog, ShardWindows, Topology, QUIET_SHARD_AFTER,

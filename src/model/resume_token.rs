@@ -276,13 +276,25 @@ mod tests {
             event.collection_uuid().map(hex::encode),
             Some("bfc7e19092a340c8a88f71054c678744".to_string())
         );
-        let high_water_mark = ResumeToken::encode(ClusterTime::new(1_800_000_000, 1), TokenKind::HighWaterMark, 0);
+        let high_water_mark = ResumeToken::encode(
+            ClusterTime::new(1_800_000_000, 1),
+            TokenKind::HighWaterMark,
+            0,
+        );
         assert_eq!(high_water_mark.collection_uuid(), None);
-        for unreadable in ["", "zz", "8200", "0A6B0B0BDB000000032B022C0100296E5A1004BFC7E19092A340C8A88F71054C678744"] {
+        for unreadable in [
+            "",
+            "zz",
+            "8200",
+            "0A6B0B0BDB000000032B022C0100296E5A1004BFC7E19092A340C8A88F71054C678744",
+        ] {
             assert_eq!(token(unreadable).collection_uuid(), None, "{unreadable}");
         }
         // Cut inside the UUID: none, not a short one.
-        assert_eq!(token("826B0B0BDB000000032B022C0100296E5A1004BFC7E190").collection_uuid(), None);
+        assert_eq!(
+            token("826B0B0BDB000000032B022C0100296E5A1004BFC7E190").collection_uuid(),
+            None
+        );
     }
 
     #[test]

@@ -457,7 +457,12 @@ impl TimeToLoss {
         match (self.filling, self.earliest) {
             (true, LossTime::In(d)) => {
                 let secs = d.as_secs();
-                let step = STEPS.iter().rev().find(|s| **s <= secs).copied().unwrap_or(0);
+                let step = STEPS
+                    .iter()
+                    .rev()
+                    .find(|s| **s <= secs)
+                    .copied()
+                    .unwrap_or(0);
                 Some(Duration::from_secs(step))
             }
             _ => None,
@@ -708,7 +713,9 @@ pub fn predict(inputs: &LossInputs) -> TimeToLoss {
     // Not full: no chunk goes before the complete chunks exceed the maximum.
     let filling = matches!(earliest, LossTime::In(_))
         && inputs.window.is_some()
-        && bytes.as_ref().is_some_and(|m| !is_full(m.size, m.chunk, m.max));
+        && bytes
+            .as_ref()
+            .is_some_and(|m| !is_full(m.size, m.chunk, m.max));
     TimeToLoss {
         earliest,
         latest,
@@ -970,7 +977,9 @@ impl OplogRates {
         stats: Option<&OplogStats>,
     ) {
         self.reads += 1;
-        self.average = window.zip(stats).and_then(|(w, s)| window_average_fill(w, s));
+        self.average = window
+            .zip(stats)
+            .and_then(|(w, s)| window_average_fill(w, s));
         match stats {
             Some(OplogStats {
                 written_bytes: Some(written),
@@ -993,10 +1002,9 @@ impl OplogRates {
     /// the earliest would use.
     pub fn fill_rate(&self) -> Option<Rate> {
         match (self.written.rate(), self.average) {
-            (Some(measured), Some(average)) => Rate::between(
-                measured.low.min(average),
-                measured.high.max(average),
-            ),
+            (Some(measured), Some(average)) => {
+                Rate::between(measured.low.min(average), measured.high.max(average))
+            }
             (measured, None) => measured,
             (None, Some(average)) => Rate::exactly(average),
         }

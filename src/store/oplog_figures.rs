@@ -168,6 +168,7 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
         },
         _ => LossReading::default(),
     };
+    tracker.record_pending(&pending);
     reading.pending = pending;
     reading.pending_unknown = pending_unknown;
     for part in &parts {
@@ -229,7 +230,6 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
                         Some(part.window),
                         Some(&part.stats),
                         Some(history),
-                        reading.pending.get(&lease.resource).copied(),
                     )
                 });
         reading.record(&lease.resource, TimeToLoss::soonest(each));

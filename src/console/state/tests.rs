@@ -758,7 +758,10 @@ fn the_selection_starts_on_the_worst_lease_once_the_window_arrives() {
     );
     state.apply(window(), now());
     // Its time to loss says AT RISK (the share of the window alone says nothing).
-    state.apply(losses(&[("shop.mailer", 600), ("pet-aggregates", 86_400)]), now());
+    state.apply(
+        losses(&[("shop.mailer", 600), ("pet-aggregates", 86_400)]),
+        now(),
+    );
     assert_eq!(shown(&state)[0], "shop.mailer");
     assert_eq!(
         state.leases.selected().unwrap().health.status,

@@ -403,9 +403,9 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
             "left",
             match health.pending {
                 Some(crate::model::Pending::Counted(0)) => "nothing: caught up".to_string(),
-                Some(crate::model::Pending::AtMost(n)) => format!(
-                    "at most {n} changes (its pipeline or partition may filter them out)"
-                ),
+                Some(crate::model::Pending::AtMost(n)) => {
+                    format!("at most {n} changes (its pipeline or partition may filter them out)")
+                }
                 Some(pending) => format!("{pending} changes"),
                 None => "not counted".to_string(),
             },

@@ -389,7 +389,11 @@ fn oplog_rates_use_the_written_counter_or_an_oplog_never_full() {
     let mut rates = OplogRates::new(Duration::from_secs(60));
     // One read: the window's average, 990 bytes over its 10 s.
     rates.record(t(0), Some(&window), Some(&stats(990, Some(5_000))));
-    assert_eq!(rates.fill_rate(), Rate::exactly(99.0), "one read: the average");
+    assert_eq!(
+        rates.fill_rate(),
+        Rate::exactly(99.0),
+        "one read: the average"
+    );
     rates.record(t(1), Some(&window), Some(&stats(995, Some(5_100))));
     assert_eq!(
         rates.fill_rate(),

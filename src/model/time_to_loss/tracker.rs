@@ -34,6 +34,11 @@ impl std::fmt::Display for NotReady {
     }
 }
 
+/// A live holder whose resume point is within this many seconds of the newest entry
+/// is taken as keeping up: reads a second apart cannot measure the progress of a token
+/// that moves in whole seconds (a read that sees it stand still says nothing).
+pub const KEEPING_UP_WITHIN_SECS: u32 = 5;
+
 /// Rates are measured over this trailing span.
 pub const LOSS_RATE_SPAN: Duration = Duration::from_secs(300);
 
@@ -47,6 +52,8 @@ pub struct LossTracker {
     /// Per capped collection a lease tails (`db.coll`): its rates and its running count
     /// of bytes appended, which MongoDB does not keep for it.
     capped: HashMap<String, CappedTrack>,
+    /// Per lease: what it had left to process at the last count.
+    pending: HashMap<String, Pending>,
 }
 
 /// What successive reads of one capped collection gave.
@@ -88,6 +95,7 @@ impl LossTracker {
             oplogs: HashMap::new(),
             progress: HashMap::new(),
             capped: HashMap::new(),
+            pending: HashMap::new(),
         }
     }
 
@@ -170,7 +178,7 @@ impl LossTracker {
         history: HistoryBefore,
     ) -> Option<TimeToLoss> {
         let rates = &self.capped.get(name)?.rates;
-        self.predict_with(rates, now, lease, Some(window), Some(stats), Some(history), None)
+        self.predict_with(rates, now, lease, Some(window), Some(stats), Some(history))
     }
 
     /// One read of a replica set: the window and the oplog's figures as read at `now`
@@ -257,7 +265,7 @@ impl LossTracker {
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
     ) -> Option<TimeToLoss> {
-        self.predict_on(None, now, lease, window, stats, history, None)
+        self.predict_on(None, now, lease, window, stats, history)
     }
 
     /// When `lease`'s resume point may leave one oplog (`shard` `None`: the replica
@@ -273,10 +281,15 @@ impl LossTracker {
         window: Option<OplogWindow>,
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
-        pending: Option<Pending>,
     ) -> Option<TimeToLoss> {
         let oplog = self.oplogs.get(&shard.map(str::to_string))?;
-        self.predict_with(oplog, now, lease, window, stats, history, pending)
+        self.predict_with(oplog, now, lease, window, stats, history)
+    }
+
+    /// What each lease has left to process, as last counted ([`Pending`]): a live
+    /// holder with nothing left keeps up with history.
+    pub fn record_pending(&mut self, pending: &HashMap<String, Pending>) {
+        self.pending.clone_from(pending);
     }
 
     fn predict_with(
@@ -287,23 +300,29 @@ impl LossTracker {
         window: Option<OplogWindow>,
         stats: Option<&OplogStats>,
         history: Option<HistoryBefore>,
-        pending: Option<Pending>,
     ) -> Option<TimeToLoss> {
         let resume_at = lease.resume_point().time()?;
+        let pending = self.pending.get(&lease.resource).copied();
         stats?;
         oplog.fill_rate()?;
         let measured = self
             .progress
             .get(&lease.resource)
             .and_then(TrailingRate::rate);
+        // Within a moment of the newest entry: handling changes as they come, or
+        // handed over between two holders (the next one starts there). One that falls
+        // behind, or that nobody takes while the oplog is written, leaves that moment
+        // within seconds and is measured or taken as stalled from then on.
+        let at_the_head = window
+            .is_some_and(|w| w.last.secs.saturating_sub(resume_at.secs) <= KEEPING_UP_WITHIN_SECS);
+        let keeping_up = Rate::between(1.0, measured.map_or(1.0, |m| m.high.max(1.0)));
         let progress = match lease.live_holder(now) {
+            _ if at_the_head => keeping_up,
             None => Rate::exactly(0.0),
-            // A live holder with nothing left to process is where the newest change
-            // is: it keeps up with history (its cursor moves on, whether or not its
-            // token does) for as long as it holds; that it stops is what EXPIRED says.
-            Some(_) if pending.is_some_and(Pending::is_none_left) => {
-                Rate::between(1.0, measured.map_or(1.0, |m| m.high.max(1.0)))
-            }
+            // A live holder with nothing left keeps up with history (its cursor moves
+            // on, whether or not its token does) for as long as it holds; that it
+            // stops is what EXPIRED says.
+            Some(_) if Pending::caught_up(pending, Some(resume_at), window.as_ref()) => keeping_up,
             Some(_) => measured,
         };
         Some(
@@ -419,5 +438,73 @@ mod tests {
             tracker.predict(now, &unknown, Some(window(60)), None, None),
             None
         );
+    }
+
+    /// Progress a second's reads cannot measure is not taken as a stall: a lease whose
+    /// point is at the newest entry (handling changes as they come, or between two
+    /// holders), or whose live holder has nothing left, keeps up; one that is behind
+    /// with nobody holding it, or with changes left and no progress seen, is stalled.
+    #[test]
+    fn a_lease_at_the_head_or_with_nothing_left_keeps_up() {
+        let window = OplogWindow::new(
+            ClusterTime::new(1_800_000_000 - 100, 1),
+            ClusterTime::new(1_800_000_000, 1),
+        );
+        let history = HistoryBefore {
+            older_bytes: 900_000,
+            entry: None,
+            complete: true,
+        };
+        let now = at(1);
+        // Its entries are small: one straddling a moving listener's position is no
+        // 16 MiB that a 1 MB oplog could lose it by.
+        let figures = OplogStats {
+            largest_entry_bytes: Some(1_000),
+            ..stats(1_000_000, 5_000_000)
+        };
+        let mut tracker = LossTracker::default();
+        let predict = |tracker: &LossTracker, lease: &Lease| {
+            tracker
+                .predict(now, lease, Some(window), Some(&figures), Some(history))
+                .expect("a prediction")
+                .earliest
+        };
+        let mut head = lease(Some("me"), -3, now);
+        head.resource = "head".into();
+        let mut handed_over = lease(None, -2, now);
+        handed_over.resource = "handed-over".into();
+        let mut quiet = lease(Some("me"), -60, now);
+        quiet.resource = "quiet".into();
+        let mut behind = lease(Some("me"), -60, now);
+        behind.resource = "behind".into();
+        let mut abandoned = lease(None, -60, now);
+        abandoned.resource = "abandoned".into();
+        let leases = [head, handed_over, quiet, behind, abandoned];
+        tracker.record(
+            now,
+            Some(&window),
+            Some(&stats(1_000_000, 5_000_000)),
+            &leases,
+        );
+        tracker.record_pending(&HashMap::from([
+            ("quiet".to_string(), Pending::Counted(0)),
+            ("behind".to_string(), Pending::Counted(7)),
+            ("abandoned".to_string(), Pending::Counted(0)),
+        ]));
+        for lease in &leases[..3] {
+            assert_eq!(
+                predict(&tracker, lease),
+                LossTime::Never,
+                "{}",
+                lease.resource
+            );
+        }
+        for lease in &leases[3..] {
+            assert!(
+                matches!(predict(&tracker, lease), LossTime::In(_)),
+                "{}",
+                lease.resource
+            );
+        }
     }
 }
