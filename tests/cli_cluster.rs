@@ -320,9 +320,14 @@ async fn through_mongos_oplog_names_the_sharded_cluster_and_what_follows() {
         "--uri",
         &server.uri_direct(),
     ]);
-    run(cmd).await.code(0).stdout(predicate::str::contains(
-        "the oplog window cannot be read, so the new resume point is not checked",
-    ));
+    run(cmd).await.code(0).stdout(
+        predicate::str::contains(
+            "the oplog window cannot be read (not permitted to list the shards",
+        )
+        .and(predicate::str::contains(
+            "so the new resume point is not checked",
+        )),
+    );
     let mut cmd = streamward();
     cmd.args([
         "reset",
@@ -453,4 +458,178 @@ fn a_hold_too_long_for_date_arithmetic_is_a_usage_error() {
         .assert()
         .code(2)
         .stderr(predicates::str::contains("at most 30 days"));
+}
+
+// ------------------------------------------------ an oplog that shows no window
+
+/// Answers the leases `find` with [`held_lease`] and every oplog read with `oplog`.
+fn script_hidden_oplog(server: &WireServer, oplog: fn() -> Action) {
+    server.set_local_time(bson::DateTime::from_millis(0x63E5_B9E0_i64 * 1000));
+    server.on("find", move |cmd| match cmd.get_str("find") {
+        Ok("oplog.rs") => oplog(),
+        Ok(coll) => cursor(&format!("streamward.{coll}"), vec![held_lease()]),
+        Err(_) => cursor("streamward.leases", vec![]),
+    });
+    server.on("replSetGetStatus", |_| {
+        Action::ok(doc! {
+            "set": "rs0",
+            "members": [{
+                "name": "a:27017", "stateStr": "PRIMARY", "health": 1.0,
+                "optime": { "ts": Timestamp { time: 0x63E5_B9E0, increment: 4 }, "t": 1_i64 },
+                "optimeDate": bson::DateTime::from_millis(0x63E5_B9E0_i64 * 1000),
+            }],
+        })
+    });
+}
+
+/// What needs no window works, saying why it is unknown (`why`); `leases --check` is
+/// no pass; what needs the window is refused, naming why.
+async fn what_needs_no_window_works(oplog: fn() -> Action, why: &str) {
+    let server = WireServer::start().await;
+    script_hidden_oplog(&server, oplog);
+    let uri = server.uri();
+    let note = || {
+        predicate::str::contains("note: replica set rs0: the oplog cannot be read (")
+            .and(predicate::str::contains(why))
+            .and(predicate::str::contains("history status are unknown"))
+    };
+
+    let mut cmd = streamward();
+    cmd.args(["leases", "--uri", &uri]);
+    run(cmd)
+        .await
+        .code(0)
+        .stdout(predicate::str::contains("shop.orders"))
+        .stderr(note());
+
+    let mut cmd = streamward();
+    cmd.args(["leases", "--output", "json", "--uri", &uri]);
+    let assert = run(cmd).await.code(0);
+    let json: serde_json::Value =
+        serde_json::from_slice(&assert.get_output().stdout).expect("one JSON document");
+    assert_eq!(json[0]["resource"], "shop.orders", "{json}");
+    assert_eq!(json[0]["headroomSecs"], serde_json::Value::Null, "{json}");
+
+    // Unknown history is no pass: as for an oplog the user may not read.
+    let mut cmd = streamward();
+    cmd.args(["leases", "--check", "--uri", &uri]);
+    run(cmd)
+        .await
+        .code(5)
+        .stdout(predicate::str::contains("ok:").not())
+        .stderr(
+            predicate::str::contains("cannot check for AT RISK and LOST leases")
+                .and(predicate::str::contains(why)),
+        );
+
+    let mut cmd = streamward();
+    cmd.args(["oplog", "--uri", &uri]);
+    run(cmd)
+        .await
+        .code(5)
+        .stdout(
+            predicate::str::contains("oplog window  unknown").and(predicate::str::contains(why)),
+        )
+        .stderr(predicate::str::contains(why));
+
+    // A takeover needs no window: planned (a dry run).
+    let mut cmd = streamward();
+    cmd.args(["takeover", "shop.orders", "--uri", &uri]);
+    run(cmd)
+        .await
+        .code(0)
+        .stdout(predicate::str::contains("re-run with --execute"));
+
+    // A reset to the oldest entry needs it: refused, saying why it is unknown.
+    let mut cmd = streamward();
+    cmd.args(["reset", "shop.orders", "--to", "oldest", "--uri", &uri]);
+    run(cmd).await.code(5).stdout(
+        predicate::str::contains("the oplog window cannot be read (")
+            .and(predicate::str::contains(why)),
+    );
+
+    // --watch lists, and says why once.
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin("streamward"))
+        .env("NO_COLOR", "1")
+        .env_remove("STREAMWARD_URI")
+        .args(["leases", "--watch", "--interval", "200ms", "--uri", &uri])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("streamward starts");
+    let stdout = child.stdout.take().expect("piped");
+    let listed = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|line| line.starts_with("shop.orders"))
+    });
+    let listed = tokio::time::timeout(Duration::from_secs(20), listed).await;
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("streamward stops");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        matches!(listed, Ok(Ok(Some(_)))),
+        "--watch lists the lease: {stderr}"
+    );
+    assert!(note().eval(&stderr), "{stderr}");
+}
+
+/// What an Atlas shared tier answers a user: `find` on `local.oplog.rs` returns no
+/// document ("no documents in result").
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oplog_that_shows_no_entry_leaves_the_window_unknown_and_the_rest_working() {
+    what_needs_no_window_works(
+        || cursor("local.oplog.rs", vec![]),
+        "shows this user no startable",
+    )
+    .await;
+}
+
+/// An entry whose `ts` is not a timestamp.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_malformed_oplog_entry_leaves_the_window_unknown_and_the_rest_working() {
+    what_needs_no_window_works(
+        || {
+            cursor(
+                "local.oplog.rs",
+                vec![doc! { "ts": "2023-02-10T03:28:18Z" }],
+            )
+        },
+        "entry cannot be read: malformed oplog entry",
+    )
+    .await;
+}
+
+/// Atlas's own refusal (code 8000, AtlasError), not the server's Unauthorized.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oplog_read_refused_by_atlas_leaves_the_window_unknown_and_the_rest_working() {
+    what_needs_no_window_works(
+        || {
+            Action::error(
+                8000,
+                "AtlasError",
+                "user is not allowed to do action [find] on [local.oplog.rs]",
+            )
+        },
+        "user is not allowed to do action [find] on [local.oplog.rs]",
+    )
+    .await;
+}
+
+/// The server's Unauthorized (13): the reason names the role to grant.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_oplog_read_without_privilege_leaves_the_window_unknown_and_the_rest_working() {
+    what_needs_no_window_works(
+        || {
+            Action::error(
+                13,
+                "Unauthorized",
+                "not authorized on local to execute command { find: \"oplog.rs\" }",
+            )
+        },
+        "clusterMonitor",
+    )
+    .await;
 }

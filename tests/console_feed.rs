@@ -497,3 +497,73 @@ async fn on_mongodb_a_lost_lease_watch_is_reported_then_recovered() {
         task.await.unwrap();
     }
 }
+
+/// An oplog that shows the user no entry (an Atlas shared tier): the header hears what
+/// the cluster is and why the window is unknown, and the feed goes on with the
+/// server's clock, as for a refused read; it reports no lost oplog source.
+#[tokio::test]
+async fn on_mongodb_an_oplog_that_shows_no_entry_is_an_unknown_window_not_a_failure() {
+    let server = WireServer::start().await;
+    let store = support::connected(&server).await;
+    server.on("aggregate", |command| match command.get_str("aggregate") {
+        Ok("leases") => cursor_reply(77, "sw.leases", vec![]),
+        _ => Action::error(13, "Unauthorized", "not authorized"),
+    });
+    server.on("getMore", |_| {
+        Action::Stall(
+            Duration::from_millis(200),
+            Box::new(Action::ok(
+                doc! { "cursor": { "id": 77_i64, "ns": "sw.leases", "nextBatch": [] } },
+            )),
+        )
+    });
+    server.on("find", |command| match command.get_str("find") {
+        Ok("leases") => cursor_reply(0, "sw.leases", vec![lease_doc("shop.orders", "w-1", 5)]),
+        Ok("oplog.rs") => cursor_reply(0, "local.oplog.rs", vec![]),
+        _ => cursor_reply(0, "sw.audit", vec![]),
+    });
+    let (tx, mut events) = mpsc::channel(256);
+    let cancel = CancellationToken::new();
+    let tasks = feed::spawn(store, None, fast(), tx, cancel.clone());
+
+    let mut failures = Vec::new();
+    let mut topology = None;
+    until(
+        &mut events,
+        Duration::from_secs(10),
+        "the server's clock",
+        |e| {
+            match e {
+                DataEvent::Topology(t) => topology = Some(t.clone()),
+                DataEvent::SourceFailed { source, error } => {
+                    failures.push(format!("{source:?}: {error}"))
+                }
+                DataEvent::ServerClock(_) => return Some(()),
+                _ => {}
+            }
+            None
+        },
+    )
+    .await;
+    cancel.cancel();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let topology = topology.expect("the topology before the clock");
+    match &topology.oplog {
+        streamward::model::OplogAccess::NotReadable(why) => {
+            assert!(why.contains("shows this user no startable"), "{why}")
+        }
+        other => panic!("expected the window unknown, got {other:?}"),
+    }
+    assert!(
+        topology
+            .consequence()
+            .contains("history status are unknown"),
+        "{topology}"
+    );
+    assert!(
+        !failures.iter().any(|f| f.starts_with("Oplog")),
+        "{failures:?}"
+    );
+}

@@ -60,7 +60,7 @@ fn spawn_outbox(store: &SandboxStore, name: &str) -> ListenerHandle {
 /// The demo's workload writing animals and orders on the virtual clock.
 struct Writer {
     stop: CancellationToken,
-    task: JoinHandle<streamward::store::StoreResult<u64>>,
+    task: JoinHandle<u64>,
 }
 
 impl Writer {
@@ -82,7 +82,7 @@ impl Writer {
 
     async fn stop(self) -> u64 {
         self.stop.cancel();
-        self.task.await.expect("workload task").expect("workload")
+        self.task.await.expect("workload task")
     }
 }
 

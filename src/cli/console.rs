@@ -300,5 +300,9 @@ pub fn resolve_theme(view: &ViewArgs, settings: &Settings) -> anyhow::Result<Res
 
 pub fn listener_source<S>(demo: &DemoRuntime<S>) -> ListenerSource {
     let statuses: Vec<_> = demo.listeners.iter().map(|l| l.status.clone()).collect();
-    std::sync::Arc::new(move || statuses.iter().map(|s| s.borrow().clone()).collect())
+    let workload = demo.workload_status.clone();
+    std::sync::Arc::new(move || crate::console::feed::InProcess {
+        listeners: statuses.iter().map(|s| s.borrow().clone()).collect(),
+        workload: Some(workload.borrow().clone()),
+    })
 }

@@ -214,8 +214,14 @@ async fn render_frame(
         })
         .collect();
     let snapshots: Vec<_> = demo.listeners.iter().map(|l| l.snapshot()).collect();
+    let workload = demo
+        .workload_status
+        .borrow()
+        .headline(chrono::Utc::now())
+        .map(|line| format!("! {line}\n"))
+        .unwrap_or_default();
     Ok(format!(
-        "streamward demo (embedded sandbox) — up {} — window {} from {} to {}\n\n{}{}\n{}",
+        "streamward demo (embedded sandbox) — up {} — window {} from {} to {}\n{workload}\n{}{}\n{}",
         short_duration(elapsed),
         short_duration(window.length()),
         window.first,

@@ -790,6 +790,7 @@ mod tests {
                         let facts = PlanFacts {
                             lease: lease.clone(),
                             window,
+                            window_unknown: None,
                             capped: None,
                             now,
                             changes: None,

@@ -59,6 +59,9 @@ pub enum DataEvent {
     Topology(crate::model::Topology),
     /// In-process listeners (IN-PROCESS and DEMO modes only).
     Listeners(Vec<ListenerSnapshot>),
+    /// What the demo workload is doing: writing, stopped (why), resumed (IN-PROCESS
+    /// and DEMO modes only).
+    Workload(crate::demo::workload::WorkloadStatus),
     Audit(Listing<AuditRecord>),
     /// The plan of the action the dialog asked for, or why it could not be read.
     Planned(Result<Box<crate::ops::Plan>, PlanFailure>),

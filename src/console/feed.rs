@@ -53,7 +53,16 @@ impl Default for FeedIntervals {
 /// Audit records the console keeps.
 pub const AUDIT_SHOWN: usize = 100;
 
-pub type ListenerSource = Arc<dyn Fn() -> Vec<ListenerSnapshot> + Send + Sync>;
+/// What runs in this process (IN-PROCESS and DEMO modes), read each time the
+/// listeners panel is refreshed.
+pub type ListenerSource = Arc<dyn Fn() -> InProcess + Send + Sync>;
+
+/// The listeners this process runs, and its demo workload's status when it runs one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InProcess {
+    pub listeners: Vec<ListenerSnapshot>,
+    pub workload: Option<crate::demo::workload::WorkloadStatus>,
+}
 
 /// Starts every data task; they end when `cancel` fires or the console goes away.
 pub fn spawn<S: ClusterProbe>(
@@ -436,8 +445,20 @@ async fn read_listeners(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        if send(&events, DataEvent::Listeners(source())).await.is_err() {
+        let InProcess {
+            listeners,
+            workload,
+        } = source();
+        if send(&events, DataEvent::Listeners(listeners))
+            .await
+            .is_err()
+        {
             return;
+        }
+        if let Some(workload) = workload {
+            if send(&events, DataEvent::Workload(workload)).await.is_err() {
+                return;
+            }
         }
     }
 }

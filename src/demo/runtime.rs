@@ -3,19 +3,19 @@
 
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::events::{EventCounts, DEMO_EVENTS_BYTES, EVENTS_RESOURCE};
 use super::orders::{OrderOutbox, MAILER_RESOURCE, ORDERS_RESOURCE};
 use super::pets::{PetAggregates, CENSUS_PARTITIONS, CENSUS_RESOURCE, PET_RESOURCE};
-use super::workload::{Workload, WorkloadConfig};
+use super::workload::{Workload, WorkloadConfig, WorkloadStatus};
 use super::{DemoNamespaces, DemoStore};
 use crate::engine::{Fleet, FleetConfig, ListenerConfig, ListenerHandle};
 use crate::metrics::EngineMetrics;
 use crate::model::{Partition, SourceKind};
 use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use crate::store::StoreResult;
 
 #[derive(Debug, Clone)]
 pub struct DemoConfig {
@@ -73,7 +73,9 @@ pub struct DemoRuntime<S = SandboxStore> {
     namespaces: DemoNamespaces,
     shutdown: CancellationToken,
     /// `None` once [`DemoRuntime::stop_workload`] has collected it.
-    workload: Option<JoinHandle<StoreResult<u64>>>,
+    workload: Option<JoinHandle<u64>>,
+    /// What the workload is doing: writing, stopped (why), resumed.
+    pub workload_status: watch::Receiver<WorkloadStatus>,
     /// The census task of a demo on its sandbox; it ends with the workload.
     census: Option<JoinHandle<()>>,
 }
@@ -255,6 +257,7 @@ impl<S: DemoStore> DemoRuntime<S> {
         }
         let shutdown = CancellationToken::new();
         let mut workload = Workload::writing_to(store.clone(), config.workload.clone(), ns.clone());
+        let workload_status = workload.status();
         let events_bytes = config.events_bytes;
         let stop = shutdown.clone();
         let workload = tokio::spawn(async move {
@@ -269,21 +272,22 @@ impl<S: DemoStore> DemoRuntime<S> {
             namespaces: ns.clone(),
             shutdown,
             workload: Some(workload),
+            workload_status,
             census: None,
         }
     }
 
     /// Stops the workload and waits for its last write; the listeners go on, so they
-    /// can catch up. Returns how many writes it made, or why it ended early (a store
-    /// error ends the workload). `None` when it was already stopped.
+    /// can catch up. Returns how many writes it made, or why its task ended abnormally
+    /// (a failed write does not end it: it retries). `None` when it was already stopped.
     pub async fn stop_workload(&mut self) -> Option<Result<u64, String>> {
         self.shutdown.cancel();
         let workload = self.workload.take()?;
-        Some(match workload.await {
-            Ok(Ok(writes)) => Ok(writes),
-            Ok(Err(e)) => Err(format!("the workload stopped on a store error: {e}")),
-            Err(e) => Err(format!("the workload task ended abnormally: {e}")),
-        })
+        Some(
+            workload
+                .await
+                .map_err(|e| format!("the workload task ended abnormally: {e}")),
+        )
     }
 
     /// Stops the workload, then every listener gracefully (each releases its lease).

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bson::doc;
+use chrono::{DateTime, Utc};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::events::order_event;
@@ -61,6 +63,114 @@ impl Default for WorkloadConfig {
     }
 }
 
+/// The first wait before the workload tries a failed write again; it doubles per
+/// failure up to [`WORKLOAD_RETRY_MAX`].
+pub const WORKLOAD_RETRY_FIRST: Duration = Duration::from_millis(250);
+/// The longest wait between the workload's tries: it resumes within this of the
+/// cluster taking writes again.
+pub const WORKLOAD_RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long the screen says the workload resumed, once it has.
+const RESUMED_SHOWN: Duration = Duration::from_secs(60);
+
+/// How long the workload waits after its `failures`-th failure in a row (1 for the
+/// first): [`WORKLOAD_RETRY_FIRST`], doubling, at most [`WORKLOAD_RETRY_MAX`].
+pub fn retry_delay(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    WORKLOAD_RETRY_FIRST
+        .saturating_mul(1 << doublings)
+        .min(WORKLOAD_RETRY_MAX)
+}
+
+/// What the workload is doing, as the demo's screen and its log say it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WorkloadStatus {
+    /// Writing; `resumed` once it has stopped and written again.
+    Writing { resumed: Option<Resumed> },
+    /// Its writes fail: since when, the latest error, how many failed in a row. It
+    /// tries again after [`retry_delay`] of them.
+    Stopped {
+        since: DateTime<Utc>,
+        error: String,
+        failures: u32,
+    },
+}
+
+/// When the workload wrote again after a stop, and how long it had stopped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Resumed {
+    pub at: DateTime<Utc>,
+    pub after: Duration,
+}
+
+impl Default for WorkloadStatus {
+    fn default() -> Self {
+        WorkloadStatus::Writing { resumed: None }
+    }
+}
+
+impl WorkloadStatus {
+    /// After a write failed at `now` with `error`.
+    pub fn failed(&self, error: String, now: DateTime<Utc>) -> WorkloadStatus {
+        match self {
+            WorkloadStatus::Stopped {
+                since, failures, ..
+            } => WorkloadStatus::Stopped {
+                since: *since,
+                error,
+                failures: failures.saturating_add(1),
+            },
+            WorkloadStatus::Writing { .. } => WorkloadStatus::Stopped {
+                since: now,
+                error,
+                failures: 1,
+            },
+        }
+    }
+
+    /// After a write succeeded at `now`.
+    pub fn wrote(&self, now: DateTime<Utc>) -> WorkloadStatus {
+        match self {
+            WorkloadStatus::Stopped { since, .. } => WorkloadStatus::Writing {
+                resumed: Some(Resumed {
+                    at: now,
+                    after: (now - *since).to_std().unwrap_or_default(),
+                }),
+            },
+            writing => writing.clone(),
+        }
+    }
+
+    /// What the demo's screen says of the workload at `now`: that it stopped (since
+    /// when, why, that it retries), or for a minute that it resumed; nothing while it
+    /// simply writes.
+    pub fn headline(&self, now: DateTime<Utc>) -> Option<String> {
+        let ago = |at: DateTime<Utc>| {
+            crate::model::text::short_duration((now - at).to_std().unwrap_or_default())
+        };
+        match self {
+            WorkloadStatus::Stopped {
+                since,
+                error,
+                failures,
+            } => Some(format!(
+                "workload stopped writing {} ago ({failures} failed, retrying every {} at \
+                 most): {}",
+                ago(*since),
+                crate::model::text::short_duration(WORKLOAD_RETRY_MAX),
+                crate::model::text::escape_control(error)
+            )),
+            WorkloadStatus::Writing {
+                resumed: Some(resumed),
+            } if (now - resumed.at).to_std().unwrap_or_default() < RESUMED_SHOWN => Some(format!(
+                "workload resumed writing {} ago, after {} stopped",
+                ago(resumed.at),
+                crate::model::text::short_duration(resumed.after)
+            )),
+            WorkloadStatus::Writing { .. } => None,
+        }
+    }
+}
+
 /// The only writer of animals and orders; it remembers what it wrote.
 pub struct Workload<S> {
     store: S,
@@ -75,6 +185,8 @@ pub struct Workload<S> {
     writes: u64,
     /// The capped collection order events are appended to, once it is known to exist.
     events: Option<Namespace>,
+    /// What it is doing, for the screen ([`Workload::status`]).
+    status: watch::Sender<WorkloadStatus>,
 }
 
 impl<S: DocumentStore + CappedFeed> Workload<S> {
@@ -96,7 +208,13 @@ impl<S: DocumentStore + CappedFeed> Workload<S> {
             placed: 0,
             writes: 0,
             events: None,
+            status: watch::Sender::new(WorkloadStatus::default()),
         }
+    }
+
+    /// What the workload is doing, as it changes: stopped writing (and why), resumed.
+    pub fn status(&self) -> watch::Receiver<WorkloadStatus> {
+        self.status.subscribe()
     }
 
     /// Makes the event store a capped collection of `max_bytes` (kept as it is when it
@@ -230,11 +348,15 @@ impl<S: DocumentStore + CappedFeed> Workload<S> {
             .map(|(number, state)| (order_id(*number), *state))
     }
 
-    /// Writes at the configured rate until cancelled or the store fails; the poison
-    /// animal once, when it is due.
-    pub async fn run(mut self, shutdown: CancellationToken) -> StoreResult<u64> {
+    /// Writes at the configured rate until cancelled; the poison animal once, when it
+    /// is due. A failed write (no primary, a network error) does not end it: it says
+    /// so on its status and in the log, tries again after [`retry_delay`], and says
+    /// when it resumed. Returns how many writes it made.
+    pub async fn run(mut self, shutdown: CancellationToken) -> u64 {
         let period = Duration::from_secs_f64(1.0 / self.config.rate_per_sec.max(0.001));
         let mut ticker = tokio::time::interval(period);
+        // After a stop, on at the rate: not a burst of the writes it missed.
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poison_at = self
             .config
             .poison_after
@@ -242,16 +364,74 @@ impl<S: DocumentStore + CappedFeed> Workload<S> {
         loop {
             tokio::select! {
                 biased;
-                () = shutdown.cancelled() => return Ok(self.writes),
-                _ = ticker.tick() => {
-                    if poison_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
-                        poison_at = None;
-                        self.write_poison().await?;
-                    }
-                    self.step().await?
+                () = shutdown.cancelled() => return self.writes,
+                _ = ticker.tick() => {}
+            }
+            let written = async {
+                if poison_at.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                    self.write_poison().await?;
+                    // Only once written: a failed try is made again.
+                    poison_at = None;
                 }
+                self.step().await
+            }
+            .await;
+            let Err(error) = written else {
+                self.wrote();
+                continue;
+            };
+            let failures = self.failed(&error);
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => return self.writes,
+                () = tokio::time::sleep(retry_delay(failures)) => {}
             }
         }
+    }
+
+    /// A write succeeded: a stopped workload says it resumed.
+    fn wrote(&mut self) {
+        let now = Utc::now();
+        let before = self.status.borrow().clone();
+        let after = before.wrote(now);
+        if let (
+            WorkloadStatus::Stopped { failures, .. },
+            WorkloadStatus::Writing { resumed: Some(r) },
+        ) = (&before, &after)
+        {
+            tracing::info!(
+                stopped_for = %crate::model::text::short_duration(r.after),
+                failed_writes = failures,
+                "the demo workload resumed writing"
+            );
+        }
+        if before != after {
+            self.status.send_replace(after);
+        }
+    }
+
+    /// A write failed: the status and the log say so (the log once per stop, and again
+    /// when the error changes). Returns how many failed in a row.
+    fn failed(&mut self, error: &crate::store::StoreError) -> u32 {
+        let before = self.status.borrow().clone();
+        let after = before.failed(error.to_string(), Utc::now());
+        let failures = match &after {
+            WorkloadStatus::Stopped { failures, .. } => *failures,
+            WorkloadStatus::Writing { .. } => 0,
+        };
+        let news = match &before {
+            WorkloadStatus::Stopped { error: last, .. } => *last != error.to_string(),
+            WorkloadStatus::Writing { .. } => true,
+        };
+        if news {
+            tracing::warn!(
+                %error,
+                retry_every_at_most = %crate::model::text::short_duration(WORKLOAD_RETRY_MAX),
+                "the demo workload stopped writing; it tries again until the cluster takes writes"
+            );
+        }
+        self.status.send_replace(after);
+        failures
     }
 
     /// The animal no pets listener can process: its `tags` is a string.
@@ -287,10 +467,171 @@ pub fn order_id(number: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use chrono::{TimeZone, Utc};
+    use std::sync::{Arc, Mutex};
+
+    use chrono::{TimeDelta, TimeZone, Utc};
+    use tracing_subscriber::layer::SubscriberExt;
 
     use super::*;
     use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+    use crate::store::StoreError;
+
+    /// The waits double from a quarter second and stop at five seconds.
+    #[test]
+    fn the_retry_waits_double_up_to_their_bound() {
+        let waits: Vec<u128> = [1, 2, 3, 4, 5, 6, 40, u32::MAX]
+            .iter()
+            .map(|&n| retry_delay(n).as_millis())
+            .collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 5000, 5000, 5000]);
+    }
+
+    /// Stopped keeps when it stopped and counts the failures; the first write after
+    /// says it resumed and after how long; the screen says each, the resume for a
+    /// minute only.
+    #[test]
+    fn the_status_says_when_the_workload_stopped_and_when_it_resumed() {
+        let t0 = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        let at = |secs: i64| t0 + TimeDelta::seconds(secs);
+        let writing = WorkloadStatus::default();
+        assert_eq!(writing.headline(t0), None);
+        assert_eq!(writing.wrote(t0), writing, "writing stays writing");
+        let stopped = writing
+            .failed("no primary".into(), at(0))
+            .failed("no primary\u{1b}[2J".into(), at(3));
+        assert_eq!(
+            stopped,
+            WorkloadStatus::Stopped {
+                since: at(0),
+                error: "no primary\u{1b}[2J".into(),
+                failures: 2
+            }
+        );
+        let line = stopped.headline(at(20)).expect("said while stopped");
+        assert!(
+            line.starts_with("workload stopped writing 20s ago (2 failed")
+                && line.ends_with("no primary\\u{1b}[2J"),
+            "{line}"
+        );
+        let resumed = stopped.wrote(at(21));
+        assert_eq!(
+            resumed,
+            WorkloadStatus::Writing {
+                resumed: Some(Resumed {
+                    at: at(21),
+                    after: Duration::from_secs(21)
+                })
+            }
+        );
+        let line = resumed.headline(at(30)).expect("said after resuming");
+        assert_eq!(line, "workload resumed writing 9s ago, after 21s stopped");
+        assert_eq!(resumed.headline(at(21 + 61)), None, "for a minute");
+    }
+
+    #[derive(Clone, Default)]
+    struct LogCapture(Arc<Mutex<Vec<String>>>);
+
+    struct Fields(String);
+
+    impl tracing::field::Visit for Fields {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={:?} ", field.name(), value));
+        }
+    }
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for LogCapture {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = Fields(format!("{} ", event.metadata().level()));
+            event.record(&mut fields);
+            self.0.lock().expect("log lock").push(fields.0);
+        }
+    }
+
+    /// Writes that fail (as while a replica set has no primary) do not end the
+    /// workload: it says it stopped, on its status and in the log, tries again with
+    /// waits of at most [`WORKLOAD_RETRY_MAX`], and resumes within that of the writes
+    /// going through again, saying so.
+    #[tokio::test(start_paused = true)]
+    async fn a_workload_whose_writes_fail_says_so_retries_and_resumes() {
+        let log = LogCapture::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(log.clone()));
+        let epoch = Utc
+            .with_ymd_and_hms(2026, 1, 1, 0, 0, 0)
+            .single()
+            .expect("valid date");
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        let ns = DemoNamespaces::default();
+        let written = || store.document_count(&ns.animals) + store.document_count(&ns.orders);
+        let workload = Workload::new(store.clone(), WorkloadConfig::default());
+        let mut status = workload.status();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(workload.run(stop.clone()));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(written() > 0, "writing before the fault");
+
+        for ns in [&ns.animals, &ns.orders] {
+            store.fail_writes_to(ns, Some(StoreError::Unreachable("no primary".into())));
+        }
+        tokio::time::timeout(
+            Duration::from_secs(1),
+            status.wait_for(|s| matches!(s, WorkloadStatus::Stopped { .. })),
+        )
+        .await
+        .expect("stopped is said at the first failed write")
+        .expect("the workload runs");
+        let at_stop = written();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert!(!task.is_finished(), "a failed write does not end it");
+        assert_eq!(written(), at_stop, "nothing written while writes fail");
+        let stopped = status.borrow().clone();
+        match &stopped {
+            WorkloadStatus::Stopped {
+                error, failures, ..
+            } => {
+                assert!(error.contains("no primary"), "{error}");
+                // 0.25 + 0.5 + 1 + 2 + 4 + 5 + 5 s: tried again, not hammered.
+                assert!((5..=10).contains(failures), "{failures} tries in 20 s");
+            }
+            other => panic!("expected stopped, got {other:?}"),
+        }
+        let warned = log.0.lock().expect("log lock").clone();
+        let warnings: Vec<&String> = warned
+            .iter()
+            .filter(|l| l.starts_with("WARN") && l.contains("stopped writing"))
+            .collect();
+        assert_eq!(warnings.len(), 1, "said once per stop: {warned:?}");
+        assert!(warnings[0].contains("no primary"), "{warnings:?}");
+
+        for ns in [&ns.animals, &ns.orders] {
+            store.fail_writes_to(ns, None);
+        }
+        tokio::time::timeout(
+            WORKLOAD_RETRY_MAX + Duration::from_secs(1),
+            status.wait_for(|s| matches!(s, WorkloadStatus::Writing { resumed: Some(_) })),
+        )
+        .await
+        .expect("resumed within the longest wait")
+        .expect("the workload runs");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(written() > at_stop, "writing again");
+        let resumed = log.0.lock().expect("log lock").clone();
+        assert!(
+            resumed
+                .iter()
+                .any(|l| l.starts_with("INFO") && l.contains("resumed writing")),
+            "{resumed:?}"
+        );
+        stop.cancel();
+        assert!(task.await.expect("the workload task") > 0);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_shop_keeps_only_its_newest_orders() {

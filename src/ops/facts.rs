@@ -95,6 +95,9 @@ pub struct PlanFacts {
     /// (`None` when the oplog may not be read), or for a capped lease the times of its
     /// collection's entries (`None` while it holds none; see `capped`).
     pub window: Option<OplogWindow>,
+    /// Why the oplog window is unknown, when it was read and is (a missing privilege,
+    /// a mongos, an oplog that shows no entry): what a plan that needs it says.
+    pub window_unknown: Option<String>,
     /// Set for a lease that tails a capped collection.
     pub capped: Option<CappedHistory>,
     /// The server's clock when the facts were read.
@@ -123,6 +126,20 @@ pub struct PlanFacts {
     /// For a skip: what was read of the change it steps over (`None`: nothing, as for
     /// every other action).
     pub skipped_entry: Option<SkippedEntry>,
+}
+
+impl PlanFacts {
+    /// "the oplog window cannot be read (why)": how every plan that meets an unknown
+    /// window says so, with the reason the read gave.
+    pub(crate) fn window_unread(&self) -> String {
+        match &self.window_unknown {
+            Some(why) => format!(
+                "the oplog window cannot be read ({})",
+                crate::model::text::escape_control(why)
+            ),
+            None => "the oplog window cannot be read".to_string(),
+        }
+    }
 }
 
 /// What a skip's plan read of the change it steps over.

@@ -41,24 +41,29 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         .and_then(|lease| lease.watch.as_ref())
         .filter(|watch| watch.source == SourceKind::Capped)
         .map(|watch| Namespace::new(watch.db.clone(), watch.coll.clone()));
-    let (window, capped) = match capped_ns {
+    let (window, capped, window_unknown) = match capped_ns {
         Some(ns) => {
             let entries = store.capped_window(&ns).await?;
             (
                 entries.map(|e| e.times()),
                 Some(CappedHistory { ns, entries }),
+                None,
             )
         }
         None => match store.oplog_window().await {
-            Ok(window) => (Some(window), None),
-            // A missing privilege, or a mongos: plans that need the window say so.
-            Err(e) if e.oplog_unreadable() => (None, None),
-            Err(e) => return Err(e.into()),
+            Ok(window) => (Some(window), None, None),
+            // A missing privilege, a mongos, an oplog that shows no entry: plans that
+            // need the window say so, and why.
+            Err(e) => match e.why_oplog_unreadable() {
+                Some(why) => (None, None, Some(why)),
+                None => return Err(e.into()),
+            },
         },
     };
     let mut facts = PlanFacts {
         lease,
         window,
+        window_unknown,
         capped,
         now,
         changes: None,
@@ -91,7 +96,12 @@ pub async fn gather<S: OperatorStore + AuditLog>(
             facts.skipped_entry = Some(skipped(store, lease, &token, whole, &facts).await);
         }
     }
-    if let Some(range) = affected_range(request, &facts) {
+    // Not counted on an oplog whose window could not be read: one that shows no entry
+    // would count none, and a refused read would be refused again. The count is unknown.
+    let countable = |range: &super::facts::ChangeRange| {
+        range.entries.is_some() || facts.window_unknown.is_none()
+    };
+    if let Some(range) = affected_range(request, &facts).filter(countable) {
         let limit = options.count_limit.max(1);
         let counted = match range.entries {
             Some(span) => store.count_entries(&range.ns, span, limit).await,

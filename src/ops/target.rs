@@ -192,11 +192,11 @@ pub(crate) fn require_window(
         Refusal::new(
             RefusalKind::NoOplogAccess,
             format!(
-                "the oplog window cannot be read, so a {action} cannot be checked against it \
-                 (`streamward oplog` says why): grant the clusterMonitor role (or read on the \
-                 local database; through a mongos, on every shard); what works without it is \
-                 a rewind to a named point, unchecked: `rewind RESOURCE --to TIME` or \
-                 `--to-token TOKEN`"
+                "{}, so a {action} cannot be checked against it: where a privilege is \
+                 missing, grant the clusterMonitor role (or read on the local database; \
+                 through a mongos, on every shard); what works without it is a rewind to a \
+                 named point, unchecked: `rewind RESOURCE --to TIME` or `--to-token TOKEN`",
+                facts.window_unread()
             ),
         )
     })
@@ -241,9 +241,12 @@ pub(crate) fn resume_target(
                         (None, None) => {
                             return Err(Refusal::new(
                                 RefusalKind::NoOplogAccess,
-                                "the oplog window cannot be read and the resume point has no \
-                                 time, so there is nothing to go back from: rewind --to TIME or \
-                                 --to-token works without the window",
+                                format!(
+                                    "{} and the resume point has no time, so there is nothing \
+                                     to go back from: rewind --to TIME or --to-token works \
+                                     without the window",
+                                    facts.window_unread()
+                                ),
                             ))
                         }
                     };

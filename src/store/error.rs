@@ -102,6 +102,18 @@ impl StoreError {
         )
     }
 
+    /// Why the oplog window is unknown, in the words every view shows, when this error
+    /// from reading it means so ([`StoreError::oplog_unreadable`]); `None` when the
+    /// read failed instead.
+    pub fn why_oplog_unreadable(&self) -> Option<String> {
+        match self {
+            // Its own words: the error's would say "cannot be read" twice.
+            StoreError::OplogUnknown(why) => Some(why.clone()),
+            other if other.oplog_unreadable() => Some(other.to_string()),
+            _ => None,
+        }
+    }
+
     /// The driver's account of a failed server selection, in a few words (its whole
     /// account names every server and label, and belongs in the log).
     pub fn unreachable_reason(detail: &str) -> &'static str {

@@ -215,6 +215,8 @@ pub struct ConsoleState {
     /// What the cluster is, once read (never for the sandbox).
     pub topology: Option<Topology>,
     pub listeners: Vec<ListenerSnapshot>,
+    /// The demo workload's status, where this process runs one.
+    pub workload: Option<crate::demo::workload::WorkloadStatus>,
     pub listener_cursor: ListCursor,
     pub audit: Vec<AuditRecord>,
     pub audit_cursor: ListCursor,
@@ -273,6 +275,7 @@ impl ConsoleState {
             processes: Ok(Vec::new()),
             topology: None,
             listeners: Vec::new(),
+            workload: None,
             listener_cursor: ListCursor::default(),
             audit: Vec::new(),
             audit_cursor: ListCursor::default(),
@@ -424,6 +427,7 @@ impl ConsoleState {
                 self.listeners = listeners;
                 self.listener_cursor.clamp(self.listeners.len());
             }
+            DataEvent::Workload(status) => self.workload = Some(status),
             DataEvent::Audit(listing) => {
                 self.recovered(DataSource::Audit);
                 self.malformed_audit = listing.malformed;

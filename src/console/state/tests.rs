@@ -377,6 +377,7 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
             ClusterTime::new(t - 600, 1),
             ClusterTime::new(t, 1),
         )),
+        window_unknown: None,
         capped: None,
         now: now(),
         changes: None,

@@ -8,6 +8,7 @@ use ratatui::Frame;
 use super::format::{cluster_clock, rate};
 use crate::console::state::ConsoleState;
 use crate::console::theme::Theme;
+use crate::demo::workload::WorkloadStatus;
 use crate::model::text::{escape_control, relative_time, short_duration};
 use crate::model::{Deployment, LeaseStatus, OplogAccess, Topology};
 
@@ -50,6 +51,15 @@ fn title_line<'a>(state: &'a ConsoleState, theme: &Theme) -> Line<'a> {
             ),
             theme.danger,
         ));
+    }
+    if let Some(workload) = &state.workload {
+        if let Some(line) = workload.headline(state.now) {
+            let style = match workload {
+                WorkloadStatus::Stopped { .. } => theme.danger,
+                WorkloadStatus::Writing { .. } => theme.accent,
+            };
+            spans.push(Span::styled(format!(" ⚠ {line}"), style));
+        }
     }
     let malformed = state.malformed_leases.len() + state.malformed_audit.len();
     if let Some(first) = state

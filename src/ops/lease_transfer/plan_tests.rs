@@ -58,6 +58,7 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
         thresholds: crate::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        window_unknown: None,
         capped: None,
     }
 }

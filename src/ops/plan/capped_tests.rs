@@ -57,6 +57,7 @@ fn facts(lease: Lease) -> PlanFacts {
     PlanFacts {
         lease: Some(lease),
         window: Some(entries.times()),
+        window_unknown: None,
         capped: Some(CappedHistory {
             ns: events(),
             entries: Some(entries),
@@ -224,6 +225,7 @@ fn positions_of_the_other_kind_of_source_are_refused() {
             ClusterTime::new(BASE as u32, 1),
             ClusterTime::new((BASE + 200) as u32, 1),
         )),
+        window_unknown: None,
         capped: None,
         ..facts(capped_lease())
     };

@@ -158,12 +158,12 @@ pub(super) fn move_resume(
             None
         }
         (None, None) => {
-            warnings.push(
-                "the oplog window cannot be read, so the new resume point is not checked \
-                 against it: if it has already fallen off the oplog, the listener stops LOST \
-                 (history lost) and waits on its lease for another rewind"
-                    .into(),
-            );
+            warnings.push(format!(
+                "{}, so the new resume point is not checked against it: if it has already \
+                 fallen off the oplog, the listener stops LOST (history lost) and waits on its \
+                 lease for another rewind",
+                facts.window_unread()
+            ));
             None
         }
     };

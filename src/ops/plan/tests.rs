@@ -62,6 +62,7 @@ pub(super) fn facts(lease: Option<Lease>) -> PlanFacts {
     PlanFacts {
         lease,
         window: Some(OplogWindow::new(at(0), at(3600))),
+        window_unknown: None,
         capped: None,
         now: wall(3600),
         changes: None,
@@ -576,6 +577,50 @@ fn without_the_oplog_window_a_rewind_to_a_named_point_goes_unchecked_and_says_so
     );
     assert_eq!(refusal(&p), RefusalKind::NoOplogAccess);
     assert!(p.refusal.unwrap().reason.contains("--to-token works"));
+}
+
+/// Where the read said why the window is unknown (an oplog that shows no entry, a
+/// refusal), every plan that meets the unknown window names that reason: the one
+/// refused for it, the one refused for want of a point to go back from, and the
+/// one that goes ahead unchecked.
+#[test]
+fn a_plan_without_the_window_names_why_it_is_unknown() {
+    let why = "local.oplog.rs shows this user no startable (op != \"n\") entry";
+    let mut f = facts(Some(live_lease()));
+    f.window = None;
+    f.window_unknown = Some(why.into());
+    let named = |text: &str| {
+        text.contains(&format!(
+            "the oplog window cannot be read ({})",
+            crate::model::text::escape_control(why)
+        ))
+    };
+
+    let p = plan(&reset(ResetTarget::Oldest, false), &f);
+    assert_eq!(refusal(&p), RefusalKind::NoOplogAccess);
+    let reason = p.refusal.unwrap().reason;
+    assert!(named(&reason), "{reason}");
+
+    let p = plan(&rewind(RewindTarget::By(Duration::from_secs(60))), &f);
+    accepted(&p);
+    assert!(p.warnings.iter().any(|w| named(w)), "{:?}", p.warnings);
+
+    let mut at_oldest = live_lease();
+    at_oldest.resume_token = None;
+    let f = PlanFacts {
+        lease: Some(at_oldest),
+        ..f
+    };
+    let p = plan(&rewind(RewindTarget::By(Duration::from_secs(60))), &f);
+    let reason = p.refusal.unwrap().reason;
+    assert!(named(&reason), "{reason}");
+
+    // A takeover needs no window: planned as it would be with one.
+    let f = PlanFacts {
+        lease: Some(expired(live_lease())),
+        ..f
+    };
+    accepted(&plan(&takeover(None, None), &f));
 }
 
 // ------------------------------------------------------------------ reset

@@ -107,8 +107,10 @@ impl MongoStore {
         let (oplog, window) = match &deployment {
             Deployment::ReplicaSet { .. } => match self.oplog_window().await {
                 Ok(window) => (OplogAccess::Readable, Some(window)),
-                Err(e) if e.oplog_unreadable() => (OplogAccess::NotReadable(e.to_string()), None),
-                Err(e) => return Err(e),
+                Err(e) => match e.why_oplog_unreadable() {
+                    Some(why) => (OplogAccess::NotReadable(why), None),
+                    None => return Err(e),
+                },
             },
             Deployment::Sharded => {
                 shards = match self.shard_oplogs().await {
@@ -185,14 +187,8 @@ impl MongoStore {
             )
         })
         .await
-        .map_err(|e| e.into_store_hinted(action, OPLOG_HINT))?;
-        let entry = entry.ok_or_else(|| StoreError::Malformed {
-            what: "oplog".into(),
-            detail: format!(
-                "local.oplog.rs has no {which} entry: is this server a replica set member?"
-            ),
-        })?;
-        required_timestamp("oplog entry", &entry, "ts")
+        .map_err(|e| window_read_error(e.into_store_hinted(action, OPLOG_HINT)))?;
+        edge_time(entry.as_ref(), which).map_err(StoreError::OplogUnknown)
     }
 
     /// How many oplog entries (`op != "n"`) were written after `after`, counting at
@@ -453,6 +449,38 @@ impl ChangeFeed for MongoStore {
                 detail: "field operationTime: missing, and no $clusterTime either (is this a replica set?)".into(),
             }),
         }
+    }
+}
+
+/// The time of one end of the oplog window from what `find` returned for it, or why
+/// the window is unknown: the server showed no entry (an Atlas shared tier hides the
+/// oplog from its users; the driver says "no documents in result"), or one without a
+/// timestamp `ts`.
+fn edge_time(entry: Option<&Document>, which: &str) -> Result<ClusterTime, String> {
+    let entry = entry.ok_or_else(|| {
+        format!(
+            "local.oplog.rs shows this user no {which} entry (an Atlas shared tier hides its \
+             oplog; a server outside a replica set keeps none)"
+        )
+    })?;
+    required_timestamp("oplog entry", entry, "ts")
+        .map_err(|e| format!("local.oplog.rs's {which} entry cannot be read: {e}"))
+}
+
+/// A failed read of an oplog edge: where the server answered but not with an entry (a
+/// refusal other than a missing privilege, such as an Atlas shared tier's code 8000, or
+/// a reply this program cannot read), the window is unknown rather than the read
+/// failed; a missing privilege stays [`StoreError::NotPermitted`] (it names the role),
+/// and a connection that failed stays what it is.
+fn window_read_error(error: StoreError) -> StoreError {
+    match error {
+        StoreError::Command { .. } => {
+            StoreError::OplogUnknown(format!("the server refused the oplog read: {error}"))
+        }
+        StoreError::Malformed { .. } => StoreError::OplogUnknown(format!(
+            "the server's reply to the oplog read cannot be read: {error}"
+        )),
+        other => other,
     }
 }
 
@@ -824,6 +852,62 @@ mod member_tests {
             },
             "optimeDate": bson::DateTime::from_millis(i64::from(secs) * 1000),
         }
+    }
+
+    /// Each end of the window is its entry's `ts`; no entry, or one without a
+    /// timestamp, is the window unknown, with why.
+    #[test]
+    fn an_oplog_edge_is_its_entry_ts_or_why_the_window_is_unknown() {
+        let entry = doc! { "ts": Timestamp { time: 100, increment: 2 } };
+        assert_eq!(
+            edge_time(Some(&entry), "last"),
+            Ok(ClusterTime::new(100, 2))
+        );
+        let none = edge_time(None, "startable (op != \"n\")").unwrap_err();
+        assert!(
+            none.contains("shows this user no startable") && none.contains("Atlas shared tier"),
+            "{none}"
+        );
+        let wrong = edge_time(Some(&doc! { "ts": "yesterday" }), "last").unwrap_err();
+        assert!(
+            wrong.contains("last entry cannot be read") && wrong.contains("ts"),
+            "{wrong}"
+        );
+        let missing = edge_time(Some(&doc! {}), "last").unwrap_err();
+        assert!(missing.contains("missing"), "{missing}");
+    }
+
+    /// A server's refusal (other than a missing privilege) or an unreadable reply
+    /// leaves the window unknown; a missing privilege keeps naming its role, and a
+    /// failed connection stays a failure.
+    #[test]
+    fn an_oplog_read_the_server_answers_otherwise_leaves_the_window_unknown() {
+        let atlas = StoreError::Command {
+            code: 8000,
+            message: "user is not allowed to do action [find] on [local.oplog.rs]".into(),
+        };
+        assert!(
+            matches!(window_read_error(atlas), StoreError::OplogUnknown(why) if why.contains("8000"))
+        );
+        let garbled = StoreError::Malformed {
+            what: "server reply".into(),
+            detail: "missing field `cursor`".into(),
+        };
+        assert!(matches!(
+            window_read_error(garbled),
+            StoreError::OplogUnknown(why) if why.contains("cursor")
+        ));
+        let refused = StoreError::NotPermitted {
+            action: "read the oplog".into(),
+            detail: "not authorized".into(),
+            hint: OPLOG_HINT.into(),
+        };
+        assert!(matches!(
+            window_read_error(refused),
+            StoreError::NotPermitted { .. }
+        ));
+        let lost = StoreError::Network("reset".into());
+        assert!(matches!(window_read_error(lost), StoreError::Network(_)));
     }
 
     /// Shaped as MongoDB 6.0.5 answers while one member of three is down: the down

@@ -201,6 +201,7 @@ impl CappedFeed for SandboxStore {
     }
 
     async fn append_entry(&self, ns: &Namespace, entry: Document) -> StoreResult<ObjectId> {
+        self.write_fault(ns)?;
         SandboxStore::append(self, ns, entry)
     }
 

@@ -242,6 +242,7 @@ impl DocumentStore for SandboxStore {
     }
 
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
+        self.write_fault(ns)?;
         count(&self.inner.calls.documents);
         let id = document.get("_id").cloned().ok_or_else(|| {
             crate::store::StoreError::InvalidArgument(format!(
@@ -253,6 +254,7 @@ impl DocumentStore for SandboxStore {
     }
 
     async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
+        self.write_fault(ns)?;
         count(&self.inner.calls.documents);
         let now = self.inner.clock.now();
         let mut state = self.lock();
@@ -267,6 +269,7 @@ impl DocumentStore for SandboxStore {
     }
 
     async fn delete_where(&self, ns: &Namespace, field: &str, value: &Bson) -> StoreResult<u64> {
+        self.write_fault(ns)?;
         count(&self.inner.calls.documents);
         if let Some(refusal) = crate::store::documents::refuse_delete_where(field, value) {
             return Err(refusal);
@@ -297,6 +300,7 @@ impl DocumentStore for SandboxStore {
     }
 
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        self.write_fault(ns)?;
         count(&self.inner.calls.documents);
         if documents.iter().any(|d| !d.contains_key("_id")) {
             return Err(crate::store::StoreError::InvalidArgument(format!(

@@ -25,7 +25,7 @@ pub use history::{HistoryEntry, StartMark};
 pub use leases::SandboxLeaseWatch;
 
 use crate::model::{ClusterTime, Lease};
-use crate::store::{LeaseChange, StoreError, StoreResult};
+use crate::store::{LeaseChange, Namespace, StoreError, StoreResult};
 use state::State;
 
 #[derive(Debug, Clone)]
@@ -155,6 +155,9 @@ struct Inner {
     capped_end: LogEnd,
     lease_changes: broadcast::Sender<LeaseChange>,
     calls: CallCounts,
+    /// Writes into these collections fail with the error, until cleared
+    /// ([`SandboxStore::fail_writes_to`]).
+    write_faults: Mutex<std::collections::BTreeMap<Namespace, StoreError>>,
 }
 
 /// A handle to one embedded store; clones share it.
@@ -186,6 +189,7 @@ impl SandboxStore {
                 },
                 lease_changes,
                 calls: CallCounts::default(),
+                write_faults: Mutex::new(std::collections::BTreeMap::new()),
             }),
         }
     }
@@ -196,6 +200,31 @@ impl SandboxStore {
 
     pub fn calls(&self) -> &CallCounts {
         &self.inner.calls
+    }
+
+    /// Fault injection: from now on every application write into `ns` (`put`,
+    /// `delete_one`, `delete_where`, `replace_all`, `append_entry`) fails with `error`,
+    /// as writes do while a cluster has no primary; `None` lets them through again.
+    pub fn fail_writes_to(&self, ns: &Namespace, error: Option<StoreError>) {
+        let mut faults = self
+            .inner
+            .write_faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match error {
+            Some(error) => faults.insert(ns.clone(), error),
+            None => faults.remove(ns),
+        };
+    }
+
+    /// The injected fault for writes into `ns`, if any ([`SandboxStore::fail_writes_to`]).
+    pub(crate) fn write_fault(&self, ns: &Namespace) -> StoreResult<()> {
+        let faults = self
+            .inner
+            .write_faults
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        faults.get(ns).cloned().map_or(Ok(()), Err)
     }
 
     /// The recorded history so far (empty unless `record_history`).
