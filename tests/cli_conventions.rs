@@ -100,6 +100,31 @@ fn script_cluster(server: &WireServer, leases: impl Fn() -> Vec<Document> + Send
     });
 }
 
+/// Answers `$collStats` on the oplog with a full oplog (its figures readable), and every
+/// other aggregation (the counts a time to loss needs) with an error: no lease gets a
+/// time to loss, and the oplog is known to be full.
+fn script_full_oplog_without_counts(server: &WireServer) {
+    server.on("aggregate", |cmd| {
+        let collstats = cmd
+            .get_array("pipeline")
+            .ok()
+            .and_then(|p| p.first())
+            .and_then(|s| s.as_document())
+            .is_some_and(|s| s.contains_key("$collStats"));
+        if collstats {
+            Action::ok(doc! { "cursor": {
+                "firstBatch": [{ "ns": "local.oplog.rs", "storageStats": {
+                    "size": 1_048_000_i64, "count": 4_000_i64, "capped": true,
+                    "maxSize": 1_048_576_i64,
+                } }],
+                "id": 0_i64, "ns": "local.oplog.rs",
+            } })
+        } else {
+            Action::error(50, "MaxTimeMSExpired", "operation exceeded time limit")
+        }
+    });
+}
+
 // ---------------------------------------------------------------- completions, man, version, help
 
 #[test]
@@ -639,6 +664,21 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
         "ok: 1 leases, none AT RISK, LOST, INVALIDATED, FAILING, STUCK BULK or UNCLAIMED\n"
     );
 
+    // The same short headroom in an oplog not known to be full, with no time to loss:
+    // the risk is unknown, not AT RISK (issue 26).
+    let young = WireServer::start().await;
+    script_cluster(&young, || vec![lease("shop.at-risk", FIRST + 100)]);
+    let mut cmd = streamward();
+    cmd.args(["leases", "--check", "--uri", &young.uri()]);
+    let out = run(cmd).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let mut cmd = streamward();
+    cmd.args(["leases", "--output", "json", "--uri", &young.uri()]);
+    let out = run(cmd).await;
+    let listed: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(listed[0]["risk"], "unknown", "{listed}");
+    assert_ne!(listed[0]["status"], "AT RISK", "{listed}");
+
     let troubled = WireServer::start().await;
     script_cluster(&troubled, || {
         vec![
@@ -651,6 +691,9 @@ async fn leases_check_passes_quietly_and_fails_naming_each_lease_that_needs_atte
             unclaimed("shop.mailer"),
         ]
     });
+    // No time to loss can be counted, but the oplog is full: its share of the window
+    // says AT RISK (reference/statuses.md).
+    script_full_oplog_without_counts(&troubled);
     let mut cmd = streamward();
     cmd.args(["leases", "--check", "--uri", &troubled.uri()]);
     let out = run(cmd).await;

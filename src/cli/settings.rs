@@ -210,7 +210,10 @@ pub struct RebuildConfig {
 pub struct ThresholdsFile {
     /// Lag above this is BEHIND, e.g. "60s".
     pub behind_after: Option<String>,
-    /// Headroom below this share of the window is AT RISK, 0.0 to 1.0.
+    /// A lease whose time to loss may end sooner than this is AT RISK, e.g. "30m".
+    pub at_risk_within: Option<String>,
+    /// Without a time to loss and with the oplog full: headroom below this share of the
+    /// window is AT RISK, 0.0 to 1.0.
     pub at_risk_share: Option<f64>,
     /// A caught-up lease whose stream had no entry for this long is IDLE, e.g. "30s".
     pub quiet_after: Option<String>,
@@ -301,6 +304,12 @@ impl Settings {
             };
             if let Some(text) = &t.behind_after {
                 thresholds.behind_after = duration("behind_after", text)?;
+            }
+            if let Some(text) = &t.at_risk_within {
+                // Past a year the horizon says nothing a prediction can keep to.
+                thresholds.at_risk_within =
+                    limits::duration_at_most(text, Duration::from_secs(366 * 86_400))
+                        .map_err(|e| invalid(format!("thresholds.at_risk_within {text:?}: {e}")))?;
             }
             if let Some(text) = &t.quiet_after {
                 thresholds.quiet_after = duration("quiet_after", text)?;
@@ -547,7 +556,7 @@ mod tests {
         let file = dir.join("t.toml");
         std::fs::write(
             &file,
-            "[thresholds]\nbehind_after = \"5m\"\nat_risk_share = 0.5\n",
+            "[thresholds]\nbehind_after = \"5m\"\nat_risk_share = 0.5\nat_risk_within = \"2h\"\n",
         )
         .unwrap();
         let args = GlobalArgs {
@@ -557,6 +566,10 @@ mod tests {
         let settings = Settings::resolve(&args).unwrap();
         assert_eq!(settings.thresholds.behind_after, Duration::from_secs(300));
         assert_eq!(settings.thresholds.at_risk_share, 0.5);
+        assert_eq!(
+            settings.thresholds.at_risk_within,
+            Duration::from_secs(2 * 3600)
+        );
         assert_eq!(
             settings.thresholds.quiet_after,
             HealthThresholds::default().quiet_after

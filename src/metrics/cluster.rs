@@ -217,7 +217,7 @@ impl ClusterMetrics {
             fill_rate: gauge_vec(
                 r,
                 "streamward_oplog_fill_bytes_per_second",
-                "Bytes written to the oplog per second: the lowest (bound=low) and highest (bound=high) over the last 5 minutes of reads.",
+                "Bytes written to the oplog per second: the lowest (bound=low) and highest (bound=high) over the last 5 minutes of reads, widened to take in the window's average.",
                 &["bound"],
             )?,
             up: int_gauge(

@@ -14,7 +14,7 @@ use bson::oid::ObjectId;
 /// Why an oplog's figures do not allow a prediction yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotReady {
-    /// Its first read: a fill rate needs two.
+    /// Its first read, of a window under a second long: a fill rate needs two.
     Measuring,
     /// Two reads and still no fill rate: the server does not count the bytes written
     /// (WiredTiger's cursor statistics) and the oplog is over half full, so its growth
@@ -25,7 +25,10 @@ pub enum NotReady {
 impl std::fmt::Display for NotReady {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            NotReady::Measuring => "measuring the oplog's fill rate (two reads are needed)",
+            NotReady::Measuring => {
+                "measuring the oplog's fill rate (its window is under a second long: two reads \
+                 are needed)"
+            }
             NotReady::NoFillRate => {
                 "the oplog's fill rate cannot be measured: the server does not report the \
                  bytes written to it, and it is over half full"
@@ -242,7 +245,8 @@ impl LossTracker {
     }
 
     /// Whether one oplog (`shard` `None`: the replica set's) has what a prediction
-    /// needs from it: a fill rate, which takes two reads.
+    /// needs from it: a fill rate, which one read gives (the window's average) unless
+    /// the window is under a second long.
     pub fn ready_on(&self, shard: Option<&str>) -> Result<(), NotReady> {
         let oplog = self
             .oplogs
@@ -271,7 +275,7 @@ impl LossTracker {
     /// When `lease`'s resume point may leave one oplog (`shard` `None`: the replica
     /// set's), with `history` the bytes before it there (read after `stats`); `None` when
     /// it has no known time, or before the oplog's figures and its fill rate are known
-    /// (two reads): without them the earliest could only be "now", which says nothing
+    /// (one read of a window a second long or more): without them the earliest could only be "now", which says nothing
     /// about the lease and would page on it.
     pub fn predict_on(
         &self,
