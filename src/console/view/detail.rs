@@ -261,7 +261,7 @@ fn loss_lines<'a>(entry: &LeaseEntry, state: &ConsoleState, theme: &Theme) -> Ve
         {
             format!("unknown: {}", escape_control(unknown))
         } else {
-            "measuring (needs 2 reads)".to_string()
+            "measuring (reading the oplog's figures)".to_string()
         };
         return vec![Line::from(vec![
             Span::styled(format!("{:<12}", "loss in"), theme.muted),

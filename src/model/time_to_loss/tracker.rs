@@ -313,12 +313,18 @@ impl LossTracker {
             .progress
             .get(&lease.resource)
             .and_then(TrailingRate::rate);
-        // Within a moment of the newest entry: handling changes as they come, or
-        // handed over between two holders (the next one starts there). One that falls
-        // behind, or that nobody takes while the oplog is written, leaves that moment
-        // within seconds and is measured or taken as stalled from then on.
-        let at_the_head = window
-            .is_some_and(|w| w.last.secs.saturating_sub(resume_at.secs) <= KEEPING_UP_WITHIN_SECS);
+        // Within a moment of the newest entry, held or free for only a moment: handling
+        // changes as they come, or handed over between two holders (the next one starts
+        // there). One that falls behind, or that nobody takes, leaves that within
+        // seconds and is measured or taken as stalled from then on; one never held is
+        // stalled.
+        let moment = Duration::from_secs(u64::from(KEEPING_UP_WITHIN_SECS));
+        let held_or_handed_over = lease.live_holder(now).is_some()
+            || lease.unclaimed_for(now).is_some_and(|free| free <= moment);
+        let at_the_head = held_or_handed_over
+            && window.is_some_and(|w| {
+                w.last.secs.saturating_sub(resume_at.secs) <= KEEPING_UP_WITHIN_SECS
+            });
         let keeping_up = Rate::between(1.0, measured.map_or(1.0, |m| m.high.max(1.0)));
         let progress = match lease.live_holder(now) {
             _ if at_the_head => keeping_up,
@@ -477,13 +483,18 @@ mod tests {
         head.resource = "head".into();
         let mut handed_over = lease(None, -2, now);
         handed_over.resource = "handed-over".into();
+        handed_over.expires_at = Some(now - chrono::TimeDelta::seconds(1));
+        // At the head but never held: nobody moves it.
+        let mut never_held = lease(None, -1, now);
+        never_held.resource = "never-held".into();
+        never_held.expires_at = None;
         let mut quiet = lease(Some("me"), -60, now);
         quiet.resource = "quiet".into();
         let mut behind = lease(Some("me"), -60, now);
         behind.resource = "behind".into();
         let mut abandoned = lease(None, -60, now);
         abandoned.resource = "abandoned".into();
-        let leases = [head, handed_over, quiet, behind, abandoned];
+        let leases = [head, handed_over, quiet, behind, abandoned, never_held];
         tracker.record(
             now,
             Some(&window),
