@@ -137,3 +137,52 @@ async fn a_quiet_caught_up_lease_of_another_implementation_is_idle_and_steady() 
     })
     .await;
 }
+
+/// Lease documents are never deleted: with the lease collection dropped after an
+/// operator acted on a lease, `leases` warns and `leases --check` fails naming the lease
+/// VANISHED, with the version it had, instead of "no leases" and all well.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lease_collection_dropped_under_its_leases_is_flagged() {
+    live("status_vanished", |live| async move {
+        let leases = live
+            .store
+            .client()
+            .database(&live.db)
+            .collection::<Document>("leases");
+        leases
+            .insert_one(doc! {
+                "_id": RESOURCE,
+                "listenerId": "host-a",
+                "expiresAt": bson::DateTime::from_millis(
+                    bson::DateTime::now().timestamp_millis() + 300_000,
+                ),
+                "version": Bson::Int32(3),
+            })
+            .await
+            .unwrap();
+        let mut takeover = streamward(&live);
+        takeover.args(["takeover", RESOURCE, "--execute", "--reason", "test"]);
+        let (code, out, err) = run(takeover).await;
+        assert_eq!(code, 0, "{out}{err}");
+        leases.drop().await.unwrap();
+
+        let mut list = streamward(&live);
+        list.arg("leases");
+        let (code, _, err) = run(list).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            err.contains(&format!(
+                "{RESOURCE} was at version 4 (audit log) and has no lease document now"
+            )),
+            "{err}"
+        );
+        let mut check = streamward(&live);
+        check.args(["leases", "--check", "--output", "json"]);
+        let (code, out, _) = run(check).await;
+        assert_eq!(code, 6, "{out}");
+        let verdict: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(verdict["vanished"][0]["resource"], RESOURCE, "{verdict}");
+        assert_eq!(verdict["vanished"][0]["seenVersion"], 4, "{verdict}");
+    })
+    .await;
+}

@@ -18,14 +18,15 @@ use super::output::say;
 use super::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
-    capped_collection, ClusterTime, Deployment, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
-    LossTime, LossTracker, OplogAccess, OplogWindow, Pending, SourceWindows, TimeToLoss, Topology,
+    capped_collection, vanished_leases, ClusterTime, Deployment, HealthThresholds, Lease,
+    LeaseHealth, LeaseStatus, LossTime, LossTracker, OplogAccess, OplogWindow, Pending,
+    SourceWindows, TimeToLoss, Topology, VanishedLease,
 };
 use crate::ops::describe;
 use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
 use crate::store::{
-    read_capped_windows, read_time_to_loss, CappedReading, ChangeFeed, LeaseStore, LossReading,
-    MalformedDocument, StoreError,
+    read_capped_windows, read_time_to_loss, AuditLog, CappedReading, ChangeFeed, LeaseStore,
+    LossReading, MalformedDocument, StoreError,
 };
 
 #[derive(Debug, Args)]
@@ -91,6 +92,9 @@ pub(super) struct Snapshot {
     pub(super) capped: CappedReading,
     /// Each lease's time to loss, once predicted ([`Snapshot::predict_loss`]).
     pub(super) loss: LossReading,
+    /// Leases the audit log names that the collection no longer holds (or holds at a
+    /// lower version): dropped or deleted under their listeners.
+    pub(super) vanished: Vec<VanishedLease>,
     pub(super) now: DateTime<Utc>,
 }
 
@@ -115,6 +119,7 @@ impl Snapshot {
             .context("reading the server's clock")?;
         let capped = read_capped_windows(store, &listing.items).await;
         Ok(Snapshot {
+            vanished: Vec::new(),
             leases: listing.items,
             malformed: listing.malformed,
             window,
@@ -138,6 +143,26 @@ impl Snapshot {
         tracker: &mut LossTracker,
     ) -> LossReading {
         read_time_to_loss(store, tracker, self.now, &self.leases).await
+    }
+
+    /// Finds the leases the audit log names that are gone or went back (for a one-shot
+    /// listing and `--check`; `--watch` does not read the audit log at every tick).
+    async fn find_vanished(&mut self, store: &MongoStore) {
+        self.vanished = match store.audit_log(VANISHED_AUDIT_SCAN).await {
+            Ok(audit) => vanished_leases(&audit.items, &self.leases),
+            // Without the audit log nothing can be said of what was there before.
+            Err(error) => {
+                tracing::debug!(%error, "the audit log could not be read to find vanished leases");
+                Vec::new()
+            }
+        };
+    }
+
+    /// Said on stderr for each lease the audit log names that is gone or went back.
+    fn warn_vanished(&self) {
+        for gone in &self.vanished {
+            say(format_args!("warning: {}", vanished_sentence(gone)));
+        }
     }
 
     /// Said on stderr when the oplog cannot be read: what the cluster is and what
@@ -241,6 +266,25 @@ impl Snapshot {
     }
 }
 
+/// Audit records read for the leases they name: the newest, enough for every lease an
+/// operator acted on recently.
+const VANISHED_AUDIT_SCAN: usize = 1_000;
+
+/// What a vanished lease means and what to do, in one sentence.
+fn vanished_sentence(gone: &VanishedLease) -> String {
+    let what = match gone.found_version {
+        None => "has no lease document now".to_string(),
+        Some(found) => format!("is back at version {found}"),
+    };
+    let (resource, seen) = (escape_control(&gone.resource), gone.seen_version);
+    format!(
+        "{resource} was at version {seen} (audit log) and {what}: lease documents are never \
+         deleted, so the lease collection was dropped or the document deleted; its listeners \
+         stop rather than start over below that version. Create it again at a version above \
+         {seen}, restore its resume point (`leases import` of an export), then restart them"
+    )
+}
+
 /// The statuses `--check` fails on.
 const NEEDS_ATTENTION: [LeaseStatus; 6] = [
     LeaseStatus::AtRisk,
@@ -286,10 +330,12 @@ pub async fn leases(
         let mut tracker = LossTracker::default();
         snapshot.predict_loss(&store, &mut tracker).await;
     }
+    snapshot.find_vanished(&store).await;
     if args.check {
         return check(&snapshot, settings, out);
     }
     snapshot.note_window_unknown();
+    snapshot.warn_vanished();
     let thresholds = settings.thresholds;
     let all: Vec<&Lease> = snapshot.leases.iter().collect();
     match settings.output {
@@ -332,8 +378,15 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
                 .iter()
                 .map(|m| format!("{} MALFORMED", escape_control(&m.to_string()))),
         )
+        .chain(
+            snapshot
+                .vanished
+                .iter()
+                .map(|v| format!("{} VANISHED", escape_control(&v.resource))),
+        )
         .collect();
-    let total = snapshot.leases.len() + snapshot.malformed.len();
+    snapshot.warn_vanished();
+    let total = snapshot.leases.len() + snapshot.malformed.len() + snapshot.vanished.len();
     match settings.output {
         OutputFormat::Table if named.is_empty() => {
             if snapshot.window.is_some() {
@@ -351,6 +404,11 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
                 "ok": named.is_empty() && snapshot.window.is_some(),
                 "leases": total,
                 "problems": snapshot.json(&thresholds, &problems, true),
+                "vanished": snapshot.vanished.iter().map(|v| json!({
+                    "resource": v.resource,
+                    "seenVersion": v.seen_version,
+                    "foundVersion": v.found_version,
+                })).collect::<Vec<_>>(),
             });
             writeln!(out, "{}", serde_json::to_string_pretty(&document)?)?;
         }

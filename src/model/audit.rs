@@ -225,6 +225,55 @@ impl PendingVerdict {
     }
 }
 
+/// A lease the audit log names that the lease collection no longer holds: lease
+/// documents are never deleted by the protocol, so one missing (or back below the
+/// version an action left it at) means the collection was dropped or the document
+/// deleted, and its listeners stop rather than start over at version 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VanishedLease {
+    pub resource: String,
+    /// The highest version the audit log saw it at.
+    pub seen_version: i64,
+    /// Its version now, where a document of that name is back (created anew).
+    pub found_version: Option<i64>,
+}
+
+/// The leases `records` name at a version that `listed` (the lease collection now)
+/// does not hold: missing, or back at a lower version. Each once, by name.
+pub fn vanished_leases(records: &[AuditRecord], listed: &[Lease]) -> Vec<VanishedLease> {
+    let mut seen: std::collections::BTreeMap<&str, i64> = std::collections::BTreeMap::new();
+    for record in records.iter().filter(|r| r.concerns_lease()) {
+        // What the lease was and what the action left, never what it only meant to
+        // write (an action refused by the version check never wrote it).
+        let versions = [&record.before, &record.after]
+            .into_iter()
+            .flatten()
+            .map(|lease| lease.version);
+        for version in versions {
+            let highest = seen.entry(record.resource.as_str()).or_insert(version);
+            *highest = (*highest).max(version);
+        }
+    }
+    seen.into_iter()
+        .filter_map(|(resource, seen_version)| {
+            let found = listed.iter().find(|l| l.resource == resource);
+            match found {
+                None => Some(VanishedLease {
+                    resource: resource.to_string(),
+                    seen_version,
+                    found_version: None,
+                }),
+                Some(lease) if lease.version < seen_version => Some(VanishedLease {
+                    resource: resource.to_string(),
+                    seen_version,
+                    found_version: Some(lease.version),
+                }),
+                Some(_) => None,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::TimeZone;
@@ -264,6 +313,64 @@ mod tests {
     fn expiring(mut lease: Lease, secs: i64) -> Lease {
         lease.expires_at = Some(at(secs));
         lease
+    }
+
+    fn record_of(resource: &str, before: i64, after: Option<i64>) -> AuditRecord {
+        let at = |version: i64| {
+            let mut lease = Lease::vacant(resource);
+            lease.version = version;
+            lease
+        };
+        AuditRecord {
+            id: "a1".into(),
+            operator: "oncall".into(),
+            at: Utc::now(),
+            action: "rewind".into(),
+            resource: resource.into(),
+            state: AuditState::Applied,
+            before: Some(at(before)),
+            intended: after.map(at),
+            after: after.map(at),
+            steps: Vec::new(),
+            reason: None,
+            outcome: "applied".into(),
+            finished_at: None,
+        }
+    }
+
+    /// Lease documents are never deleted: one the audit log names that is missing, or
+    /// back below the version an action left it at, is named once with that version.
+    #[test]
+    fn a_lease_the_audit_log_names_that_is_gone_or_went_back_is_vanished() {
+        let records = [
+            record_of("shop.orders", 11, Some(12)),
+            record_of("shop.orders", 12, Some(13)),
+            record_of("pets", 4, Some(5)),
+            record_of("shop.mailer", 2, None),
+            record_of("kept", 7, Some(8)),
+        ];
+        let mut recreated = Lease::vacant("pets");
+        recreated.version = 0;
+        let mut kept = Lease::vacant("kept");
+        kept.version = 9;
+        let mut mailer = Lease::vacant("shop.mailer");
+        mailer.version = 2;
+        let vanished = vanished_leases(&records, &[recreated, kept, mailer]);
+        assert_eq!(
+            vanished,
+            vec![
+                VanishedLease {
+                    resource: "pets".into(),
+                    seen_version: 5,
+                    found_version: Some(0),
+                },
+                VanishedLease {
+                    resource: "shop.orders".into(),
+                    seen_version: 13,
+                    found_version: None,
+                },
+            ]
+        );
     }
 
     #[test]

@@ -19,7 +19,8 @@ mod time_to_loss;
 mod topology;
 
 pub use audit::{
-    AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict, FOLD_INCREMENTS_ACTION,
+    vanished_leases, AuditRecord, AuditState, AuditStep, PendingJudgment, PendingVerdict,
+    VanishedLease, FOLD_INCREMENTS_ACTION,
 };
 pub use balance::{fair_shares, BalancePlan, Capacity, Handover, Holding, LeaseHolding, Runner};
 pub use checkpoint::Checkpoint;
