@@ -31,7 +31,7 @@ pub use failure::{
 pub use health::{
     token_time_cell, unclaimed_explanation, HealthThresholds, LeaseHealth, LeaseStatus,
 };
-pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
+pub use lease::{Fence, Invalidation, Lease, LeaseProtocol, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use membership::{member_field, Announcement, Member, MemberListener, ProcessView};

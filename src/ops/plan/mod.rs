@@ -265,6 +265,7 @@ pub(super) fn change(
         kind: LockKind::Update,
         resume: ResumeChange::Keep,
         note: String::new(),
+        protocol: lease.protocol,
     }
 }
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::model::lease_field as F;
 use crate::model::{
     AuditRecord, AuditState, AuditStep, ChangeFailure, ClusterTime, FailureCause, Invalidation,
-    Lease, LockKind, ResumeToken, SourceKind, StreamProfile, WatchTarget,
+    Lease, LeaseProtocol, LockKind, ResumeToken, SourceKind, StreamProfile, WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -386,6 +386,9 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         failure: opt_document(what, document, F::FAILURE)?
             .map(|f| failure_from_document(what, f))
             .transpose()?,
+        protocol: LeaseProtocol::of_document(|name| {
+            document.get(name).is_some_and(|v| *v != Bson::Null)
+        }),
         resource,
     })
 }

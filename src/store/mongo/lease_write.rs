@@ -51,6 +51,7 @@ fn value(set: &FieldSet) -> Bson {
                 .map(|t| Bson::Document(t.as_document().clone()))
                 .unwrap_or(Bson::Null),
         ),
+        FieldSet::ResumeTokenRemoved | FieldSet::ResumeAtRemoved => "$$REMOVE".into(),
         FieldSet::TokenTime(Some(at)) => literal(super::codec::date(*at)),
         FieldSet::TokenTime(None) => "$$REMOVE".into(),
         FieldSet::ResumeAt(at) => {
@@ -91,13 +92,16 @@ fn expression(requirement: &Requirement) -> Bson {
     .into()
 }
 
+/// `version + 1` in the type it is stored in: `$add` of an int32 and an int32 stays
+/// int32 (an int64 once it would overflow), so a seed lease's int32 version stays
+/// int32, and streamward's int64 versions stay int64 (an insert starts at int64 0).
 fn next_version(may_insert: bool) -> Bson {
     let version = format!("${}", field::VERSION);
     if may_insert {
         // 0 on insert.
-        doc! { "$add": [{ "$ifNull": [version, -1_i64] }, 1_i64] }.into()
+        doc! { "$add": [{ "$ifNull": [version, -1_i64] }, 1_i32] }.into()
     } else {
-        doc! { "$add": [version, 1_i64] }.into()
+        doc! { "$add": [version, 1_i32] }.into()
     }
 }
 
@@ -220,6 +224,7 @@ mod tests {
             kind: LockKind::Bulk,
             resume,
             note: "hold".into(),
+            protocol: Default::default(),
         }
         .write()
     }

@@ -234,6 +234,16 @@ impl OperatorStore for SandboxStore {
         }))
     }
 
+    /// The high-water-mark token MongoDB would send for `at` (the sandbox's streams
+    /// resume after it as MongoDB's do: at `at`, inclusive).
+    async fn token_at(&self, at: ClusterTime) -> StoreResult<crate::model::ResumeToken> {
+        Ok(crate::model::ResumeToken::encode(
+            at,
+            crate::model::TokenKind::HighWaterMark,
+            0,
+        ))
+    }
+
     async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
         count(&self.inner.calls.audit_writes);
         let mut state = self.lock();
