@@ -960,6 +960,8 @@ fn takeover_plan() -> streamward::ops::Plan {
         thresholds: streamward::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     };
     streamward::ops::plan(
         &streamward::ops::ActionRequest::Takeover {
@@ -1094,6 +1096,8 @@ fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
         thresholds: streamward::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     }
 }
 

@@ -509,7 +509,6 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             expires_in: Duration::ZERO,
             kind: LockKind::Update,
             ..bulk
-            protocol: Default::default(),
         };
         assert!(matches!(
             apply_audited(&live.store, &give_back, None, &ctx)

@@ -467,7 +467,6 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         expires_in: Duration::ZERO,
         kind: LockKind::Update,
         ..bulk
-        protocol: Default::default(),
     };
     assert!(matches!(
         apply_audited(&store, &give_back, None, &ctx).await.unwrap(),

@@ -241,7 +241,6 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     let missing = OperatorChange {
         resource: "nothing".into(),
         ..rewind_to(0, None, ClusterTime::new(3, 0))
-        protocol: Default::default(),
     };
     assert!(matches!(
         apply_audited(store, &missing, None, &context("rewind"))

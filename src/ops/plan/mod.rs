@@ -7,6 +7,7 @@ mod guards;
 
 pub use guards::refuse_read_only;
 mod resume_moves;
+mod seed;
 mod skip;
 mod takeover;
 

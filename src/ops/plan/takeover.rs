@@ -42,6 +42,20 @@ pub(super) fn takeover(
                 "takeover takes either --to LISTENER or --hold DURATION, not both",
             ))
         }
+        _ if lease.protocol.is_seed() => {
+            let expires_in =
+                super::seed::takeover_lines(lease, to, hold, facts, &mut effect.lines, &mut warnings);
+            // A plain release does not stop a seed holder: it takes the lease back.
+            if to.is_none() && hold.is_none() {
+                effect.fences_out = None;
+            }
+            let holder = match (to, hold) {
+                (Some(listener), _) => Some(listener.to_string()),
+                (None, Some(_)) => Some(facts.operator.clone()),
+                (None, None) => None,
+            };
+            change(lease, holder, expires_in)
+        }
         (None, None) => {
             effect
                 .lines

@@ -758,6 +758,7 @@ mod tests {
                 first_at: at,
                 last_at: at + chrono::TimeDelta::seconds(9),
             }),
+            protocol: LeaseProtocol::Streamward,
         }
     }
 
