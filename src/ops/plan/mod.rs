@@ -281,3 +281,5 @@ mod capped_tests;
 mod skip_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod seed_tests;
