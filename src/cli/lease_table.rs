@@ -15,6 +15,8 @@ use crate::model::{
 pub struct LeaseRow {
     pub resource: String,
     pub kind: String,
+    /// `streamward`, or `seed` for a lease written by another implementation.
+    pub protocol: String,
     /// What the resource reads (`stream`, `capped`), `-` while no listener has said.
     pub source: String,
     pub holder: String,
@@ -40,6 +42,7 @@ impl LeaseRow {
         Self {
             resource: escape_control(&lease.resource),
             kind: lease.kind.to_string(),
+            protocol: lease.protocol.to_string(),
             source: source_cell(lease),
             holder: lease.live_holder(now).map_or_else(
                 || match &lease.holder {
@@ -74,10 +77,11 @@ impl LeaseRow {
         self
     }
 
-    fn cells(&self) -> [&str; 11] {
+    fn cells(&self) -> [&str; 12] {
         [
             &self.resource,
             &self.kind,
+            &self.protocol,
             &self.source,
             &self.holder,
             &self.version,
@@ -99,9 +103,10 @@ pub fn source_cell(lease: &Lease) -> String {
         .map_or_else(|| "-".to_string(), |s| s.to_string())
 }
 
-const LEASE_HEADERS: [&str; 11] = [
+const LEASE_HEADERS: [&str; 12] = [
     "RESOURCE",
     "KIND",
+    "PROTOCOL",
     "SOURCE",
     "HOLDER",
     "VERSION",
@@ -146,7 +151,7 @@ pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) 
 }
 
 pub fn render_leases(rows: &[LeaseRow]) -> String {
-    let cells: Vec<[String; 11]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
+    let cells: Vec<[String; 12]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
     render_columns(LEASE_HEADERS, &cells)
 }
 
@@ -273,12 +278,21 @@ mod tests {
         assert_eq!(row.status, "BEHIND");
         let table = render_leases(&[row]);
         assert!(
-            table.starts_with("RESOURCE     KIND    SOURCE  HOLDER"),
+            table.starts_with("RESOURCE     KIND    PROTOCOL    SOURCE  HOLDER"),
             "{table}"
         );
         assert!(
-            table.contains("shop.orders  update  -       host"),
+            table.contains("shop.orders  update  streamward  -       host"),
             "{table}"
+        );
+        let seed = Lease {
+            protocol: crate::model::LeaseProtocol::Seed,
+            ..lease
+        };
+        let row = LeaseRow::new(&seed, Some(&window), now, &HealthThresholds::default());
+        assert!(
+            render_leases(&[row]).contains("shop.orders  update  seed      -       host"),
+            "a lease written by another implementation says so"
         );
     }
 
@@ -356,7 +370,13 @@ mod tests {
             row,
             LeaseRow::new(&stream, None, now, &HealthThresholds::default()),
         ]);
-        assert!(table.contains("shop.events  update  capped"), "{table}");
-        assert!(table.contains("shop.events  update  stream"), "{table}");
+        assert!(
+            table.contains("shop.events  update  streamward  capped"),
+            "{table}"
+        );
+        assert!(
+            table.contains("shop.events  update  streamward  stream"),
+            "{table}"
+        );
     }
 }

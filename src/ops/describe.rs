@@ -254,6 +254,8 @@ pub fn lease_json(lease: &Lease) -> Value {
             "reason": i.reason,
         })),
         (F::FAILURE): lease.failure.as_ref().map(failure_json),
+        // "seed" for a lease written by another implementation (`LeaseProtocol`).
+        "protocol": lease.protocol.as_str(),
     })
 }
 

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::{StoreError, StoreResult};
 use crate::model::{
-    ChangeFailure, ClusterTime, FieldSet, Invalidation, Lease, LeaseProtocol, LeaseWrite, LockKind, Moment,
-    Requirement, ResumeToken, WatchTarget,
+    ChangeFailure, ClusterTime, FieldSet, Invalidation, Lease, LeaseProtocol, LeaseWrite, LockKind,
+    Moment, Requirement, ResumeToken, WatchTarget,
 };
 
 /// An acquire-or-refresh attempt (one `findAndModify`, upsert, majority).

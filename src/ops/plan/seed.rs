@@ -97,11 +97,7 @@ pub(super) fn restart_after_move(
              one would stop it for good)"
         ),
     });
-    if let Some((at, _)) = facts
-        .token_for_time
-        .as_ref()
-        .and_then(|t| t.as_ref().ok())
-    {
+    if let Some((at, _)) = facts.token_for_time.as_ref().and_then(|t| t.as_ref().ok()) {
         lines.push(format!(
             "{at} is written as the resume token a change stream started at {at} reports: \
              changes at or after {at} are replayed"

@@ -52,7 +52,10 @@ fn a_rewind_to_a_time_writes_the_token_for_that_time_and_never_null() {
     assert!(!plan.is_refused(), "{:?}", plan.refusal);
     let after = plan.after.as_ref().expect("after");
     assert_eq!(after.resume_token, Some(hwm));
-    assert_eq!(after.resume_at, None, "resumeAt is not written for a seed lease");
+    assert_eq!(
+        after.resume_at, None,
+        "resumeAt is not written for a seed lease"
+    );
     assert_eq!(after.protocol, LeaseProtocol::Seed, "still a seed lease");
     assert_eq!(after.version, 4);
     let written = names(&plan);
@@ -68,7 +71,11 @@ fn a_rewind_to_a_time_writes_the_token_for_that_time_and_never_null() {
             .all(|s| !matches!(s, FieldSet::ResumeToken(None) | FieldSet::ResumeAt(_))),
         "no null token, no resumeAt"
     );
-    assert!(text(&plan).contains("changes at or after"), "{}", text(&plan));
+    assert!(
+        text(&plan).contains("changes at or after"),
+        "{}",
+        text(&plan)
+    );
 }
 
 #[test]
@@ -117,7 +124,11 @@ fn a_held_seed_lease_is_held_by_the_operator_long_enough_for_the_refresh_to_fail
     // 4 min left: twice that (8 min) is more than the 5 min default.
     assert_eq!(change.expires_in, Duration::from_secs(480));
     assert!(text(&planned).contains("next refresh finds the lease held by another and fails"));
-    assert!(!text(&planned).contains("its next commit"), "{}", text(&planned));
+    assert!(
+        !text(&planned).contains("its next commit"),
+        "{}",
+        text(&planned)
+    );
     // `--hold` overrides.
     let asked = PlanFacts {
         restart_hold: Some(Duration::from_secs(5)),
@@ -139,7 +150,10 @@ fn a_held_seed_lease_is_held_by_the_operator_long_enough_for_the_refresh_to_fail
     free.holder = None;
     let released = plan(&request, &facts(Some(free)));
     let change = released.change.as_ref().expect("planned");
-    assert_eq!((change.holder.as_deref(), change.expires_in), (None, Duration::ZERO));
+    assert_eq!(
+        (change.holder.as_deref(), change.expires_in),
+        (None, Duration::ZERO)
+    );
 }
 
 #[test]
@@ -171,8 +185,14 @@ fn takeover_with_hold_or_to_keeps_it_long_enough_and_warns_on_a_short_hold() {
         &facts(Some(seed_lease())),
     );
     let said = text(&held);
-    assert!(said.contains("s1's next refresh") || said.contains("its next refresh"), "{said}");
-    assert!(said.contains("may be shorter than s1's refresh period"), "{said}");
+    assert!(
+        said.contains("s1's next refresh") || said.contains("its next refresh"),
+        "{said}"
+    );
+    assert!(
+        said.contains("may be shorter than s1's refresh period"),
+        "{said}"
+    );
     let after = held.after.as_ref().expect("after");
     assert_eq!(after.protocol, LeaseProtocol::Seed);
     assert_eq!(after.acquired_at, None);
@@ -197,8 +217,16 @@ fn a_rebuild_is_refused_on_a_seed_lease() {
         resource: "shop.orders".into(),
         description: "x".into(),
     });
-    let planned = plan(&ActionRequest::Rebuild { name: "orders".into() }, &f);
-    assert_eq!(planned.refusal.map(|r| r.kind), Some(RefusalKind::SeedLease));
+    let planned = plan(
+        &ActionRequest::Rebuild {
+            name: "orders".into(),
+        },
+        &f,
+    );
+    assert_eq!(
+        planned.refusal.map(|r| r.kind),
+        Some(RefusalKind::SeedLease)
+    );
 }
 
 #[test]
@@ -211,5 +239,8 @@ fn a_streamward_lease_is_planned_as_before() {
     );
     assert!(names(&planned).contains(&"kind"));
     let after = planned.after.expect("after");
-    assert_eq!((after.resume_token, after.resume_at), (None, Some(at(1800))));
+    assert_eq!(
+        (after.resume_token, after.resume_at),
+        (None, Some(at(1800)))
+    );
 }

@@ -43,8 +43,14 @@ pub(super) fn takeover(
             ))
         }
         _ if lease.protocol.is_seed() => {
-            let expires_in =
-                super::seed::takeover_lines(lease, to, hold, facts, &mut effect.lines, &mut warnings);
+            let expires_in = super::seed::takeover_lines(
+                lease,
+                to,
+                hold,
+                facts,
+                &mut effect.lines,
+                &mut warnings,
+            );
             // A plain release does not stop a seed holder: it takes the lease back.
             if to.is_none() && hold.is_none() {
                 effect.fences_out = None;

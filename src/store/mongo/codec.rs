@@ -862,6 +862,40 @@ mod tests {
     }
 
     #[test]
+    fn a_document_with_none_of_streamwards_own_fields_reads_as_a_seed_lease() {
+        let seed =
+            doc! {"_id": "r", "listenerId": "s1", "version": 3_i32, "resumeToken": {"_data": "82"}};
+        assert_eq!(
+            lease_from_document(&seed).unwrap().protocol,
+            LeaseProtocol::Seed
+        );
+        let mut after_action = seed.clone();
+        after_action.insert("note", "hold 5m by ann");
+        after_action.insert("kind", "update");
+        after_action.insert("acquiredAt", Bson::Null);
+        assert_eq!(
+            lease_from_document(&after_action).unwrap().protocol,
+            LeaseProtocol::Seed,
+            "note, kind and a null date do not make it streamward's"
+        );
+        assert_eq!(
+            lease_from_document(&lease_to_document(&full_lease()))
+                .unwrap()
+                .protocol,
+            LeaseProtocol::Streamward
+        );
+        let mut seed_lease = lease_from_document(&seed).unwrap();
+        seed_lease.holder = None;
+        assert_eq!(
+            lease_from_document(&lease_to_document(&seed_lease))
+                .unwrap()
+                .protocol,
+            LeaseProtocol::Seed,
+            "an audit record's copy of a seed lease reads back as one"
+        );
+    }
+
+    #[test]
     fn legacy_documents_read_with_defaults() {
         let lease =
             lease_from_document(&doc! {"_id": "r", "listenerId": null, "version": 3}).unwrap();
