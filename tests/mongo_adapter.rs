@@ -716,7 +716,7 @@ async fn an_operator_change_is_a_pending_record_then_the_swap_then_the_record_fi
                 "listenerId": { "$literal": "ops" },
                 "expiresAt": { "$add": ["$$NOW", 600_000_i64] },
                 "kind": "update",
-                "version": { "$add": ["$version", 1_i64] },
+                "version": { "$add": ["$version", 1_i32] },
                 "note": { "$literal": "hold" },
                 "acquiredAt": "$$NOW",
                 "renewedAt": "$$NOW",
