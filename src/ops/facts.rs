@@ -129,7 +129,7 @@ pub struct PlanFacts {
     pub token_for_time: Option<Result<(ClusterTime, crate::model::ResumeToken), String>>,
     /// The operator's `--hold` for a move of a seed lease's resume point: how long the
     /// operator holds the lease so its holder's refresh fails and it restarts its
-    /// stream (`None`: the default, docs/actions.md).
+    /// stream (`None`: the default, docs/runbook.md "Seed leases").
     pub restart_hold: Option<Duration>,
 }
 

@@ -6,7 +6,7 @@
 //! action that moves its resume point writes a real token (or removes the field), and
 //! holds the lease long enough for the holder's refresh to fail, which is what stops its
 //! stream; when the hold ends, the first listener to ask starts from the new token.
-//! docs/actions.md, "Seed leases", says the same for operators.
+//! docs/runbook.md, "Seed leases", says the same for operators.
 
 use std::time::Duration;
 
