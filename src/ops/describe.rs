@@ -12,7 +12,7 @@ use super::refusal::RefusalKind;
 use super::resume::Direction;
 use crate::model::lease_field as F;
 use crate::model::text::{clip, clock_and_relative, escape_control, pad_to, CELL_MAX_CHARS};
-use crate::model::{AuditRecord, ClusterTime, Lease, PendingJudgment};
+use crate::model::{AuditRecord, ClusterTime, Lease, LeaseProtocol, PendingJudgment};
 use crate::store::ResumeChange;
 
 /// One lease field before and after.
@@ -110,8 +110,10 @@ pub fn failure_json(failure: &crate::model::ChangeFailure) -> Value {
 }
 
 /// Every field of the lease document, before and after, in the order the protocol
-/// (docs/protocol.md) lists them.
+/// (docs/protocol.md) lists them; of a seed lease that stays one, without the
+/// streamward fields it does not have (`kind` and the dates only streamward writes).
 pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<FieldRow> {
+    let seed = before.protocol.is_seed() && after.protocol.is_seed();
     fields(before, now)
         .into_iter()
         .zip(fields(after, now))
@@ -120,6 +122,11 @@ pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<Fiel
             changed: before != after,
             before,
             after,
+        })
+        .filter(|row| {
+            !(seed
+                && !row.changed
+                && (row.field == F::KIND || LeaseProtocol::OWN_FIELDS.contains(&row.field)))
         })
         .collect()
 }

@@ -104,13 +104,24 @@ pub(super) fn restart_after_move(
         ));
     }
     match &lease.holder {
+        // An operator's own hold: no listener has a stream open on it.
+        Some(holder) if *holder == facts.operator => {
+            let hold = restart_hold(lease, facts.now, facts.restart_hold);
+            lines.push(format!(
+                "{} holds it again for {} ({}): no listener holds it now; when the hold                  ends the first listener to ask starts from the new resume point",
+                escape_control(holder),
+                short_duration(hold),
+                hold_reason(facts)
+            ));
+            (Some(facts.operator.clone()), hold)
+        }
         Some(holder) => {
             let hold = restart_hold(lease, facts.now, facts.restart_hold);
             lines.push(hold_line(
                 &escape_control(holder),
                 hold,
                 facts,
-                "starts after the new resume point",
+                "starts from the new resume point",
             ));
             (Some(facts.operator.clone()), hold)
         }
@@ -153,7 +164,12 @@ pub(super) fn takeover_lines(
     warnings: &mut Vec<String>,
 ) -> Duration {
     let resource = escape_control(&lease.resource);
-    let holder = lease.holder.as_deref().map(escape_control);
+    // An operator's own hold is no listener: nobody has a stream open on it.
+    let holder = lease
+        .holder
+        .as_deref()
+        .filter(|h| *h != facts.operator)
+        .map(escape_control);
     let default_hold = restart_hold(lease, facts.now, None);
     lines.push(format!(
         "{resource} is a seed lease (written by another implementation): its listener is not \

@@ -154,6 +154,38 @@ fn a_held_seed_lease_is_held_by_the_operator_long_enough_for_the_refresh_to_fail
         (change.holder.as_deref(), change.expires_in),
         (None, Duration::ZERO)
     );
+    // Held by the operator (an earlier hold): held again, with no listener to stop.
+    let mut held = seed_lease();
+    held.holder = Some("ann@host".into());
+    let again = plan(&request, &facts(Some(held)));
+    assert_eq!(
+        again.change.as_ref().and_then(|c| c.holder.as_deref()),
+        Some("ann@host")
+    );
+    assert!(
+        text(&again).contains("no listener holds it now"),
+        "{}",
+        text(&again)
+    );
+}
+
+#[test]
+fn the_plan_table_of_a_seed_lease_leaves_out_the_fields_it_does_not_have() {
+    let planned = plan(
+        &request_rewind(RewindTarget::Token(token(2000))),
+        &facts(Some(seed_lease())),
+    );
+    let (before, after) = (planned.before.as_ref(), planned.after.as_ref());
+    let rows = crate::ops::describe::lease_diff(
+        before.expect("before"),
+        after.expect("after"),
+        wall(3600),
+    );
+    let shown: Vec<&str> = rows.iter().map(|r| r.field).collect();
+    for absent in ["kind", "acquiredAt", "renewedAt", "committedAt"] {
+        assert!(!shown.contains(&absent), "{absent} in {shown:?}");
+    }
+    assert!(shown.contains(&"resumeToken") && shown.contains(&"listenerId"));
 }
 
 #[test]
@@ -171,6 +203,10 @@ fn a_plain_takeover_says_the_seed_holder_takes_it_back_and_offers_hold() {
     assert!(said.contains("--hold 8m"), "{said}");
     assert!(!said.contains("fences out"), "{said}");
     assert_eq!(planned.effect.fences_out, None);
+    assert!(planned
+        .confirmation
+        .as_deref()
+        .is_some_and(|c| c.contains("takes it back")));
     assert!(!names(&planned).contains(&"kind"));
 }
 
