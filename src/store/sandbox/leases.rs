@@ -234,11 +234,12 @@ impl OperatorStore for SandboxStore {
         }))
     }
 
-    /// The high-water-mark token MongoDB would send for `at` (the sandbox's streams
-    /// resume after it as MongoDB's do: at `at`, inclusive).
+    /// A high-water-mark token just before `at`: the sandbox's streams resume after a
+    /// token's time (exclusive, as after its own post-batch tokens), so a stream resumed
+    /// after this one starts at `at`, inclusive, as MongoDB's does after its token.
     async fn token_at(&self, at: ClusterTime) -> StoreResult<crate::model::ResumeToken> {
         Ok(crate::model::ResumeToken::encode(
-            at,
+            ClusterTime::from_u64(at.as_u64().saturating_sub(1)),
             crate::model::TokenKind::HighWaterMark,
             0,
         ))
