@@ -216,6 +216,10 @@ mod tests {
     }
 
     fn operator(holder: Option<&str>, resume: ResumeChange) -> LeaseWrite {
+        operator_change(holder, resume).write()
+    }
+
+    fn operator_change(holder: Option<&str>, resume: ResumeChange) -> OperatorChange {
         OperatorChange {
             resource: "shop.orders".into(),
             expected_version: 4,
@@ -226,7 +230,6 @@ mod tests {
             note: "hold".into(),
             protocol: Default::default(),
         }
-        .write()
     }
 
     /// Every lease write the program makes, as MongoDB receives it: one table, pinned.
@@ -297,6 +300,21 @@ mod tests {
                 "operator: name a holder, set resume point",
                 operator(Some("ops"), set_resume),
             ),
+            (
+                "operator on a seed lease: hold, token removed (never null)",
+                OperatorChange {
+                    kind: LockKind::Update,
+                    protocol: crate::model::LeaseProtocol::Seed,
+                    ..operator_change(
+                        Some("ops"),
+                        ResumeChange::Set {
+                            token: None,
+                            at: None,
+                        },
+                    )
+                }
+                .write(),
+            ),
         ];
         let mut table = String::new();
         for (name, write) in &filtered {
@@ -322,6 +340,23 @@ mod tests {
             );
         }
         insta::assert_snapshot!(table);
+    }
+
+    #[test]
+    fn the_version_bump_adds_an_int32_one_so_the_stored_type_is_kept() {
+        let (_, pipeline) =
+            render_filtered(&operator(None, ResumeChange::Keep)).unwrap_or_default();
+        let bump = pipeline
+            .first()
+            .and_then(|stage| stage.get_document("$set").ok())
+            .and_then(|set| set.get_document("version").ok())
+            .and_then(|version| version.get_array("$add").ok())
+            .and_then(|add| add.get(1).cloned());
+        assert_eq!(
+            bump,
+            Some(Bson::Int32(1)),
+            "int32 + int32 stays int32 on the server; int64 + int32 stays int64"
+        );
     }
 
     #[test]
