@@ -272,8 +272,18 @@ fn refusal_kind(kind: RefusalKind) -> String {
 
 pub fn plan_json(plan: &Plan) -> Value {
     let change = plan.change.as_ref().map(|c| {
+        let seed = c.protocol.is_seed();
         let resume = match &c.resume {
             ResumeChange::Keep => Value::String("keep".into()),
+            // A seed lease's token is removed, not nulled, and its resumeAt removed.
+            ResumeChange::Set { token: None, .. } if seed => json!({
+                (F::RESUME_TOKEN): "removed",
+                (F::RESUME_AT): "removed",
+            }),
+            ResumeChange::Set { token, .. } if seed => json!({
+                (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
+                (F::RESUME_AT): "removed",
+            }),
             ResumeChange::Set { token, at } => json!({
                 (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
                 (F::RESUME_AT): time_json(*at),
@@ -283,7 +293,9 @@ pub fn plan_json(plan: &Plan) -> Value {
             "filter": { (F::RESOURCE): c.resource, (F::VERSION): c.expected_version },
             (F::HOLDER): c.holder,
             "expiresInSecs": c.expires_in.as_secs_f64(),
-            (F::KIND): c.kind.as_str(),
+            // A seed lease's kind is not written.
+            (F::KIND): (!seed).then(|| c.kind.as_str()),
+            "protocol": c.protocol.as_str(),
             (F::VERSION): c.expected_version + 1,
             "resume": resume,
             (F::NOTE): c.note,

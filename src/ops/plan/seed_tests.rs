@@ -111,6 +111,14 @@ fn reset_to_oldest_removes_the_token() {
     let after = plan.after.as_ref().expect("after");
     assert_eq!(after.resume_point(), ResumePoint::Oldest);
     assert!(text(&plan).contains("resumeToken is removed"));
+    let json = crate::ops::describe::plan_json(&plan);
+    assert_eq!(json["change"]["resume"]["resumeToken"], "removed", "{json}");
+    assert_eq!(
+        json["change"]["kind"],
+        serde_json::Value::Null,
+        "not written"
+    );
+    assert_eq!(json["after"]["protocol"], "seed");
 }
 
 #[test]
