@@ -59,6 +59,9 @@ fn held_lease() -> Document {
         "resumeToken": { "_data": TOKEN },
         "kind": "update",
         "resumeAt": null,
+        // What every streamward holder writes when it acquires: without it the lease
+        // would read as one written by another implementation (protocol.md §15).
+        "renewedAt": bson::DateTime::from_millis(0x63E5_B9E0_i64 * 1000),
     }
 }
 
@@ -84,7 +87,7 @@ async fn leases_prints_the_table_with_decoded_token_times() {
         .find(|l| l.starts_with("shop.orders"))
         .expect("a row for the lease");
     assert_eq!(
-        row.split_whitespace().nth(4),
+        row.split_whitespace().nth(5),
         Some("12"),
         "version column: {out}"
     );

@@ -40,6 +40,7 @@ fn demo_plain_shows_leases_moving_between_listeners() {
     for column in [
         "RESOURCE",
         "KIND",
+        "PROTOCOL",
         "SOURCE",
         "HOLDER",
         "VERSION",
@@ -60,11 +61,16 @@ fn demo_plain_shows_leases_moving_between_listeners() {
         .find(|l| l.starts_with("shop.events "))
         .unwrap_or_else(|| panic!("a row for shop.events: {last}"));
     let cells: Vec<&str> = events.split_whitespace().collect();
-    assert_eq!(cells.get(2), Some(&"capped"), "{events}");
+    assert_eq!(cells.get(3), Some(&"capped"), "{events}");
+    assert_eq!(
+        cells.get(2),
+        Some(&"streamward"),
+        "the demo's own leases: {events}"
+    );
     assert!(
         last.lines()
             .filter(|l| l.starts_with("shop.orders ") || l.starts_with("pet-aggregates "))
-            .all(|l| l.split_whitespace().nth(2) == Some("stream")),
+            .all(|l| l.split_whitespace().nth(3) == Some("stream")),
         "{last}"
     );
     // Leases rotate every 2 s, and a process that rotated waits a refresh interval
@@ -95,7 +101,7 @@ fn demo_plain_shows_leases_moving_between_listeners() {
         })
         .any(|l| {
             l.split_whitespace()
-                .nth(4)
+                .nth(5)
                 .and_then(|v| v.parse::<i64>().ok())
                 .is_some_and(|v| v >= 1)
         });

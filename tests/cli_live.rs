@@ -377,6 +377,7 @@ async fn abort_bulk_gives_a_stuck_bulk_lease_back_to_the_listeners() {
                 kind: LockKind::Bulk,
                 resume: ResumeChange::Keep,
                 note: "rebuild by rebuild@gone".into(),
+                protocol: Default::default(),
             })
             .await
             .unwrap();
@@ -778,6 +779,7 @@ async fn leases_check_and_watch_follow_the_real_cluster() {
                 kind: LockKind::Bulk,
                 resume: ResumeChange::Keep,
                 note: "rebuild by rebuild@gone".into(),
+                protocol: Default::default(),
             })
             .await
             .unwrap();

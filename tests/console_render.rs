@@ -546,6 +546,37 @@ fn detail_of_an_invalidated_lease_says_what_happened_and_how_to_recover() {
     });
 }
 
+/// A lease written by another implementation says so in its detail; streamward's own
+/// leases show no protocol line.
+#[test]
+fn detail_of_a_seed_lease_says_it_was_written_by_another_implementation() {
+    let mut state = state(Mode::Demo);
+    let seeded: Vec<Lease> = leases()
+        .into_iter()
+        .map(|lease| match lease.resource.as_str() {
+            "shop.invoices" => Lease {
+                protocol: streamward::model::LeaseProtocol::Seed,
+                ..lease
+            },
+            _ => lease,
+        })
+        .collect();
+    state.apply(DataEvent::LeaseSnapshot(seeded.into()), now());
+    state.execute_command_line("filter shop.invoices");
+    press(&mut state, KeyCode::Enter);
+    press(&mut state, KeyCode::Enter);
+    let text = screen(&mut state, 120, 40);
+    assert!(
+        text.contains("protocol    seed: written by another implementation"),
+        "{text}"
+    );
+    let mut own = self::state(Mode::Demo);
+    own.execute_command_line("filter shop.invoices");
+    press(&mut own, KeyCode::Enter);
+    press(&mut own, KeyCode::Enter);
+    assert!(!screen(&mut own, 120, 40).contains("protocol    seed"));
+}
+
 #[test]
 fn detail_of_an_unclaimed_lease_says_no_listener_is_running() {
     snapshot_both_sizes("detail_unclaimed", |state| {
@@ -964,6 +995,8 @@ fn takeover_plan() -> streamward::ops::Plan {
         thresholds: streamward::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     };
     streamward::ops::plan(
         &streamward::ops::ActionRequest::Takeover {
@@ -1099,6 +1132,8 @@ fn orders_facts(lease: Lease) -> streamward::ops::PlanFacts {
         thresholds: streamward::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     }
 }
 

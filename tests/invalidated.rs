@@ -96,6 +96,7 @@ async fn reset_to_now(store: &SandboxStore) {
             at: Some(window.last),
         },
         note: "reset to now by op@test".into(),
+        protocol: Default::default(),
     };
     let ctx = AuditContext {
         operator: "op@test".into(),

@@ -670,6 +670,7 @@ async fn an_operator_change_is_a_pending_record_then_the_swap_then_the_record_fi
             at: Some(ClusterTime::new(1_700_000_000, 1)),
         },
         note: "hold".into(),
+        protocol: Default::default(),
     };
     let audit = AuditContext {
         operator: "ann@host".into(),
@@ -715,7 +716,7 @@ async fn an_operator_change_is_a_pending_record_then_the_swap_then_the_record_fi
                 "listenerId": { "$literal": "ops" },
                 "expiresAt": { "$add": ["$$NOW", 600_000_i64] },
                 "kind": "update",
-                "version": { "$add": ["$version", 1_i64] },
+                "version": { "$add": ["$version", 1_i32] },
                 "note": { "$literal": "hold" },
                 "acquiredAt": "$$NOW",
                 "renewedAt": "$$NOW",
@@ -829,6 +830,7 @@ async fn an_operator_change_on_a_moved_version_changes_no_lease_and_is_recorded_
         kind: LockKind::Update,
         resume: ResumeChange::Keep,
         note: "takeover".into(),
+        protocol: Default::default(),
     };
     let audit = AuditContext {
         operator: "ann".into(),
@@ -877,6 +879,7 @@ fn takeover_to(holder: &str) -> (OperatorChange, AuditContext) {
             kind: LockKind::Update,
             resume: ResumeChange::Keep,
             note: "takeover".into(),
+            protocol: Default::default(),
         },
         AuditContext {
             operator: "ann".into(),

@@ -442,6 +442,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
             kind: LockKind::Bulk,
             resume: ResumeChange::Keep,
             note: "rebuild".into(),
+            protocol: Default::default(),
         };
         let ctx = AuditContext {
             operator: "op@test".into(),

@@ -261,7 +261,7 @@ async fn takeover_executes_a_pending_record_one_version_cas_then_the_finalizatio
                 "listenerId": null,
                 "expiresAt": { "$add": ["$$NOW", 0_i64] },
                 "kind": "update",
-                "version": { "$add": ["$version", 1_i64] },
+                "version": { "$add": ["$version", 1_i32] },
                 "note": { "$literal": "takeover by ann" },
             } }],
             "new": false,

@@ -356,6 +356,7 @@ async fn history_lost_waits_for_an_operator_without_restarting_from_now() {
             at: None,
         },
         note: "reset to oldest".into(),
+        protocol: Default::default(),
     };
     let ctx = AuditContext {
         operator: "op@test".into(),
@@ -430,6 +431,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         kind: LockKind::Bulk,
         resume: ResumeChange::Keep,
         note: "rebuild".into(),
+        protocol: Default::default(),
     };
     let ctx = AuditContext {
         operator: "op@test".into(),

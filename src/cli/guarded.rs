@@ -37,6 +37,17 @@ pub struct ActionOptions {
     pub reason: Option<String>,
 }
 
+/// `--hold` of an action that moves a resume point.
+#[derive(Debug, Args)]
+pub struct RestartHoldArg {
+    /// On a seed lease (written by another implementation): hold it as the operator
+    /// this long, so its holder's refresh fails and it restarts its stream from the new
+    /// point (default: the larger of 5m and twice what its lease has left). Ignored on
+    /// streamward's leases, whose holder is fenced out at once.
+    #[arg(long = "hold", value_name = "DURATION", value_parser = parse_hold)]
+    pub hold: Option<Duration>,
+}
+
 #[derive(Debug, Args)]
 pub struct TakeoverArgs {
     /// The lease (resource) to take over.
@@ -80,6 +91,8 @@ pub struct RewindArgs {
     #[arg(long, value_name = "N|ID")]
     pub to_checkpoint: Option<ops::CheckpointRef>,
     #[command(flatten)]
+    pub restart: RestartHoldArg,
+    #[command(flatten)]
     pub options: ActionOptions,
     #[command(flatten)]
     pub common: ActingArgs,
@@ -96,6 +109,8 @@ pub struct ResetArgs {
     /// Accept that --to now skips changes the listener has not processed.
     #[arg(long)]
     pub accept_skip: bool,
+    #[command(flatten)]
+    pub restart: RestartHoldArg,
     #[command(flatten)]
     pub options: ActionOptions,
     #[command(flatten)]
@@ -158,6 +173,8 @@ pub struct AbortBulkArgs {
 pub struct UndoArgs {
     /// The audit record whose prior resume point to restore (streamward audit lists them).
     pub audit_id: String,
+    #[command(flatten)]
+    pub restart: RestartHoldArg,
     #[command(flatten)]
     pub options: ActionOptions,
     #[command(flatten)]
@@ -664,22 +681,20 @@ fn refused_early(
 }
 
 /// Runs one action against `--uri`.
+///
+/// `restart_hold`: the `--hold` of a rewind, reset or undo (seed leases only).
 pub async fn action(
     settings: &Settings,
     request: ActionRequest,
     options: &ActionOptions,
+    restart_hold: Option<Duration>,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     refused_early(settings, &request, out)?;
     let store = super::cluster::connect(settings).await?;
-    run_action(
-        &store,
-        request,
-        &ActionSettings::from(settings),
-        options,
-        out,
-    )
-    .await
+    let mut action_settings = ActionSettings::from(settings);
+    action_settings.gather.restart_hold = restart_hold;
+    run_action(&store, request, &action_settings, options, out).await
 }
 
 pub async fn rebuild(
@@ -808,6 +823,8 @@ mod tests {
                             thresholds: options.thresholds,
                             profile: Default::default(),
                             skipped_entry: None,
+                            token_for_time: None,
+                            restart_hold: None,
                         };
                         all.push((facts, defined));
                     }

@@ -29,6 +29,8 @@ fn lag_cell(health: &LeaseHealth) -> String {
 pub struct LeaseRow {
     pub resource: String,
     pub kind: String,
+    /// `streamward`, or `seed` for a lease written by another implementation.
+    pub protocol: String,
     /// What the resource reads (`stream`, `capped`), `-` while no listener has said.
     pub source: String,
     pub holder: String,
@@ -55,6 +57,7 @@ impl LeaseRow {
         Self {
             resource: escape_control(&lease.resource),
             kind: lease.kind.to_string(),
+            protocol: lease.protocol.to_string(),
             source: source_cell(lease),
             holder: lease.live_holder(now).map_or_else(
                 || match &lease.holder {
@@ -93,10 +96,11 @@ impl LeaseRow {
         self
     }
 
-    fn cells(&self) -> [&str; 11] {
+    fn cells(&self) -> [&str; 12] {
         [
             &self.resource,
             &self.kind,
+            &self.protocol,
             &self.source,
             &self.holder,
             &self.version,
@@ -118,9 +122,10 @@ pub fn source_cell(lease: &Lease) -> String {
         .map_or_else(|| "-".to_string(), |s| s.to_string())
 }
 
-const LEASE_HEADERS: [&str; 11] = [
+const LEASE_HEADERS: [&str; 12] = [
     "RESOURCE",
     "KIND",
+    "PROTOCOL",
     "SOURCE",
     "HOLDER",
     "VERSION",
@@ -165,7 +170,7 @@ pub fn render_columns<const N: usize>(headers: [&str; N], rows: &[[String; N]]) 
 }
 
 pub fn render_leases(rows: &[LeaseRow]) -> String {
-    let cells: Vec<[String; 11]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
+    let cells: Vec<[String; 12]> = rows.iter().map(|r| r.cells().map(str::to_string)).collect();
     render_columns(LEASE_HEADERS, &cells)
 }
 
@@ -299,12 +304,27 @@ mod tests {
         assert_eq!(row.status, "BEHIND");
         let table = render_leases(&[row]);
         assert!(
-            table.starts_with("RESOURCE     KIND    SOURCE  HOLDER"),
+            table.starts_with("RESOURCE     KIND    PROTOCOL    SOURCE  HOLDER"),
             "{table}"
         );
         assert!(
-            table.contains("shop.orders  update  -       host"),
+            table.contains("shop.orders  update  streamward  -       host"),
             "{table}"
+        );
+        let seed = Lease {
+            protocol: crate::model::LeaseProtocol::Seed,
+            ..lease
+        };
+        let row = LeaseRow::new(
+            &seed,
+            Some(&window),
+            now,
+            &HealthThresholds::default(),
+            &HealthEvidence::default(),
+        );
+        assert!(
+            render_leases(&[row]).contains("shop.orders  update  seed      -       host"),
+            "a lease written by another implementation says so"
         );
     }
 
@@ -406,7 +426,13 @@ mod tests {
                 &HealthEvidence::default(),
             ),
         ]);
-        assert!(table.contains("shop.events  update  capped"), "{table}");
-        assert!(table.contains("shop.events  update  stream"), "{table}");
+        assert!(
+            table.contains("shop.events  update  streamward  capped"),
+            "{table}"
+        );
+        assert!(
+            table.contains("shop.events  update  streamward  stream"),
+            "{table}"
+        );
     }
 }

@@ -286,25 +286,31 @@ async fn dispatch(
         Command::Processes(_) => processes::list(settings, out).await,
         Command::Exporter(args) => exporter::run(&args, settings).await,
         Command::Takeover(args) => {
-            guarded::action(settings, args.request(), &args.options, out).await
+            guarded::action(settings, args.request(), &args.options, None, out).await
         }
         Command::Rewind(args) => {
-            guarded::action(settings, args.request()?, &args.options, out).await
+            let request = args.request()?;
+            guarded::action(settings, request, &args.options, args.restart.hold, out).await
         }
-        Command::Reset(args) => guarded::action(settings, args.request(), &args.options, out).await,
+        Command::Reset(args) => {
+            let request = args.request();
+            guarded::action(settings, request, &args.options, args.restart.hold, out).await
+        }
         Command::Rebuild(args) => guarded::rebuild(settings, &args, out).await,
-        Command::Skip(args) => guarded::action(settings, args.request(), &args.options, out).await,
+        Command::Skip(args) => {
+            guarded::action(settings, args.request(), &args.options, None, out).await
+        }
         Command::AbortBulk(args) => {
             let request = crate::ops::ActionRequest::AbortBulk {
                 resource: args.resource.clone(),
             };
-            guarded::action(settings, request, &args.options, out).await
+            guarded::action(settings, request, &args.options, None, out).await
         }
         Command::Undo(args) => {
             let request = crate::ops::ActionRequest::Undo {
                 audit_id: args.audit_id.clone(),
             };
-            guarded::action(settings, request, &args.options, out).await
+            guarded::action(settings, request, &args.options, args.restart.hold, out).await
         }
         Command::Audit(args) => guarded::audit(settings, &args, out).await,
         Command::Checkpoints(args) => checkpoints::list(settings, &args, out).await,

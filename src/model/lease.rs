@@ -46,6 +46,66 @@ impl FromStr for LockKind {
     }
 }
 
+/// Which implementation of the lease algorithm writes a lease: streamward, or another
+/// implementation of the seed algorithm whose first fields streamward keeps (`_id`,
+/// `listenerId`, `expiresAt`, `version`, `resumeToken`). docs/protocol.md, "Leases
+/// written by other implementations", says how such a listener behaves and what
+/// streamward's actions do about it.
+///
+/// **The rule, in one place:** a lease is [`LeaseProtocol::Seed`] when it holds a value
+/// (present, not null) in none of [`LeaseProtocol::OWN_FIELDS`]: the fields every
+/// streamward holder writes when it acquires (`acquiredAt`, `renewedAt`), commits
+/// (`committedAt`) or says what it watches (`watch`). `kind` is not among them: a
+/// missing one reads as `update`, and streamward's actions before this rule wrote it
+/// onto seed leases, where the seed listener ignores it. Streamward's own actions on
+/// a seed lease write none of these fields ([`crate::store::OperatorChange::write`]),
+/// so it stays seed; a streamward listener that takes it writes them, and from then on
+/// it is streamward's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LeaseProtocol {
+    #[default]
+    Streamward,
+    Seed,
+}
+
+impl LeaseProtocol {
+    /// The fields only streamward writes: a lease with a value in none is a seed lease.
+    pub const OWN_FIELDS: [&'static str; 4] = [
+        super::lease_field::ACQUIRED_AT,
+        super::lease_field::RENEWED_AT,
+        super::lease_field::COMMITTED_AT,
+        super::lease_field::WATCH,
+    ];
+
+    /// The protocol of a stored document, from whether it holds a value (not null) in
+    /// the field named.
+    pub fn of_document(has_value: impl Fn(&str) -> bool) -> Self {
+        if Self::OWN_FIELDS.iter().any(|name| has_value(name)) {
+            LeaseProtocol::Streamward
+        } else {
+            LeaseProtocol::Seed
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LeaseProtocol::Streamward => "streamward",
+            LeaseProtocol::Seed => "seed",
+        }
+    }
+
+    pub fn is_seed(self) -> bool {
+        self == LeaseProtocol::Seed
+    }
+}
+
+impl fmt::Display for LeaseProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Where a listener resumes: the committed token wins, else the operator's start time.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResumePoint {
@@ -154,6 +214,8 @@ pub struct Lease {
     pub invalidated: Option<Invalidation>,
     /// The change its listeners keep failing on, until a commit passes it.
     pub failure: Option<ChangeFailure>,
+    /// Who writes it: derived from the stored fields ([`LeaseProtocol`]'s rule).
+    pub protocol: LeaseProtocol,
 }
 
 impl Lease {
@@ -174,6 +236,15 @@ impl Lease {
             note: None,
             invalidated: None,
             failure: None,
+            protocol: LeaseProtocol::Streamward,
+        }
+    }
+
+    /// A lease as a seed-protocol listener inserts it: the seed fields only.
+    pub fn seed(resource: impl Into<String>) -> Self {
+        Self {
+            protocol: LeaseProtocol::Seed,
+            ..Self::vacant(resource)
         }
     }
 
@@ -268,6 +339,24 @@ mod tests {
         lease.expires_at = Some(now + TimeDelta::seconds(1));
         assert_eq!(lease.live_holder(now), Some("a"));
         assert!(!lease.is_expired(now));
+    }
+
+    #[test]
+    fn a_lease_is_seed_until_one_of_streamwards_own_fields_has_a_value() {
+        let seed_fields = ["_id", "listenerId", "expiresAt", "version", "resumeToken"];
+        let with = |present: &[&str]| {
+            let present = present.to_vec();
+            LeaseProtocol::of_document(move |name| present.contains(&name))
+        };
+        assert_eq!(with(&seed_fields), LeaseProtocol::Seed);
+        assert_eq!(
+            with(&["_id", "kind", "note", "resumeAt", "version"]),
+            LeaseProtocol::Seed,
+            "kind, note and resumeAt do not make a lease streamward's"
+        );
+        for own in LeaseProtocol::OWN_FIELDS {
+            assert_eq!(with(&["_id", own]), LeaseProtocol::Streamward, "{own}");
+        }
     }
 
     #[test]

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::{ChangeFailure, ClusterTime, Invalidation, Lease, LockKind, ResumeToken, WatchTarget};
+use super::{
+    ChangeFailure, ClusterTime, Invalidation, Lease, LeaseProtocol, LockKind, ResumeToken,
+    WatchTarget,
+};
 
 /// The lease document's field names, spelled once for every store, codec and view of
 /// the raw document.
@@ -61,6 +64,11 @@ pub enum FieldSet {
     RenewedAt(Moment),
     CommittedAt(Moment),
     ResumeToken(Option<ResumeToken>),
+    /// Removes `resumeToken`: on a seed lease, where a missing token means "start at
+    /// the oldest oplog entry" and a null one stops the seed listener for good.
+    ResumeTokenRemoved,
+    /// Removes `resumeAt`: a seed lease's start point is its token alone.
+    ResumeAtRemoved,
     /// The time recorded for the resume token (see [`FieldSet::resume_token`]); `None`
     /// removes the field.
     TokenTime(Option<DateTime<Utc>>),
@@ -83,7 +91,8 @@ impl FieldSet {
             FieldSet::AcquiredAt(_) => field::ACQUIRED_AT,
             FieldSet::RenewedAt(_) => field::RENEWED_AT,
             FieldSet::CommittedAt(_) => field::COMMITTED_AT,
-            FieldSet::ResumeToken(_) => field::RESUME_TOKEN,
+            FieldSet::ResumeToken(_) | FieldSet::ResumeTokenRemoved => field::RESUME_TOKEN,
+            FieldSet::ResumeAtRemoved => field::RESUME_AT,
             FieldSet::TokenTime(_) => field::TOKEN_TIME,
             FieldSet::ResumeAt(_) => field::RESUME_AT,
             FieldSet::Watch(_) => field::WATCH,
@@ -110,6 +119,11 @@ impl FieldSet {
     }
 
     fn apply(&self, lease: &mut Lease, now: DateTime<Utc>) {
+        // Writing one of streamward's own fields makes the lease streamward's: the
+        // same rule the codec applies to a stored document.
+        if LeaseProtocol::OWN_FIELDS.contains(&self.name()) {
+            lease.protocol = LeaseProtocol::Streamward;
+        }
         match self {
             FieldSet::Holder(holder) => lease.holder = holder.clone(),
             FieldSet::Kind(kind) => lease.kind = *kind,
@@ -118,6 +132,8 @@ impl FieldSet {
             FieldSet::RenewedAt(at) => lease.renewed_at = Some(at.at(now)),
             FieldSet::CommittedAt(at) => lease.committed_at = Some(at.at(now)),
             FieldSet::ResumeToken(token) => lease.resume_token = token.clone(),
+            FieldSet::ResumeTokenRemoved => lease.resume_token = None,
+            FieldSet::ResumeAtRemoved => lease.resume_at = None,
             // The model keeps the time with its token; without a token there is none.
             FieldSet::TokenTime(at) => {
                 if let Some(token) = lease.resume_token.take() {

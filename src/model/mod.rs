@@ -33,7 +33,7 @@ pub use health::{
     token_time_cell, unclaimed_explanation, HealthEvidence, HealthThresholds, LeaseHealth,
     LeaseStatus, Pending, PendingTarget, Risk,
 };
-pub use lease::{Fence, Invalidation, Lease, LockKind, ResumePoint, WatchTarget};
+pub use lease::{Fence, Invalidation, Lease, LeaseProtocol, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;
 pub use lease_write::{FieldSet, LeaseWrite, Moment, Requirement};
 pub use membership::{member_field, Announcement, Member, MemberListener, ProcessView};

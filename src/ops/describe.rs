@@ -12,7 +12,7 @@ use super::refusal::RefusalKind;
 use super::resume::Direction;
 use crate::model::lease_field as F;
 use crate::model::text::{clip, clock_and_relative, escape_control, pad_to, CELL_MAX_CHARS};
-use crate::model::{AuditRecord, ClusterTime, Lease, PendingJudgment};
+use crate::model::{AuditRecord, ClusterTime, Lease, LeaseProtocol, PendingJudgment};
 use crate::store::ResumeChange;
 
 /// One lease field before and after.
@@ -110,8 +110,10 @@ pub fn failure_json(failure: &crate::model::ChangeFailure) -> Value {
 }
 
 /// Every field of the lease document, before and after, in the order the protocol
-/// (docs/protocol.md) lists them.
+/// (docs/protocol.md) lists them; of a seed lease that stays one, without the
+/// streamward fields it does not have (`kind` and the dates only streamward writes).
 pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<FieldRow> {
+    let seed = before.protocol.is_seed() && after.protocol.is_seed();
     fields(before, now)
         .into_iter()
         .zip(fields(after, now))
@@ -120,6 +122,11 @@ pub fn lease_diff(before: &Lease, after: &Lease, now: DateTime<Utc>) -> Vec<Fiel
             changed: before != after,
             before,
             after,
+        })
+        .filter(|row| {
+            !(seed
+                && !row.changed
+                && (row.field == F::KIND || LeaseProtocol::OWN_FIELDS.contains(&row.field)))
         })
         .collect()
 }
@@ -254,6 +261,8 @@ pub fn lease_json(lease: &Lease) -> Value {
             "reason": i.reason,
         })),
         (F::FAILURE): lease.failure.as_ref().map(failure_json),
+        // "seed" for a lease written by another implementation (`LeaseProtocol`).
+        "protocol": lease.protocol.as_str(),
     })
 }
 
@@ -263,8 +272,18 @@ fn refusal_kind(kind: RefusalKind) -> String {
 
 pub fn plan_json(plan: &Plan) -> Value {
     let change = plan.change.as_ref().map(|c| {
+        let seed = c.protocol.is_seed();
         let resume = match &c.resume {
             ResumeChange::Keep => Value::String("keep".into()),
+            // A seed lease's token is removed, not nulled, and its resumeAt removed.
+            ResumeChange::Set { token: None, .. } if seed => json!({
+                (F::RESUME_TOKEN): "removed",
+                (F::RESUME_AT): "removed",
+            }),
+            ResumeChange::Set { token, .. } if seed => json!({
+                (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
+                (F::RESUME_AT): "removed",
+            }),
             ResumeChange::Set { token, at } => json!({
                 (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
                 (F::RESUME_AT): time_json(*at),
@@ -274,7 +293,9 @@ pub fn plan_json(plan: &Plan) -> Value {
             "filter": { (F::RESOURCE): c.resource, (F::VERSION): c.expected_version },
             (F::HOLDER): c.holder,
             "expiresInSecs": c.expires_in.as_secs_f64(),
-            (F::KIND): c.kind.as_str(),
+            // A seed lease's kind is not written.
+            (F::KIND): (!seed).then(|| c.kind.as_str()),
+            "protocol": c.protocol.as_str(),
             (F::VERSION): c.expected_version + 1,
             "resume": resume,
             (F::NOTE): c.note,

@@ -126,6 +126,14 @@ pub struct PlanFacts {
     /// For a skip: what was read of the change it steps over (`None`: nothing, as for
     /// every other action).
     pub skipped_entry: Option<SkippedEntry>,
+    /// For a move of a seed lease's resume point to a time: the resume token that
+    /// stands for that time ([`crate::store::OperatorStore::token_at`]), or why it
+    /// could not be had. `None`: not asked.
+    pub token_for_time: Option<Result<(ClusterTime, crate::model::ResumeToken), String>>,
+    /// The operator's `--hold` for a move of a seed lease's resume point: how long the
+    /// operator holds the lease so its holder's refresh fails and it restarts its
+    /// stream (`None`: the default, docs/runbook.md "Seed leases").
+    pub restart_hold: Option<Duration>,
 }
 
 impl PlanFacts {
@@ -175,6 +183,8 @@ pub struct GatherOptions {
     pub handover_lease: Duration,
     pub bulk_lease: Duration,
     pub thresholds: HealthThresholds,
+    /// `--hold` of a rewind, reset or undo: [`PlanFacts::restart_hold`].
+    pub restart_hold: Option<Duration>,
 }
 
 impl GatherOptions {
@@ -191,6 +201,7 @@ impl GatherOptions {
             handover_lease: Self::DEFAULT_HANDOVER_LEASE,
             bulk_lease: Self::DEFAULT_BULK_LEASE,
             thresholds: HealthThresholds::default(),
+            restart_hold: None,
         }
     }
 }

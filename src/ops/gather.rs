@@ -1,7 +1,7 @@
 //! Reading what planning needs from a store: the only I/O before execute.
 
 use super::facts::{CappedHistory, ChangeCount, GatherOptions, PlanFacts, SkippedEntry};
-use super::target::{affected_range, skipped_token};
+use super::target::{affected_range, resume_target, skipped_token};
 use super::transaction::{self, TransactionMiss};
 use super::{ActionRequest, OpsError, RewindTarget};
 use crate::model::SourceKind;
@@ -77,6 +77,8 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         thresholds: options.thresholds,
         profile: store.profile(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: options.restart_hold,
     };
     if let (
         ActionRequest::Rewind {
@@ -94,6 +96,19 @@ pub async fn gather<S: OperatorStore + AuditLog>(
     if let (Some((to_token, whole)), Some(lease)) = (request.skip_target(), &facts.lease) {
         if let Ok(token) = skipped_token(lease, to_token) {
             facts.skipped_entry = Some(skipped(store, lease, &token, whole, &facts).await);
+        }
+    }
+    // A seed listener reads only `resumeToken`: a move to a time is written as the
+    // token that stands for it.
+    if let Some(lease) = facts.lease.as_ref().filter(|l| l.protocol.is_seed()) {
+        if let Ok(Some((None, Some(at)))) = resume_target(request, lease, &facts) {
+            facts.token_for_time = Some(
+                store
+                    .token_at(at)
+                    .await
+                    .map(|token| (at, token))
+                    .map_err(|e| e.to_string()),
+            );
         }
     }
     // Not counted on an oplog whose window could not be read: one that shows no entry

@@ -233,6 +233,7 @@ where
             at: Some(t0),
         },
         note: format!("rebuilt {name} by {}: replay from {t0}", plan.operator),
+        protocol: Default::default(),
     };
     step(
         store,

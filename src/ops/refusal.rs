@@ -52,6 +52,9 @@ pub enum RefusalKind {
     /// `skip --whole-transaction` whose transaction cannot be told: an oplog entry of it
     /// is gone, or the change stream and the oplog disagree.
     TransactionUnknown,
+    /// The lease is written by another implementation of the lease algorithm (a seed
+    /// lease) and the action could not leave its listener working there.
+    SeedLease,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -298,6 +298,12 @@ pub(crate) fn resume_target(
         }
         ActionRequest::Undo { .. } => {
             let before = facts.audit.as_ref().and_then(|r| r.before.as_ref());
+            // A seed lease without a token resumed at the oldest entry: a point too.
+            if before.is_some_and(|b| {
+                lease.protocol.is_seed() && b.resume_token.is_none() && b.resume_at.is_none()
+            }) {
+                return Ok(Some((None, None)));
+            }
             let Some(before) = before.filter(|b| b.resume_token.is_some() || b.resume_at.is_some())
             else {
                 return Err(Refusal::new(

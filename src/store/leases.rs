@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 
 use super::{StoreError, StoreResult};
 use crate::model::{
-    ChangeFailure, ClusterTime, FieldSet, Invalidation, Lease, LeaseWrite, LockKind, Moment,
-    Requirement, ResumeToken, WatchTarget,
+    ChangeFailure, ClusterTime, FieldSet, Invalidation, Lease, LeaseProtocol, LeaseWrite, LockKind,
+    Moment, Requirement, ResumeToken, WatchTarget,
 };
 
 /// An acquire-or-refresh attempt (one `findAndModify`, upsert, majority).
@@ -143,25 +143,49 @@ pub struct OperatorChange {
     pub kind: LockKind,
     pub resume: ResumeChange,
     pub note: String,
+    /// The lease's protocol as planned: on a seed lease the write keeps to the seed
+    /// fields (see [`Self::write`]).
+    pub protocol: LeaseProtocol,
 }
 
 impl OperatorChange {
     /// The compare-and-swap as a lease write: applies only at `expected_version`.
+    ///
+    /// On a [`LeaseProtocol::Seed`] lease it writes only what a seed listener reads
+    /// right (`listenerId`, `expiresAt`, `version` in its stored type, `resumeToken`)
+    /// and `note`: no `kind`, `acquiredAt`, `renewedAt` (they would make it read as
+    /// streamward's), no `resumeAt` (removed), and never a null `resumeToken`: no
+    /// token removes the field, which the seed listener reads as "the oldest entry".
     pub fn write(&self) -> LeaseWrite {
+        let seed = self.protocol.is_seed();
         let mut sets = vec![
             FieldSet::Holder(self.holder.clone()),
             FieldSet::ExpiresAt(Moment::NowPlus(self.expires_in)),
-            FieldSet::Kind(self.kind),
-            FieldSet::Note(self.note.clone()),
         ];
+        if !seed {
+            sets.push(FieldSet::Kind(self.kind));
+        }
+        sets.push(FieldSet::Note(self.note.clone()));
         // Naming a holder is an acquire for that holder.
-        if self.holder.is_some() {
+        if self.holder.is_some() && !seed {
             sets.push(FieldSet::AcquiredAt(Moment::Now));
             sets.push(FieldSet::RenewedAt(Moment::Now));
         }
         if let ResumeChange::Set { token, at } = &self.resume {
-            sets.extend(FieldSet::resume_token(token.as_ref()));
-            sets.push(FieldSet::ResumeAt(*at));
+            match (seed, token) {
+                (false, _) => {
+                    sets.extend(FieldSet::resume_token(token.as_ref()));
+                    sets.push(FieldSet::ResumeAt(*at));
+                }
+                (true, Some(token)) => {
+                    sets.extend(FieldSet::resume_token(Some(token)));
+                    sets.push(FieldSet::ResumeAtRemoved);
+                }
+                (true, None) => {
+                    sets.push(FieldSet::ResumeTokenRemoved);
+                    sets.push(FieldSet::ResumeAtRemoved);
+                }
+            }
             sets.push(FieldSet::Invalidated(None));
             sets.push(FieldSet::Failure(None));
         }
@@ -357,6 +381,15 @@ pub trait OperatorStore:
         &self,
         at: ClusterTime,
     ) -> impl Future<Output = StoreResult<Option<bson::Document>>> + Send;
+
+    /// A resume token that stands for cluster time `at`: a stream resumed after it
+    /// delivers every change at or after `at`, as a stream started at `at` would. For
+    /// a lease whose listener reads only a token (a seed lease, docs/protocol.md
+    /// "Leases written by other implementations"), a move to a time is written as it.
+    /// On MongoDB: the post-batch resume token of a deployment-wide change stream
+    /// opened at `at` with an empty first batch (a high-water-mark token, which names
+    /// no collection, so any stream may resume after it).
+    fn token_at(&self, at: ClusterTime) -> impl Future<Output = StoreResult<ResumeToken>> + Send;
 
     /// Keeps a change an operator stepped over (`streamward skip`), majority, by its
     /// audit record's id and the change's token (`skip --whole-transaction` keeps each

@@ -271,6 +271,7 @@ pub async fn a_bulk_lease_is_never_taken_by_an_update_listener<H: Harness>(h: &H
         kind: LockKind::Update,
         resume: ResumeChange::Keep,
         note: "abort-bulk".into(),
+        protocol: Default::default(),
     };
     let audit = AuditContext {
         operator: "tester".into(),
@@ -388,6 +389,7 @@ pub async fn the_version_moves_only_with_the_holder<H: Harness>(h: &H) {
                     kind: LockKind::Update,
                     resume: ResumeChange::Keep,
                     note: "takeover --to".into(),
+                    protocol: Default::default(),
                 };
                 assert!(matches!(
                     store.operator_swap(&change).await.unwrap(),
@@ -627,6 +629,7 @@ pub async fn a_failure_is_recorded_by_the_holder_and_removed_past_its_change<H: 
             at: None,
         },
         note: "skip".into(),
+        protocol: Default::default(),
     };
     assert!(matches!(
         store.operator_swap(&change).await.unwrap(),
@@ -680,6 +683,7 @@ pub async fn expiry_is_computed_on_the_server_clock<H: Harness>(h: &H) {
         kind: LockKind::Update,
         resume: ResumeChange::Keep,
         note: "takeover --hold".into(),
+        protocol: Default::default(),
     };
     let before = server_now(store).await;
     store.operator_swap(&change).await.unwrap();

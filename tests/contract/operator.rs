@@ -48,6 +48,7 @@ fn rewind_to(expected_version: i64, holder: Option<&str>, at: ClusterTime) -> Op
             at: Some(at),
         },
         note: "rewind".into(),
+        protocol: Default::default(),
     }
 }
 
@@ -161,6 +162,7 @@ pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
         kind: LockKind::Bulk,
         resume: ResumeChange::Keep,
         note: "rebuild".into(),
+        protocol: Default::default(),
     };
     let SwapOutcome::Applied {
         before,

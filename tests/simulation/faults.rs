@@ -865,6 +865,11 @@ impl OperatorStore for FaultyStore {
             .await
     }
 
+    async fn token_at(&self, at: ClusterTime) -> StoreResult<streamward::model::ResumeToken> {
+        self.plain("token_at", Kind::Read, self.inner.token_at(at))
+            .await
+    }
+
     async fn keep_skipped(&self, skipped: &streamward::store::SkippedChange) -> StoreResult<()> {
         self.plain(
             "keep_skipped",

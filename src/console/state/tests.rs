@@ -391,6 +391,8 @@ fn facts_for(lease: &Lease) -> crate::ops::PlanFacts {
         thresholds: crate::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     }
 }
 

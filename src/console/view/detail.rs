@@ -89,6 +89,17 @@ fn document_lines<'a>(
         field("kind", lease.kind.to_string(), theme),
         first_token_line,
     ];
+    // Only a seed lease says so: every other lease is streamward's own.
+    if lease.protocol.is_seed() {
+        lines.insert(
+            lines.len() - 1,
+            field(
+                "protocol",
+                "seed: written by another implementation (docs/protocol.md)".to_string(),
+                theme,
+            ),
+        );
+    }
     lines.extend(token);
     lines.extend([
         field(

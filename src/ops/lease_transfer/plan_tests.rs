@@ -59,6 +59,8 @@ fn facts(lease: Option<Lease>) -> PlanFacts {
         profile: Default::default(),
         skipped_entry: None,
         window_unknown: None,
+        token_for_time: None,
+        restart_hold: None,
         capped: None,
     }
 }

@@ -9,7 +9,25 @@ use crate::ops::facts::PlanFacts;
 use crate::ops::refusal::{Refusal, RefusalKind};
 use crate::ops::resume::describe_point;
 
+/// A seed listener knows no `kind`: it would take a bulk lease like any expired one.
+fn refuse_seed(lease: &Lease, what: &str) -> Result<(), Refusal> {
+    if lease.protocol.is_seed() {
+        return Err(Refusal::new(
+            RefusalKind::SeedLease,
+            format!(
+                "{} is a seed lease (written by another implementation), whose listeners know                  no bulk lock and would take it back during the run: {what}",
+                crate::model::text::escape_control(&lease.resource)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub(super) fn rebuild(lease: &Lease, name: &str, facts: &PlanFacts) -> Result<Decision, Refusal> {
+    refuse_seed(
+        lease,
+        "stop them first, or rebuild under a lease streamward's listeners hold",
+    )?;
     if facts.profile == StreamProfile::CosmosDb {
         return Err(Refusal::new(
             RefusalKind::NotOnThisDeployment,

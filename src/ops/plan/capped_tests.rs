@@ -74,6 +74,8 @@ fn facts(lease: Lease) -> PlanFacts {
         thresholds: HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     }
 }
 

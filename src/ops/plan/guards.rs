@@ -152,7 +152,9 @@ pub(super) fn fence_effect(
     effect: &mut PlanEffect,
 ) -> Option<String> {
     let live = lease.live_holder(now).map(str::to_string);
-    if let Some(holder) = &live {
+    // A seed listener is not fenced by the version: what stops it (or not) is said
+    // by the seed rules (`seed`).
+    if let (Some(holder), false) = (&live, lease.protocol.is_seed()) {
         effect.lines.push(format!(
             "fences out {holder}: its next commit (and any lease-fenced write) is rejected and it stops"
         ));

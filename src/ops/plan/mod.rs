@@ -7,6 +7,7 @@ mod guards;
 
 pub use guards::refuse_read_only;
 mod resume_moves;
+mod seed;
 mod skip;
 mod takeover;
 
@@ -265,6 +266,7 @@ pub(super) fn change(
         kind: LockKind::Update,
         resume: ResumeChange::Keep,
         note: String::new(),
+        protocol: lease.protocol,
     }
 }
 
@@ -275,6 +277,8 @@ pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>)
 
 #[cfg(test)]
 mod capped_tests;
+#[cfg(test)]
+mod seed_tests;
 #[cfg(test)]
 mod skip_tests;
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::guards::{
     fence_effect, holder_warning, refuse_bulk, refuse_unaccepted_skip, UNCOUNTED_SKIP,
 };
-use super::{change, Decision, PlanEffect};
+use super::{change, seed, Decision, PlanEffect};
 use crate::model::text::{escape_control, group_digits, short_duration};
 use crate::model::{AuditRecord, AuditState, Invalidation, Lease, PendingVerdict, ResumePoint};
 use crate::model::{ClusterTime, OplogWindow};
@@ -137,11 +137,15 @@ pub(super) fn move_resume(
     note: String,
 ) -> Result<(Decision, Option<ResumeMove>), Refusal> {
     refuse_bulk(lease, request.kind())?;
-    let Some((token, at)) = resume_target(request, lease, facts)? else {
+    let Some(target) = resume_target(request, lease, facts)? else {
         return Err(Refusal::new(
             RefusalKind::ConflictingOptions,
             format!("{} does not move a resume point", request.kind()),
         ));
+    };
+    let (token, at) = match lease.protocol.is_seed() {
+        true => seed::seed_resume(target, facts)?,
+        false => target,
     };
     let mut effect = PlanEffect::default();
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
@@ -221,7 +225,11 @@ pub(super) fn move_resume(
         closed_stream_notes(invalidated, &new_point, facts, &mut effect, &mut warnings);
     }
     effect.resume = moved.clone();
-    let mut c = change(lease, None, Duration::ZERO);
+    let (holder, expires_in) = match lease.protocol.is_seed() {
+        true => seed::restart_after_move(lease, &(token.clone(), at), facts, &mut effect.lines),
+        false => (None, Duration::ZERO),
+    };
+    let mut c = change(lease, holder, expires_in);
     c.resume = ResumeChange::Set { token, at };
     c.note = note;
     Ok((

@@ -19,7 +19,7 @@ pub(super) fn takeover(
     refuse_bulk(lease, ActionKind::Takeover)?;
     let mut effect = PlanEffect::default();
     let mut warnings: Vec<String> = holder_warning(lease, facts.now).into_iter().collect();
-    let confirmation = fence_effect(lease, facts.now, &mut effect);
+    let mut confirmation = fence_effect(lease, facts.now, &mut effect);
     // Releasing or holding a lease nobody takes changes nothing for its processing;
     // handing it to a named listener is the one takeover that can help.
     let unclaimed = facts.thresholds.unclaimed_for(lease, facts.now);
@@ -41,6 +41,32 @@ pub(super) fn takeover(
                 RefusalKind::ConflictingOptions,
                 "takeover takes either --to LISTENER or --hold DURATION, not both",
             ))
+        }
+        _ if lease.protocol.is_seed() => {
+            let expires_in = super::seed::takeover_lines(
+                lease,
+                to,
+                hold,
+                facts,
+                &mut effect.lines,
+                &mut warnings,
+            );
+            // A plain release does not stop a seed holder: it takes the lease back.
+            if to.is_none() && hold.is_none() {
+                effect.fences_out = None;
+                confirmation = lease.live_holder(facts.now).map(|h| {
+                    format!(
+                        "releases the lease of the live holder {} (it takes it back)",
+                        escape_control(h)
+                    )
+                });
+            }
+            let holder = match (to, hold) {
+                (Some(listener), _) => Some(listener.to_string()),
+                (None, Some(_)) => Some(facts.operator.clone()),
+                (None, None) => None,
+            };
+            change(lease, holder, expires_in)
         }
         (None, None) => {
             effect

@@ -76,6 +76,8 @@ pub(super) fn facts(lease: Option<Lease>) -> PlanFacts {
         thresholds: crate::model::HealthThresholds::default(),
         profile: Default::default(),
         skipped_entry: None,
+        token_for_time: None,
+        restart_hold: None,
     }
 }
 

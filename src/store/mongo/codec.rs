@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crate::model::lease_field as F;
 use crate::model::{
     AuditRecord, AuditState, AuditStep, ChangeFailure, ClusterTime, FailureCause, Invalidation,
-    Lease, LockKind, ResumeToken, SourceKind, StreamProfile, WatchTarget,
+    Lease, LeaseProtocol, LockKind, ResumeToken, SourceKind, StreamProfile, WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -386,6 +386,9 @@ fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreErr
         failure: opt_document(what, document, F::FAILURE)?
             .map(|f| failure_from_document(what, f))
             .transpose()?,
+        protocol: LeaseProtocol::of_document(|name| {
+            document.get(name).is_some_and(|v| *v != Bson::Null)
+        }),
         resource,
     })
 }
@@ -755,6 +758,7 @@ mod tests {
                 first_at: at,
                 last_at: at + chrono::TimeDelta::seconds(9),
             }),
+            protocol: LeaseProtocol::Streamward,
         }
     }
 
@@ -855,6 +859,40 @@ mod tests {
         assert!(!lease_to_document(&clear).contains_key("invalidated"));
         let null = lease_from_document(&doc! {"_id": "r", "invalidated": null}).unwrap();
         assert_eq!(null.invalidated, None, "null reads as not invalidated");
+    }
+
+    #[test]
+    fn a_document_with_none_of_streamwards_own_fields_reads_as_a_seed_lease() {
+        let seed =
+            doc! {"_id": "r", "listenerId": "s1", "version": 3_i32, "resumeToken": {"_data": "82"}};
+        assert_eq!(
+            lease_from_document(&seed).unwrap().protocol,
+            LeaseProtocol::Seed
+        );
+        let mut after_action = seed.clone();
+        after_action.insert("note", "hold 5m by ann");
+        after_action.insert("kind", "update");
+        after_action.insert("acquiredAt", Bson::Null);
+        assert_eq!(
+            lease_from_document(&after_action).unwrap().protocol,
+            LeaseProtocol::Seed,
+            "note, kind and a null date do not make it streamward's"
+        );
+        assert_eq!(
+            lease_from_document(&lease_to_document(&full_lease()))
+                .unwrap()
+                .protocol,
+            LeaseProtocol::Streamward
+        );
+        let mut seed_lease = lease_from_document(&seed).unwrap();
+        seed_lease.holder = None;
+        assert_eq!(
+            lease_from_document(&lease_to_document(&seed_lease))
+                .unwrap()
+                .protocol,
+            LeaseProtocol::Seed,
+            "an audit record's copy of a seed lease reads back as one"
+        );
     }
 
     #[test]

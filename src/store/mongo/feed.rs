@@ -490,6 +490,37 @@ impl MongoStore {
     /// sit in one `applyOps` entry of another namespace and are not counted, so the
     /// count is a lower bound, which is how plans show it.
     /// ([`crate::store::OperatorStore::count_changes`])
+    pub(super) async fn high_water_token(&self, at: ClusterTime) -> StoreResult<ResumeToken> {
+        let action = format!("turn cluster time {at} into a resume token");
+        let token = bounded(self.timeout(), &action, async {
+            // `batchSize: 0`: the first batch is empty, so its post-batch resume token
+            // is the high-water mark at `at` itself, not after the changes there.
+            let stream = self
+                .client
+                .watch()
+                .start_at_operation_time(bson::Timestamp::from(at))
+                .batch_size(0)
+                .await?;
+            Ok::<_, mongodb::error::Error>(stream.resume_token())
+        })
+        .await
+        .map_err(|e| {
+            e.into_store_hinted(
+                &action,
+                "changeStream and find on the whole deployment (a cluster-wide change stream)",
+            )
+        })?;
+        match token {
+            Some(token) => store_token(&token),
+            None => Err(StoreError::Malformed {
+                what: "change stream reply".into(),
+                detail: format!(
+                    "no post-batch resume token for a stream opened at {at} (MongoDB 4.0.7 or later sends one)"
+                ),
+            }),
+        }
+    }
+
     pub(super) async fn count_oplog_changes(
         &self,
         ns: &Namespace,

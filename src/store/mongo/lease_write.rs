@@ -51,6 +51,7 @@ fn value(set: &FieldSet) -> Bson {
                 .map(|t| Bson::Document(t.as_document().clone()))
                 .unwrap_or(Bson::Null),
         ),
+        FieldSet::ResumeTokenRemoved | FieldSet::ResumeAtRemoved => "$$REMOVE".into(),
         FieldSet::TokenTime(Some(at)) => literal(super::codec::date(*at)),
         FieldSet::TokenTime(None) => "$$REMOVE".into(),
         FieldSet::ResumeAt(at) => {
@@ -91,13 +92,16 @@ fn expression(requirement: &Requirement) -> Bson {
     .into()
 }
 
+/// `version + 1` in the type it is stored in: `$add` of an int32 and an int32 stays
+/// int32 (an int64 once it would overflow), so a seed lease's int32 version stays
+/// int32, and streamward's int64 versions stay int64 (an insert starts at int64 0).
 fn next_version(may_insert: bool) -> Bson {
     let version = format!("${}", field::VERSION);
     if may_insert {
         // 0 on insert.
-        doc! { "$add": [{ "$ifNull": [version, -1_i64] }, 1_i64] }.into()
+        doc! { "$add": [{ "$ifNull": [version, -1_i64] }, 1_i32] }.into()
     } else {
-        doc! { "$add": [version, 1_i64] }.into()
+        doc! { "$add": [version, 1_i32] }.into()
     }
 }
 
@@ -212,6 +216,10 @@ mod tests {
     }
 
     fn operator(holder: Option<&str>, resume: ResumeChange) -> LeaseWrite {
+        operator_change(holder, resume).write()
+    }
+
+    fn operator_change(holder: Option<&str>, resume: ResumeChange) -> OperatorChange {
         OperatorChange {
             resource: "shop.orders".into(),
             expected_version: 4,
@@ -220,8 +228,8 @@ mod tests {
             kind: LockKind::Bulk,
             resume,
             note: "hold".into(),
+            protocol: Default::default(),
         }
-        .write()
     }
 
     /// Every lease write the program makes, as MongoDB receives it: one table, pinned.
@@ -292,6 +300,21 @@ mod tests {
                 "operator: name a holder, set resume point",
                 operator(Some("ops"), set_resume),
             ),
+            (
+                "operator on a seed lease: hold, token removed (never null)",
+                OperatorChange {
+                    kind: LockKind::Update,
+                    protocol: crate::model::LeaseProtocol::Seed,
+                    ..operator_change(
+                        Some("ops"),
+                        ResumeChange::Set {
+                            token: None,
+                            at: None,
+                        },
+                    )
+                }
+                .write(),
+            ),
         ];
         let mut table = String::new();
         for (name, write) in &filtered {
@@ -317,6 +340,23 @@ mod tests {
             );
         }
         insta::assert_snapshot!(table);
+    }
+
+    #[test]
+    fn the_version_bump_adds_an_int32_one_so_the_stored_type_is_kept() {
+        let (_, pipeline) =
+            render_filtered(&operator(None, ResumeChange::Keep)).unwrap_or_default();
+        let bump = pipeline
+            .first()
+            .and_then(|stage| stage.get_document("$set").ok())
+            .and_then(|set| set.get_document("version").ok())
+            .and_then(|version| version.get_array("$add").ok())
+            .and_then(|add| add.get(1).cloned());
+        assert_eq!(
+            bump,
+            Some(Bson::Int32(1)),
+            "int32 + int32 stays int32 on the server; int64 + int32 stays int64"
+        );
     }
 
     #[test]

@@ -304,6 +304,10 @@ impl OperatorStore for MongoStore {
         self.read_oplog_entry(at).await
     }
 
+    async fn token_at(&self, at: ClusterTime) -> StoreResult<crate::model::ResumeToken> {
+        self.high_water_token(at).await
+    }
+
     async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
         self.write_skipped(skipped).await
     }

@@ -234,6 +234,17 @@ impl OperatorStore for SandboxStore {
         }))
     }
 
+    /// A high-water-mark token just before `at`: the sandbox's streams resume after a
+    /// token's time (exclusive, as after its own post-batch tokens), so a stream resumed
+    /// after this one starts at `at`, inclusive, as MongoDB's does after its token.
+    async fn token_at(&self, at: ClusterTime) -> StoreResult<crate::model::ResumeToken> {
+        Ok(crate::model::ResumeToken::encode(
+            ClusterTime::from_u64(at.as_u64().saturating_sub(1)),
+            crate::model::TokenKind::HighWaterMark,
+            0,
+        ))
+    }
+
     async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
         count(&self.inner.calls.audit_writes);
         let mut state = self.lock();
