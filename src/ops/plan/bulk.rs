@@ -97,6 +97,10 @@ pub(super) fn rebuild(lease: &Lease, name: &str, facts: &PlanFacts) -> Result<De
 }
 
 pub(super) fn abort_bulk(lease: &Lease, facts: &PlanFacts) -> Result<Decision, Refusal> {
+    refuse_seed(
+        lease,
+        "there is no rebuild to abort (a `kind` left on it locks nothing for them)",
+    )?;
     if lease.kind != LockKind::Bulk {
         return Err(Refusal::new(
             RefusalKind::NotBulk,

@@ -100,8 +100,10 @@ pub(super) fn refuse_exhausted_version(lease: &Lease, action: ActionKind) -> Res
     ))
 }
 
+/// A seed lease's `kind` is ignored by its listeners (a leftover of an earlier
+/// streamward's write): it locks nothing, so it refuses nothing.
 pub(super) fn refuse_bulk(lease: &Lease, action: ActionKind) -> Result<(), Refusal> {
-    if lease.kind == LockKind::Bulk {
+    if lease.kind == LockKind::Bulk && !lease.protocol.is_seed() {
         return Err(Refusal::new(
             RefusalKind::BulkHeld,
             format!(

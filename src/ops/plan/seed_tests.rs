@@ -271,6 +271,23 @@ fn a_rebuild_is_refused_on_a_seed_lease() {
         planned.refusal.map(|r| r.kind),
         Some(RefusalKind::SeedLease)
     );
+    // A `kind: bulk` an earlier streamward left on it locks nothing for seed
+    // listeners: abort-bulk is refused, and the other actions are not.
+    let mut leftover = seed_lease();
+    leftover.kind = crate::model::LockKind::Bulk;
+    let f = facts(Some(leftover));
+    let aborted = plan(
+        &ActionRequest::AbortBulk {
+            resource: "shop.orders".into(),
+        },
+        &f,
+    );
+    assert_eq!(
+        aborted.refusal.map(|r| r.kind),
+        Some(RefusalKind::SeedLease)
+    );
+    let rewound = plan(&request_rewind(RewindTarget::Token(token(2000))), &f);
+    assert!(!rewound.is_refused(), "{:?}", rewound.refusal);
 }
 
 #[test]
