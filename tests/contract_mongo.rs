@@ -23,6 +23,20 @@ struct MongoHarness {
 impl Harness for MongoHarness {
     type Store = MongoStore;
 
+    async fn set_version_by_hand(&self, resource: &str, version: i64) {
+        self.store()
+            .client()
+            .database(&self.live.db)
+            .collection::<bson::Document>("leases")
+            .update_one(
+                doc! {"_id": resource},
+                doc! {"$set": {"version": version}, "$setOnInsert": {"listenerId": null, "expiresAt": bson::DateTime::from_millis(0)}},
+            )
+            .upsert(true)
+            .await
+            .unwrap();
+    }
+
     fn store(&self) -> &MongoStore {
         &self.live.store
     }

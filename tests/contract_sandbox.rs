@@ -9,6 +9,7 @@ use chrono::{TimeZone, Utc};
 use contract::Harness;
 use streamward::model::ClusterTime;
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
+use streamward::store::LeaseStore;
 use streamward::store::{ChangeFeed, DocumentStore, Namespace};
 
 /// Small enough that rolling the history over costs little, large enough that no check
@@ -58,6 +59,17 @@ impl Harness for SandboxHarness {
                 .unwrap();
         }
         panic!("the change log did not roll over past {time:?}");
+    }
+
+    async fn set_version_by_hand(&self, resource: &str, version: i64) {
+        let mut lease = self
+            .store
+            .get(resource)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| streamward::model::Lease::vacant(resource));
+        lease.version = version;
+        self.store.put_lease_by_hand(lease);
     }
 }
 

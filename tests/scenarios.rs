@@ -213,6 +213,34 @@ async fn bootstrap_starts_at_the_oldest_entry_even_after_a_crash_before_the_firs
     second.stop().await;
 }
 
+/// A lease whose fencing version was set to the largest int64 by hand cannot be taken
+/// (the take would bump past it): its listener stops and says why, and writes nothing,
+/// instead of looping on "held by other" or storing a version that wrapped.
+#[tokio::test(start_paused = true)]
+async fn a_lease_at_the_largest_version_stops_its_listener_saying_why() {
+    let store = sandbox(1_000);
+    let mut lease = streamward::model::Lease::vacant(ORDERS_RESOURCE);
+    lease.version = i64::MAX;
+    store.put_lease_by_hand(lease.clone());
+    let refused = spawn_outbox(&store, "a");
+    eventually(5 * SECOND, "refused", || {
+        state(&refused) == ListenerState::Refused
+    })
+    .await;
+    match refused.stop().await {
+        Some(ListenerExit::Refused(reason)) => {
+            assert!(reason.contains("largest fencing version"), "{reason}");
+            assert!(reason.contains(ORDERS_RESOURCE), "{reason}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    assert_eq!(
+        store.get(ORDERS_RESOURCE).await.unwrap(),
+        Some(lease),
+        "nothing written"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn without_oplog_access_bootstrap_refuses_unless_configured_to_start_now() {
     let store = SandboxStore::new(

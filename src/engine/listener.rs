@@ -218,6 +218,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         None,
                     ));
                 }
+                Ok(AcquireOutcome::VersionExhausted) => {
+                    return ListenerExit::Refused(version_exhausted(&self.config.resource));
+                }
                 Ok(AcquireOutcome::Acquired(lease)) => match self.hold_seated(lease).await {
                     TenureEnd::Shutdown => return ListenerExit::Stopped,
                     TenureEnd::Stuck(stuck) => {
@@ -1119,6 +1122,18 @@ impl<S: Store, H: Handler> Drop for Listener<S, H> {
 
 /// Why a listener stops when its lease is gone (`found` `None`) or was created anew
 /// below a version it had seen.
+/// Why a listener stops at a lease whose fencing version is `i64::MAX`.
+fn version_exhausted(resource: &str) -> String {
+    format!(
+        "lease {resource} is at the largest fencing version ({}): taking it would move the \
+         version past what a version can hold, so no listener can take it and this one \
+         stopped without writing. Versions grow by one per change of holder, so this is a \
+         version set by hand; to go on, recreate the lease under a new resource name (or \
+         set a lower version only once every writer fenced by the old ones has stopped)",
+        i64::MAX
+    )
+}
+
 fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
     let what = match found {
         None => "is gone (its collection dropped or the document deleted)".to_string(),

@@ -231,8 +231,12 @@ impl LeaseWrite {
         admitted
     }
 
+    /// Its requirements hold, and a version bump stays within int64: a fencing
+    /// version is never written past `i64::MAX` (it would wrap, or be stored as a
+    /// double that no reader takes for a version).
     fn admits(&self, lease: &Lease, now: DateTime<Utc>) -> bool {
         self.requires.iter().all(|r| r.holds(lease, now))
+            && !(self.bumps_version && lease.version == i64::MAX)
     }
 
     /// The version move and the fields, on a lease the write admits.

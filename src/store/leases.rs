@@ -64,6 +64,21 @@ pub enum AcquireOutcome {
     /// The caller had seen the lease at `seen_version` and it is gone; nothing was
     /// written (see [`AcquireRequest::seen_version`]).
     Vanished { seen_version: i64 },
+    /// The lease is at the largest fencing version (`i64::MAX`): no listener can take
+    /// it, since taking it bumps the version ([`crate::model::LeaseWrite`] never
+    /// writes past it); nothing was written.
+    VersionExhausted,
+}
+
+impl AcquireOutcome {
+    /// What a not-acquired `lease` (as read back, or as stored) means for the caller:
+    /// held by someone else, or beyond anyone's taking at the largest version.
+    pub fn not_acquired(lease: Option<&Lease>) -> Self {
+        match lease {
+            Some(lease) if lease.version == i64::MAX => AcquireOutcome::VersionExhausted,
+            _ => AcquireOutcome::HeldByOther,
+        }
+    }
 }
 
 /// Who holds which version of which lease: the filter of commit and release.

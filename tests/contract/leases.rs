@@ -114,6 +114,34 @@ pub async fn a_live_lease_is_held_by_other<H: Harness>(h: &H) {
     );
 }
 
+/// A fencing version is never written past `i64::MAX`: a lease set there by hand cannot
+/// be taken (taking bumps the version), the acquire says so instead of "held by other",
+/// and nothing is written (MongoDB would store a double; the sandbox would wrap). Its
+/// holder still refreshes it: a refresh keeps the version.
+pub async fn an_acquire_never_bumps_the_version_past_the_largest<H: Harness>(h: &H) {
+    let store = h.store();
+    let held = acquired(store, &update("max", "a", LONG)).await;
+    h.set_version_by_hand("max", i64::MAX).await;
+    assert_eq!(
+        acquired(store, &update("max", "a", LONG)).await.version,
+        i64::MAX
+    );
+    let tenure = tenure("max", "a", i64::MAX);
+    assert_eq!(store.release(&tenure).await.unwrap(), TenureWrite::Done);
+    let before = lease_of(store, "max").await;
+    for taker in [update("max", "b", LONG), update("max", "a", LONG)] {
+        assert_eq!(
+            store.acquire(&taker).await.unwrap(),
+            AcquireOutcome::VersionExhausted,
+            "{taker:?}"
+        );
+    }
+    let after = lease_of(store, "max").await;
+    assert_eq!(after, before, "nothing written");
+    assert_eq!(after.version, i64::MAX);
+    assert!(held.version < i64::MAX);
+}
+
 /// A caller that has seen a lease never creates it: a lease that is gone would come
 /// back at version 0 (docs/protocol.md §3.1). Where it exists, nothing changes.
 pub async fn an_acquire_that_saw_the_lease_never_creates_it<H: Harness>(h: &H) {
@@ -171,6 +199,7 @@ pub async fn racing_inserts_leave_exactly_one_holder<H: Harness>(h: &H) {
             AcquireOutcome::Vanished { .. } => {
                 panic!("a racer that never saw it found it vanished")
             }
+            AcquireOutcome::VersionExhausted => panic!("a new lease is at version 0"),
         }
     }
     assert_eq!(

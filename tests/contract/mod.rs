@@ -35,6 +35,7 @@ macro_rules! every_check {
             a_refresh_keeps_the_version_and_acquired_at,
             a_live_lease_is_held_by_other,
             an_acquire_that_saw_the_lease_never_creates_it,
+            an_acquire_never_bumps_the_version_past_the_largest,
             racing_inserts_leave_exactly_one_holder,
             an_expired_lease_is_taken_over_with_the_next_version,
             a_released_lease_starts_a_new_tenure_even_for_the_same_listener,
@@ -112,6 +113,10 @@ pub trait Harness: Send + Sync + 'static {
     /// (the oplog, or the sandbox's change log, rolled over past it). Only harnesses
     /// whose history can roll implement it; the history-lost checks run on those.
     fn roll_history_past(&self, time: ClusterTime) -> impl Future<Output = ()> + Send;
+
+    /// Sets the stored lease `resource`'s version by hand (as an operator's
+    /// `updateOne` outside streamward would), creating it expired and unheld if missing.
+    fn set_version_by_hand(&self, resource: &str, version: i64) -> impl Future<Output = ()> + Send;
 }
 
 /// Bounds every wait of a check: generous for a real server on a busy 2-core machine.

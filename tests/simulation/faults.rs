@@ -537,6 +537,9 @@ impl LeaseStore for FaultyStore {
                     Ok(AcquireOutcome::Vanished { seen_version }) => {
                         AcquireDone::Error(format!("vanished after version {seen_version}"))
                     }
+                    Ok(AcquireOutcome::VersionExhausted) => {
+                        AcquireDone::Error("version exhausted".into())
+                    }
                     Err(e) => AcquireDone::Error(e.to_string()),
                 };
                 ((before, done), result)

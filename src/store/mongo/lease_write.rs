@@ -68,6 +68,12 @@ fn value(set: &FieldSet) -> Bson {
     }
 }
 
+/// A version bump applies only below the largest int64 (the model's rule in
+/// `LeaseWrite::admits`): as an expression on the stored document.
+fn version_below_max() -> Bson {
+    doc! { "$lt": [{ "$ifNull": [format!("${}", field::VERSION), -1_i64] }, i64::MAX] }.into()
+}
+
 /// A requirement as a query predicate: `None` for one a plain query cannot express.
 fn query_predicate(requirement: &Requirement) -> Option<(&'static str, Bson)> {
     match requirement {
@@ -120,6 +126,15 @@ pub(super) fn render_filtered(write: &LeaseWrite) -> Result<(Document, Vec<Docum
         })?;
         filter.insert(name, value);
     }
+    if write.bumps_version {
+        // Below the largest int64 too; with the version pinned, both in one predicate.
+        let pinned = filter.get(field::VERSION).cloned();
+        let mut version = doc! { "$lt": i64::MAX };
+        if let Some(pinned) = pinned {
+            version.insert("$eq", pinned);
+        }
+        filter.insert(field::VERSION, version);
+    }
     let mut set = Document::new();
     for field_set in &write.sets {
         set.insert(field_set.name(), value(field_set));
@@ -142,7 +157,10 @@ pub(super) fn render_alternatives(writes: &[LeaseWrite]) -> (Document, Vec<Docum
         .iter()
         .enumerate()
         .map(|(i, write)| {
-            let all: Vec<Bson> = write.requires.iter().map(expression).collect();
+            let mut all: Vec<Bson> = write.requires.iter().map(expression).collect();
+            if write.bumps_version {
+                all.push(version_below_max());
+            }
             doc! { "case": { "$and": all }, "then": i as i64 }.into()
         })
         .collect();

@@ -173,7 +173,7 @@ impl LeaseStore for MongoStore {
                 {
                     Ok(AcquireOutcome::Acquired(lease))
                 } else {
-                    Ok(AcquireOutcome::HeldByOther)
+                    Ok(AcquireOutcome::not_acquired(Some(&lease)))
                 }
             }
             Ok(None) => match request.seen_version {

@@ -79,7 +79,7 @@ impl LeaseStore for SandboxStore {
             return Ok(AcquireOutcome::Vanished { seen_version });
         }
         let Some(lease) = LeaseWrite::apply_first(&request.writes(), existing, now) else {
-            return Ok(AcquireOutcome::HeldByOther);
+            return Ok(AcquireOutcome::not_acquired(existing));
         };
         let changed_holder =
             state.leases.get(&request.resource).map(|l| l.version) != Some(lease.version);

@@ -217,6 +217,16 @@ impl SandboxStore {
         };
     }
 
+    /// A hand edit of a lease document (an operator's `updateOne` outside streamward):
+    /// stores `lease` as it is, whatever the protocol's rules, and tells the lease's
+    /// watchers. For tests of what the protocol does with what it would never write.
+    pub fn put_lease_by_hand(&self, lease: Lease) {
+        self.lock()
+            .leases
+            .insert(lease.resource.clone(), lease.clone());
+        self.publish_lease(&lease);
+    }
+
     /// The injected fault for writes into `ns`, if any ([`SandboxStore::fail_writes_to`]).
     pub(crate) fn write_fault(&self, ns: &Namespace) -> StoreResult<()> {
         let faults = self
