@@ -70,6 +70,9 @@ fn lease(id: &str, token_secs: u32) -> Document {
         "resumeToken": { "_data": token_at(token_secs) },
         "kind": "update",
         "resumeAt": null,
+        // Written by streamward's own listener (a lease with only the seed fields is
+        // another implementation's: docs/protocol.md §15).
+        "renewedAt": bson::DateTime::from_millis(i64::from(LAST) * 1000),
     }
 }
 

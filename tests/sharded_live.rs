@@ -448,7 +448,8 @@ async fn a_shard_that_cannot_be_reached_is_reported_and_the_rest_still_shown() {
     eprintln!("rewind with shardC out of reach:\n{shown}");
     assert_eq!(out.status.code(), Some(0), "{shown}");
     assert!(
-        shown.contains("the oplog window cannot be read, so the new resume point is not checked"),
+        shown.contains("the oplog window cannot be read (shard shardC")
+            && shown.contains("so the new resume point is not checked against it"),
         "{shown}"
     );
     let out = run(args(&["reset", "shop.orders", "--to", "oldest"])).await;
@@ -640,7 +641,8 @@ async fn time_to_loss_through_the_router_is_the_soonest_of_the_shards() {
     )
     .await;
     assert_eq!(first.unknown, None, "{first:?}");
-    assert!(first.predicted.is_empty(), "one read has no fill rate");
+    // One read predicts already: each shard's fill rate is its window's average.
+    assert!(first.predicted.contains_key("stalled"), "{first:?}");
     // Shard A is written to between the reads, shard B is not: the stalled point can
     // be lost on A only, so A's finite estimate is the one that counts.
     let padding = cluster

@@ -103,6 +103,12 @@ fn field_matches(value: Option<&Bson>, condition: &Bson) -> bool {
         Bson::Document(ops) if ops.keys().all(|k| k.starts_with('$')) => {
             ops.iter().all(|(op, arg)| match op.as_str() {
                 "$ne" => !equal(value.unwrap_or(&Bson::Null), arg),
+                "$eq" => value.is_some_and(|v| equal(v, arg)),
+                // A missing field is no number: it is below nothing (the server's rule
+                // for comparison operators is type-bracketed; here only numbers and dates).
+                "$lt" => value
+                    .and_then(|v| compare(v, arg))
+                    .is_some_and(|o| o.is_lt()),
                 "$exists" => value.is_some() == arg.as_bool().expect("$exists takes a bool"),
                 other => panic!("mini_mongo: query operator {other} is not supported"),
             })
@@ -226,6 +232,10 @@ pub fn eval(expression: &Bson, doc: &Document, now: DateTime) -> Bson {
                 "$lte" => {
                     let a = args();
                     Bson::Boolean(compare(&a[0], &a[1]).is_some_and(|o| o.is_le()))
+                }
+                "$lt" => {
+                    let a = args();
+                    Bson::Boolean(compare(&a[0], &a[1]).is_some_and(|o| o.is_lt()))
                 }
                 "$switch" => eval(switch_branch(d, doc, now), doc, now),
                 "$cond" => {

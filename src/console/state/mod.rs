@@ -31,7 +31,7 @@ pub use table::{
 use super::data::{DataEvent, DataSource, MemberRow, PlanFailure};
 use crate::engine::ListenerSnapshot;
 use crate::model::{
-    AuditRecord, HealthThresholds, Lease, LossTime, OplogAccess, OplogStats, OplogWindow, Rate,
+    AuditRecord, HealthThresholds, Lease, OplogAccess, OplogStats, OplogWindow, Rate,
     SourceWindows, TimeToLoss, Topology,
 };
 use crate::ops::ActionKind;
@@ -610,17 +610,6 @@ impl ConsoleState {
     /// `entry`'s time to loss as of now: the last prediction, counted down since.
     pub fn time_to_loss(&self, entry: &LeaseEntry) -> Option<TimeToLoss> {
         Some(entry.loss.as_ref()?.after(self.since_loss_read()))
-    }
-
-    /// `entry`'s earliest and latest as of now (what a table cell needs, without the
-    /// missing inputs).
-    pub fn loss_range(&self, entry: &LeaseEntry) -> Option<(LossTime, Option<LossTime>)> {
-        let loss = entry.loss.as_ref()?;
-        let elapsed = self.since_loss_read();
-        Some((
-            loss.earliest.after(elapsed),
-            loss.latest.map(|l| l.after(elapsed)),
-        ))
     }
 
     fn since_loss_read(&self) -> Duration {

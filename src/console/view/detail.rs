@@ -285,6 +285,9 @@ fn loss_lines<'a>(entry: &LeaseEntry, state: &ConsoleState, theme: &Theme) -> Ve
         _ => theme.base,
     };
     let range = match (loss.earliest, loss.latest) {
+        _ if loss.filling_bound().is_some() => {
+            format!("{loss} (at the highest fill rate seen)")
+        }
         (LossTime::AlreadyLost, _) => "lost: its entry has left the oplog".to_string(),
         (LossTime::Never, _) => "never at the rates seen (it keeps up with the oplog)".to_string(),
         (earliest, Some(LossTime::Never)) => {

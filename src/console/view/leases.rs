@@ -365,17 +365,14 @@ fn row<'a>(
                 }
                 None => Cell::from(Span::styled(DASH, theme.muted)),
             },
-            Column::LossIn => match state.loss_range(entry) {
-                Some((earliest, latest)) => {
-                    let style = match earliest {
+            Column::LossIn => match state.time_to_loss(entry) {
+                Some(loss) => {
+                    let style = match loss.earliest {
                         LossTime::AlreadyLost => status_style(LeaseStatus::Lost, theme),
                         LossTime::In(soon) if soon < LOSS_WARNING_WITHIN => theme.warn,
                         _ => Style::default(),
                     };
-                    Cell::from(Span::styled(
-                        text(LossTime::compact_range(earliest, latest)),
-                        style,
-                    ))
+                    Cell::from(Span::styled(text(loss.compact()), style))
                 }
                 None => Cell::from(Span::styled(DASH, theme.muted)),
             },

@@ -127,13 +127,21 @@ pub(super) fn render_filtered(write: &LeaseWrite) -> Result<(Document, Vec<Docum
         filter.insert(name, value);
     }
     if write.bumps_version {
-        // Below the largest int64 too; with the version pinned, both in one predicate.
-        let pinned = filter.get(field::VERSION).cloned();
-        let mut version = doc! { "$lt": i64::MAX };
-        if let Some(pinned) = pinned {
-            version.insert("$eq", pinned);
+        // Below the largest int64 too. A version pinned below it says so already; one
+        // pinned at it, or none, gets the bound (then nothing matches: not applied).
+        let pinned = write.requires.iter().find_map(|r| match r {
+            Requirement::VersionIs(version) => Some(*version),
+            _ => None,
+        });
+        match pinned {
+            Some(version) if version < i64::MAX => {}
+            Some(version) => {
+                filter.insert(field::VERSION, doc! { "$lt": i64::MAX, "$eq": version });
+            }
+            None => {
+                filter.insert(field::VERSION, doc! { "$lt": i64::MAX });
+            }
         }
-        filter.insert(field::VERSION, version);
     }
     let mut set = Document::new();
     for field_set in &write.sets {
