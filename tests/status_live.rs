@@ -36,6 +36,27 @@ async fn event_token(live: &LiveDb, coll: &str) -> Document {
     bson::to_document(&event.id).expect("the token as a document")
 }
 
+/// A lease as the other implementation writes it: no kind, no watch, no acquiredAt;
+/// an int32 version; held by `host-a` for five minutes.
+async fn insert_seed_lease(live: &LiveDb, token: Option<Document>) {
+    let mut lease = doc! {
+        "_id": RESOURCE,
+        "listenerId": "host-a",
+        "expiresAt": bson::DateTime::from_millis(bson::DateTime::now().timestamp_millis() + 300_000),
+        "version": Bson::Int32(3),
+    };
+    if let Some(token) = token {
+        lease.insert("resumeToken", token);
+    }
+    live.store
+        .client()
+        .database(&live.db)
+        .collection::<Document>("leases")
+        .insert_one(lease)
+        .await
+        .unwrap();
+}
+
 /// `leases --output json` as parsed objects, with `config`.
 async fn listed(live: &LiveDb, config: &std::path::Path) -> Vec<Value> {
     let mut cmd = streamward(live);
@@ -66,24 +87,7 @@ async fn a_quiet_caught_up_lease_of_another_implementation_is_idle_and_steady() 
         .unwrap();
 
         let token = event_token(&live, "orders").await;
-        let leases = live
-            .store
-            .client()
-            .database(&live.db)
-            .collection::<Document>("leases");
-        // As the other implementation writes it: no kind, no watch, no acquiredAt.
-        leases
-            .insert_one(doc! {
-                "_id": RESOURCE,
-                "listenerId": "host-a",
-                "expiresAt": bson::DateTime::from_millis(
-                    bson::DateTime::now().timestamp_millis() + 300_000,
-                ),
-                "version": Bson::Int32(3),
-                "resumeToken": token,
-            })
-            .await
-            .unwrap();
+        insert_seed_lease(&live, Some(token)).await;
         // The cluster goes on writing elsewhere; its oplog moves past the token.
         let elsewhere = live
             .store
@@ -144,27 +148,18 @@ async fn a_quiet_caught_up_lease_of_another_implementation_is_idle_and_steady() 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_lease_collection_dropped_under_its_leases_is_flagged() {
     live("status_vanished", |live| async move {
-        let leases = live
-            .store
-            .client()
-            .database(&live.db)
-            .collection::<Document>("leases");
-        leases
-            .insert_one(doc! {
-                "_id": RESOURCE,
-                "listenerId": "host-a",
-                "expiresAt": bson::DateTime::from_millis(
-                    bson::DateTime::now().timestamp_millis() + 300_000,
-                ),
-                "version": Bson::Int32(3),
-            })
-            .await
-            .unwrap();
+        insert_seed_lease(&live, None).await;
         let mut takeover = streamward(&live);
         takeover.args(["takeover", RESOURCE, "--execute", "--reason", "test"]);
         let (code, out, err) = run(takeover).await;
         assert_eq!(code, 0, "{out}{err}");
-        leases.drop().await.unwrap();
+        live.store
+            .client()
+            .database(&live.db)
+            .collection::<Document>("leases")
+            .drop()
+            .await
+            .unwrap();
 
         let mut list = streamward(&live);
         list.arg("leases");

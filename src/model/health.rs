@@ -616,33 +616,33 @@ mod tests {
         let now = now_at(2000);
         // Its last change was 11 minutes ago; the oplog moved on with other writes.
         let lease = held_lease(Some(2000 - 660), now);
+        let with_pending = |pending| {
+            let evidence = HealthEvidence {
+                pending: Some(pending),
+                ..HealthEvidence::default()
+            };
+            let health = LeaseHealth::assess_with(
+                &lease,
+                Some(&window),
+                now,
+                &HealthThresholds::default(),
+                &evidence,
+            );
+            (health.status, health.lag)
+        };
+        assert_eq!(
+            with_pending(Pending::Counted(0)),
+            (LeaseStatus::Idle, Some(Duration::ZERO))
+        );
+        // A change just arrived and waits: behind by the time since its token.
+        assert_eq!(
+            with_pending(Pending::Counted(1)),
+            (LeaseStatus::Behind, Some(Duration::from_secs(660)))
+        );
         let none_left = HealthEvidence {
             pending: Some(Pending::Counted(0)),
             ..HealthEvidence::default()
         };
-        let health = LeaseHealth::assess_with(
-            &lease,
-            Some(&window),
-            now,
-            &HealthThresholds::default(),
-            &none_left,
-        );
-        assert_eq!(health.status, LeaseStatus::Idle);
-        assert_eq!(health.lag, Some(Duration::ZERO));
-        // A change just arrived and waits: behind by the time since its token.
-        let one_left = HealthEvidence {
-            pending: Some(Pending::Counted(1)),
-            ..HealthEvidence::default()
-        };
-        let health = LeaseHealth::assess_with(
-            &lease,
-            Some(&window),
-            now,
-            &HealthThresholds::default(),
-            &one_left,
-        );
-        assert_eq!(health.status, LeaseStatus::Behind);
-        assert_eq!(health.lag, Some(Duration::from_secs(660)));
         // Caught up and its last change a moment ago: OK, not yet IDLE.
         let recent = held_lease(Some(1995), now);
         assert_eq!(
