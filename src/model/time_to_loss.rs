@@ -433,16 +433,20 @@ impl TimeToLoss {
         }
     }
 
-    /// While the oplog fills: the earliest, rounded down to a step of a coarse scale so
-    /// that reads seconds apart, whose rates differ by noise, say the same.
+    /// While the oplog fills: the earliest, rounded down to a step of a coarse scale
+    /// (about doubling: 1m, 2m, 5m, 10m, …, 90d, a year) so that reads seconds apart,
+    /// whose rates differ by noise, say the same.
     pub fn filling_bound(&self) -> Option<Duration> {
-        const STEPS: [u64; 16] = [
+        const STEPS: [u64; 20] = [
             0,
             60,
+            2 * 60,
             5 * 60,
+            10 * 60,
             15 * 60,
             30 * 60,
             3_600,
+            2 * 3_600,
             3 * 3_600,
             6 * 3_600,
             12 * 3_600,
@@ -451,6 +455,7 @@ impl TimeToLoss {
             7 * 86_400,
             14 * 86_400,
             30 * 86_400,
+            60 * 86_400,
             90 * 86_400,
             365 * 86_400,
         ];
