@@ -76,6 +76,19 @@ pub struct LossReading {
 }
 
 impl LossReading {
+    /// `resource`'s prediction, or that the model gave none.
+    pub(super) fn record(&mut self, resource: &str, predicted: Option<TimeToLoss>) {
+        match predicted {
+            Some(loss) => {
+                self.predicted.insert(resource.to_string(), loss);
+            }
+            None => {
+                self.unpredicted
+                    .insert(resource.to_string(), "no prediction".into());
+            }
+        }
+    }
+
     /// Whether the oplog is full (it drops history as it is written), where its figures
     /// were read: it holds within one truncation chunk of its maximum.
     pub fn oplog_full(&self) -> Option<bool> {
@@ -235,21 +248,6 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
         reading.record(&lease.resource, TimeToLoss::soonest(each));
     }
     reading
-}
-
-impl LossReading {
-    /// `resource`'s prediction, or that the model gave none.
-    pub(super) fn record(&mut self, resource: &str, predicted: Option<TimeToLoss>) {
-        match predicted {
-            Some(loss) => {
-                self.predicted.insert(resource.to_string(), loss);
-            }
-            None => {
-                self.unpredicted
-                    .insert(resource.to_string(), "no prediction".into());
-            }
-        }
-    }
 }
 
 /// The bytes before `at` in each oplog of `parts`, in their order. A history that
