@@ -510,14 +510,15 @@ async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
             },
         )
         .await;
-        let holder = demo
-            .listeners
-            .iter()
-            .position(|l| {
+        // Holders rotate every 2 s: between two tenures nobody holds it, so wait for one.
+        let listeners = &demo.listeners;
+        let holder = until("a listener holds the event store", || async move {
+            listeners.iter().position(|l| {
                 let snapshot = l.snapshot();
                 snapshot.resource == EVENTS_RESOURCE && snapshot.version.is_some()
             })
-            .expect("a holder of the event store");
+        })
+        .await;
         let crashed = demo.listeners.swap_remove(holder);
         let crashed_id = crashed.snapshot().listener_id;
         crashed.crash();
