@@ -699,10 +699,11 @@ fn background_at(session: &PtySession, text: &str) -> Option<vt100::Color> {
 /// Listeners per resource in the walk: one holds, the others stand by.
 const MAILER_LISTENERS: usize = 3;
 
-/// The newcomer's recovery walk at the smallest supported size: the demo's slow mailer
-/// falls off a small sandbox log (LOST), the operator resets it to now from the
-/// console (accepting the skip, typing the name and a reason), and its listener
-/// streams again; the audit view has the record.
+/// The newcomer's recovery walk at the smallest supported size: the demo's mailer,
+/// slowed to a second per message as the tutorial does, falls off a small sandbox log
+/// (LOST), the operator resets it to now from the console (accepting the skip, typing
+/// the name and a reason), and its listener streams again; the audit view has the
+/// record.
 #[test]
 fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
     let sandbox = Sandbox::new("walk");
@@ -714,6 +715,8 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
             "demo",
             "--oplog-size",
             "1MiB",
+            "--mailer-delay",
+            "1s",
             "--rotate-after",
             "0s",
             "--operator",

@@ -296,8 +296,6 @@ async fn a_seed_listener_survives_rewind_reset_and_takeover_and_replays_what_the
         .await;
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains("\"protocol\": \"seed\""), "{out}");
-        // NOTE: the IDLE/AT RISK rules are being rewritten in parallel; if this fails
-        // only because a quiet lease reads AT RISK or BEHIND, that is theirs to settle.
         let (code, out, err) = run({
             let mut cmd = streamward(&live);
             cmd.args(["leases", "--check"]);
@@ -329,6 +327,11 @@ async fn a_seed_listener_survives_rewind_reset_and_takeover_and_replays_what_the
         .await;
         assert_eq!(code, 0, "{out}{err}");
         assert!(out.contains("seed lease"), "{out}");
+        // No `watch`: the changes are counted on the collection its token names.
+        assert!(
+            out.contains("3 changes on the collection with UUID"),
+            "the replay counted by the token's collection UUID: {out}"
+        );
         assert!(
             out.contains("next refresh finds the lease held by another"),
             "{out}"

@@ -448,7 +448,7 @@ async fn a_dry_run_reads_and_counts_but_sends_no_write() {
     );
     assert_eq!(*lease.lock().unwrap(), live_lease());
     // The count: one bounded aggregate on the oplog, from the target to the committed
-    // change, leaving out chunk migrations.
+    // change, leaving out no-ops and chunk migrations.
     let count = server.commands_stripped("aggregate").remove(0);
     let mut count = count;
     count.remove("maxTimeMS");
@@ -458,16 +458,27 @@ async fn a_dry_run_reads_and_counts_but_sends_no_write() {
             "aggregate": "oplog.rs",
             "pipeline": [
                 { "$match": {
-                    "ns": "shop.orders",
+                    "op": { "$ne": "n" },
+                    // Chunk migrations on a shard are not changes.
+                    "fromMigrate": { "$ne": true },
+                    // The collection's entries, and the transactions with a change on it.
+                    "$or": [ { "ns": "shop.orders" }, { "o.applyOps.ns": "shop.orders" } ],
                     "ts": {
                         "$gte": Timestamp { time: 0x63E5_B9D2 - 10, increment: 1 },
                         "$lte": Timestamp { time: 0x63E5_B9D2, increment: 1 },
                     },
-                    // Chunk migrations on a shard are not changes.
-                    "fromMigrate": { "$ne": true },
                 } },
                 { "$limit": 10_000_i64 },
-                { "$count": "n" },
+                // A transaction counts by its operations on the collection.
+                { "$group": { "_id": Bson::Null, "n": { "$sum": { "$cond": [
+                    { "$isArray": "$o.applyOps" },
+                    { "$size": { "$filter": {
+                        "input": "$o.applyOps",
+                        "as": "op",
+                        "cond": { "$eq": ["$$op.ns", "shop.orders"] },
+                    } } },
+                    1,
+                ] } } } },
             ],
             "cursor": {},
             "$db": "local",

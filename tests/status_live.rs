@@ -138,6 +138,33 @@ async fn a_quiet_caught_up_lease_of_another_implementation_is_idle_and_steady() 
         assert_eq!(seed["pending"]["count"], 1, "{seed}");
         assert_ne!(seed["status"], "IDLE", "{seed}");
         assert!(seed["lagSecs"].as_u64().is_some_and(|l| l > 0), "{seed}");
+
+        // A transaction's changes are counted one by one: three on its collection (one
+        // oplog entry, applyOps) and one elsewhere that is not its.
+        let client = live.store.client();
+        let mut session = client.start_session().await.unwrap();
+        session.start_transaction().await.unwrap();
+        let orders = client.database(&live.db).collection::<Document>("orders");
+        for n in 0..3 {
+            orders
+                .insert_one(doc! {"status": "in a transaction", "n": n})
+                .session(&mut session)
+                .await
+                .unwrap();
+        }
+        elsewhere
+            .insert_one(doc! {"i": "in a transaction"})
+            .session(&mut session)
+            .await
+            .unwrap();
+        session.commit_transaction().await.unwrap();
+        let listing = listed(&live, &config).await;
+        let seed = lease(&listing, RESOURCE);
+        assert_eq!(
+            seed["pending"]["count"], 4,
+            "1 + 3 in the transaction: {seed}"
+        );
+        assert_eq!(seed["pending"]["bound"], "exact", "{seed}");
     })
     .await;
 }

@@ -51,9 +51,10 @@ pub struct DemoArgs {
     /// small one (16KiB) moves its window by the second.
     #[arg(long, default_value = format!("{DEMO_EVENTS_KIB}KiB"), value_name = "SIZE", value_parser = super::limits::events_size)]
     pub events_size: u64,
-    /// Each message of the shop.mailer resource takes this long, so it falls behind
+    /// Each message of the shop.mailer resource takes this long. At the default it keeps
+    /// up; at 1s it falls behind and, with a small --oplog-size, loses its history
     /// ("0s" leaves the mailer out).
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
     pub mailer_delay: Duration,
     /// Once, this long after the start, write an animal the pets listeners can never
     /// process (its tags is a string): pet-aggregates goes FAILING, to practise `skip`

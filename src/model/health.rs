@@ -201,9 +201,10 @@ impl fmt::Display for Pending {
     }
 }
 
-/// Where a lease's unprocessed changes are counted.
+/// The collection whose changes are counted for a lease: what is left to process, and
+/// what a move of its resume point replays or skips.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PendingTarget {
+pub enum WatchedCollection {
     /// Its `watch` names one collection: the changes on it. With a pipeline or a
     /// partition filtering them the count is only an upper bound.
     Namespace {
@@ -217,14 +218,14 @@ pub enum PendingTarget {
     Collection([u8; 16]),
 }
 
-impl PendingTarget {
+impl WatchedCollection {
     /// `None` where neither tells: a whole-database watch, a capped collection (its
     /// own history, not the oplog's), or a token that names no collection.
-    pub fn of(lease: &Lease) -> Option<PendingTarget> {
+    pub fn of(lease: &Lease) -> Option<WatchedCollection> {
         match &lease.watch {
             Some(watch) if watch.source == super::SourceKind::Capped => None,
             Some(watch) if watch.db.is_empty() || watch.coll.is_empty() => None,
-            Some(watch) => Some(PendingTarget::Namespace {
+            Some(watch) => Some(WatchedCollection::Namespace {
                 db: watch.db.clone(),
                 coll: watch.coll.clone(),
                 filtered: !watch.pipeline.trim().is_empty()
@@ -234,17 +235,37 @@ impl PendingTarget {
                 .resume_token
                 .as_ref()
                 .and_then(super::ResumeToken::collection_uuid)
-                .map(PendingTarget::Collection),
+                .map(WatchedCollection::Collection),
+        }
+    }
+
+    /// The collection's namespace as `(db, coll)`, when the lease names it.
+    pub fn namespace(&self) -> Option<(&str, &str)> {
+        match self {
+            WatchedCollection::Namespace { db, coll, .. } => Some((db, coll)),
+            WatchedCollection::Collection(_) => None,
         }
     }
 
     /// What a count of `count` entries, stopped at `limit`, says is left.
     pub fn pending(&self, count: u64, limit: u64) -> Pending {
         match self {
-            PendingTarget::Namespace { filtered: true, .. } if count > 0 => {
+            WatchedCollection::Namespace { filtered: true, .. } if count > 0 => {
                 Pending::AtMost(count.min(limit))
             }
             _ => Pending::from_count(count, limit),
+        }
+    }
+}
+
+/// `shop.orders`, or `the collection with UUID 0f1e…` for a lease without `watch`.
+impl fmt::Display for WatchedCollection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WatchedCollection::Namespace { db, coll, .. } => write!(f, "{db}.{coll}"),
+            WatchedCollection::Collection(uuid) => {
+                write!(f, "the collection with UUID {}", hex::encode(uuid))
+            }
         }
     }
 }

@@ -31,7 +31,7 @@ pub use failure::{
 };
 pub use health::{
     token_time_cell, unclaimed_explanation, HealthEvidence, HealthThresholds, LeaseHealth,
-    LeaseStatus, Pending, PendingTarget, Risk,
+    LeaseStatus, Pending, Risk, WatchedCollection,
 };
 pub use lease::{Fence, Invalidation, Lease, LeaseProtocol, LockKind, ResumePoint, WatchTarget};
 pub use lease_write::field as lease_field;

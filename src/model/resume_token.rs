@@ -154,6 +154,20 @@ impl ResumeToken {
         }
     }
 
+    /// Whether the token is a change's own or a high-water mark between changes (the
+    /// token type after the version: 0 or 128); `None` where it cannot be decoded or is
+    /// a version-0 token, which does not say.
+    pub fn kind(&self) -> Option<TokenKind> {
+        if self.decode().ok()?.version == TokenVersion::V0 {
+            return None;
+        }
+        let bytes = hex::decode(self.data_hex()?.get(..24)?).ok()?;
+        match bytes.get(11)? {
+            &VERSION_ZERO => Some(TokenKind::HighWaterMark),
+            _ => Some(TokenKind::Event),
+        }
+    }
+
     /// The UUID of the collection whose change this token follows, where the token
     /// carries one: MongoDB's event tokens hold it as keystring BinData of subtype 4
     /// (`5A 10 04` then 16 bytes) after the timestamp; high-water-mark tokens, and
@@ -261,6 +275,35 @@ mod tests {
 
     fn token(hex: &str) -> ResumeToken {
         ResumeToken::from_document(doc! { "_data": hex })
+    }
+
+    /// Tokens a real MongoDB 6.0.5 sent: the post-batch token of a whole-deployment
+    /// stream opened at 1795897307:2 with `batchSize: 0` (a high-water mark at that
+    /// time), and an insert's event token.
+    #[test]
+    fn a_token_says_whether_it_is_a_change_or_a_high_water_mark() {
+        let token = |hex: &str| ResumeToken::from_document(doc! {"_data": hex});
+        let high_water_mark = token("826B0B37DB000000022B0229296E04");
+        assert_eq!(high_water_mark.kind(), Some(TokenKind::HighWaterMark));
+        assert_eq!(
+            high_water_mark.time(),
+            Some(ClusterTime::new(1_795_897_307, 2))
+        );
+        let event = token(
+            "826B0B37DB000000032B022C0100296E5A1004F456EA295E334A9A9E8A5216690BF71146645F696400646B0B37DB28003589DC12EF790004",
+        );
+        assert_eq!(event.kind(), Some(TokenKind::Event));
+        for (kind, encoded) in [TokenKind::HighWaterMark, TokenKind::Event].map(|k| {
+            (
+                k,
+                ResumeToken::encode(ClusterTime::new(1_800_000_000, 1), k, 0),
+            )
+        }) {
+            assert_eq!(encoded.kind(), Some(kind), "what encode writes reads back");
+        }
+        for unreadable in ["", "zz", "826B0B37DB00000002", "826B0B37DB0000000229"] {
+            assert_eq!(token(unreadable).kind(), None, "{unreadable}");
+        }
     }
 
     /// Tokens a real MongoDB 6.0.5 sent: an insert's event token, the post-batch token

@@ -304,7 +304,11 @@ pub fn plan_json(plan: &Plan) -> Value {
     let resume = plan.effect.resume.as_ref().map(|m| {
         json!({
             "direction": match m.direction { Direction::Replay => "replay", Direction::Skip => "skip" },
-            "ns": m.ns.as_ref().map(|ns| ns.to_string()),
+            "ns": m.on.as_ref().and_then(|c| c.namespace()).map(|(db, coll)| format!("{db}.{coll}")),
+            "collectionUuid": match &m.on {
+                Some(crate::model::WatchedCollection::Collection(uuid)) => Some(hex::encode(uuid)),
+                _ => None,
+            },
             "from": time_json(Some(m.from)),
             "to": time_json(Some(m.to)),
             "spanSecs": m.span.as_secs(),

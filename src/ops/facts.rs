@@ -6,16 +6,16 @@ use chrono::{DateTime, Utc};
 
 use crate::model::{
     entry_time, AuditRecord, ClusterTime, EntrySpan, HealthThresholds, Lease, OplogWindow,
-    StreamProfile,
+    StreamProfile, WatchedCollection,
 };
 use crate::store::{CappedWindow, Namespace};
 
 use super::transaction::{TransactionChanges, TransactionMiss};
 
-/// The changes between two points of one namespace's history.
+/// The changes between two points of one collection's history.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeRange {
-    pub ns: Namespace,
+    pub on: WatchedCollection,
     /// Inclusive.
     pub from: ClusterTime,
     /// Inclusive.

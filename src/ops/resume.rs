@@ -4,12 +4,11 @@
 use std::time::Duration;
 
 use super::facts::ChangeCount;
-use crate::model::text::{group_digits, short_duration};
+use crate::model::text::{escape_control, group_digits, short_duration};
 use crate::model::{
     capped_collection, entry_time, ClusterTime, EntrySpan, EntryStart, Lease, OplogWindow,
-    ResumePoint, ResumeToken,
+    ResumePoint, ResumeToken, WatchedCollection,
 };
-use crate::store::Namespace;
 
 /// Which way a resume point moves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,8 +23,8 @@ pub enum Direction {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ResumeMove {
     pub direction: Direction,
-    /// The watched namespace (`None` when the lease does not say).
-    pub ns: Option<Namespace>,
+    /// The collection whose changes are passed over (`None` when the lease does not say).
+    pub on: Option<WatchedCollection>,
     pub from: ClusterTime,
     pub to: ClusterTime,
     /// How much history that is (`to − from`).
@@ -48,9 +47,9 @@ impl ResumeMove {
             None => ("change", "changes", " on"),
         };
         let on = self
-            .ns
+            .on
             .as_ref()
-            .map(|ns| format!("{on} {ns}"))
+            .map(|c| format!("{on} {}", escape_control(&c.to_string())))
             .unwrap_or_default();
         let count = match &self.count {
             Some(c) if c.at_least() => format!("at least {} {many}", group_digits(c.counted)),
@@ -81,7 +80,12 @@ pub(crate) fn prev(time: ClusterTime) -> ClusterTime {
 /// The first cluster time a listener (re)processes from `point`; `None` when unknown.
 pub(crate) fn start_of(point: &ResumePoint, window: Option<&OplogWindow>) -> Option<ClusterTime> {
     match point {
-        ResumePoint::Token(token) => token.time().map(next),
+        // A stream resumed after a high-water mark at T returns the changes at T (their
+        // tokens sort after it); after a change's token, those after it.
+        ResumePoint::Token(token) => match token.kind() {
+            Some(crate::model::TokenKind::HighWaterMark) => token.time(),
+            _ => token.time().map(next),
+        },
         ResumePoint::At(time) => Some(*time),
         ResumePoint::Oldest => window.map(|w| w.first),
     }

@@ -8,9 +8,8 @@ use super::resume::{movement, point_of, NewResume};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{
     entry_time, entry_token, token_entry, Checkpoint, ClusterTime, Lease, OplogWindow, ResumePoint,
-    ResumeToken, StreamProfile,
+    ResumeToken, SourceKind, StreamProfile, WatchedCollection,
 };
-use crate::store::Namespace;
 
 use super::transaction::{SteppedChange, TransactionChanges, TransactionMiss};
 
@@ -467,6 +466,20 @@ pub(crate) fn whole_transaction<'a>(
 
 /// The changes a resume-moving request replays or skips: what [`super::gather`] counts.
 /// `None` for other requests, or when either end is unknown.
+/// The collection whose changes a move of `lease`'s resume point passes over: its
+/// `watch` (a capped collection's entries for a capped lease), or for a lease without
+/// one the collection its resume token names. `None` where neither tells.
+pub fn counted_on(lease: &Lease) -> Option<WatchedCollection> {
+    match &lease.watch {
+        Some(watch) if watch.source == SourceKind::Capped => Some(WatchedCollection::Namespace {
+            db: watch.db.clone(),
+            coll: watch.coll.clone(),
+            filtered: false,
+        }),
+        _ => WatchedCollection::of(lease),
+    }
+}
+
 pub fn affected_range(request: &ActionRequest, facts: &PlanFacts) -> Option<ChangeRange> {
     // Counting reads the oplog: nothing to count where it cannot be read (a capped
     // lease's entries are counted in their collection, which may be empty).
@@ -475,10 +488,10 @@ pub fn affected_range(request: &ActionRequest, facts: &PlanFacts) -> Option<Chan
     }
     let lease = facts.lease.as_ref()?;
     let (token, at) = resume_target(request, lease, facts).ok()??;
-    let watch = lease.watch.as_ref()?;
+    let on = counted_on(lease)?;
     let moved = movement(lease, &point_of(&token, at), facts.window.as_ref())?;
     Some(ChangeRange {
-        ns: Namespace::new(watch.db.clone(), watch.coll.clone()),
+        on,
         from: moved.from,
         to: moved.to,
         entries: moved.entries,

@@ -377,13 +377,13 @@ pub trait OperatorStore:
         change: &OperatorChange,
     ) -> impl Future<Output = StoreResult<SwapOutcome>> + Send;
 
-    /// How many history entries on `ns` have a time in `from..=to`, counting at most
-    /// `limit` (a result equal to `limit` means "at least"). What a rewind replays or a
-    /// reset skips. Entries that fell off the history are not counted.
-    /// `NotPermitted` without access to the oplog.
+    /// How many history entries with changes on `on` have a time in `from..=to`,
+    /// counting at most `limit` (a result equal to `limit` means "at least"). What a
+    /// rewind replays or a reset skips. Entries that fell off the history are not
+    /// counted. `NotPermitted` without access to the oplog.
     fn count_changes(
         &self,
-        ns: &super::Namespace,
+        on: &crate::model::WatchedCollection,
         from: ClusterTime,
         to: ClusterTime,
         limit: u64,

@@ -15,6 +15,15 @@ impl Namespace {
             coll: coll.into(),
         }
     }
+
+    /// This whole collection, as changes on it are counted.
+    pub fn whole(&self) -> crate::model::WatchedCollection {
+        crate::model::WatchedCollection::Namespace {
+            db: self.db.clone(),
+            coll: self.coll.clone(),
+            filtered: false,
+        }
+    }
 }
 
 impl fmt::Display for Namespace {

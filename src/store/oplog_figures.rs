@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use super::StoreResult;
 use crate::model::{
     ClusterTime, HistoryBefore, Lease, LossTracker, NotReady, OplogStats, OplogWindow, Pending,
-    PendingTarget, Rate, TimeToLoss,
+    Rate, TimeToLoss, WatchedCollection,
 };
 
 /// Entries summed per lease when counting the history before its resume point; past
@@ -48,7 +48,7 @@ pub trait OplogFigures: Send + Sync {
     /// a transaction count by the operations of its `applyOps` entry.
     fn changes_after(
         &self,
-        target: &PendingTarget,
+        target: &WatchedCollection,
         after: ClusterTime,
         limit: u32,
     ) -> impl Future<Output = StoreResult<u64>> + Send;
@@ -148,7 +148,7 @@ async fn read_oplog_time_to_loss<S: OplogFigures>(
     let mut pending = HashMap::new();
     let mut pending_unknown = HashMap::new();
     for lease in leases {
-        let (Some(target), Some(at)) = (PendingTarget::of(lease), lease.resume_point().time())
+        let (Some(target), Some(at)) = (WatchedCollection::of(lease), lease.resume_point().time())
         else {
             continue;
         };
@@ -362,7 +362,7 @@ mod tests {
         /// ten); a point at 33 cannot be counted.
         async fn changes_after(
             &self,
-            _target: &PendingTarget,
+            _target: &WatchedCollection,
             after: ClusterTime,
             limit: u32,
         ) -> StoreResult<u64> {

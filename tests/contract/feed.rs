@@ -238,7 +238,13 @@ pub async fn a_write_that_changes_nothing_is_not_a_change<H: Harness>(h: &H) {
         ],
         "the same document again, and the same fence and fields again, change nothing: {events:?}"
     );
-    assert_eq!(store.count_changes(&ns, start, end, 100).await.unwrap(), 3);
+    assert_eq!(
+        store
+            .count_changes(&ns.whole(), start, end, 100)
+            .await
+            .unwrap(),
+        3
+    );
 }
 
 pub async fn opening_after_a_token_resumes_after_its_event<H: Harness>(h: &H) {
@@ -436,30 +442,48 @@ pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_li
     let events = read_through(&mut stream, "e5").await;
     assert_eq!(events.len(), 5);
     let t = |i: usize| events[i].cluster_time.unwrap();
-    assert_eq!(store.count_changes(&ns, t(0), t(4), 100).await.unwrap(), 5);
     assert_eq!(
-        store.count_changes(&ns, t(1), t(3), 100).await.unwrap(),
+        store
+            .count_changes(&ns.whole(), t(0), t(4), 100)
+            .await
+            .unwrap(),
+        5
+    );
+    assert_eq!(
+        store
+            .count_changes(&ns.whole(), t(1), t(3), 100)
+            .await
+            .unwrap(),
         3,
         "both ends inclusive"
     );
     let between = ClusterTime::from_u64(t(1).as_u64() + 1);
     assert_eq!(
-        store.count_changes(&ns, between, t(3), 100).await.unwrap(),
+        store
+            .count_changes(&ns.whole(), between, t(3), 100)
+            .await
+            .unwrap(),
         2
     );
     assert_eq!(
-        store.count_changes(&ns, t(0), t(4), 2).await.unwrap(),
+        store
+            .count_changes(&ns.whole(), t(0), t(4), 2)
+            .await
+            .unwrap(),
         2,
         "at most the limit"
     );
     assert_eq!(
-        store.count_changes(&other, t(0), t(4), 100).await.unwrap(),
+        store
+            .count_changes(&other.whole(), t(0), t(4), 100)
+            .await
+            .unwrap(),
         4,
         "only the namespace asked for (o1 to o4 fall between e1 and e5)"
     );
     assert_eq!(
         store
-            .count_changes(&ns, ClusterTime::new(1, 0), start, 100)
+            .count_changes(&ns.whole(), ClusterTime::new(1, 0), start, 100)
             .await
             .unwrap(),
         0,
@@ -467,7 +491,7 @@ pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_li
     );
     assert_eq!(
         store
-            .count_changes(&h.ns("never"), t(0), t(4), 100)
+            .count_changes(&h.ns("never").whole(), t(0), t(4), 100)
             .await
             .unwrap(),
         0

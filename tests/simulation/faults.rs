@@ -850,7 +850,7 @@ impl OperatorStore for FaultyStore {
 
     async fn count_changes(
         &self,
-        ns: &Namespace,
+        on: &streamward::model::WatchedCollection,
         from: ClusterTime,
         to: ClusterTime,
         limit: u64,
@@ -858,7 +858,7 @@ impl OperatorStore for FaultyStore {
         self.plain(
             "count_changes",
             Kind::Read,
-            self.inner.count_changes(ns, from, to, limit),
+            self.inner.count_changes(on, from, to, limit),
         )
         .await
     }

@@ -16,8 +16,8 @@ use crate::ops::request::{ActionKind, ActionRequest, ResetTarget, RewindTarget};
 use crate::ops::resume::{
     describe_point, movement, point_of, start_known, start_of, Direction, ResumeMove,
 };
-use crate::ops::target::resume_target;
-use crate::store::{Namespace, ResumeChange};
+use crate::ops::target::{counted_on, resume_target};
+use crate::store::ResumeChange;
 
 fn resume_move(
     lease: &Lease,
@@ -38,15 +38,12 @@ fn resume_move(
     }
     let moved = movement(lease, new, facts.window.as_ref())?;
     let (direction, from, to) = (moved.direction, moved.from, moved.to);
-    let ns = lease
-        .watch
-        .as_ref()
-        .map(|w| Namespace::new(w.db.clone(), w.coll.clone()));
+    let on = counted_on(lease);
     let count = facts.changes.clone().filter(|c| {
         c.range.from == from
             && c.range.to == to
             && c.range.entries == moved.entries
-            && Some(&c.range.ns) == ns.as_ref()
+            && Some(&c.range.on) == on.as_ref()
     });
     match &count {
         Some(c) if c.at_least() => warnings.push(format!(
@@ -54,7 +51,7 @@ fn resume_move(
             group_digits(c.limit)
         )),
         Some(_) => {}
-        None if ns.is_none() => warnings.push(
+        None if on.is_none() => warnings.push(
             "the lease does not say which collection it watches: the changes cannot be counted"
                 .into(),
         ),
@@ -68,7 +65,7 @@ fn resume_move(
     let count = count.filter(|_| !starts_before_the_window(from, facts.window.as_ref()));
     Some(ResumeMove {
         direction,
-        ns,
+        on,
         from,
         to,
         span: to.saturating_since(from),
@@ -97,8 +94,8 @@ pub(super) fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
         Direction::Skip => "skipped",
     };
     let on =
-        m.ns.as_ref()
-            .map(|ns| format!(" on {ns}"))
+        m.on.as_ref()
+            .map(|c| format!(" on {}", escape_control(&c.to_string())))
             .unwrap_or_default();
     if let Some(capped) = &facts.capped {
         // The entries still held were counted by `_id`: what is gone is not among them.
@@ -123,7 +120,7 @@ pub(super) fn describe_move(m: &ResumeMove, facts: &PlanFacts) -> String {
         count: facts
             .changes
             .clone()
-            .filter(|c| c.range.to == m.to && Some(&c.range.ns) == m.ns.as_ref()),
+            .filter(|c| c.range.to == m.to && Some(&c.range.on) == m.on.as_ref()),
         ..m.clone()
     };
     format!("{gone}; {}", still.describe())

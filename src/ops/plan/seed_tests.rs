@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use chrono::TimeDelta;
 
-use super::tests::{at, facts, token, wall};
+use super::tests::{at, counted, facts, token, wall};
 use super::*;
 use crate::model::{FieldSet, LeaseProtocol, ResumePoint, ResumeToken, TokenKind};
 use crate::ops::request::{ResetTarget, RewindTarget, TimeSpec};
@@ -304,4 +304,38 @@ fn a_streamward_lease_is_planned_as_before() {
         (after.resume_token, after.resume_at),
         (None, Some(at(1800)))
     );
+}
+
+/// A seed lease has no `watch`: what a rewind replays is counted on the collection its
+/// token names by UUID (the layout of a token a real MongoDB 6.0.5 sent), and the plan
+/// says so instead of "cannot be counted".
+#[test]
+fn a_rewind_counts_the_changes_on_the_collection_its_token_names() {
+    const UUID: &str = "bfc7e19092a340c8a88f71054c678744";
+    let mut lease = seed_lease();
+    lease.resume_token = Some(ResumeToken::from_document(bson::doc! {
+        "_data": format!(
+            "82{:016X}2B022C0100296E5A1004{}463C5F6964003C6B31000004",
+            at(3000).as_u64(),
+            UUID.to_uppercase()
+        )
+    }));
+    let request = request_rewind(RewindTarget::By(Duration::from_secs(600)));
+    let mut f = facts(Some(lease));
+    let hwm = ResumeToken::encode(at(2400), TokenKind::HighWaterMark, 0);
+    f.token_for_time = Some(Ok((at(2400), hwm)));
+    let f = counted(&request, f, 7, 1000);
+    let range = &f.changes.as_ref().expect("counted").range;
+    let uuid: [u8; 16] = hex::decode(UUID).unwrap().try_into().unwrap();
+    assert_eq!(range.on, crate::model::WatchedCollection::Collection(uuid));
+    let plan = plan(&request, &f);
+    assert!(!plan.is_refused(), "{:?}", plan.refusal);
+    let text = text(&plan);
+    assert!(
+        text.contains(&format!(
+            "7 changes on the collection with UUID {UUID} will be replayed"
+        )),
+        "{text}"
+    );
+    assert!(!text.contains("cannot be counted"), "{text}");
 }

@@ -181,17 +181,17 @@ pub(super) fn skip_transaction(
             ),
         ));
     }
-    // The oplog's count on the collection does not see a transaction (its entries are
-    // on admin.$cmd); what the lease's stream returned is what is passed over.
+    // Inside a transaction the oplog's count covers all its operations on the
+    // collection; what the lease's stream returned is what is passed over.
     let described = moved.as_ref().map(|m| describe_move(m, facts));
     decision.effect.lines.retain(|l| {
         !l.starts_with("the resume point does not move") && Some(l) != described.as_ref()
     });
     if let Some(m) = decision.effect.resume.as_mut() {
-        if let Some(on) = m.ns.clone() {
+        if let Some(on) = m.on.clone() {
             m.count = Some(ChangeCount {
                 range: ChangeRange {
-                    ns: on,
+                    on,
                     from: m.from,
                     to: m.to,
                     entries: None,

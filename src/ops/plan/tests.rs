@@ -15,7 +15,6 @@ use crate::ops::facts::{ChangeCount, ChangeRange, RebuildTarget};
 use crate::ops::request::{ResetTarget, RewindTarget, TimeSpec};
 use crate::ops::resume::Direction;
 use crate::ops::target::affected_range;
-use crate::store::Namespace;
 
 const BASE: u32 = 1_700_000_000;
 
@@ -31,8 +30,8 @@ pub(super) fn token(secs: u32) -> ResumeToken {
     ResumeToken::encode(at(secs), TokenKind::Event, 7)
 }
 
-fn orders() -> Namespace {
-    Namespace::new("shop", "orders")
+fn orders_collection() -> crate::model::WatchedCollection {
+    crate::store::Namespace::new("shop", "orders").whole()
 }
 
 /// A lease held by w1 (renewed 3 s ago, expires in 8 s), token at +3000 s.
@@ -335,7 +334,7 @@ fn rewind_by_ten_minutes_replays_from_the_resume_point_back() {
     assert_eq!(
         range,
         ChangeRange {
-            ns: orders(),
+            on: orders_collection(),
             from: at(2400),
             to: at(3000),
             entries: None,
@@ -397,7 +396,7 @@ fn a_count_for_another_range_is_not_shown_as_this_one() {
     let mut f = facts(Some(live_lease()));
     f.changes = Some(ChangeCount {
         range: ChangeRange {
-            ns: orders(),
+            on: orders_collection(),
             from: at(5),
             to: at(6),
             entries: None,

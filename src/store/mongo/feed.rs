@@ -17,7 +17,7 @@ use super::split_event::Fragments;
 use super::MongoStore;
 use crate::model::{
     ClusterTime, Deployment, MemberLag, OplogAccess, OplogWindow, Partition, ResumeToken,
-    ShardOplog, ShardWindows, StreamProfile, Topology,
+    ShardOplog, ShardWindows, StreamProfile, Topology, WatchedCollection,
 };
 use crate::store::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
@@ -200,7 +200,7 @@ impl MongoStore {
             "op": { "$ne": "n" },
         };
         self.count_oplog(
-            filter,
+            OplogCount::entries(filter),
             u64::from(limit),
             "count recent oplog entries (local.oplog.rs)",
         )
@@ -233,21 +233,21 @@ impl MongoStore {
     /// through a router (each shard counted up to `limit`, the sum capped at it).
     pub(super) async fn count_oplog(
         &self,
-        filter: Document,
+        count: OplogCount,
         limit: u64,
         action: &str,
     ) -> StoreResult<u64> {
         self.oplog_kept()?;
         if !self.router {
             return self
-                .count_oplog_on(&self.client, filter, limit, action)
+                .count_oplog_on(&self.client, count, limit, action)
                 .await;
         }
         let mut total: u64 = 0;
         for (shard, client) in self.shard_clients().await? {
             let on_shard = format!("{action} on shard {shard}");
             let counted = self
-                .count_oplog_on(&client, filter.clone(), limit, &on_shard)
+                .count_oplog_on(&client, count.clone(), limit, &on_shard)
                 .await
                 .map_err(|e| super::shards::on_shard(&shard, e))?;
             total = total.saturating_add(counted);
@@ -258,15 +258,18 @@ impl MongoStore {
     async fn count_oplog_on(
         &self,
         client: &Client,
-        filter: Document,
+        count: OplogCount,
         limit: u64,
         action: &str,
     ) -> StoreResult<u64> {
-        let pipeline = vec![
-            doc! { "$match": filter },
+        let mut pipeline = vec![
+            doc! { "$match": count.filter },
             doc! { "$limit": i64::try_from(limit.max(1)).unwrap_or(i64::MAX) },
-            doc! { "$count": "n" },
         ];
+        pipeline.push(match count.weight {
+            None => doc! { "$count": "n" },
+            Some(weight) => doc! { "$group": { "_id": Bson::Null, "n": { "$sum": weight } } },
+        });
         let replies = self
             .aggregate_oplog(client, pipeline, action)
             .await
@@ -279,7 +282,8 @@ impl MongoStore {
                     detail: "field n: missing".into(),
                 })?;
                 let n = super::codec::integer("oplog count", n, "n")?;
-                Ok(u64::try_from(n).unwrap_or(0))
+                // A weighted sum over `limit` entries may pass it: "at least `limit`".
+                Ok(u64::try_from(n).unwrap_or(0).min(limit.max(1)))
             }
         }
     }
@@ -484,12 +488,69 @@ fn window_read_error(error: StoreError) -> StoreError {
     }
 }
 
+/// What [`MongoStore::count_oplog`] counts: the entries `filter` matches, each once, or
+/// each by its `weight` (an aggregation expression).
+#[derive(Debug, Clone)]
+pub(super) struct OplogCount {
+    pub filter: Document,
+    pub weight: Option<Bson>,
+}
+
+impl OplogCount {
+    pub fn entries(filter: Document) -> Self {
+        Self {
+            filter,
+            weight: None,
+        }
+    }
+}
+
+/// The changes on `on` in the oplog, and how to name it in errors: its entries (on its
+/// namespace or, for a lease without `watch`, its UUID, `ui`), one change each, and the
+/// transactions (`applyOps`) with one, counted by their operations on it. Chunk
+/// migrations (`fromMigrate`) and no-ops are never delivered as changes. The caller
+/// adds the `ts` range to the filter.
+pub(super) fn changes_on(on: &WatchedCollection) -> (OplogCount, String) {
+    let (field, inner, value) = match on {
+        WatchedCollection::Namespace { db, coll, .. } => {
+            ("ns", "o.applyOps.ns", Bson::String(format!("{db}.{coll}")))
+        }
+        WatchedCollection::Collection(uuid) => (
+            "ui",
+            "o.applyOps.ui",
+            Bson::Binary(bson::Binary {
+                subtype: bson::spec::BinarySubtype::Uuid,
+                bytes: uuid.to_vec(),
+            }),
+        ),
+    };
+    let filter = doc! {
+        "op": { "$ne": "n" },
+        "fromMigrate": { "$ne": true },
+        "$or": [ { field: value.clone() }, { inner: value.clone() } ],
+    };
+    let operation_field = format!("$$op.{field}");
+    let weight = doc! {
+        "$cond": [
+            { "$isArray": "$o.applyOps" },
+            { "$size": { "$filter": {
+                "input": "$o.applyOps",
+                "as": "op",
+                "cond": { "$eq": [operation_field, value] },
+            } } },
+            1,
+        ]
+    };
+    (
+        OplogCount {
+            filter,
+            weight: Some(Bson::Document(weight)),
+        },
+        on.to_string(),
+    )
+}
+
 impl MongoStore {
-    /// One `aggregate` on `local.oplog.rs`: `$match` on `ns` and the `ts` range, `$limit`,
-    /// `$count`, bounded server-side by `maxTimeMS`. Changes made inside a transaction
-    /// sit in one `applyOps` entry of another namespace and are not counted, so the
-    /// count is a lower bound, which is how plans show it.
-    /// ([`crate::store::OperatorStore::count_changes`])
     pub(super) async fn high_water_token(&self, at: ClusterTime) -> StoreResult<ResumeToken> {
         let action = format!("turn cluster time {at} into a resume token");
         let token = bounded(self.timeout(), &action, async {
@@ -521,24 +582,25 @@ impl MongoStore {
         }
     }
 
+    /// One `aggregate` on `local.oplog.rs` ([`changes_on`] in the `ts`
+    /// range, `$limit`, `$count`), bounded server-side by `maxTimeMS`.
+    /// ([`crate::store::OperatorStore::count_changes`])
     pub(super) async fn count_oplog_changes(
         &self,
-        ns: &Namespace,
+        on: &WatchedCollection,
         from: ClusterTime,
         to: ClusterTime,
         limit: u64,
     ) -> StoreResult<u64> {
-        // Chunk migrations write to the shards' oplogs too (`fromMigrate`); change
-        // streams never deliver them, so they are not changes to count.
-        let filter = doc! {
-            "ns": ns.to_string(),
-            "ts": { "$gte": bson::Timestamp::from(from), "$lte": bson::Timestamp::from(to) },
-            "fromMigrate": { "$ne": true },
-        };
+        let (mut count, shown) = changes_on(on);
+        count.filter.insert(
+            "ts",
+            doc! { "$gte": bson::Timestamp::from(from), "$lte": bson::Timestamp::from(to) },
+        );
         self.count_oplog(
-            filter,
+            count,
             limit,
-            &format!("count the changes on {ns} in the oplog"),
+            &format!("count the changes on {shown} in the oplog"),
         )
         .await
     }

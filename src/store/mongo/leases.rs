@@ -16,8 +16,8 @@ use super::MongoStore;
 use crate::model::lease_field as field;
 use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, LeaseScope, LeaseStore, Listing, Namespace, OperatorChange,
-    OperatorStore, StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, LeaseScope, LeaseStore, Listing, OperatorChange, OperatorStore,
+    StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
 };
 
 /// The filter and pipeline of `acquire`: refresh, else take, chosen in the pipeline.
@@ -292,12 +292,12 @@ impl OperatorStore for MongoStore {
 
     async fn count_changes(
         &self,
-        ns: &Namespace,
+        on: &crate::model::WatchedCollection,
         from: ClusterTime,
         to: ClusterTime,
         limit: u64,
     ) -> StoreResult<u64> {
-        self.count_oplog_changes(ns, from, to, limit).await
+        self.count_oplog_changes(on, from, to, limit).await
     }
 
     async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {

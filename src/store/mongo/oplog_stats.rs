@@ -393,35 +393,16 @@ impl crate::store::OplogFigures for MongoStore {
 
     async fn changes_after(
         &self,
-        target: &crate::model::PendingTarget,
+        target: &crate::model::WatchedCollection,
         after: ClusterTime,
         limit: u32,
     ) -> StoreResult<u64> {
-        use crate::model::PendingTarget;
-        // Chunk migrations (`fromMigrate`) and no-ops are never delivered as changes.
-        let (field, inner, value, shown) = match target {
-            PendingTarget::Namespace { db, coll, .. } => {
-                let ns = format!("{db}.{coll}");
-                ("ns", "o.applyOps.ns", Bson::String(ns.clone()), ns)
-            }
-            PendingTarget::Collection(uuid) => (
-                "ui",
-                "o.applyOps.ui",
-                Bson::Binary(bson::Binary {
-                    subtype: bson::spec::BinarySubtype::Uuid,
-                    bytes: uuid.to_vec(),
-                }),
-                format!("the collection with UUID {}", hex::encode(uuid)),
-            ),
-        };
-        let filter = doc! {
-            "ts": { "$gt": bson::Timestamp::from(after) },
-            "op": { "$ne": "n" },
-            "fromMigrate": { "$ne": true },
-            "$or": [ { field: value.clone() }, { inner: value } ],
-        };
+        let (mut count, shown) = super::feed::changes_on(target);
+        count
+            .filter
+            .insert("ts", doc! { "$gt": bson::Timestamp::from(after) });
         self.count_oplog(
-            filter,
+            count,
             u64::from(limit),
             &format!("count the changes left on {shown} in the oplog"),
         )

@@ -97,14 +97,33 @@ impl SandboxStore {
     /// Log entries on `ns` in `from..=to`, at most `limit`.
     pub(super) fn count_log_changes(
         &self,
-        ns: &Namespace,
+        on: &crate::model::WatchedCollection,
         from: ClusterTime,
         to: ClusterTime,
         limit: u64,
     ) -> StoreResult<u64> {
         count(&self.inner.calls.count_changes);
+        self.count_on(on, from, to, limit)
+    }
+
+    fn count_on(
+        &self,
+        on: &crate::model::WatchedCollection,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> StoreResult<u64> {
         self.require_oplog()?;
-        Ok(self.lock().log.count_between(ns, from, to, limit))
+        match on {
+            crate::model::WatchedCollection::Namespace { db, coll, .. } => Ok(self
+                .lock()
+                .log
+                .count_between(&Namespace::new(db.as_str(), coll.as_str()), from, to, limit)),
+            // The sandbox's tokens name no collection.
+            crate::model::WatchedCollection::Collection(_) => Err(StoreError::InvalidArgument(
+                "the sandbox's changes carry no collection UUID".into(),
+            )),
+        }
     }
 }
 
@@ -297,25 +316,16 @@ impl crate::store::OplogFigures for SandboxStore {
 
     async fn changes_after(
         &self,
-        target: &crate::model::PendingTarget,
+        target: &crate::model::WatchedCollection,
         after: ClusterTime,
         limit: u32,
     ) -> StoreResult<u64> {
-        self.require_oplog()?;
-        match target {
-            crate::model::PendingTarget::Namespace { db, coll, .. } => {
-                Ok(self.lock().log.count_between(
-                    &Namespace::new(db.as_str(), coll.as_str()),
-                    ClusterTime::from_u64(after.as_u64().saturating_add(1)),
-                    ClusterTime::from_u64(u64::MAX),
-                    u64::from(limit),
-                ))
-            }
-            // The sandbox's tokens name no collection.
-            crate::model::PendingTarget::Collection(_) => Err(StoreError::InvalidArgument(
-                "the sandbox's changes carry no collection UUID".into(),
-            )),
-        }
+        self.count_on(
+            target,
+            ClusterTime::from_u64(after.as_u64().saturating_add(1)),
+            ClusterTime::from_u64(u64::MAX),
+            u64::from(limit),
+        )
     }
 }
 

@@ -15,8 +15,8 @@ use crate::model::{
 };
 use crate::store::{
     AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, LeaseChange, LeaseScope,
-    LeaseStore, LeaseWatch, Listing, Namespace, OperatorChange, OperatorStore, StoreError,
-    StoreResult, SwapOutcome, Tenure, TenureWrite,
+    LeaseStore, LeaseWatch, Listing, OperatorChange, OperatorStore, StoreError, StoreResult,
+    SwapOutcome, Tenure, TenureWrite,
 };
 
 impl SandboxStore {
@@ -199,12 +199,12 @@ impl OperatorStore for SandboxStore {
 
     async fn count_changes(
         &self,
-        ns: &Namespace,
+        on: &crate::model::WatchedCollection,
         from: ClusterTime,
         to: ClusterTime,
         limit: u64,
     ) -> StoreResult<u64> {
-        self.count_log_changes(ns, from, to, limit)
+        self.count_log_changes(on, from, to, limit)
     }
 
     /// The log entry at `at`, shaped as MongoDB's oplog shapes one (`ts`, `op`, `ns`,
