@@ -106,6 +106,15 @@ fn demo_plain_shows_leases_moving_between_listeners() {
                 .is_some_and(|v| v >= 1)
         });
     assert!(moved, "leases moved: {last}");
+    // Statuses from the same evidence `leases` and the console use: what is left to
+    // process is counted on the sandbox's oplog ("0 left", "3 left · 0s").
+    assert!(
+        frames.iter().any(|frame| frame.lines().any(|l| {
+            (l.starts_with("shop.orders ") || l.starts_with("pet-aggregates "))
+                && l.contains(" left")
+        })),
+        "a count of what is left: {last}"
+    );
 }
 
 #[test]

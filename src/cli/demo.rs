@@ -146,6 +146,9 @@ async fn plain(
     let clear = std::io::stdout().is_terminal();
     let started = tokio::time::Instant::now();
     let mut ticker = tokio::time::interval(args.refresh.max(Duration::from_millis(100)));
+    // Statuses from the same evidence as the console's and `leases`': what is left, the
+    // time to loss (rates from the reads before).
+    let mut tracker = crate::model::LossTracker::default();
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
     let result = loop {
@@ -153,7 +156,7 @@ async fn plain(
             biased;
             _ = &mut ctrl_c => break Ok(()),
             _ = ticker.tick() => {
-                let shown = match render_frame(&demo, started.elapsed(), &settings.thresholds).await {
+                let shown = match render_frame(&demo, started.elapsed(), &settings.thresholds, &mut tracker).await {
                     Ok(frame) => print_frame(out, &frame, clear),
                     Err(e) => Err(e),
                 };
@@ -184,6 +187,7 @@ async fn render_frame(
     demo: &DemoRuntime,
     elapsed: Duration,
     thresholds: &HealthThresholds,
+    tracker: &mut crate::model::LossTracker,
 ) -> anyhow::Result<String> {
     let store = &demo.store;
     let mut leases = store
@@ -198,6 +202,7 @@ async fn render_frame(
         .await
         .context("reading the sandbox's change log window")?;
     let now = store.clock().now();
+    let losses = crate::store::read_time_to_loss(store, tracker, now, &leases).await;
     // shop.events is measured against its capped collection, the others the oplog.
     let windows = crate::store::read_capped_windows(store, &leases)
         .await
@@ -210,7 +215,7 @@ async fn render_frame(
                 windows.for_lease(l),
                 now,
                 thresholds,
-                &Default::default(),
+                &losses.evidence(&l.resource),
             )
         })
         .collect();

@@ -475,9 +475,13 @@ fn edge_time(entry: Option<&Document>, which: &str) -> Result<ClusterTime, Strin
 /// refusal other than a missing privilege, such as an Atlas shared tier's code 8000, or
 /// a reply this program cannot read), the window is unknown rather than the read
 /// failed; a missing privilege stays [`StoreError::NotPermitted`] (it names the role),
-/// and a connection that failed stays what it is.
+/// and a connection that failed, a primary stepping down or a read out of time stays
+/// what it is: the next read may well succeed, and callers retry those.
 fn window_read_error(error: StoreError) -> StoreError {
+    /// `MaxTimeMSExpired`: the read ran out of its time on the server.
+    const OUT_OF_TIME: i32 = 50;
     match error {
+        StoreError::Command { code, .. } if error.is_not_primary() || code == OUT_OF_TIME => error,
         StoreError::Command { .. } => {
             StoreError::OplogUnknown(format!("the server refused the oplog read: {error}"))
         }
@@ -1001,6 +1005,17 @@ mod member_tests {
         ));
         let lost = StoreError::Network("reset".into());
         assert!(matches!(window_read_error(lost), StoreError::Network(_)));
+        // A failover or a slow read is the read's failure, not an unknowable window.
+        for code in [10107, 189, 11602, 50] {
+            let transient = StoreError::Command {
+                code,
+                message: "not now".into(),
+            };
+            assert!(
+                matches!(window_read_error(transient), StoreError::Command { code: c, .. } if c == code),
+                "{code}"
+            );
+        }
     }
 
     /// Shaped as MongoDB 6.0.5 answers while one member of three is down: the down
