@@ -115,6 +115,15 @@ fn demo_plain_shows_leases_moving_between_listeners() {
         })),
         "a count of what is left: {last}"
     );
+    // ...and the time to loss its status was judged from.
+    let orders = last
+        .lines()
+        .find(|l| l.starts_with("shop.orders "))
+        .unwrap_or_else(|| panic!("a row for shop.orders: {last}"));
+    assert!(
+        orders.contains("never") || orders.contains("(filling)"),
+        "a time to loss: {orders}"
+    );
 }
 
 #[test]

@@ -231,7 +231,6 @@ impl Snapshot {
                     thresholds,
                     &self.loss.evidence(&l.resource),
                 )
-                .with_loss(self.loss.predicted.get(&l.resource))
             })
             .collect();
         let owned: Vec<Lease> = leases.iter().map(|l| (*l).clone()).collect();

@@ -24,6 +24,14 @@ fn lag_cell(health: &LeaseHealth) -> String {
     }
 }
 
+fn loss_cell(loss: &TimeToLoss) -> String {
+    match loss.filling_bound() {
+        // The long form is a sentence; the cell says the bound and why.
+        Some(_) => format!("{} (filling)", loss.compact()),
+        None => loss.to_string(),
+    }
+}
+
 /// One lease, as its table row shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseRow {
@@ -79,21 +87,10 @@ impl LeaseRow {
                 (Some(h), Some(share)) => format!("{} ({:.0}%)", short_duration(h), share * 100.0),
                 _ => dash(),
             },
-            loss: dash(),
+            // The time to loss the status was judged from.
+            loss: evidence.loss.map_or_else(dash, loss_cell),
             status: health.status.to_string(),
         }
-    }
-
-    /// With the time to loss predicted for the lease (its figure, as its status used it).
-    pub fn with_loss(mut self, loss: Option<&TimeToLoss>) -> Self {
-        if let Some(loss) = loss {
-            self.loss = match loss.filling_bound() {
-                // The long form is a sentence; the cell says the bound and why.
-                Some(_) => format!("{} (filling)", loss.compact()),
-                None => loss.to_string(),
-            };
-        }
-        self
     }
 
     fn cells(&self) -> [&str; 12] {
