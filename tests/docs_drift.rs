@@ -637,7 +637,10 @@ fn registered_series() -> BTreeSet<String> {
         )]),
         unknown: None,
         unpredicted: HashMap::new(),
-        pending: HashMap::new(),
+        pending: HashMap::from([(
+            "shop.orders".to_string(),
+            streamward::model::Pending::Counted(3),
+        )]),
         pending_unknown: HashMap::new(),
         oplog: Some(streamward::model::OplogStats {
             size_bytes: 990_000,

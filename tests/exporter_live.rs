@@ -89,6 +89,8 @@ async fn the_exporter_serves_the_real_clusters_leases_and_promtool_accepts_them(
             "streamward_lease_status{resource=\"shop.orders\",status=\"LOST\"} 0".to_string(),
             "streamward_oplog_window_known 1".to_string(),
             "streamward_leases 1".to_string(),
+            // Nothing written to its collection: nothing left, counted on the oplog.
+            "streamward_lease_pending_changes{resource=\"shop.orders\"} 0".to_string(),
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }

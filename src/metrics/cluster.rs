@@ -44,6 +44,7 @@ pub struct ClusterSample<'a> {
 pub struct ClusterMetrics {
     registry: Registry,
     lag: GaugeVec,
+    pending: GaugeVec,
     headroom: GaugeVec,
     headroom_ratio: GaugeVec,
     version: IntGaugeVec,
@@ -118,6 +119,12 @@ impl ClusterMetrics {
                 r,
                 "streamward_lease_lag_seconds",
                 "How far the lease's resume point is behind the newest oplog entry (without a readable oplog: behind the server's clock).",
+                resource,
+            )?,
+            pending: gauge_vec(
+                r,
+                "streamward_lease_pending_changes",
+                "Changes on the lease's collection after its resume point in the oplog: what is left to process, counted up to 1000 (1000 means at least). Absent where not counted, or where a pipeline or partition makes the count only an upper bound.",
                 resource,
             )?,
             headroom: gauge_vec(
@@ -265,6 +272,7 @@ impl ClusterMetrics {
                 .map(|at| (sample.now - at).to_std().unwrap_or_default().as_secs_f64());
             for (vec, value) in [
                 (&self.lag, health.lag.map(|d| d.as_secs_f64())),
+                (&self.pending, health.pending.and_then(pending_lower_bound)),
                 (&self.headroom, health.headroom.map(|d| d.as_secs_f64())),
                 (&self.headroom_ratio, health.headroom_share),
                 (&self.since_commit, since_commit),
@@ -342,6 +350,7 @@ impl ClusterMetrics {
     fn forget_lease(&self, resource: &str) {
         for vec in [
             &self.lag,
+            &self.pending,
             &self.headroom,
             &self.headroom_ratio,
             &self.since_commit,
@@ -377,6 +386,14 @@ fn set_or_remove(vec: &GaugeVec, label: &str, value: Option<f64>) {
 }
 
 /// A loss time as a gauge: 0 when lost already, +Inf for never.
+/// A count an alert can compare against: exact, or "at least"; not an upper bound.
+fn pending_lower_bound(pending: crate::model::Pending) -> Option<f64> {
+    match pending {
+        crate::model::Pending::Counted(n) | crate::model::Pending::AtLeast(n) => Some(n as f64),
+        crate::model::Pending::AtMost(_) => None,
+    }
+}
+
 fn loss_seconds(at: LossTime) -> f64 {
     match at {
         LossTime::AlreadyLost => 0.0,
@@ -389,7 +406,9 @@ fn loss_seconds(at: LossTime) -> f64 {
 mod tests {
     use super::*;
     use crate::metrics::encode;
-    use crate::model::{ClusterTime, OplogStats, Rate, ResumeToken, TimeToLoss, TokenKind};
+    use crate::model::{
+        ClusterTime, OplogStats, Pending, Rate, ResumeToken, TimeToLoss, TokenKind,
+    };
     use chrono::TimeZone;
     use std::collections::HashMap;
 
@@ -456,19 +475,23 @@ mod tests {
             now: now(),
             ops_per_sec: Some(12.5),
             thresholds: &thresholds,
-            loss: &reading(HashMap::from([(
-                "shop.orders".to_string(),
-                TimeToLoss {
-                    earliest: LossTime::In(std::time::Duration::from_secs(900)),
-                    latest: Some(LossTime::Never),
-                    filling: false,
-                    missing: Vec::new(),
-                },
-            )])),
+            loss: &LossReading {
+                pending: HashMap::from([("shop.orders".to_string(), Pending::Counted(12))]),
+                ..reading(HashMap::from([(
+                    "shop.orders".to_string(),
+                    TimeToLoss {
+                        earliest: LossTime::In(std::time::Duration::from_secs(900)),
+                        latest: Some(LossTime::Never),
+                        filling: false,
+                        missing: Vec::new(),
+                    },
+                )]))
+            },
         });
         let text = encode(metrics.registry()).unwrap();
         for line in [
             "streamward_lease_lag_seconds{resource=\"shop.orders\"} 120",
+            "streamward_lease_pending_changes{resource=\"shop.orders\"} 12",
             "streamward_lease_headroom_seconds{resource=\"shop.orders\"} 3480",
             "streamward_lease_fencing_version{resource=\"shop.orders\"} 7",
             "streamward_lease_holder_present{resource=\"shop.orders\"} 1",
@@ -491,6 +514,51 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
         }
+    }
+
+    /// Only a count an alert can compare against is exported: an exact one or "at
+    /// least"; the upper bound a filtering watch gives is left out.
+    #[test]
+    fn what_is_left_is_exported_only_as_a_count_or_a_lower_bound() {
+        let metrics = ClusterMetrics::new().unwrap();
+        let leases = [
+            lease("exact", 5),
+            lease("at-least", 5),
+            lease("at-most", 5),
+            lease("uncounted", 5),
+        ];
+        let thresholds = HealthThresholds::default();
+        metrics.record(&ClusterSample {
+            capped: &CappedReading::default(),
+            leases: &leases,
+            malformed: 0,
+            window: Some(window()),
+            topology: None,
+            now: now(),
+            ops_per_sec: None,
+            thresholds: &thresholds,
+            loss: &LossReading {
+                pending: HashMap::from([
+                    ("exact".to_string(), Pending::Counted(0)),
+                    ("at-least".to_string(), Pending::AtLeast(1000)),
+                    ("at-most".to_string(), Pending::AtMost(3)),
+                ]),
+                ..reading(HashMap::new())
+            },
+        });
+        let text = encode(metrics.registry()).unwrap();
+        let pending: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("streamward_lease_pending_changes{"))
+            .collect();
+        assert_eq!(
+            pending,
+            [
+                "streamward_lease_pending_changes{resource=\"at-least\"} 1000",
+                "streamward_lease_pending_changes{resource=\"exact\"} 0",
+            ],
+            "{text}"
+        );
     }
 
     /// The series count depends on the leases (and shards) only: reading again, with
