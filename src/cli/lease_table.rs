@@ -7,22 +7,8 @@ use crate::model::text::{
     clip, escape_control, pad_to, relative_time, short_duration, CELL_MAX_CHARS,
 };
 use crate::model::{
-    token_time_cell, HealthEvidence, HealthThresholds, Lease, LeaseHealth, OplogWindow, Pending,
-    TimeToLoss,
+    token_time_cell, HealthEvidence, HealthThresholds, Lease, LeaseHealth, OplogWindow, TimeToLoss,
 };
-
-/// The lag cell: what is left to process where it was counted ("0 left", "12 left ·
-/// 45s"), else the time behind.
-fn lag_cell(health: &LeaseHealth) -> String {
-    let time = health.lag.map(short_duration);
-    match (health.pending, time) {
-        (Some(Pending::Counted(0)), _) => "0 left".to_string(),
-        (Some(pending), Some(time)) => format!("{pending} left · {time}"),
-        (Some(pending), None) => format!("{pending} left"),
-        (None, Some(time)) => time,
-        (None, None) => "-".to_string(),
-    }
-}
 
 fn loss_cell(loss: &TimeToLoss) -> String {
     match loss.filling_bound() {
@@ -82,7 +68,7 @@ impl LeaseRow {
                 time.to_datetime()
                     .map_or_else(|| time.to_string(), |t| t.format("%H:%M:%S").to_string())
             }),
-            lag: lag_cell(&health),
+            lag: health.lag_text(),
             headroom: match (health.headroom, health.headroom_share) {
                 (Some(h), Some(share)) => format!("{} ({:.0}%)", short_duration(h), share * 100.0),
                 _ => dash(),

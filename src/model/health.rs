@@ -361,6 +361,33 @@ pub struct LeaseHealth {
 }
 
 impl LeaseHealth {
+    /// The lag as people read it: what is left where it was counted ("0 left",
+    /// "12 left · 45s"), else the time behind; `-` with neither.
+    pub fn lag_text(&self) -> String {
+        let time = self.lag.map(super::text::short_duration);
+        match (self.pending, time) {
+            (Some(Pending::Counted(0)), _) => "0 left".to_string(),
+            (Some(pending), Some(time)) => format!("{pending} left · {time}"),
+            (Some(pending), None) => format!("{pending} left"),
+            (None, Some(time)) => time,
+            (None, None) => "-".to_string(),
+        }
+    }
+
+    /// [`LeaseHealth::lag_text`] for a cell of `width` characters: where the whole
+    /// text does not fit, "0 left" or the time alone (the count is in the detail view).
+    pub fn lag_text_within(&self, width: usize) -> String {
+        let whole = self.lag_text();
+        if whole.chars().count() <= width {
+            return whole;
+        }
+        match (self.pending, self.lag) {
+            (Some(Pending::Counted(0)), _) => "0 left".to_string(),
+            (_, Some(lag)) => super::text::short_duration(lag),
+            (_, None) => whole,
+        }
+    }
+
     /// [`LeaseHealth::assess_with`] with nothing but the lease and the window.
     pub fn assess(
         lease: &Lease,
@@ -626,6 +653,40 @@ mod tests {
                     "{earliest:?} {oplog_full:?}"
                 );
             }
+        }
+    }
+
+    /// The lag says what is left beside the time; in a cell too narrow for both, "0 left"
+    /// or the time alone.
+    #[test]
+    fn the_lag_says_what_is_left_beside_the_time_where_it_fits() {
+        let health = |pending: Option<Pending>, lag: Option<u64>| LeaseHealth {
+            token_time: None,
+            lag: lag.map(Duration::from_secs),
+            pending,
+            headroom: None,
+            headroom_share: None,
+            risk: None,
+            status: LeaseStatus::Ok,
+        };
+        let cases = [
+            (Some(Pending::Counted(0)), Some(0), "0 left", "0 left"),
+            (Some(Pending::Counted(12)), Some(45), "12 left · 45s", "45s"),
+            (
+                Some(Pending::AtLeast(1000)),
+                Some(187),
+                "≥1000 left · 3m07s",
+                "3m07s",
+            ),
+            (Some(Pending::AtMost(3)), None, "≤3 left", "≤3 left"),
+            (None, Some(45), "45s", "45s"),
+            (None, None, "-", "-"),
+        ];
+        for (pending, lag, whole, narrow) in cases {
+            let h = health(pending, lag);
+            assert_eq!(h.lag_text(), whole);
+            assert_eq!(h.lag_text_within(18), whole, "fits in 18");
+            assert_eq!(h.lag_text_within(8), narrow, "in 8");
         }
     }
 

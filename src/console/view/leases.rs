@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Cell, Paragraph, Row, Table, TableState};
 use ratatui::Frame;
 
-use super::format::{bar, cluster_clock, duration, fit, status_style, text_width, DASH};
+use super::format::{bar, cluster_clock, fit, status_style, text_width, DASH};
 use crate::console::layout;
 use crate::console::state::{resource_label, visible_start, Column, ConsoleState, LeaseEntry};
 use crate::console::theme::Theme;
@@ -23,7 +23,8 @@ fn width_of(column: Column, wide: bool) -> u16 {
         Column::Expires => 9,
         Column::LastCommit => 9,
         Column::TokenTime => 8,
-        // Up to 9999d23h.
+        // `≥1000 left · 9d23h` in the widest layout; up to 9999d23h otherwise.
+        Column::Lag if wide => 18,
         Column::Lag => 8,
         Column::Headroom if wide => 17,
         Column::Headroom => 10,
@@ -346,13 +347,9 @@ fn row<'a>(
                 health.token_time,
                 cluster_clock,
             ))),
-            Column::Lag => Cell::from(
-                Line::from(text(match health.pending {
-                    Some(crate::model::Pending::Counted(0)) => "0 left".to_string(),
-                    _ => duration(health.lag),
-                }))
-                .right_aligned(),
-            ),
+            Column::Lag => {
+                Cell::from(Line::from(text(health.lag_text_within(width))).right_aligned())
+            }
             Column::Headroom => match health.headroom_share {
                 Some(share) => {
                     let bar_width = width.saturating_sub(5);
