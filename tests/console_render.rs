@@ -1353,3 +1353,38 @@ fn detail_of_a_failing_lease_names_the_change_and_the_way_past_it() {
         press(state, KeyCode::Enter);
     });
 }
+
+/// What is left to process shows beside the time where the LAG column is wide enough
+/// (the widest layout), and the time alone where it is not.
+#[test]
+fn the_lag_column_shows_what_is_left_beside_the_time_where_it_fits() {
+    let mut state = state(Mode::Demo);
+    state.apply(
+        DataEvent::TimeToLoss {
+            read_at: now(),
+            reading: LossReading {
+                pending: [(
+                    "shop.mailer".to_string(),
+                    streamward::model::Pending::Counted(12),
+                )]
+                .into_iter()
+                .collect(),
+                ..losses()
+            },
+        },
+        now(),
+    );
+    let mailer_row = |text: &str| {
+        text.lines()
+            .find(|l| l.contains("shop.mailer"))
+            .unwrap_or_else(|| panic!("a row for shop.mailer: {text}"))
+            .to_string()
+    };
+    let wide = mailer_row(&screen(&mut state, 240, 40));
+    assert!(wide.contains("12 left · 25m"), "{wide}");
+    let narrow = mailer_row(&screen(&mut state, 80, 24));
+    assert!(
+        !narrow.contains("left") && narrow.contains("25m"),
+        "{narrow}"
+    );
+}
