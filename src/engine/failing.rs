@@ -101,6 +101,7 @@ mod tests {
             ns: Namespace::new("zoo", "animals"),
             document_key: doc! { "_id": id },
             full_document: None,
+            details: Default::default(),
         }
     }
 

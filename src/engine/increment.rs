@@ -200,6 +200,7 @@ mod tests {
             ns: ns(),
             document_key: doc! {"_id": id},
             full_document: None,
+            details: Default::default(),
         };
         let token = event_token(&event("8263", 1), "");
         assert_eq!(token, "8263|shop.counts|{\"_id\":1}|");

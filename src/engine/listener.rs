@@ -1246,6 +1246,7 @@ mod tests {
             ns: Namespace::new("shop", "orders"),
             document_key: doc! { "_id": "o1" },
             full_document,
+            details: Default::default(),
         }
     }
 

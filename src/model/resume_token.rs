@@ -168,6 +168,23 @@ impl ResumeToken {
         }
     }
 
+    /// A change's position within its transaction (`txnOpIndex`, 0 for the first and for
+    /// a change outside a transaction), read after the token type; `None` for a
+    /// high-water mark or a token that cannot be decoded.
+    pub fn txn_op_index(&self) -> Option<u64> {
+        if self.kind()? != TokenKind::Event {
+            return None;
+        }
+        let hex = self.data_hex()?;
+        // Timestamp (9 bytes), version (2), token type 128 (3): the index starts at 14.
+        let head = hex::decode(hex.get(..28)?).ok()?;
+        if head.get(11..14)? != [SMALL_INT + 1, 0x01, 0x00] {
+            return None;
+        }
+        let rest = hex::decode(hex.get(28..hex.len().min(28 + 2 * 9))?).ok()?;
+        read_keystring_uint(&rest)
+    }
+
     /// The UUID of the collection whose change this token follows, where the token
     /// carries one: MongoDB's event tokens hold it as keystring BinData of subtype 4
     /// (`5A 10 04` then 16 bytes) after the timestamp; high-water-mark tokens, and
@@ -251,6 +268,23 @@ fn decode_data(data: &Bson) -> Result<DecodedToken, TokenDecodeError> {
     Ok(DecodedToken { time, version })
 }
 
+/// The unsigned integer [`push_keystring_uint`] writes at the start of `bytes`.
+fn read_keystring_uint(bytes: &[u8]) -> Option<u64> {
+    let (&first, rest) = bytes.split_first()?;
+    if first == VERSION_ZERO {
+        return Some(0);
+    }
+    let len = usize::from(first.checked_sub(SMALL_INT - 1)?);
+    if !(1..=8).contains(&len) {
+        return None;
+    }
+    let shifted = rest
+        .get(..len)?
+        .iter()
+        .fold(0u128, |n, b| (n << 8) | u128::from(*b));
+    u64::try_from(shifted >> 1).ok()
+}
+
 /// Keystring-style unsigned integer: zero is one byte; otherwise a type byte that
 /// grows with the byte length, then `value << 1` big-endian. Longer encodings of
 /// larger values sort later, so byte order equals numeric order.
@@ -275,6 +309,25 @@ mod tests {
 
     fn token(hex: &str) -> ResumeToken {
         ResumeToken::from_document(doc! { "_data": hex })
+    }
+
+    /// The two inserts of one transaction, as a real MongoDB 6.0.5 sent them: the same
+    /// cluster time, op index 0 then 1; an update outside a transaction is 0 too.
+    #[test]
+    fn an_event_token_says_its_place_in_its_transaction() {
+        let token = |hex: &str| ResumeToken::from_document(doc! {"_data": hex});
+        let first = token("826B0B438F000000052B022C0100296E5A1004691862C8AFD844BB9128BB07B54B2A6A461E5F6964002B040004");
+        let second = token("826B0B438F000000052B022C01002B026E5A1004691862C8AFD844BB9128BB07B54B2A6A461E5F6964002B060004");
+        let alone = token("826B0B438F000000032B022C0100296E5A1004691862C8AFD844BB9128BB07B54B2A6A461E5F6964002B020004");
+        assert_eq!(first.txn_op_index(), Some(0));
+        assert_eq!(second.txn_op_index(), Some(1));
+        assert_eq!(alone.txn_op_index(), Some(0));
+        assert_eq!(token("826B0B37DB000000022B0229296E04").txn_op_index(), None);
+        for n in [0u64, 1, 127, 128, 40_000, u64::from(u32::MAX)] {
+            let mut bytes = Vec::new();
+            push_keystring_uint(&mut bytes, n);
+            assert_eq!(read_keystring_uint(&bytes), Some(n), "{n}");
+        }
     }
 
     /// Tokens a real MongoDB 6.0.5 sent: the post-batch token of a whole-deployment

@@ -87,6 +87,19 @@ pub struct ChangeEvent {
     /// The post-image (`fullDocument: updateLookup`); `None` for deletes (and for a
     /// document deleted before its change was read).
     pub full_document: Option<Document>,
+    /// What else the server sent: what an update changed, the transaction, the wall
+    /// clock, the collection's UUID.
+    pub details: super::EventDetails,
+}
+
+impl ChangeEvent {
+    /// The UUID of the collection the change is on: `collectionUUID` where the server
+    /// sent it, else the one its resume token carries.
+    pub fn collection_uuid(&self) -> Option<[u8; 16]> {
+        self.details
+            .collection_uuid
+            .or_else(|| self.token.collection_uuid())
+    }
 }
 
 /// What one round trip returned.

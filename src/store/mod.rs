@@ -7,6 +7,7 @@ mod capped_loss;
 mod checkpoints;
 mod documents;
 mod error;
+mod event_details;
 mod feed;
 mod increments;
 mod leases;
@@ -29,6 +30,7 @@ pub use documents::{
     SOURCE_VERSION_FIELD,
 };
 pub use error::{StoreError, StoreResult};
+pub use event_details::{EventDetails, TransactionId, TruncatedArray, UpdateDescription};
 pub use feed::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, InvalidationCause,
     OperationType, StartPoint,

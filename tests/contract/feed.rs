@@ -123,6 +123,33 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
             "event {i}: the token decodes to the event's cluster time"
         );
     }
+    // An update says what it changed (top-level fields here: the sandbox names no
+    // path inside a sub-document); only an update does.
+    let description = update
+        .details
+        .update_description
+        .as_ref()
+        .unwrap_or_else(|| panic!("the update is described: {update:?}"));
+    assert_eq!(
+        description.updated_fields().unwrap(),
+        doc! {"n": 3, "_fence": 1_i64}
+    );
+    assert_eq!(description.removed_fields().unwrap(), Vec::<String>::new());
+    for event in [&insert, &replace, &member_insert, &deleted] {
+        assert_eq!(event.details.update_description, None, "{event:?}");
+    }
+    // Every change says when it was made by the server's wall clock, to the second
+    // of its cluster time.
+    for event in [&insert, &replace, &update, &member_insert, &deleted] {
+        let (Some(wall), Some(time)) = (event.details.wall_time, event.cluster_time) else {
+            panic!("a wall time and a cluster time: {event:?}");
+        };
+        assert!(
+            (wall.timestamp() - i64::from(time.secs)).abs() <= 1,
+            "{wall} against {time}"
+        );
+        assert_eq!(event.details.transaction, None, "not in a transaction");
+    }
     // A member upsert is a pipeline update: MongoDB logs it as an update or as a
     // replacement, as its diff is smaller or not; either carries the document.
     assert!(

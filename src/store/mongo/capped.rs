@@ -507,6 +507,7 @@ impl MongoTail {
                         ns: self.ns.clone(),
                         document_key: doc! { "_id": id },
                         full_document: Some(entry),
+                        details: Default::default(),
                     });
                 }
                 Step::Nothing => {

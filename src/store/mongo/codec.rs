@@ -609,7 +609,8 @@ struct ReadChange {
 
 /// A change event as the server sent it, read field by field from its raw bytes:
 /// only the fields a handler gets are decoded (no map is built for the event or its
-/// `ns`, and `wallTime`, `updateDescription` and the like are skipped). `_id` is
+/// `ns`; `updateDescription` is kept as raw bytes until read; fields this program
+/// does not know are skipped). `_id` is
 /// required; a field of the wrong type is an error naming it.
 fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
     const WHAT: &str = CHANGE_EVENT;
@@ -619,6 +620,9 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
     let mut ns = None;
     let mut document_key = None;
     let mut full_document = None;
+    let mut details = crate::store::EventDetails::default();
+    let mut session = None;
+    let mut txn_number = None;
     for element in raw {
         let (key, value) = element.map_err(|e| malformed(WHAT, "?", e))?;
         match key {
@@ -662,9 +666,65 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
             }
             "documentKey" => document_key = raw_document(WHAT, key, value)?,
             "fullDocument" => full_document = raw_document(WHAT, key, value)?,
+            // Kept raw: decoded only if the handler reads it.
+            "updateDescription" => {
+                details.update_description = match value {
+                    RawBsonRef::Document(d) => Some(crate::store::UpdateDescription::from_raw(
+                        d.to_raw_document_buf(),
+                    )),
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(key, "a document", other)),
+                }
+            }
+            "lsid" => {
+                session = match value {
+                    RawBsonRef::Document(lsid) => {
+                        match lsid.get("id").map_err(|e| malformed(WHAT, "lsid.id", e))? {
+                            Some(RawBsonRef::Binary(id)) => Some(id.bytes.to_vec()),
+                            Some(other) => return Err(expected("lsid.id", "binary", other)),
+                            None => return Err(malformed(WHAT, "lsid.id", "missing")),
+                        }
+                    }
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(key, "a document", other)),
+                }
+            }
+            "txnNumber" => {
+                txn_number = match value {
+                    RawBsonRef::Int64(n) => Some(n),
+                    RawBsonRef::Int32(n) => Some(i64::from(n)),
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(key, "an integer", other)),
+                }
+            }
+            "wallTime" => {
+                details.wall_time = match value {
+                    RawBsonRef::DateTime(at) => Some(at.to_chrono()),
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(key, "a date", other)),
+                }
+            }
+            "collectionUUID" => {
+                details.collection_uuid = match value {
+                    RawBsonRef::Binary(uuid) => Some(
+                        uuid.bytes
+                            .try_into()
+                            .map_err(|_| malformed(WHAT, key, "not 16 bytes"))?,
+                    ),
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(key, "a UUID", other)),
+                }
+            }
             _ => {}
         }
     }
+    details.transaction = match (session, txn_number) {
+        (Some(session), Some(txn_number)) => Some(crate::store::TransactionId {
+            session,
+            txn_number,
+        }),
+        _ => None,
+    };
     let token = token.ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
     Ok(ReadChange {
         event: ChangeEvent {
@@ -674,10 +734,19 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
             ns: ns.unwrap_or_else(|| Namespace::new("", "")),
             document_key: document_key.unwrap_or_default(),
             full_document,
+            details,
         },
         cluster_time,
         operation,
     })
+}
+
+fn expected(field: &str, wanted: &str, found: RawBsonRef<'_>) -> StoreError {
+    malformed(
+        CHANGE_EVENT,
+        field,
+        format!("expected {wanted}, found {:?}", found.element_type()),
+    )
 }
 
 fn raw_string(
@@ -1027,8 +1096,88 @@ mod tests {
         bson::RawDocumentBuf::from_document(&document).unwrap()
     }
 
+    /// An update and a transaction's insert shaped exactly as a real MongoDB 6.0.5 sent
+    /// them (`$set` of a new sub-document, `$unset`; two inserts in one transaction).
     #[test]
-    fn a_change_event_reads_what_handlers_get_and_skips_the_rest() {
+    fn a_change_event_carries_what_the_server_sent_beyond_its_core() {
+        let update = raw(doc! {
+            "_id": { "_data": "826B0B438F000000032B022C0100296E5A1004691862C8AFD844BB9128BB07B54B2A6A461E5F6964002B020004" },
+            "operationType": "update",
+            "clusterTime": bson::Timestamp { time: 1_795_900_303, increment: 3 },
+            "wallTime": BsonDateTime::from_millis(1_795_900_303_924),
+            "fullDocument": { "_id": 1, "a": 5, "arr": [1], "n": { "x": 1 } },
+            "ns": { "db": "evshape", "coll": "t" },
+            "documentKey": { "_id": 1 },
+            "updateDescription": { "updatedFields": { "a": 5, "n": { "x": 1 } }, "removedFields": ["b"], "truncatedArrays": [] },
+        });
+        let parsed = change_event_from_raw(&update).unwrap();
+        let description = parsed
+            .details
+            .update_description
+            .as_ref()
+            .expect("described");
+        assert_eq!(
+            description.updated_fields().unwrap(),
+            doc! { "a": 5, "n": { "x": 1 } }
+        );
+        assert_eq!(description.removed_fields().unwrap(), ["b"]);
+        assert_eq!(
+            parsed.details.wall_time.map(|t| t.to_rfc3339()),
+            Some("2026-11-28T21:11:43.924+00:00".to_string())
+        );
+        assert_eq!(parsed.details.transaction, None);
+        assert_eq!(
+            parsed.collection_uuid().map(hex::encode),
+            Some("691862c8afd844bb9128bb07b54b2a6a".to_string()),
+            "from the token, without collectionUUID"
+        );
+
+        let session = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Uuid,
+            bytes: vec![
+                8, 0x6A, 0x8B, 0xFC, 6, 0xCC, 0x42, 0xB5, 0x85, 0x4F, 0x6A, 2, 0x1E, 0xF6, 0x0D,
+                0x7D,
+            ],
+        };
+        let in_transaction = raw(doc! {
+            "txnNumber": 3_i64,
+            "lsid": { "id": session.clone(), "uid": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![0xE3; 32] } },
+            "_id": { "_data": "826B0B438F000000052B022C01002B026E5A1004691862C8AFD844BB9128BB07B54B2A6A461E5F6964002B060004" },
+            "operationType": "insert",
+            "clusterTime": bson::Timestamp { time: 1_795_900_303, increment: 5 },
+            "wallTime": BsonDateTime::from_millis(1_795_900_303_930),
+            "fullDocument": { "_id": 3 },
+            "ns": { "db": "evshape", "coll": "t" },
+            "documentKey": { "_id": 3 },
+        });
+        let parsed = change_event_from_raw(&in_transaction).unwrap();
+        assert_eq!(
+            parsed.details.transaction,
+            Some(crate::store::TransactionId {
+                session: session.bytes,
+                txn_number: 3
+            })
+        );
+        assert_eq!(
+            parsed.token.txn_op_index(),
+            Some(1),
+            "the second of its transaction"
+        );
+        assert_eq!(parsed.details.update_description, None);
+
+        // A field of the wrong type is named.
+        let garbled = raw(doc! {
+            "_id": { "_data": "82" },
+            "operationType": "insert",
+            "clusterTime": bson::Timestamp { time: 1, increment: 1 },
+            "txnNumber": "three",
+        });
+        let error = change_event_from_raw(&garbled).unwrap_err().to_string();
+        assert!(error.contains("txnNumber"), "{error}");
+    }
+
+    #[test]
+    fn a_change_event_reads_what_handlers_get() {
         let event = raw(doc! {
             "_id": { "_data": "8263E5B9D2000000012B042C0100296E5A1004" },
             "operationType": "update",
@@ -1052,6 +1201,14 @@ mod tests {
                 ns: Namespace::new("shop", "orders"),
                 document_key: doc! { "_id": "o1" },
                 full_document: Some(doc! { "_id": "o1", "status": "paid" }),
+                details: crate::store::EventDetails {
+                    update_description: Some(crate::store::UpdateDescription::from_raw(raw(
+                        doc! { "updatedFields": { "status": "paid" }, "removedFields": [] }
+                    ))),
+                    transaction: None,
+                    wall_time: BsonDateTime::from_millis(1).to_chrono().into(),
+                    collection_uuid: Some([0; 16]),
+                },
             }
         );
         // A delete has no post-image; a null one is the same.
@@ -1097,6 +1254,7 @@ mod tests {
                 ns: watched.clone(),
                 document_key: doc! { "_id": "o1" },
                 full_document: Some(doc! { "_id": "o1", "status": "paid" }),
+                details: Default::default(),
             }
         );
         // MongoDB's profile stays strict: such an event is malformed there.

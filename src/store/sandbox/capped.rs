@@ -331,6 +331,7 @@ impl SandboxTail {
                 ns: self.ns.clone(),
                 document_key: doc! { "_id": entry.id },
                 full_document: Some(entry.document.clone()),
+                details: Default::default(),
             });
         }
         Ok(events)

@@ -341,6 +341,7 @@ mod tests {
             ns: Namespace::new("db", "c"),
             document_key: doc! {"_id": 1},
             full_document: None,
+            details: Default::default(),
         }
     }
 

@@ -227,6 +227,7 @@ impl SandboxStream {
                 ns: e.ns.clone(),
                 document_key: e.document_key.clone(),
                 full_document: lookup.unwrap_or_else(|| e.full_document.clone()),
+                details: e.details.clone(),
             })
             .collect();
         if events.is_empty() {

@@ -87,6 +87,10 @@ impl State {
         // As an oplog holds it: an insert or replacement keeps its document, an update
         // does not (a reader looks the document up when it reads, as `updateLookup`
         // does), so a log of updates to a growing document does not keep every copy.
+        let update_description = match (&operation, &previous, &document) {
+            (OperationType::Update, Some(old), Some(new)) => Some(describe_update(old, new)),
+            _ => None,
+        };
         let full_document = match operation {
             OperationType::Update => None,
             _ => document,
@@ -100,6 +104,11 @@ impl State {
                 ns: ns.clone(),
                 document_key: bson::doc! {"_id": id.clone()},
                 full_document,
+                details: crate::store::EventDetails {
+                    update_description,
+                    wall_time: Some(now),
+                    ..Default::default()
+                },
             },
         );
     }
@@ -126,6 +135,10 @@ impl State {
                 ns,
                 document_key: Document::new(),
                 full_document: None,
+                details: crate::store::EventDetails {
+                    wall_time: Some(now),
+                    ..Default::default()
+                },
             },
             to,
         );
@@ -212,4 +225,21 @@ pub fn id_key(id: &Bson) -> String {
         Bson::String(s) => s.clone(),
         other => other.clone().into_relaxed_extjson().to_string(),
     }
+}
+
+/// What an update changed, as the sandbox can tell from the document before and after:
+/// top-level fields only (MongoDB names a path inside a sub-document, `a.b`, where the
+/// update reached into it; the sandbox names `a` with its whole new value).
+fn describe_update(old: &Document, new: &Document) -> crate::store::UpdateDescription {
+    let updated: Document = new
+        .iter()
+        .filter(|(key, value)| old.get(key.as_str()) != Some(value))
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    let removed: Vec<String> = old
+        .keys()
+        .filter(|key| !new.contains_key(key.as_str()))
+        .cloned()
+        .collect();
+    crate::store::UpdateDescription::new(updated, &removed)
 }
