@@ -126,6 +126,7 @@ async fn resume(store: &MongoStore, ns: &Namespace) -> Duration {
     let options = FeedOptions {
         batch_size: BATCH,
         max_await: MAX_AWAIT,
+        ..Default::default()
     };
     let mut best = Duration::MAX;
     for _ in 0..5 {

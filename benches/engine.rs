@@ -51,6 +51,7 @@ async fn baseline(store: &SandboxStore, events: u64, batch: u32) -> Duration {
     let options = FeedOptions {
         batch_size: batch,
         max_await: Duration::from_millis(10),
+        ..Default::default()
     };
     let started = Instant::now();
     let mut stream = store

@@ -28,6 +28,7 @@ async fn held_lease_with_a_real_token(live: &LiveDb) -> (Tenure, ResumeToken) {
             FeedOptions {
                 batch_size: 10,
                 max_await: Duration::from_millis(300),
+                ..Default::default()
             },
         )
         .await

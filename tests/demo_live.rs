@@ -157,6 +157,7 @@ async fn changes_on(
             FeedOptions {
                 batch_size: 1000,
                 max_await: Duration::from_millis(200),
+                ..Default::default()
             },
         )
         .await

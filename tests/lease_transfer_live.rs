@@ -26,6 +26,7 @@ async fn real_tokens(live: &LiveDb, coll: &str, n: usize) -> Vec<ResumeToken> {
             FeedOptions {
                 batch_size: 100,
                 max_await: Duration::from_millis(300),
+                ..Default::default()
             },
         )
         .await

@@ -35,6 +35,7 @@ async fn tokens(store: &SandboxStore, coll: &str, n: usize) -> Vec<ResumeToken> 
             FeedOptions {
                 batch_size: 100,
                 max_await: Duration::from_millis(50),
+                ..Default::default()
             },
         )
         .await

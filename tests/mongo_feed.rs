@@ -43,6 +43,7 @@ fn options(batch_size: u32) -> FeedOptions {
     FeedOptions {
         batch_size,
         max_await: Duration::from_millis(300),
+        ..Default::default()
     }
 }
 

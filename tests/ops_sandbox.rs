@@ -171,6 +171,7 @@ async fn changes_on(
             FeedOptions {
                 batch_size: 10_000,
                 max_await: Duration::from_millis(1),
+                ..Default::default()
             },
         )
         .await

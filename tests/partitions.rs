@@ -532,6 +532,7 @@ async fn live_each_change_reaches_the_partition_its_hash_names_and_a_drop_reache
         let options = FeedOptions {
             batch_size: 100,
             max_await: Duration::from_millis(300),
+            ..Default::default()
         };
         let mut seen = BTreeMap::new();
         for partition in Partition::all(3).expect("valid") {

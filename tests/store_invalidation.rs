@@ -18,13 +18,16 @@ use streamward::model::ClusterTime;
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::{
     ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, InvalidationCause,
-    Namespace, StartPoint, StoreError,
+    Namespace, PostImage, PreImage, StartPoint, StoreError,
 };
 use support::live::live;
 
 const OPTIONS: FeedOptions = FeedOptions {
     batch_size: 10,
     max_await: Duration::from_millis(200),
+    post_image: PostImage::UpdateLookup,
+    pre_image: PreImage::Off,
+    expanded_events: false,
 };
 const PATIENCE: Duration = Duration::from_secs(20);
 

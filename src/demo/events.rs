@@ -206,6 +206,7 @@ pub async fn expected_tally<S: CappedFeed>(store: &S, events: &Namespace) -> Sto
     let options = FeedOptions {
         batch_size: 1_000,
         max_await: std::time::Duration::from_millis(200),
+        ..Default::default()
     };
     let mut tail = store
         .tail(events, StartPoint::At(ClusterTime::new(0, 0)), options)
@@ -264,6 +265,7 @@ mod tests {
                 FeedOptions {
                     batch_size: 100,
                     max_await: std::time::Duration::from_millis(1),
+                    ..Default::default()
                 },
             )
             .await

@@ -190,6 +190,7 @@ mod tests {
         let options = FeedOptions {
             batch_size: 100,
             max_await: Duration::from_millis(1),
+            ..Default::default()
         };
         let mut stream = store
             .open(&orders_ns(), StartPoint::Now, options)

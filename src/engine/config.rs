@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::model::{LockKind, Partition, SourceKind, WatchTarget};
-use crate::store::Namespace;
+use crate::store::{Namespace, PostImage, PreImage};
 
 /// Where a listener without any resume point starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -72,6 +72,15 @@ pub struct ListenerConfig {
     /// One partition of a partitioned resource (docs/protocol.md, "Partitions"): then
     /// `resource` is the partition's lease id, as [`ListenerConfig::partitioned`] sets it.
     pub partition: Option<Partition>,
+    /// The document after an update the handler gets (`fullDocument`): looked up when
+    /// read (default), as the update left it where the collection keeps post-images,
+    /// or none.
+    pub full_document: PostImage,
+    /// The document before an update, replacement or delete (`fullDocumentBeforeChange`,
+    /// MongoDB 6.0+ where the collection keeps pre-images); off by default.
+    pub full_document_before_change: PreImage,
+    /// Hand the handler data-definition events too (`showExpandedEvents`).
+    pub expanded_events: bool,
 }
 
 impl ListenerConfig {
@@ -96,6 +105,9 @@ impl ListenerConfig {
             retry_backoff: Duration::from_secs(1),
             skip_after: None,
             read_ahead: true,
+            full_document: PostImage::default(),
+            full_document_before_change: PreImage::default(),
+            expanded_events: false,
             document_time_field: None,
             checkpoint_every: Some(Duration::from_secs(60)),
             checkpoints_kept: crate::store::CHECKPOINTS_KEPT,

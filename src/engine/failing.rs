@@ -64,6 +64,30 @@ pub fn too_large_failure(
     .after(previous)
 }
 
+/// The failure record for a change on `namespace` whose required image the server does
+/// not keep, at server time `now`, counted after `previous`. Placed by its cluster
+/// time (the server names no token); its key is not known.
+pub fn image_missing_failure(
+    missing: &crate::model::MissingImage,
+    namespace: &str,
+    now: DateTime<Utc>,
+    previous: Option<&ChangeFailure>,
+) -> ChangeFailure {
+    ChangeFailure::first(
+        None,
+        missing.at,
+        namespace,
+        missing.operation.as_deref().unwrap_or("unknown"),
+        "(not returned)",
+        &missing.remedy(namespace),
+        FailureCause::ImageMissing {
+            before: missing.before,
+        },
+        now,
+    )
+    .after(previous)
+}
+
 /// Whether `events`, handled, got past the change `failure` names.
 pub fn passes(failure: Option<&ChangeFailure>, events: &[ChangeEvent]) -> bool {
     failure.is_some_and(|f| events.iter().any(|e| f.names(&e.token, e.cluster_time)))

@@ -382,6 +382,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let options = FeedOptions {
             batch_size: self.config.batch_size,
             max_await: self.config.read_wait(),
+            post_image: self.config.full_document,
+            pre_image: self.config.full_document_before_change,
+            expanded_events: self.config.expanded_events,
         };
         let source = self.config.source;
         let watch = &self.config.watch;
@@ -414,6 +417,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     .too_large(&tenure, &change, lease.failure.as_ref())
                     .await
             }
+            Err(StoreError::ImageMissing(missing)) => {
+                return self
+                    .image_missing(&tenure, &missing, lease.failure.as_ref())
+                    .await
+            }
             Err(e) => return self.end_on(&tenure, e, lease.resume_point()).await,
         };
         self.set_state(ListenerState::Streaming);
@@ -443,6 +451,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     let previous = progress.failure.clone();
                     return self
                         .too_large(&progress.tenure, &change, previous.as_ref())
+                        .await;
+                }
+                Err(StoreError::ImageMissing(missing)) => {
+                    let previous = progress.failure.clone();
+                    return self
+                        .image_missing(&progress.tenure, &missing, previous.as_ref())
                         .await;
                 }
                 Err(e) => {
@@ -820,6 +834,21 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let namespace = self.config.watch.to_string();
         self.record_failure(tenure, |now| {
             super::failing::too_large_failure(change, &namespace, now, previous)
+        })
+        .await
+    }
+
+    /// The stream requires an image the server does not keep for a change: recorded
+    /// like a handler's failure, with what to do, never a reopen loop.
+    async fn image_missing(
+        &mut self,
+        tenure: &Tenure,
+        missing: &crate::model::MissingImage,
+        previous: Option<&ChangeFailure>,
+    ) -> TenureEnd {
+        let namespace = self.config.watch.to_string();
+        self.record_failure(tenure, |now| {
+            super::failing::image_missing_failure(missing, &namespace, now, previous)
         })
         .await
     }

@@ -28,6 +28,10 @@ pub enum FailureCause {
         size: Option<u64>,
         limit: Option<u64>,
     },
+    /// The stream requires the document before (`before`) or after the change, and
+    /// the server keeps none for it (`NoMatchingDocument`, code 47): the collection has
+    /// no `changeStreamPreAndPostImages`, or the image expired.
+    ImageMissing { before: bool },
 }
 
 impl FailureCause {
@@ -35,7 +39,86 @@ impl FailureCause {
         match self {
             FailureCause::Handler => "handler",
             FailureCause::TooLarge { .. } => "too large",
+            FailureCause::ImageMissing { before: true } => "pre-image missing",
+            FailureCause::ImageMissing { before: false } => "post-image missing",
         }
+    }
+
+    /// The cause [`FailureCause::as_str`] names; `TooLarge` without its sizes.
+    pub fn parse(name: &str) -> Option<FailureCause> {
+        Some(match name {
+            "handler" => FailureCause::Handler,
+            "too large" => FailureCause::TooLarge {
+                size: None,
+                limit: None,
+            },
+            "pre-image missing" => FailureCause::ImageMissing { before: true },
+            "post-image missing" => FailureCause::ImageMissing { before: false },
+            _ => return None,
+        })
+    }
+}
+
+/// A change the server could not return because the stream requires an image of it
+/// that is not kept, as its error says: `… require a pre-image for all update, delete
+/// and replace events, but the pre-image was not found for event: {operationType:
+/// "update", ns: {db: "shop", coll: "orders"}, clusterTime: Timestamp(1795900543, 3)}`
+/// (MongoDB 6.0.5).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MissingImage {
+    pub before: bool,
+    /// The change's cluster time: it places the change (no token is given).
+    pub at: Option<ClusterTime>,
+    pub operation: Option<String>,
+    /// The server's message, whole.
+    pub message: String,
+}
+
+impl MissingImage {
+    /// What the server's message says; `None` where it is not about a missing image.
+    pub fn parse(message: &str) -> Option<Self> {
+        let before = if message.contains("require a pre-image") {
+            true
+        } else if message.contains("require a post-image") {
+            false
+        } else {
+            return None;
+        };
+        let operation = message.find("operationType: \"").and_then(|start| {
+            let rest = &message[start + "operationType: \"".len()..];
+            Some(rest[..rest.find('"')?].to_string())
+        });
+        let at = message.find("clusterTime: Timestamp(").and_then(|start| {
+            let rest = &message[start + "clusterTime: Timestamp(".len()..];
+            let (secs, rest) = rest.split_once(", ")?;
+            let inc = &rest[..rest.find(')')?];
+            Some(ClusterTime::new(
+                secs.trim().parse().ok()?,
+                inc.trim().parse().ok()?,
+            ))
+        });
+        Some(Self {
+            before,
+            at,
+            operation,
+            message: message.to_string(),
+        })
+    }
+
+    /// What to do about it, for the failure record and the log.
+    pub fn remedy(&self, namespace: &str) -> String {
+        let (which, option) = if self.before {
+            ("pre-image", "fullDocumentBeforeChange")
+        } else {
+            ("post-image", "fullDocument")
+        };
+        let (db, coll) = namespace.split_once('.').unwrap_or((namespace, ""));
+        format!(
+            "the stream requires a {which} ({option}: required) and the server keeps none for \
+             this change: enable them with db.getSiblingDB({db:?}).runCommand({{collMod: \
+             {coll:?}, changeStreamPreAndPostImages: {{enabled: true}}}}) (changes made before \
+             that have none: skip this one), or ask for whenAvailable"
+        )
     }
 }
 
@@ -202,6 +285,46 @@ mod tests {
 
     fn token(data: &str) -> ResumeToken {
         ResumeToken::from_document(doc! { "_data": data })
+    }
+
+    /// The messages a real MongoDB 6.0.5 sent (code 47) for a required pre-image and
+    /// post-image the collection does not keep.
+    #[test]
+    fn a_missing_image_is_read_from_the_servers_message() {
+        let pre = MissingImage::parse(
+            "Executor error during getMore :: caused by :: Change stream was configured to \
+             require a pre-image for all update, delete and replace events, but the pre-image \
+             was not found for event: {operationType: \"update\", ns: {db: \"preimg\", coll: \
+             \"t\"}, clusterTime: Timestamp(1795900543, 3)}",
+        )
+        .expect("a missing pre-image");
+        assert!(pre.before);
+        assert_eq!(pre.at, Some(ClusterTime::new(1_795_900_543, 3)));
+        assert_eq!(pre.operation.as_deref(), Some("update"));
+        let remedy = pre.remedy("preimg.t");
+        assert!(
+            remedy.contains(
+                "db.getSiblingDB(\"preimg\").runCommand({collMod: \"t\", changeStreamPreAndPostImages: {enabled: true}})"
+            ),
+            "{remedy}"
+        );
+        let post = MissingImage::parse(
+            "Change stream was configured to require a post-image for all update events, but \
+             the post-image was not found for event: {operationType: \"update\", ns: {db: \
+             \"preimg\", coll: \"t\"}, clusterTime: Timestamp(1795900543, 5)}",
+        )
+        .expect("a missing post-image");
+        assert!(!post.before);
+        assert_eq!(post.at, Some(ClusterTime::new(1_795_900_543, 5)));
+        assert!(post.remedy("preimg.t").contains("fullDocument: required"));
+        assert_eq!(MissingImage::parse("no such document"), None);
+        for cause in [
+            FailureCause::Handler,
+            FailureCause::ImageMissing { before: true },
+            FailureCause::ImageMissing { before: false },
+        ] {
+            assert_eq!(FailureCause::parse(cause.as_str()), Some(cause));
+        }
     }
 
     fn failure(data: &str, now: DateTime<Utc>) -> ChangeFailure {

@@ -26,8 +26,8 @@ pub use balance::{fair_shares, BalancePlan, Capacity, Handover, Holding, LeaseHo
 pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
 pub use failure::{
-    failure_backoff, ChangeFailure, FailureCause, TooLargeChange, FAILURE_BACKOFF_MAX,
-    FAILURE_ERROR_MAX_CHARS, FAILURE_KEY_MAX_CHARS,
+    failure_backoff, ChangeFailure, FailureCause, MissingImage, TooLargeChange,
+    FAILURE_BACKOFF_MAX, FAILURE_ERROR_MAX_CHARS, FAILURE_KEY_MAX_CHARS,
 };
 pub use health::{
     token_time_cell, unclaimed_explanation, HealthEvidence, HealthThresholds, LeaseHealth,

@@ -91,7 +91,9 @@ pub fn failure_summary(failure: &crate::model::ChangeFailure) -> String {
 pub fn failure_json(failure: &crate::model::ChangeFailure) -> Value {
     let (size, limit) = match failure.cause {
         crate::model::FailureCause::TooLarge { size, limit } => (size, limit),
-        crate::model::FailureCause::Handler => (None, None),
+        crate::model::FailureCause::Handler | crate::model::FailureCause::ImageMissing { .. } => {
+            (None, None)
+        }
     };
     json!({
         "token": failure.token.as_ref().map(|t| t.to_string()),

@@ -291,6 +291,7 @@ async fn read_stream<S: OperatorStore>(
     let options = FeedOptions {
         batch_size: 100,
         max_await: Duration::from_millis(500),
+        ..Default::default()
     };
     let unresolved = |e: crate::store::StoreError| {
         TransactionMiss::Unresolved(format!(

@@ -76,6 +76,11 @@ pub enum StoreError {
     /// `BSONObjectTooLarge` on a change stream read): reading again meets it again.
     #[error("change stream read failed: {0}")]
     ChangeTooLarge(Box<crate::model::TooLargeChange>),
+    /// The stream requires an image of a change that the server does not keep
+    /// (`NoMatchingDocument`, code 47, on a stream that asked for `required`): reading
+    /// again meets it again.
+    #[error("change stream read failed: {}", .0.message)]
+    ImageMissing(Box<crate::model::MissingImage>),
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,

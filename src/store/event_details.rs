@@ -13,6 +13,9 @@ use super::StoreError;
 pub struct EventDetails {
     /// `updateDescription`, on an update.
     pub update_description: Option<UpdateDescription>,
+    /// `fullDocumentBeforeChange`: the document before an update, replacement or
+    /// delete, where the stream asked for it ([`super::PreImage`]) and the server kept it.
+    pub full_document_before_change: Option<Document>,
     /// `lsid` and `txnNumber`, on a change made in a transaction.
     pub transaction: Option<TransactionId>,
     /// `wallTime` (MongoDB 6.0+): the server's wall clock when the change was made, the

@@ -23,6 +23,14 @@ pub struct FeedOptions {
     pub batch_size: u32,
     /// How long one `next_batch` waits for a first event before returning empty.
     pub max_await: Duration,
+    /// The document after each change (`fullDocument`).
+    pub post_image: PostImage,
+    /// The document before each change (`fullDocumentBeforeChange`).
+    pub pre_image: PreImage,
+    /// Ask for the events of data definition too (`showExpandedEvents`: create,
+    /// createIndexes, dropIndexes, modify, shardCollection, …; MongoDB 6.0+). They reach
+    /// a handler as [`OperationType::Other`].
+    pub expanded_events: bool,
 }
 
 impl Default for FeedOptions {
@@ -30,8 +38,42 @@ impl Default for FeedOptions {
         Self {
             batch_size: 1,
             max_await: Duration::from_secs(1),
+            post_image: PostImage::default(),
+            pre_image: PreImage::default(),
+            expanded_events: false,
         }
     }
+}
+
+/// What a stream asks for as the document after an update (`fullDocument`); inserts
+/// and replacements always carry theirs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PostImage {
+    /// None for an update.
+    Off,
+    /// The document as it is when the change is read, which is not always as the
+    /// update left it (two updates in a row can deliver the same document twice).
+    #[default]
+    UpdateLookup,
+    /// The document as the update left it, where the collection keeps post-images
+    /// (`changeStreamPreAndPostImages`, MongoDB 6.0+); none otherwise.
+    WhenAvailable,
+    /// As `WhenAvailable`, and a change without one cannot be read: the listener
+    /// records it as a failing change ([`StoreError::ImageMissing`]).
+    Required,
+}
+
+/// What a stream asks for as the document before an update, replacement or delete
+/// (`fullDocumentBeforeChange`, MongoDB 6.0+, kept only where the collection has
+/// `changeStreamPreAndPostImages` enabled).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PreImage {
+    #[default]
+    Off,
+    WhenAvailable,
+    /// A change without one cannot be read: the listener records it as a failing
+    /// change ([`StoreError::ImageMissing`]).
+    Required,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -33,7 +33,7 @@ pub use error::{StoreError, StoreResult};
 pub use event_details::{EventDetails, TransactionId, TruncatedArray, UpdateDescription};
 pub use feed::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, InvalidationCause,
-    OperationType, StartPoint,
+    OperationType, PostImage, PreImage, StartPoint,
 };
 pub use increments::{
     check_token, counted_since, Counter, FoldOutcome, IncrementStore, PendingDocument,

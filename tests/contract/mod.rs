@@ -127,6 +127,7 @@ pub fn options() -> FeedOptions {
     FeedOptions {
         batch_size: 10,
         max_await: Duration::from_millis(200),
+        ..Default::default()
     }
 }
 

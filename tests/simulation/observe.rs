@@ -166,6 +166,7 @@ impl Recorder {
         let options = FeedOptions {
             batch_size: 16,
             max_await: Duration::from_millis(1),
+            ..Default::default()
         };
         self.inner.open(ns, StartPoint::Now, options).await
     }

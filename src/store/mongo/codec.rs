@@ -261,18 +261,24 @@ pub(super) fn failure_from_document(what: &str, f: &Document) -> Result<ChangeFa
         }
     };
     let cause = match opt_string(what, f, "cause")?.as_deref() {
-        None | Some("handler") => FailureCause::Handler,
-        Some("too large") => FailureCause::TooLarge {
-            size: count("size")?,
-            limit: count("limit")?,
+        None => FailureCause::Handler,
+        Some(name) => match FailureCause::parse(name) {
+            Some(FailureCause::TooLarge { .. }) => FailureCause::TooLarge {
+                size: count("size")?,
+                limit: count("limit")?,
+            },
+            Some(cause) => cause,
+            None => {
+                return Err(malformed(
+                    what,
+                    &field("cause"),
+                    format!(
+                        "unknown cause {name:?}: expected \"handler\", \"too large\", \
+                         \"pre-image missing\" or \"post-image missing\""
+                    ),
+                ))
+            }
         },
-        Some(other) => {
-            return Err(malformed(
-                what,
-                &field("cause"),
-                format!("unknown cause {other:?}: expected \"handler\" or \"too large\""),
-            ))
-        }
     };
     let attempts = count("attempts")?.unwrap_or(1);
     Ok(ChangeFailure {
@@ -666,6 +672,9 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
             }
             "documentKey" => document_key = raw_document(WHAT, key, value)?,
             "fullDocument" => full_document = raw_document(WHAT, key, value)?,
+            "fullDocumentBeforeChange" => {
+                details.full_document_before_change = raw_document(WHAT, key, value)?
+            }
             // Kept raw: decoded only if the handler reads it.
             "updateDescription" => {
                 details.update_description = match value {
@@ -1205,6 +1214,7 @@ mod tests {
                     update_description: Some(crate::store::UpdateDescription::from_raw(raw(
                         doc! { "updatedFields": { "status": "paid" }, "removedFields": [] }
                     ))),
+                    full_document_before_change: None,
                     transaction: None,
                     wall_time: BsonDateTime::from_millis(1).to_chrono().into(),
                     collection_uuid: Some([0; 16]),

@@ -362,10 +362,18 @@ impl ChangeFeed for MongoStore {
             let mut watch = collection
                 .watch()
                 .pipeline(pipeline)
-                .full_document(FullDocumentType::UpdateLookup)
                 .batch_size(options.batch_size.max(1))
                 .max_await_time(server_wait)
                 .resume_after(resume_after);
+            if let Some(post) = post_image(options.post_image) {
+                watch = watch.full_document(post);
+            }
+            if let Some(pre) = pre_image(options.pre_image) {
+                watch = watch.full_document_before_change(pre);
+            }
+            if options.expanded_events {
+                watch = watch.show_expanded_events(true);
+            }
             if let Some(at) = start_at {
                 watch = watch.start_at_operation_time(at);
             }
@@ -610,11 +618,45 @@ impl MongoStore {
     }
 }
 
+fn post_image(asked: crate::store::PostImage) -> Option<FullDocumentType> {
+    use crate::store::PostImage;
+    match asked {
+        PostImage::Off => None,
+        PostImage::UpdateLookup => Some(FullDocumentType::UpdateLookup),
+        PostImage::WhenAvailable => Some(FullDocumentType::WhenAvailable),
+        PostImage::Required => Some(FullDocumentType::Required),
+    }
+}
+
+fn pre_image(
+    asked: crate::store::PreImage,
+) -> Option<mongodb::options::FullDocumentBeforeChangeType> {
+    use crate::store::PreImage;
+    use mongodb::options::FullDocumentBeforeChangeType as Before;
+    match asked {
+        PreImage::Off => None,
+        PreImage::WhenAvailable => Some(Before::WhenAvailable),
+        PreImage::Required => Some(Before::Required),
+    }
+}
+
 /// A change the server cannot return (10334 on a stream's open or read) is that
 /// change's problem, not the read's: named, so the listener records it and no read
 /// is tried again at once.
 fn change_too_large(error: StoreError) -> StoreError {
+    /// `NoMatchingDocument`: on a stream read, a required image that is not kept.
+    const NO_MATCHING_DOCUMENT: i32 = 47;
     match error {
+        StoreError::Command {
+            code: NO_MATCHING_DOCUMENT,
+            message,
+        } => match crate::model::MissingImage::parse(&message) {
+            Some(missing) => StoreError::ImageMissing(Box::new(missing)),
+            None => StoreError::Command {
+                code: NO_MATCHING_DOCUMENT,
+                message,
+            },
+        },
         StoreError::Command {
             code: super::errors::BSON_OBJECT_TOO_LARGE,
             message,

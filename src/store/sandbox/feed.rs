@@ -38,6 +38,7 @@ impl ChangeFeed for SandboxStore {
         options: FeedOptions,
     ) -> StoreResult<SandboxStream> {
         count(&self.inner.calls.open);
+        refuse_unkept(&options)?;
         let state = self.lock();
         let position = match &start {
             StartPoint::After(token) => {
@@ -127,6 +128,32 @@ impl SandboxStore {
     }
 }
 
+/// The sandbox keeps no pre- or post-images and emits no expanded events: a stream
+/// that asks for them is refused when opened, naming what to ask instead.
+fn refuse_unkept(options: &FeedOptions) -> StoreResult<()> {
+    use crate::store::{PostImage, PreImage};
+    let unkept = [
+        (
+            !matches!(options.post_image, PostImage::Off | PostImage::UpdateLookup),
+            "post-images (fullDocument whenAvailable or required; use updateLookup)",
+        ),
+        (
+            options.pre_image != PreImage::Off,
+            "pre-images (fullDocumentBeforeChange)",
+        ),
+        (
+            options.expanded_events,
+            "expanded events (showExpandedEvents)",
+        ),
+    ];
+    match unkept.iter().find(|(asked, _)| *asked) {
+        Some((_, what)) => Err(StoreError::InvalidArgument(format!(
+            "the sandbox keeps no {what}: run this listener against MongoDB 6.0 or newer"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// One open change stream on a namespace.
 pub struct SandboxStream {
     store: SandboxStore,
@@ -195,11 +222,12 @@ impl SandboxStream {
         let at_end = self.position == state.log.end();
         // `fullDocument: updateLookup`: an update carries the document as it is when
         // read (none once deleted); inserts and replacements carry their own.
+        let look_up = self.options.post_image == crate::store::PostImage::UpdateLookup;
         let looked_up: Vec<Option<Option<Document>>> = self
             .scratch
             .iter()
             .map(|e| {
-                (e.operation == OperationType::Update).then(|| {
+                (e.operation == OperationType::Update && look_up).then(|| {
                     e.document_key
                         .get("_id")
                         .and_then(|id| state.document(&e.ns, id))
@@ -342,6 +370,44 @@ mod tests {
     use super::*;
     use crate::store::DocumentStore;
 
+    /// What the sandbox does not keep is refused when a stream asks for it, naming
+    /// it; asking for no post-image leaves updates without one.
+    #[test]
+    fn a_stream_asking_for_images_or_expanded_events_is_refused() {
+        use crate::store::{PostImage, PreImage};
+        let asks = [
+            FeedOptions {
+                pre_image: PreImage::Required,
+                ..Default::default()
+            },
+            FeedOptions {
+                post_image: PostImage::WhenAvailable,
+                ..Default::default()
+            },
+            FeedOptions {
+                expanded_events: true,
+                ..Default::default()
+            },
+        ];
+        for (options, named) in asks
+            .iter()
+            .zip(["pre-images", "post-images", "expanded events"])
+        {
+            let error = refuse_unkept(options).unwrap_err().to_string();
+            assert!(
+                error.contains(named) && error.contains("MongoDB 6.0"),
+                "{error}"
+            );
+        }
+        for allowed in [PostImage::Off, PostImage::UpdateLookup] {
+            let options = FeedOptions {
+                post_image: allowed,
+                ..Default::default()
+            };
+            assert!(refuse_unkept(&options).is_ok());
+        }
+    }
+
     /// The order in which streams waiting on the log wake for one write, in a fresh
     /// runtime on a paused clock.
     fn wake_order() -> Vec<usize> {
@@ -363,6 +429,7 @@ mod tests {
                 let options = FeedOptions {
                     batch_size: 1,
                     max_await: Duration::from_secs(60),
+                    ..Default::default()
                 };
                 let mut stream = store
                     .open(&ns, StartPoint::Now, options)
