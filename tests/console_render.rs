@@ -1388,3 +1388,35 @@ fn the_lag_column_shows_what_is_left_beside_the_time_where_it_fits() {
         "{narrow}"
     );
 }
+
+/// An in-process listener's last handled change shows in its lease's detail: kind,
+/// collection, key and wall time, control characters escaped.
+#[test]
+fn the_detail_shows_the_last_change_a_listener_here_handled() {
+    let mut state = state(Mode::Demo);
+    let mut streaming = listener(
+        "shop.orders",
+        "app-1/4242-orders",
+        ListenerState::Streaming,
+        Some(7),
+    );
+    streaming.last_change = Some(streamward::engine::LastChange {
+        operation: "update".into(),
+        ns: "shop.orders".into(),
+        key: "{\"_id\":\"o-17\u{1b}[2J\"}".into(),
+        wall_time: chrono::DateTime::parse_from_rfc3339("2026-11-28T21:11:43.924Z")
+            .ok()
+            .map(|t| t.to_utc()),
+        cluster_time: None,
+    });
+    state.apply(DataEvent::Listeners(vec![streaming]), now());
+    state.execute_command_line("filter shop.orders");
+    press(&mut state, KeyCode::Enter);
+    let text = screen(&mut state, 120, 40);
+    // Wrapped in the right-hand pane: kind and collection, then key and time.
+    assert!(text.contains("last change: update shop.orders"), "{text}");
+    assert!(
+        text.contains(r#"{"_id":"o-17\u{1b}[2J"} at 21:11:43.924Z"#),
+        "the key escaped, the wall time: {text}"
+    );
+}

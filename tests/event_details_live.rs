@@ -261,6 +261,24 @@ async fn a_required_pre_image_is_delivered_or_named_as_missing() {
             Some(doc! {"_id": 1, "n": 1})
         );
         assert_eq!(update.full_document, Some(doc! {"_id": 1, "n": 2}));
+        // Once its commit landed, the listener shows it as its last change.
+        let last = loop {
+            if let Some(last) = with_images
+                .snapshot()
+                .last_change
+                .filter(|l| l.operation == "update")
+            {
+                break last;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the last change shown"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(last.ns, format!("{}.kept", live.db));
+        assert_eq!(last.key, r#"{"_id":1}"#);
+        assert_eq!(last.wall_time, update.details.wall_time);
 
         let failure = loop {
             let lease = live.store.get("unkept").await.unwrap().unwrap();

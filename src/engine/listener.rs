@@ -567,6 +567,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
         if let Some(token) = to_commit {
             let past_failure = super::failing::passes(p.failure.as_ref(), &batch.events);
             self.commit(p, token, count, past_failure).await?;
+            if let Some(last) = batch.events.last() {
+                let last = super::status::LastChange::of(last);
+                self.status.send_modify(|s| s.last_change = Some(last));
+            }
         }
         self.after_commit(p, handing_over).await
     }

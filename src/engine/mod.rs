@@ -19,5 +19,5 @@ pub use fleet::{Fleet, FleetConfig, FleetSeat};
 pub use handler::{Handler, HandlerError, NoopHandler};
 pub use increment::{event_token, increment_once, Increment};
 pub use listener::{Listener, ListenerExit};
-pub use status::{ListenerSnapshot, ListenerState, RateMeter};
+pub use status::{LastChange, ListenerSnapshot, ListenerState, RateMeter};
 pub use supervisor::ListenerHandle;

@@ -77,6 +77,36 @@ pub struct ListenerSnapshot {
     pub lost_locks: u64,
     pub last_committed: Option<ClusterTime>,
     pub last_error: Option<String>,
+    /// The last change of the last batch whose commit landed.
+    pub last_change: Option<LastChange>,
+}
+
+/// A handled change as the console shows it: its kind, collection, key and when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LastChange {
+    pub operation: String,
+    pub ns: String,
+    /// The document key as relaxed extended JSON, at most
+    /// [`crate::model::FAILURE_KEY_MAX_CHARS`] characters.
+    pub key: String,
+    /// `wallTime` where the server sent it (MongoDB 6.0+, the sandbox).
+    pub wall_time: Option<chrono::DateTime<chrono::Utc>>,
+    pub cluster_time: Option<ClusterTime>,
+}
+
+impl LastChange {
+    pub fn of(event: &crate::store::ChangeEvent) -> Self {
+        let key = bson::Bson::Document(event.document_key.clone())
+            .into_relaxed_extjson()
+            .to_string();
+        Self {
+            operation: event.operation.name().to_string(),
+            ns: event.ns.to_string(),
+            key: crate::model::text::clip(&key, crate::model::FAILURE_KEY_MAX_CHARS),
+            wall_time: event.details.wall_time,
+            cluster_time: event.cluster_time,
+        }
+    }
 }
 
 impl ListenerSnapshot {
@@ -94,6 +124,7 @@ impl ListenerSnapshot {
             lost_locks: 0,
             last_committed: None,
             last_error: None,
+            last_change: None,
         }
     }
 }

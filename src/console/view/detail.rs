@@ -492,6 +492,25 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
                     theme.muted,
                 ),
             ]));
+            if let Some(last) = &listener.last_change {
+                let when = last.wall_time.map_or_else(
+                    || {
+                        last.cluster_time
+                            .map_or_else(String::new, |t| format!(" at {t}"))
+                    },
+                    |at| format!(" at {}", at.format("%H:%M:%S%.3fZ")),
+                );
+                lines.push(Line::from(vec![
+                    Span::styled("    last change: ", theme.muted),
+                    Span::styled(
+                        escape_control(&format!(
+                            "{} {} {}{when}",
+                            last.operation, last.ns, last.key
+                        )),
+                        theme.base,
+                    ),
+                ]));
+            }
             // The whole last error, wrapped: the listeners table has room for its start.
             if let Some(error) = &listener.last_error {
                 lines.push(Line::from(vec![
