@@ -458,11 +458,14 @@ async fn a_dry_run_reads_and_counts_but_sends_no_write() {
             "aggregate": "oplog.rs",
             "pipeline": [
                 { "$match": {
-                    "op": { "$ne": "n" },
                     // Chunk migrations on a shard are not changes.
                     "fromMigrate": { "$ne": true },
-                    // The collection's entries, and the transactions with a change on it.
-                    "$or": [ { "ns": "shop.orders" }, { "o.applyOps.ns": "shop.orders" } ],
+                    // The collection's writes, and the transactions with one on it;
+                    // no command, no no-op.
+                    "$or": [
+                        { "op": { "$in": ["i", "u", "d"] }, "ns": "shop.orders" },
+                        { "op": "c", "o.applyOps.ns": "shop.orders" },
+                    ],
                     "ts": {
                         "$gte": Timestamp { time: 0x63E5_B9D2 - 10, increment: 1 },
                         "$lte": Timestamp { time: 0x63E5_B9D2, increment: 1 },
@@ -475,7 +478,10 @@ async fn a_dry_run_reads_and_counts_but_sends_no_write() {
                     { "$size": { "$filter": {
                         "input": "$o.applyOps",
                         "as": "op",
-                        "cond": { "$eq": ["$$op.ns", "shop.orders"] },
+                        "cond": { "$and": [
+                            { "$eq": ["$$op.ns", "shop.orders"] },
+                            { "$in": ["$$op.op", ["i", "u", "d"]] },
+                        ] },
                     } } },
                     1,
                 ] } } } },

@@ -165,6 +165,24 @@ async fn a_quiet_caught_up_lease_of_another_implementation_is_idle_and_steady() 
             "1 + 3 in the transaction: {seed}"
         );
         assert_eq!(seed["pending"]["bound"], "exact", "{seed}");
+
+        // Commands on the collection carry its UUID too (an index build's two entries,
+        // collMod) but no change stream delivers them unasked: nothing more is left.
+        orders
+            .create_index(mongodb::IndexModel::builder().keys(doc! {"n": 1}).build())
+            .await
+            .unwrap();
+        client
+            .database(&live.db)
+            .run_command(doc! {"collMod": "orders", "validationLevel": "off"})
+            .await
+            .unwrap();
+        let listing = listed(&live, &config).await;
+        let seed = lease(&listing, RESOURCE);
+        assert_eq!(
+            seed["pending"]["count"], 4,
+            "commands are not changes: {seed}"
+        );
     })
     .await;
 }

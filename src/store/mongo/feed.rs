@@ -517,12 +517,15 @@ impl OplogCount {
     }
 }
 
-/// The changes on `on` in the oplog, and how to name it in errors: its entries (on its
-/// namespace or, for a lease without `watch`, its UUID, `ui`), one change each, and the
-/// transactions (`applyOps`) with one, counted by their operations on it. Chunk
-/// migrations (`fromMigrate`) and no-ops are never delivered as changes. The caller
-/// adds the `ts` range to the filter.
+/// The changes on `on` in the oplog, and how to name it in errors: its inserts, updates
+/// and deletes (on its namespace or, for a lease without `watch`, its UUID, `ui`), one
+/// change each, and the transactions (`applyOps`) with one, counted by their such
+/// operations on it. Commands are left out: index builds, `collMod` and the like carry
+/// the collection's `ui` too, and a change stream delivers none of them unasked, so a
+/// caught-up listener would never read as caught up. Chunk migrations (`fromMigrate`)
+/// are never delivered as changes either. The caller adds the `ts` range.
 pub(super) fn changes_on(on: &WatchedCollection) -> (OplogCount, String) {
+    const WRITES: [&str; 3] = ["i", "u", "d"];
     let (field, inner, value) = match on {
         WatchedCollection::Namespace { db, coll, .. } => {
             ("ns", "o.applyOps.ns", Bson::String(format!("{db}.{coll}")))
@@ -537,9 +540,11 @@ pub(super) fn changes_on(on: &WatchedCollection) -> (OplogCount, String) {
         ),
     };
     let filter = doc! {
-        "op": { "$ne": "n" },
         "fromMigrate": { "$ne": true },
-        "$or": [ { field: value.clone() }, { inner: value.clone() } ],
+        "$or": [
+            { "op": { "$in": WRITES.as_slice() }, field: value.clone() },
+            { "op": "c", inner: value.clone() },
+        ],
     };
     let operation_field = format!("$$op.{field}");
     let weight = doc! {
@@ -548,7 +553,10 @@ pub(super) fn changes_on(on: &WatchedCollection) -> (OplogCount, String) {
             { "$size": { "$filter": {
                 "input": "$o.applyOps",
                 "as": "op",
-                "cond": { "$eq": [operation_field, value] },
+                "cond": { "$and": [
+                    { "$eq": [operation_field, value] },
+                    { "$in": ["$$op.op", WRITES.as_slice()] },
+                ] },
             } } },
             1,
         ]
@@ -594,8 +602,8 @@ impl MongoStore {
         }
     }
 
-    /// One `aggregate` on `local.oplog.rs` ([`changes_on`] in the `ts`
-    /// range, `$limit`, `$count`), bounded server-side by `maxTimeMS`.
+    /// One `aggregate` on `local.oplog.rs` ([`changes_on`] in the `ts` range, `$limit`,
+    /// the operations summed), bounded server-side by `maxTimeMS`.
     /// ([`crate::store::OperatorStore::count_changes`])
     pub(super) async fn count_oplog_changes(
         &self,
