@@ -1400,15 +1400,21 @@ fn the_detail_shows_the_last_change_a_listener_here_handled() {
         ListenerState::Streaming,
         Some(7),
     );
-    streaming.last_change = Some(streamward::engine::LastChange {
-        operation: "update".into(),
-        ns: "shop.orders".into(),
-        key: "{\"_id\":\"o-17\u{1b}[2J\"}".into(),
-        wall_time: chrono::DateTime::parse_from_rfc3339("2026-11-28T21:11:43.924Z")
-            .ok()
-            .map(|t| t.to_utc()),
+    streaming.last_change = Some(std::sync::Arc::new(streamward::store::ChangeEvent {
+        token: ResumeToken::encode(ClusterTime::new(secs(now()), 1), TokenKind::Event, 0),
         cluster_time: None,
-    });
+        operation: streamward::store::OperationType::Update,
+        // A collection name may hold an escape sequence; it reaches the screen escaped.
+        ns: streamward::store::Namespace::new("shop", "orders\u{1b}[2J"),
+        document_key: bson::doc! {"_id": "o-17\u{1b}[2J"},
+        full_document: None,
+        details: streamward::store::EventDetails {
+            wall_time: chrono::DateTime::parse_from_rfc3339("2026-11-28T21:11:43.924Z")
+                .ok()
+                .map(|t| t.to_utc()),
+            ..Default::default()
+        },
+    }));
     state.apply(DataEvent::Listeners(vec![streaming]), now());
     state.execute_command_line("filter shop.orders");
     press(&mut state, KeyCode::Enter);
@@ -1416,7 +1422,13 @@ fn the_detail_shows_the_last_change_a_listener_here_handled() {
     // Wrapped in the right-hand pane: kind and collection, then key and time.
     assert!(text.contains("last change: update shop.orders"), "{text}");
     assert!(
-        text.contains(r#"{"_id":"o-17\u{1b}[2J"} at 21:11:43.924Z"#),
+        text.contains(r#"last change: update shop.orders\u{1b}[2J"#),
+        "the collection escaped: {text}"
+    );
+    // The key is relaxed extended JSON, whose strings escape control characters.
+    assert!(
+        text.contains(r#"{"_id":"o-17\u001b[2J"} at 21:11:43.924Z"#),
         "the key escaped, the wall time: {text}"
     );
+    assert!(!text.contains('\u{1b}'), "no raw escape on screen");
 }

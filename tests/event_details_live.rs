@@ -266,6 +266,7 @@ async fn a_required_pre_image_is_delivered_or_named_as_missing() {
             if let Some(last) = with_images
                 .snapshot()
                 .last_change
+                .map(|event| streamward::engine::LastChange::of(&event))
                 .filter(|l| l.operation == "update")
             {
                 break last;

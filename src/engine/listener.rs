@@ -514,7 +514,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
     /// the post-batch token when a heartbeat is due), refreshes the lease when due and
     /// rotates when the tenure is over. `Err` ends the tenure, lease already given back
     /// where it was not lost.
-    async fn settle(&mut self, p: &mut Progress, batch: ChangeBatch) -> Result<(), TenureEnd> {
+    async fn settle(&mut self, p: &mut Progress, mut batch: ChangeBatch) -> Result<(), TenureEnd> {
         let count = batch.events.len();
         // The fleet asks for this lease: commit where this batch got to, then release.
         let handing_over = self
@@ -566,11 +566,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
         if let Some(token) = to_commit {
             let past_failure = super::failing::passes(p.failure.as_ref(), &batch.events);
-            self.commit(p, token, count, past_failure).await?;
-            if let Some(last) = batch.events.last() {
-                let last = super::status::LastChange::of(last);
-                self.status.send_modify(|s| s.last_change = Some(last));
-            }
+            // Handled and about to be dropped: moved, not copied, into the snapshot.
+            let last = batch.events.pop();
+            self.commit(p, token, count, past_failure, last).await?;
         }
         self.after_commit(p, handing_over).await
     }
@@ -584,15 +582,16 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
     }
 
-    /// Commits `token`, after `count` changes were handled (none for a heartbeat);
-    /// `past_failure`: they got past the change the lease records as failing, whose
-    /// record the commit removes. `Err` ends the tenure.
+    /// Commits `token`, after `count` changes were handled (none for a heartbeat), the
+    /// last of them `last`; `past_failure`: they got past the change the lease records
+    /// as failing, whose record the commit removes. `Err` ends the tenure.
     async fn commit(
         &mut self,
         p: &mut Progress,
         token: ResumeToken,
         count: usize,
         past_failure: bool,
+        last: Option<ChangeEvent>,
     ) -> Result<(), TenureEnd> {
         let started = Instant::now();
         let lease = self.config.lease;
@@ -649,6 +648,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             s.commits += 1;
             s.last_committed = time;
             s.state = ListenerState::Streaming;
+            if let Some(last) = last {
+                s.last_change = Some(std::sync::Arc::new(last));
+            }
         });
         Ok(())
     }
@@ -716,7 +718,8 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     Ok(()) if behind(&event.token, p.committed.as_ref()) => {}
                     Ok(()) => {
                         let past = super::failing::passes(p.failure.as_ref(), one);
-                        self.commit(p, event.token.clone(), 1, past).await?;
+                        self.commit(p, event.token.clone(), 1, past, Some(event.clone()))
+                            .await?;
                     }
                     Err(HandlerError::Fenced(reason)) => {
                         return Err(TenureEnd::FencedOut(format!(

@@ -77,8 +77,10 @@ pub struct ListenerSnapshot {
     pub lost_locks: u64,
     pub last_committed: Option<ClusterTime>,
     pub last_error: Option<String>,
-    /// The last change of the last batch whose commit landed.
-    pub last_change: Option<LastChange>,
+    /// The last change of the last batch whose commit landed, as the handler got it
+    /// (moved out of the batch, not copied: the engine loop formats nothing for it;
+    /// [`LastChange::of`] does, when it is shown).
+    pub last_change: Option<std::sync::Arc<crate::store::ChangeEvent>>,
 }
 
 /// A handled change as the console shows it: its kind, collection, key and when.

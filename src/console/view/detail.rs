@@ -492,7 +492,11 @@ fn health_lines<'a>(entry: &'a LeaseEntry, state: &ConsoleState, theme: &Theme) 
                     theme.muted,
                 ),
             ]));
-            if let Some(last) = &listener.last_change {
+            if let Some(last) = listener
+                .last_change
+                .as_deref()
+                .map(crate::engine::LastChange::of)
+            {
                 let when = last.wall_time.map_or_else(
                     || {
                         last.cluster_time
