@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::model::{ChangeFailure, FailureCause, TooLargeChange};
+use crate::model::{ChangeFailure, FailureCause, ResumeToken, UnreadableChange};
 use crate::store::ChangeEvent;
 
 /// The failure record for `event`, on which the handler returned `error` at server
@@ -32,60 +32,52 @@ pub fn handler_failure(
 
 /// The failure record for a change on `namespace` the server could not return, at
 /// server time `now`, counted after `previous`. Which operation it was and its key are
-/// not known: the server returned nothing of it but its size and, mostly, its token.
-pub fn too_large_failure(
-    change: &TooLargeChange,
+/// not known where the server did not say: it returned nothing of a change too large
+/// but its size and, mostly, its token; of one without its required image, its
+/// operation and cluster time (no token).
+pub fn unreadable_failure(
+    change: &UnreadableChange,
     namespace: &str,
     now: DateTime<Utc>,
     previous: Option<&ChangeFailure>,
 ) -> ChangeFailure {
-    let size = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
-    ChangeFailure::first(
-        change.token.clone(),
-        change
-            .token
-            .as_ref()
-            .and_then(crate::model::ResumeToken::time),
-        namespace,
-        "unknown",
-        "(not returned)",
-        &format!(
-            "the change ({} bytes) is larger than the server returns ({} bytes): {}",
-            size(change.size),
-            size(change.limit),
-            change.message
+    const NOT_RETURNED: &str = "(not returned)";
+    let failure = match change {
+        UnreadableChange::TooLarge(change) => {
+            let size = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());
+            ChangeFailure::first(
+                change.token.clone(),
+                change.token.as_ref().and_then(ResumeToken::time),
+                namespace,
+                "unknown",
+                NOT_RETURNED,
+                &format!(
+                    "the change ({} bytes) is larger than the server returns ({} bytes): {}",
+                    size(change.size),
+                    size(change.limit),
+                    change.message
+                ),
+                FailureCause::TooLarge {
+                    size: change.size,
+                    limit: change.limit,
+                },
+                now,
+            )
+        }
+        UnreadableChange::ImageMissing(missing) => ChangeFailure::first(
+            None,
+            missing.at,
+            namespace,
+            missing.operation.as_deref().unwrap_or("unknown"),
+            NOT_RETURNED,
+            &missing.remedy(namespace),
+            FailureCause::ImageMissing {
+                before: missing.before,
+            },
+            now,
         ),
-        FailureCause::TooLarge {
-            size: change.size,
-            limit: change.limit,
-        },
-        now,
-    )
-    .after(previous)
-}
-
-/// The failure record for a change on `namespace` whose required image the server does
-/// not keep, at server time `now`, counted after `previous`. Placed by its cluster
-/// time (the server names no token); its key is not known.
-pub fn image_missing_failure(
-    missing: &crate::model::MissingImage,
-    namespace: &str,
-    now: DateTime<Utc>,
-    previous: Option<&ChangeFailure>,
-) -> ChangeFailure {
-    ChangeFailure::first(
-        None,
-        missing.at,
-        namespace,
-        missing.operation.as_deref().unwrap_or("unknown"),
-        "(not returned)",
-        &missing.remedy(namespace),
-        FailureCause::ImageMissing {
-            before: missing.before,
-        },
-        now,
-    )
-    .after(previous)
+    };
+    failure.after(previous)
 }
 
 /// Whether `events`, handled, got past the change `failure` names.

@@ -412,14 +412,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
         let mut stream = match opened {
             Ok(stream) => stream,
-            Err(StoreError::ChangeTooLarge(change)) => {
+            Err(StoreError::UnreadableChange(change)) => {
                 return self
-                    .too_large(&tenure, &change, lease.failure.as_ref())
-                    .await
-            }
-            Err(StoreError::ImageMissing(missing)) => {
-                return self
-                    .image_missing(&tenure, &missing, lease.failure.as_ref())
+                    .unreadable(&tenure, &change, lease.failure.as_ref())
                     .await
             }
             Err(e) => return self.end_on(&tenure, e, lease.resume_point()).await,
@@ -447,16 +442,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
         loop {
             let current = match batch {
                 Ok(batch) => batch,
-                Err(StoreError::ChangeTooLarge(change)) => {
+                Err(StoreError::UnreadableChange(change)) => {
                     let previous = progress.failure.clone();
                     return self
-                        .too_large(&progress.tenure, &change, previous.as_ref())
-                        .await;
-                }
-                Err(StoreError::ImageMissing(missing)) => {
-                    let previous = progress.failure.clone();
-                    return self
-                        .image_missing(&progress.tenure, &missing, previous.as_ref())
+                        .unreadable(&progress.tenure, &change, previous.as_ref())
                         .await;
                 }
                 Err(e) => {
@@ -830,32 +819,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
     }
 
-    /// The stream met a change the server cannot return: recorded like a handler's
-    /// failure (counted after `previous`), so it is retried no faster than the back-off.
-    async fn too_large(
+    /// The stream met a change the server cannot return as asked: recorded like a
+    /// handler's failure (counted after `previous`), so it is retried no faster than
+    /// the back-off, never in a reopen loop.
+    async fn unreadable(
         &mut self,
         tenure: &Tenure,
-        change: &crate::model::TooLargeChange,
+        change: &crate::model::UnreadableChange,
         previous: Option<&ChangeFailure>,
     ) -> TenureEnd {
         let namespace = self.config.watch.to_string();
         self.record_failure(tenure, |now| {
-            super::failing::too_large_failure(change, &namespace, now, previous)
-        })
-        .await
-    }
-
-    /// The stream requires an image the server does not keep for a change: recorded
-    /// like a handler's failure, with what to do, never a reopen loop.
-    async fn image_missing(
-        &mut self,
-        tenure: &Tenure,
-        missing: &crate::model::MissingImage,
-        previous: Option<&ChangeFailure>,
-    ) -> TenureEnd {
-        let namespace = self.config.watch.to_string();
-        self.record_failure(tenure, |now| {
-            super::failing::image_missing_failure(missing, &namespace, now, previous)
+            super::failing::unreadable_failure(change, &namespace, now, previous)
         })
         .await
     }

@@ -253,6 +253,26 @@ impl TooLargeChange {
     }
 }
 
+/// A change the server could not return as the stream asked for it: reading again meets
+/// it again, so it is recorded on the lease as failing, like a handler's failure.
+#[derive(Debug, Clone, PartialEq)]
+pub enum UnreadableChange {
+    /// Its event is over the 16 MB a reply may hold (10334).
+    TooLarge(TooLargeChange),
+    /// The stream requires an image of it the server does not keep (47).
+    ImageMissing(MissingImage),
+}
+
+impl UnreadableChange {
+    /// The server's message, whole.
+    pub fn message(&self) -> &str {
+        match self {
+            UnreadableChange::TooLarge(change) => &change.message,
+            UnreadableChange::ImageMissing(missing) => &missing.message,
+        }
+    }
+}
+
 impl std::fmt::Display for TooLargeChange {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let bytes = |n: Option<u64>| n.map_or_else(|| "?".to_string(), |n| n.to_string());

@@ -26,7 +26,7 @@ pub use balance::{fair_shares, BalancePlan, Capacity, Handover, Holding, LeaseHo
 pub use checkpoint::Checkpoint;
 pub use cluster_time::ClusterTime;
 pub use failure::{
-    failure_backoff, ChangeFailure, FailureCause, MissingImage, TooLargeChange,
+    failure_backoff, ChangeFailure, FailureCause, MissingImage, TooLargeChange, UnreadableChange,
     FAILURE_BACKOFF_MAX, FAILURE_ERROR_MAX_CHARS, FAILURE_KEY_MAX_CHARS,
 };
 pub use health::{

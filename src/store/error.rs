@@ -72,15 +72,11 @@ pub enum StoreError {
     /// The deployment keeps no oplog at all (Azure Cosmos DB): nothing is sent to try.
     #[error("there is no oplog to read: {0}")]
     NoOplog(String),
-    /// A change on the stream is larger than the server can return (MongoDB's
-    /// `BSONObjectTooLarge` on a change stream read): reading again meets it again.
-    #[error("change stream read failed: {0}")]
-    ChangeTooLarge(Box<crate::model::TooLargeChange>),
-    /// The stream requires an image of a change that the server does not keep
-    /// (`NoMatchingDocument`, code 47, on a stream that asked for `required`): reading
-    /// again meets it again.
-    #[error("change stream read failed: {}", .0.message)]
-    ImageMissing(Box<crate::model::MissingImage>),
+    /// A change on the stream the server cannot return as asked: larger than a reply
+    /// may be (`BSONObjectTooLarge`), or without the image the stream requires
+    /// (`NoMatchingDocument`). Reading again meets it again.
+    #[error("change stream read failed: {}", .0.message())]
+    UnreadableChange(Box<crate::model::UnreadableChange>),
     /// The store was shut down (sandbox) or the watch ended.
     #[error("the store connection was closed")]
     Closed,

@@ -59,7 +59,7 @@ pub enum PostImage {
     /// (`changeStreamPreAndPostImages`, MongoDB 6.0+); none otherwise.
     WhenAvailable,
     /// As `WhenAvailable`, and a change without one cannot be read: the listener
-    /// records it as a failing change ([`StoreError::ImageMissing`]).
+    /// records it as a failing change ([`super::StoreError::UnreadableChange`]).
     Required,
 }
 
@@ -72,7 +72,7 @@ pub enum PreImage {
     Off,
     WhenAvailable,
     /// A change without one cannot be read: the listener records it as a failing
-    /// change ([`StoreError::ImageMissing`]).
+    /// change ([`super::StoreError::UnreadableChange`]).
     Required,
 }
 

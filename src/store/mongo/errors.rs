@@ -48,6 +48,11 @@ pub const NAMESPACE_NOT_FOUND: i32 = 26;
 pub const DUPLICATE_KEY: i32 = 11000;
 /// `BSONObjectTooLarge`: on a change stream read, an event over the 16 MB limit.
 pub const BSON_OBJECT_TOO_LARGE: i32 = 10334;
+/// `NoMatchingDocument`: on a change stream read, a required pre- or post-image the
+/// server does not keep (MongoDB 6.0.5 names the change's operation and time).
+pub const NO_MATCHING_DOCUMENT: i32 = 47;
+/// `MaxTimeMSExpired`: a command ran out of its `maxTimeMS` on the server.
+pub const MAX_TIME_EXPIRED: i32 = 50;
 pub const UNAUTHORIZED: i32 = 13;
 pub const AUTHENTICATION_FAILED: i32 = 18;
 

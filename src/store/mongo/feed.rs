@@ -382,7 +382,7 @@ impl ChangeFeed for MongoStore {
         })
         .await
         .map_err(|e| {
-            let error = change_too_large(e.into_store_hinted(&action, STREAM_HINT));
+            let error = unreadable_change(e.into_store_hinted(&action, STREAM_HINT));
             match (self.profile, error) {
                 // No cluster time says when a Cosmos DB collection went away (a time
                 // recorded beside the token is a document's, not the drop's).
@@ -486,10 +486,12 @@ fn edge_time(entry: Option<&Document>, which: &str) -> Result<ClusterTime, Strin
 /// and a connection that failed, a primary stepping down or a read out of time stays
 /// what it is: the next read may well succeed, and callers retry those.
 fn window_read_error(error: StoreError) -> StoreError {
-    /// `MaxTimeMSExpired`: the read ran out of its time on the server.
-    const OUT_OF_TIME: i32 = 50;
     match error {
-        StoreError::Command { code, .. } if error.is_not_primary() || code == OUT_OF_TIME => error,
+        StoreError::Command { code, .. }
+            if error.is_not_primary() || code == super::errors::MAX_TIME_EXPIRED =>
+        {
+            error
+        }
         StoreError::Command { .. } => {
             StoreError::OplogUnknown(format!("the server refused the oplog read: {error}"))
         }
@@ -648,18 +650,19 @@ fn pre_image(
     }
 }
 
-/// A change the server cannot return (10334 on a stream's open or read) is that
-/// change's problem, not the read's: named, so the listener records it and no read
-/// is tried again at once.
-fn change_too_large(error: StoreError) -> StoreError {
-    /// `NoMatchingDocument`: on a stream read, a required image that is not kept.
-    const NO_MATCHING_DOCUMENT: i32 = 47;
+/// A change the server cannot return on a stream's open or read (10334: too large;
+/// 47: a required image not kept) is that change's problem, not the read's: named, so
+/// the listener records it and no read is tried again at once.
+fn unreadable_change(error: StoreError) -> StoreError {
+    use super::errors::NO_MATCHING_DOCUMENT;
     match error {
         StoreError::Command {
             code: NO_MATCHING_DOCUMENT,
             message,
         } => match crate::model::MissingImage::parse(&message) {
-            Some(missing) => StoreError::ImageMissing(Box::new(missing)),
+            Some(missing) => StoreError::UnreadableChange(Box::new(
+                crate::model::UnreadableChange::ImageMissing(missing),
+            )),
             None => StoreError::Command {
                 code: NO_MATCHING_DOCUMENT,
                 message,
@@ -668,7 +671,9 @@ fn change_too_large(error: StoreError) -> StoreError {
         StoreError::Command {
             code: super::errors::BSON_OBJECT_TOO_LARGE,
             message,
-        } => StoreError::ChangeTooLarge(Box::new(crate::model::TooLargeChange::parse(&message))),
+        } => StoreError::UnreadableChange(Box::new(crate::model::UnreadableChange::TooLarge(
+            crate::model::TooLargeChange::parse(&message),
+        ))),
         other => other,
     }
 }
@@ -771,7 +776,7 @@ impl MongoChangeStream {
             let next = self
                 .read_next()
                 .await
-                .map_err(|e| change_too_large(e.into_store_hinted(&self.action, STREAM_HINT)))?;
+                .map_err(|e| unreadable_change(e.into_store_hinted(&self.action, STREAM_HINT)))?;
             let Some(document) = next else {
                 if self.stream.is_alive() && self.fragments.assembling() {
                     waited += 1;
