@@ -272,7 +272,13 @@ impl ClusterMetrics {
                 .map(|at| (sample.now - at).to_std().unwrap_or_default().as_secs_f64());
             for (vec, value) in [
                 (&self.lag, health.lag.map(|d| d.as_secs_f64())),
-                (&self.pending, health.pending.and_then(pending_lower_bound)),
+                (
+                    &self.pending,
+                    health
+                        .pending
+                        .and_then(crate::model::Pending::lower_bound)
+                        .map(|n| n as f64),
+                ),
                 (&self.headroom, health.headroom.map(|d| d.as_secs_f64())),
                 (&self.headroom_ratio, health.headroom_share),
                 (&self.since_commit, since_commit),
@@ -386,14 +392,6 @@ fn set_or_remove(vec: &GaugeVec, label: &str, value: Option<f64>) {
 }
 
 /// A loss time as a gauge: 0 when lost already, +Inf for never.
-/// A count an alert can compare against: exact, or "at least"; not an upper bound.
-fn pending_lower_bound(pending: crate::model::Pending) -> Option<f64> {
-    match pending {
-        crate::model::Pending::Counted(n) | crate::model::Pending::AtLeast(n) => Some(n as f64),
-        crate::model::Pending::AtMost(_) => None,
-    }
-}
-
 fn loss_seconds(at: LossTime) -> f64 {
     match at {
         LossTime::AlreadyLost => 0.0,

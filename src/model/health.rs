@@ -173,6 +173,15 @@ impl Pending {
         self == Pending::Counted(0)
     }
 
+    /// The count, where it says at least that many are left (exact, or stopped at its
+    /// bound); `None` for an upper bound (a pipeline or partition filters).
+    pub fn lower_bound(self) -> Option<u64> {
+        match self {
+            Pending::Counted(n) | Pending::AtLeast(n) => Some(n),
+            Pending::AtMost(_) => None,
+        }
+    }
+
     /// The one rule for "caught up": nothing left to process where that was counted;
     /// where it was not, or only as an upper bound (a pipeline or partition filters),
     /// a resume point at the newest entry of its history.
@@ -446,9 +455,7 @@ impl LeaseHealth {
         let expired = lease.live_holder(now).is_none();
         let unclaimed = thresholds.unclaimed_for(lease, now).is_some();
         // Caught up: nothing pending where that was counted, else a token at the newest entry.
-        let counted = evidence
-            .pending
-            .filter(|p| !matches!(p, Pending::AtMost(_)));
+        let counted = evidence.pending.and_then(Pending::lower_bound);
         let caught_up = Pending::caught_up(evidence.pending, token_time, window);
         // Quiet: where pending was counted, its own last change is old (whoever wrote
         // the lease, heartbeats or not); else the whole oplog had no entry for a while.

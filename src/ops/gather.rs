@@ -118,17 +118,10 @@ pub async fn gather<S: OperatorStore + AuditLog>(
     };
     if let Some(range) = affected_range(request, &facts).filter(countable) {
         let limit = options.count_limit.max(1);
-        let counted = match range.entries {
-            Some(span) => match range.on.namespace() {
-                Some((db, coll)) => {
-                    let ns = crate::store::Namespace::new(db.to_string(), coll.to_string());
-                    store.count_entries(&ns, span, limit).await
-                }
-                None => Err(crate::store::StoreError::InvalidArgument(
-                    "a capped collection's entries are counted by its name".into(),
-                )),
-            },
-            None => {
+        // A capped lease's move is counted in entries of its collection, by `_id`.
+        let counted = match (range.entries, &facts.capped) {
+            (Some(span), Some(capped)) => store.count_entries(&capped.ns, span, limit).await,
+            _ => {
                 store
                     .count_changes(&range.on, range.from, range.to, limit)
                     .await

@@ -637,13 +637,7 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                 cluster_time = match value {
                     RawBsonRef::Timestamp(ts) => Some(ClusterTime::from(ts)),
                     RawBsonRef::Null => None,
-                    other => {
-                        return Err(malformed(
-                            WHAT,
-                            key,
-                            format!("expected a timestamp, found {:?}", other.element_type()),
-                        ))
-                    }
+                    other => return Err(expected(WHAT, key, "a timestamp", other)),
                 }
             }
             "operationType" => operation = raw_string(WHAT, key, value)?,
@@ -661,13 +655,7 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                         Some(Namespace::new(part("db")?, part("coll")?))
                     }
                     RawBsonRef::Null => None,
-                    other => {
-                        return Err(malformed(
-                            WHAT,
-                            key,
-                            format!("expected a document, found {:?}", other.element_type()),
-                        ))
-                    }
+                    other => return Err(expected(WHAT, key, "a document", other)),
                 }
             }
             "documentKey" => document_key = raw_document(WHAT, key, value)?,
@@ -682,7 +670,7 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                         d.to_raw_document_buf(),
                     )),
                     RawBsonRef::Null => None,
-                    other => return Err(expected(key, "a document", other)),
+                    other => return Err(expected(WHAT, key, "a document", other)),
                 }
             }
             "lsid" => {
@@ -690,12 +678,12 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                     RawBsonRef::Document(lsid) => {
                         match lsid.get("id").map_err(|e| malformed(WHAT, "lsid.id", e))? {
                             Some(RawBsonRef::Binary(id)) => Some(id.bytes.to_vec()),
-                            Some(other) => return Err(expected("lsid.id", "binary", other)),
+                            Some(other) => return Err(expected(WHAT, "lsid.id", "binary", other)),
                             None => return Err(malformed(WHAT, "lsid.id", "missing")),
                         }
                     }
                     RawBsonRef::Null => None,
-                    other => return Err(expected(key, "a document", other)),
+                    other => return Err(expected(WHAT, key, "a document", other)),
                 }
             }
             "txnNumber" => {
@@ -703,14 +691,14 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                     RawBsonRef::Int64(n) => Some(n),
                     RawBsonRef::Int32(n) => Some(i64::from(n)),
                     RawBsonRef::Null => None,
-                    other => return Err(expected(key, "an integer", other)),
+                    other => return Err(expected(WHAT, key, "an integer", other)),
                 }
             }
             "wallTime" => {
                 details.wall_time = match value {
                     RawBsonRef::DateTime(at) => Some(at.to_chrono()),
                     RawBsonRef::Null => None,
-                    other => return Err(expected(key, "a date", other)),
+                    other => return Err(expected(WHAT, key, "a date", other)),
                 }
             }
             "collectionUUID" => {
@@ -721,7 +709,7 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                             .map_err(|_| malformed(WHAT, key, "not 16 bytes"))?,
                     ),
                     RawBsonRef::Null => None,
-                    other => return Err(expected(key, "a UUID", other)),
+                    other => return Err(expected(WHAT, key, "a UUID", other)),
                 }
             }
             _ => {}
@@ -750,9 +738,10 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
     })
 }
 
-fn expected(field: &str, wanted: &str, found: RawBsonRef<'_>) -> StoreError {
+/// A raw field of the wrong type, named with what was expected.
+fn expected(what: &str, field: &str, wanted: &str, found: RawBsonRef<'_>) -> StoreError {
     malformed(
-        CHANGE_EVENT,
+        what,
         field,
         format!("expected {wanted}, found {:?}", found.element_type()),
     )
@@ -766,11 +755,7 @@ fn raw_string(
     match value {
         RawBsonRef::String(s) => Ok(Some(s.to_string())),
         RawBsonRef::Null => Ok(None),
-        other => Err(malformed(
-            what,
-            field,
-            format!("expected a string, found {:?}", other.element_type()),
-        )),
+        other => Err(expected(what, field, "a string", other)),
     }
 }
 
@@ -784,11 +769,7 @@ fn raw_document(
             .map(Some)
             .map_err(|e| malformed(what, field, e)),
         RawBsonRef::Null => Ok(None),
-        other => Err(malformed(
-            what,
-            field,
-            format!("expected a document, found {:?}", other.element_type()),
-        )),
+        other => Err(expected(what, field, "a document", other)),
     }
 }
 
