@@ -229,6 +229,48 @@ pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: 
     );
 }
 
+/// A stream that asks for no post-image (`PostImage::Off`) gets none for an update,
+/// where inserts and replacements still carry their own document.
+pub async fn a_stream_without_post_images_gets_none_for_an_update<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("animals");
+    let start = store.cluster_time().await.unwrap();
+    let rex = Bson::String("rex".into());
+    store.put(&ns, doc! {"_id": "rex", "n": 1}).await.unwrap();
+    store
+        .fenced_upsert(&ns, &rex, &WriteFence::SourceVersion(2), doc! {"n": 2})
+        .await
+        .unwrap();
+    store.put(&ns, doc! {"_id": "rex", "n": 3}).await.unwrap();
+    let mut stream = store
+        .open(
+            &ns,
+            StartPoint::At(start),
+            streamward::store::FeedOptions {
+                post_image: streamward::store::PostImage::Off,
+                ..options()
+            },
+        )
+        .await
+        .unwrap();
+    let events = read_until(&mut stream, "the replacement", |e| {
+        e.operation == OperationType::Replace
+    })
+    .await;
+    let fulls: Vec<_> = events
+        .iter()
+        .map(|e| (e.operation.clone(), e.full_document.clone()))
+        .collect();
+    assert_eq!(
+        fulls,
+        [
+            (OperationType::Insert, Some(doc! {"_id": "rex", "n": 1})),
+            (OperationType::Update, None),
+            (OperationType::Replace, Some(doc! {"_id": "rex", "n": 3})),
+        ]
+    );
+}
+
 pub async fn a_write_that_changes_nothing_is_not_a_change<H: Harness>(h: &H) {
     let store = h.store();
     let ns = h.ns("animals");

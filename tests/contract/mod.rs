@@ -71,6 +71,7 @@ macro_rules! every_check {
             // change feed
             events_carry_operation_namespace_key_and_document,
             update_events_carry_the_document_as_it_is_when_read,
+            a_stream_without_post_images_gets_none_for_an_update,
             a_write_that_changes_nothing_is_not_a_change,
             opening_after_a_token_resumes_after_its_event,
             opening_at_a_time_includes_it,

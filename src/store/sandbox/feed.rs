@@ -370,8 +370,9 @@ mod tests {
     use super::*;
     use crate::store::DocumentStore;
 
-    /// What the sandbox does not keep is refused when a stream asks for it, naming
-    /// it; asking for no post-image leaves updates without one.
+    /// What the sandbox does not keep is refused when a stream asks for it, naming it;
+    /// no post-image, or one looked up, is not refused (what each gives: the contract
+    /// suite's `a_stream_without_post_images_gets_none_for_an_update`).
     #[test]
     fn a_stream_asking_for_images_or_expanded_events_is_refused() {
         use crate::store::{PostImage, PreImage};
