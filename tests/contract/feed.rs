@@ -177,25 +177,37 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
     );
 }
 
-pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: &H) {
+/// Inserts rex (n 1), updates it (n 2), replaces it (n 3), then reads those three
+/// changes from a stream opened before them with `options`.
+async fn insert_update_replace<H: Harness>(
+    h: &H,
+    ns: &Namespace,
+    options: streamward::store::FeedOptions,
+) -> (ClusterTime, Vec<ChangeEvent>) {
     let store = h.store();
-    let ns = h.ns("animals");
     let start = store.cluster_time().await.unwrap();
     let rex = Bson::String("rex".into());
-    store.put(&ns, doc! {"_id": "rex", "n": 1}).await.unwrap();
+    store.put(ns, doc! {"_id": "rex", "n": 1}).await.unwrap();
     store
-        .fenced_upsert(&ns, &rex, &WriteFence::SourceVersion(2), doc! {"n": 2})
+        .fenced_upsert(ns, &rex, &WriteFence::SourceVersion(2), doc! {"n": 2})
         .await
         .unwrap();
-    store.put(&ns, doc! {"_id": "rex", "n": 3}).await.unwrap();
+    store.put(ns, doc! {"_id": "rex", "n": 3}).await.unwrap();
     let mut stream = store
-        .open(&ns, StartPoint::At(start), options())
+        .open(ns, StartPoint::At(start), options)
         .await
         .unwrap();
     let events = read_until(&mut stream, "the replacement", |e| {
         e.operation == OperationType::Replace
     })
     .await;
+    (start, events)
+}
+
+pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("animals");
+    let (start, events) = insert_update_replace(h, &ns, options()).await;
     let fulls: Vec<_> = events
         .iter()
         .map(|e| (e.operation.clone(), e.full_document.clone()))
@@ -232,31 +244,11 @@ pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: 
 /// A stream that asks for no post-image (`PostImage::Off`) gets none for an update,
 /// where inserts and replacements still carry their own document.
 pub async fn a_stream_without_post_images_gets_none_for_an_update<H: Harness>(h: &H) {
-    let store = h.store();
-    let ns = h.ns("animals");
-    let start = store.cluster_time().await.unwrap();
-    let rex = Bson::String("rex".into());
-    store.put(&ns, doc! {"_id": "rex", "n": 1}).await.unwrap();
-    store
-        .fenced_upsert(&ns, &rex, &WriteFence::SourceVersion(2), doc! {"n": 2})
-        .await
-        .unwrap();
-    store.put(&ns, doc! {"_id": "rex", "n": 3}).await.unwrap();
-    let mut stream = store
-        .open(
-            &ns,
-            StartPoint::At(start),
-            streamward::store::FeedOptions {
-                post_image: streamward::store::PostImage::Off,
-                ..options()
-            },
-        )
-        .await
-        .unwrap();
-    let events = read_until(&mut stream, "the replacement", |e| {
-        e.operation == OperationType::Replace
-    })
-    .await;
+    let no_post_image = streamward::store::FeedOptions {
+        post_image: streamward::store::PostImage::Off,
+        ..options()
+    };
+    let (_, events) = insert_update_replace(h, &h.ns("animals"), no_post_image).await;
     let fulls: Vec<_> = events
         .iter()
         .map(|e| (e.operation.clone(), e.full_document.clone()))
