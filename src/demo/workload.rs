@@ -48,6 +48,9 @@ pub struct WorkloadConfig {
     /// Once, this long after it starts, write an animal the pets handler can never
     /// process ([`POISON_ANIMAL`]): its lease goes FAILING, to practise `skip`.
     pub poison_after: Option<Duration>,
+    /// Share of new animals that arrive in a litter: two to four inserted together in
+    /// one multi-document transaction, so listeners see transactions.
+    pub litter_share: f64,
 }
 
 impl Default for WorkloadConfig {
@@ -59,6 +62,7 @@ impl Default for WorkloadConfig {
             orders_kept: ORDERS_KEPT,
             seed: 1,
             poison_after: None,
+            litter_share: 0.1,
         }
     }
 }
@@ -289,11 +293,49 @@ impl<S: DocumentStore + CappedFeed> Workload<S> {
                 version: current.version + 1,
             }
         };
+        let room = self.config.max_animals.saturating_sub(self.animals.len());
+        if animal.version == 1
+            && room >= 2
+            && self.config.litter_share > 0.0
+            && self.rng.gen_bool(self.config.litter_share.min(1.0))
+        {
+            let size = self.rng.gen_range(2..=room.min(4));
+            return self.write_litter(animal, size).await;
+        }
         let name = NAMES[self.rng.gen_range(0..NAMES.len())];
         self.store
             .put(&self.namespaces.animals, animal.to_document(name))
             .await?;
         self.animals.insert(animal.id.clone(), animal);
+        Ok(())
+    }
+
+    /// `first` and `size - 1` siblings born where it is, inserted in one transaction.
+    async fn write_litter(&mut self, first: Animal, size: usize) -> StoreResult<()> {
+        let mut litter = vec![first];
+        for n in 1..size {
+            let tags = TAGS
+                .iter()
+                .filter(|_| self.rng.gen_bool(0.35))
+                .map(|t| t.to_string())
+                .collect();
+            litter.push(Animal {
+                id: format!("a{:04}", self.animals.len() + 1 + n),
+                location: litter[0].location.clone(),
+                tags,
+                version: 1,
+            });
+        }
+        let documents = litter
+            .iter()
+            .map(|animal| animal.to_document(NAMES[self.rng.gen_range(0..NAMES.len())]))
+            .collect();
+        self.store
+            .put_together(&self.namespaces.animals, documents)
+            .await?;
+        for animal in litter {
+            self.animals.insert(animal.id.clone(), animal);
+        }
         Ok(())
     }
 

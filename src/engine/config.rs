@@ -81,6 +81,11 @@ pub struct ListenerConfig {
     pub full_document_before_change: PreImage,
     /// Hand the handler data-definition events too (`showExpandedEvents`).
     pub expanded_events: bool,
+    /// The most changes of one transaction held back, waiting for its end, and handed
+    /// at once. A batch never commits inside a transaction; a transaction with more
+    /// changes than this is handed in parts of at most this many and committed after
+    /// its last part (docs/protocol.md, "Transactions").
+    pub max_transaction_changes: usize,
 }
 
 impl ListenerConfig {
@@ -108,6 +113,7 @@ impl ListenerConfig {
             full_document: PostImage::default(),
             full_document_before_change: PreImage::default(),
             expanded_events: false,
+            max_transaction_changes: 1000,
             document_time_field: None,
             checkpoint_every: Some(Duration::from_secs(60)),
             checkpoints_kept: crate::store::CHECKPOINTS_KEPT,

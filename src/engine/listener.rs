@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::fleet::{Fleet, FleetSeat};
 use super::standby::{note_version, wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
+use super::transaction_cut::{ends_transaction, Handout, TransactionCut};
 use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
 use chrono::{DateTime, Utc};
 
@@ -42,6 +43,8 @@ struct Progress {
     next_refresh: Instant,
     last_commit: Instant,
     committed: Option<ResumeToken>,
+    /// Where what is read may be committed: never inside a transaction.
+    cut: TransactionCut,
     /// The change the lease records as failing, as this tenure knows it.
     failure: Option<ChangeFailure>,
 }
@@ -100,6 +103,15 @@ pub struct Listener<S: Store, H: Handler> {
 struct Checkpoints {
     last: Option<Instant>,
     running: Option<tokio::task::JoinHandle<crate::store::StoreResult<()>>>,
+}
+
+/// A batch handed to the handler, as [`TransactionCut`] cut it.
+struct Handed<'a> {
+    events: &'a [ChangeEvent],
+    /// How many of `events` end where a commit may land (between transactions).
+    committed_prefix: usize,
+    /// Changes handed before, as parts of the transaction `events` goes on.
+    earlier_parts: usize,
 }
 
 /// Doubles the pause after each consecutive failure, up to a minute; a commit resets it.
@@ -429,6 +441,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             next_refresh: now + self.config.refresh_interval(),
             last_commit: now,
             committed: lease.resume_token.clone(),
+            cut: TransactionCut::new(self.config.max_transaction_changes),
             failure: lease.failure.clone(),
         };
         let mut batch = tokio::select! {
@@ -499,17 +512,41 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
     }
 
-    /// Hands one batch to the handler and commits it (or, for an empty batch, commits
-    /// the post-batch token when a heartbeat is due), refreshes the lease when due and
-    /// rotates when the tenure is over. `Err` ends the tenure, lease already given back
-    /// where it was not lost.
-    async fn settle(&mut self, p: &mut Progress, mut batch: ChangeBatch) -> Result<(), TenureEnd> {
+    /// Hands what was read to the handler and commits it (or, for an empty read,
+    /// commits the post-batch token when a heartbeat is due), cut so that no commit
+    /// lands inside a transaction ([`TransactionCut`]), refreshes the lease when due
+    /// and rotates when the tenure is over. `Err` ends the tenure, lease already given
+    /// back where it was not lost.
+    async fn settle(&mut self, p: &mut Progress, read: ChangeBatch) -> Result<(), TenureEnd> {
+        let handout = p.cut.take(read);
+        self.settle_handout(p, handout).await?;
+        while let Some(part) = p.cut.next_part() {
+            self.settle_handout(p, part).await?;
+        }
+        Ok(())
+    }
+
+    /// [`Listener::settle`] for one handout of the transaction cut: its changes
+    /// handed, its commit (if any) made.
+    async fn settle_handout(
+        &mut self,
+        p: &mut Progress,
+        handout: Handout,
+    ) -> Result<(), TenureEnd> {
+        let covers = handout.covers();
+        let Handout {
+            mut batch,
+            committed_prefix,
+            earlier_parts,
+        } = handout;
         let count = batch.events.len();
-        // The fleet asks for this lease: commit where this batch got to, then release.
-        let handing_over = self
-            .fleet
-            .as_ref()
-            .is_some_and(FleetSeat::handover_requested);
+        // The fleet asks for this lease: commit where this batch got to, then release
+        // (once a transaction handed in parts is committed).
+        let handing_over = !p.cut.in_transaction()
+            && self
+                .fleet
+                .as_ref()
+                .is_some_and(FleetSeat::handover_requested);
         let to_commit = if count > 0 {
             // Read, not handled yet: as far behind as the point handled before it (a
             // change that keeps failing keeps it there while the cluster moves on).
@@ -523,7 +560,12 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
                 // The handler cannot process something in it: find which change.
                 Err(HandlerError::Failed(e)) => {
-                    return self.one_at_a_time(p, &batch.events, e).await
+                    let handed = Handed {
+                        events: &batch.events,
+                        committed_prefix,
+                        earlier_parts,
+                    };
+                    return self.one_at_a_time(p, handed, e).await;
                 }
                 // The store failed the handler, not the change: start over.
                 Err(e @ HandlerError::Store(_)) => {
@@ -537,7 +579,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             batch.resume_token
         } else {
             self.measure_lag(&batch, batch.reached());
+            // A transaction handed in parts that has ended is committed at once.
             let heartbeat_due = handing_over
+                || earlier_parts > 0
                 || p.committed.is_none()
                 || p.last_commit.elapsed() >= self.config.heartbeat;
             // The same token is no progress, whatever time is recorded beside either.
@@ -554,10 +598,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let to_commit =
             to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
         if let Some(token) = to_commit {
-            let past_failure = super::failing::passes(p.failure.as_ref(), &batch.events);
+            let committed = &batch.events[..committed_prefix.min(count)];
+            let past_failure = super::failing::passes(p.failure.as_ref(), committed);
             // Handled and about to be dropped: moved, not copied, into the snapshot.
             let last = batch.events.pop();
-            self.commit(p, token, count, past_failure, last).await?;
+            self.commit(p, token, covers, past_failure, last).await?;
         }
         self.after_commit(p, handing_over).await
     }
@@ -653,10 +698,11 @@ impl<S: Store, H: Handler> Listener<S, H> {
     ) -> Result<(), TenureEnd> {
         // Handing over to balance the fleet and rotating end the same way: released at
         // this batch boundary, after the commit.
-        let tenure_over = self
-            .config
-            .max_tenure
-            .is_some_and(|max| p.started.elapsed() >= max);
+        let tenure_over = !p.cut.in_transaction()
+            && self
+                .config
+                .max_tenure
+                .is_some_and(|max| p.started.elapsed() >= max);
         if handing_over || tenure_over {
             if handing_over {
                 tracing::info!(resource = %p.tenure.resource, version = p.tenure.version, "handing the lease over to balance the fleet");
@@ -694,21 +740,34 @@ impl<S: Store, H: Handler> Listener<S, H> {
     async fn one_at_a_time(
         &mut self,
         p: &mut Progress,
-        events: &[ChangeEvent],
+        handed: Handed<'_>,
         error: String,
     ) -> Result<(), TenureEnd> {
+        let Handed {
+            events,
+            committed_prefix,
+            earlier_parts,
+        } = handed;
         let mut failed = None;
+        // Handled since the last commit: a commit lands only between transactions.
+        let mut uncommitted = earlier_parts;
         if let [only] = events {
             failed = Some((only, error));
         } else {
-            for event in events {
+            for (i, event) in events.iter().enumerate() {
                 let one = std::slice::from_ref(event);
                 match self.handler.handle(one, &p.fence).await {
-                    Ok(()) if behind(&event.token, p.committed.as_ref()) => {}
                     Ok(()) => {
+                        uncommitted += 1;
+                        if !ends_transaction(events, i, committed_prefix)
+                            || behind(&event.token, p.committed.as_ref())
+                        {
+                            continue;
+                        }
                         let past = super::failing::passes(p.failure.as_ref(), one);
-                        self.commit(p, event.token.clone(), 1, past, Some(event.clone()))
-                            .await?;
+                        let (token, last) = (event.token.clone(), Some(event.clone()));
+                        self.commit(p, token, uncommitted, past, last).await?;
+                        uncommitted = 0;
                     }
                     Err(HandlerError::Fenced(reason)) => {
                         return Err(TenureEnd::FencedOut(format!(

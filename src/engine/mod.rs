@@ -13,6 +13,7 @@ mod standby;
 mod status;
 mod step_over;
 mod supervisor;
+mod transaction_cut;
 
 pub use config::{Bootstrap, ListenerConfig};
 pub use fleet::{Fleet, FleetConfig, FleetSeat};

@@ -57,6 +57,15 @@ pub trait DocumentStore: Send + Sync {
         document: Document,
     ) -> impl Future<Output = StoreResult<()>> + Send;
 
+    /// Insert-or-replaces each of `documents` by `_id` in one multi-document
+    /// transaction on `ns`: a change stream hands their changes one after another,
+    /// each with the transaction's identity (`lsid` and `txnNumber`).
+    fn put_together(
+        &self,
+        ns: &Namespace,
+        documents: Vec<Document>,
+    ) -> impl Future<Output = StoreResult<()>> + Send;
+
     /// Deletes document `id` (`deleteOne` by `_id`), logging a `delete` change; returns
     /// whether it was there. Nothing happens when it is not.
     fn delete_one(

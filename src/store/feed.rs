@@ -154,6 +154,11 @@ pub struct ChangeBatch {
     /// The cluster time the server's reply carried (`$clusterTime`), where the store
     /// learns it with the batch: how far the stream is behind is measured against it.
     pub cluster_time: Option<ClusterTime>,
+    /// The stream had nothing more to hand when this batch ended (a read came back
+    /// empty, or the history's end was reached). Such a batch never ends inside a
+    /// transaction: a transaction's changes enter the history together, at its
+    /// commit. `false` when not known (the batch filled up).
+    pub at_end: bool,
 }
 
 impl ChangeBatch {

@@ -558,3 +558,90 @@ pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_li
         0
     );
 }
+
+/// `put_together` is one transaction: its changes come one after another in the
+/// stream, nothing between them, each with the transaction's identity and its place
+/// in it; a read that came back short of its batch size says it reached the end, and
+/// never ends inside the transaction.
+pub async fn a_transactions_changes_come_together_with_its_identity<H: Harness>(h: &H) {
+    let store = h.store();
+    let ns = h.ns("litters");
+    let start = store.cluster_time().await.unwrap();
+    store.put(&ns, doc! {"_id": "mother"}).await.unwrap();
+    let litter: Vec<Document> = (1..=5).map(|n| doc! {"_id": format!("pup{n}")}).collect();
+    store.put_together(&ns, litter).await.unwrap();
+    store.put(&ns, doc! {"_id": "father"}).await.unwrap();
+    let options = streamward::store::FeedOptions {
+        batch_size: 3,
+        ..options()
+    };
+    let mut stream = store
+        .open(&ns, StartPoint::At(start), options)
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !events
+        .iter()
+        .any(|e: &ChangeEvent| e.document_key == doc! {"_id": "father"})
+    {
+        assert!(tokio::time::Instant::now() < deadline, "only {events:?}");
+        let batch = stream.next_batch().await.unwrap();
+        if batch.events.len() < 3 && !batch.events.is_empty() {
+            assert!(
+                batch.at_end,
+                "a short batch is at the stream's end: {batch:?}"
+            );
+        }
+        if batch.at_end {
+            let last = batch
+                .events
+                .last()
+                .and_then(|e| e.details.transaction.as_ref());
+            assert!(
+                last.is_none()
+                    || batch.events.last().map(|e| &e.document_key) == Some(&doc! {"_id": "pup5"}),
+                "a batch at the end holds a transaction's last change, if any: {batch:?}"
+            );
+        }
+        events.extend(batch.events);
+    }
+    assert_eq!(
+        ids(&events),
+        ["mother", "pup1", "pup2", "pup3", "pup4", "pup5", "father"]
+    );
+    assert_eq!(events[0].details.transaction, None);
+    assert_eq!(events[6].details.transaction, None);
+    let transaction = events[1]
+        .details
+        .transaction
+        .clone()
+        .expect("in a transaction");
+    assert_eq!(
+        transaction.session.len(),
+        16,
+        "lsid.id is a UUID's 16 bytes"
+    );
+    for (place, event) in events[1..6].iter().enumerate() {
+        assert_eq!(event.details.transaction.as_ref(), Some(&transaction));
+        assert_eq!(event.token.txn_op_index(), Some(place as u64));
+        assert_eq!(event.operation, OperationType::Insert);
+    }
+    store
+        .put_together(&ns, vec![doc! {"_id": "pup1", "weaned": true}])
+        .await
+        .unwrap();
+    let next = read_through(&mut stream, "pup1").await;
+    let again = next.last().expect("the replacement");
+    assert_eq!(again.operation, OperationType::Replace);
+    let second = again.details.transaction.clone().expect("in a transaction");
+    assert_ne!(second, transaction, "another transaction");
+    let missing = store
+        .put_together(&ns, vec![doc! {"name": "no id"}])
+        .await
+        .expect_err("a document without _id is refused");
+    assert!(
+        matches!(missing, streamward::store::StoreError::InvalidArgument(_)),
+        "{missing:?}"
+    );
+}

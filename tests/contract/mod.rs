@@ -73,6 +73,7 @@ macro_rules! every_check {
             update_events_carry_the_document_as_it_is_when_read,
             a_stream_without_post_images_gets_none_for_an_update,
             a_write_that_changes_nothing_is_not_a_change,
+            a_transactions_changes_come_together_with_its_identity,
             opening_after_a_token_resumes_after_its_event,
             opening_at_a_time_includes_it,
             opening_at_the_oldest_entry_replays_everything_since,

@@ -8,11 +8,14 @@
 //!
 //! - the stream opens exactly at the lease's resume point (its token, its
 //!   `resumeAt`, or the oldest entry it read);
-//! - the handler is given exactly the batches the stream handed over, in order,
-//!   none skipped and none twice, and only while the engine holds the lease;
+//! - the handler is given exactly the changes the stream handed over, in order,
+//!   none skipped and none twice, and only while the engine holds the lease (in
+//!   batches of the engine's own cut: it never commits inside a transaction);
 //! - the changes handled are the watched namespace's changes in order, with no gap
 //!   (a change handled again is only one the stream re-delivered);
-//! - a commit that applied covers only changes the handler returned `Ok` for;
+//! - a commit that applied covers only changes the handler returned `Ok` for, and
+//!   lands between the application's transactions, never inside one (unless it
+//!   steps over a failing change there);
 //! - a batch the handler failed on (`HandlerError::Failed`) is handed again one
 //!   change at a time, in order, under the same tenure, until one fails (nothing
 //!   else is handed meanwhile, and nothing already committed); after a change failed
@@ -87,8 +90,9 @@ struct Hold {
     window: Option<ClusterTime>,
     start: Option<Resume>,
     stream: Option<u64>,
-    /// Non-empty batches handed over and not yet given to the handler.
-    delivered: VecDeque<Vec<ClusterTime>>,
+    /// Changes the stream handed over and not yet given to the handler, in order
+    /// (the engine may regroup them: it never commits inside a transaction).
+    delivered: VecDeque<ClusterTime>,
     /// After the handler failed on a batch: its changes not handed again alone yet.
     singles: Option<VecDeque<ClusterTime>>,
     /// Changes the handler returned `Ok` for.
@@ -119,6 +123,10 @@ pub struct Checker {
     truth: BTreeMap<Namespace, Vec<ClusterTime>>,
     /// The documents those changes wrote.
     writes: BTreeMap<(Namespace, ClusterTime), (String, Document)>,
+    /// The application's transaction each change made in one belongs to.
+    in_transaction: BTreeMap<(Namespace, ClusterTime), u64>,
+    /// The time of each transaction's last change, per namespace.
+    transaction_ends: BTreeMap<(Namespace, u64), ClusterTime>,
     listeners: BTreeMap<Arc<str>, ListenerObs>,
     /// Changes before this time may never have been handled: history lost, a
     /// bootstrap from an oldest entry that had moved on.
@@ -260,7 +268,14 @@ impl Checker {
                 id,
                 time,
                 document,
+                transaction,
             } => {
+                if let Some(transaction) = transaction {
+                    self.in_transaction
+                        .insert((ns.clone(), *time), *transaction);
+                    self.transaction_ends
+                        .insert((ns.clone(), *transaction), *time);
+                }
                 let times = self.truth.entry(ns.clone()).or_default();
                 if times.last().is_some_and(|last| last >= time) {
                     return Err(Violation {
@@ -342,7 +357,7 @@ impl Checker {
                 }
                 if let Some(hold) = self.hold_mut(&actor).filter(|h| h.active()) {
                     if hold.stream == Some(*stream) {
-                        hold.delivered.push_back(events.clone());
+                        hold.delivered.extend(events.iter().copied());
                     }
                 }
                 Ok(())
@@ -610,14 +625,16 @@ impl Checker {
                 }
             }
             None => {
-                let next = hold.delivered.pop_front();
-                if next.as_deref() != Some(events) {
+                let next: Vec<ClusterTime> =
+                    hold.delivered.iter().take(events.len()).copied().collect();
+                if next != events {
                     return Err(Violation::of(resource, format!(
-                        "{actor} v{version}: the handler was given {}, but the next batch the stream handed over was {}",
+                        "{actor} v{version}: the handler was given {}, but the next changes the stream handed over were {}",
                         times(events),
-                        next.as_deref().map_or_else(|| "none".into(), times)
+                        times(&next)
                     )));
                 }
+                hold.delivered.drain(..events.len());
             }
         }
         if let Err(error) = result {
@@ -702,6 +719,24 @@ impl Checker {
             _ => None,
         };
         let step_over = failing.filter(|at| token == Some(*at));
+        // A commit lands between transactions, never inside one (a step over a change
+        // lands where that change is, on purpose).
+        if let (Some(at), None) = (token, step_over) {
+            let key = (ns.clone(), at);
+            if let Some(transaction) = self.in_transaction.get(&key) {
+                let end = self.transaction_ends.get(&(ns.clone(), *transaction));
+                if end.is_some_and(|end| *end > at) {
+                    return Err(Violation::of(
+                        resource,
+                        format!(
+                            "{actor} v{version} committed {} inside transaction {transaction}, which goes on to {}",
+                            T(at),
+                            opt(&end.copied())
+                        ),
+                    ));
+                }
+            }
+        }
         let Some(hold) = listener
             .hold
             .as_mut()
@@ -1205,6 +1240,7 @@ mod poison_histories {
             id: format!("k{}", time.inc),
             time,
             document: doc! {},
+            transaction: None,
         };
         entry("workload", obs)
     }
@@ -1324,6 +1360,50 @@ mod poison_histories {
             commit("a", 3, B),
         ]);
         history
+    }
+
+    /// The application writes A and X in one transaction, then B; `a` is given all
+    /// three and commits at `at`.
+    fn a_commits_a_transaction_at(at: ClusterTime) -> Vec<Entry> {
+        let in_transaction = |time: ClusterTime| {
+            let obs = Obs::Wrote {
+                ns: ns(),
+                id: format!("k{}", time.inc),
+                time,
+                document: doc! {},
+                transaction: Some(0),
+            };
+            entry("workload", obs)
+        };
+        let mut history = vec![in_transaction(A), in_transaction(X), wrote(B)];
+        history.extend(holds("a", 1, T0, 1));
+        history.extend([
+            batch("a", 1, &[A, X, B]),
+            handled("a", 1, &[A, X, B], true),
+            commit("a", 1, at),
+        ]);
+        history
+    }
+
+    #[test]
+    fn a_commit_inside_a_transaction_is_a_violation() {
+        let inside = checker(&a_commits_a_transaction_at(A))
+            .err()
+            .map(|v| v.message);
+        assert!(
+            inside
+                .as_deref()
+                .is_some_and(|m| m.contains("inside transaction 0")),
+            "{inside:?}"
+        );
+        for between in [X, B] {
+            if let Err(v) = checker(&a_commits_a_transaction_at(between)) {
+                panic!(
+                    "a commit at {between:?} is between transactions: {}",
+                    v.message
+                );
+            }
+        }
     }
 
     fn checker(history: &[Entry]) -> Result<Checker, Violation> {

@@ -780,6 +780,7 @@ impl ChangeFeed for FaultyStore {
             delivered: VecDeque::new(),
             pending: VecDeque::new(),
             pending_duplicates: 0,
+            pending_at_end: false,
         })
     }
 
@@ -980,6 +981,15 @@ impl DocumentStore for FaultyStore {
             .await
     }
 
+    async fn put_together(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        self.plain(
+            "put_together",
+            Kind::Write,
+            self.inner.put_together(ns, documents),
+        )
+        .await
+    }
+
     async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
         self.plain("delete_one", Kind::Write, self.inner.delete_one(ns, id))
             .await
@@ -1146,10 +1156,18 @@ pub struct FaultyStream {
     pending: VecDeque<ChangeEvent>,
     /// How many of `pending`'s first changes are re-deliveries.
     pending_duplicates: usize,
+    /// Whether the read `pending` came from was at the stream's end: only the batch
+    /// that hands its last change over says so.
+    pending_at_end: bool,
 }
 
 impl FaultyStream {
-    fn hand_over(&mut self, events: Vec<ChangeEvent>, duplicates: usize) -> ChangeBatch {
+    fn hand_over(
+        &mut self,
+        events: Vec<ChangeEvent>,
+        duplicates: usize,
+        at_end: bool,
+    ) -> ChangeBatch {
         for event in events.iter().skip(duplicates) {
             self.delivered.push_back(event.clone());
             if self.delivered.len() > 3 {
@@ -1172,6 +1190,7 @@ impl FaultyStream {
             events,
             resume_token: token,
             cluster_time: None,
+            at_end,
         }
     }
 }
@@ -1183,7 +1202,8 @@ impl ChangeStream for FaultyStream {
             let events: Vec<ChangeEvent> = self.pending.drain(..take).collect();
             let duplicates = self.pending_duplicates.min(take);
             self.pending_duplicates -= duplicates;
-            return Ok(self.hand_over(events, duplicates));
+            let at_end = self.pending_at_end && self.pending.is_empty();
+            return Ok(self.hand_over(events, duplicates, at_end));
         }
         let store = self.store.clone();
         let inner = &mut self.inner;
@@ -1266,7 +1286,9 @@ impl ChangeStream for FaultyStream {
         let events: Vec<ChangeEvent> = all.drain(..take).collect();
         self.pending = all;
         self.pending_duplicates = duplicates - duplicates.min(take);
-        Ok(self.hand_over(events, duplicates.min(take)))
+        self.pending_at_end = batch.at_end;
+        let at_end = batch.at_end && self.pending.is_empty();
+        Ok(self.hand_over(events, duplicates.min(take), at_end))
     }
 }
 

@@ -1312,6 +1312,7 @@ mod rehandling {
             id: "k1".into(),
             time: T1,
             document: doc! {},
+            transaction: None,
         };
         let mut history = vec![entry("app", wrote), acquired("a", 1), batch("a")];
         if !a_given_late {

@@ -1,6 +1,7 @@
 //! Observers outside the system under test: the application's writes as it made
 //! them, and what each handler was given and returned.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +26,8 @@ pub struct Recorder {
     inner: SandboxStore,
     trace: Trace,
     actor: Arc<str>,
+    /// The number of the application's next transaction.
+    transactions: Arc<AtomicU64>,
 }
 
 impl Recorder {
@@ -33,6 +36,7 @@ impl Recorder {
             inner,
             trace,
             actor: Arc::from("workload"),
+            transactions: Arc::default(),
         }
     }
 }
@@ -115,7 +119,14 @@ impl DocumentStore for Recorder {
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
         let mut tap = self.tap(ns).await?;
         self.inner.put(ns, document).await?;
-        self.record(ns, &mut tap).await
+        self.record(ns, &mut tap, None).await
+    }
+
+    async fn put_together(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        let mut tap = self.tap(ns).await?;
+        self.inner.put_together(ns, documents).await?;
+        let transaction = self.transactions.fetch_add(1, Ordering::Relaxed);
+        self.record(ns, &mut tap, Some(transaction)).await
     }
 
     /// Recorded like a put, with an empty document: the change a delete made.
@@ -123,7 +134,7 @@ impl DocumentStore for Recorder {
         let mut tap = self.tap(ns).await?;
         let deleted = self.inner.delete_one(ns, id).await?;
         if deleted {
-            self.record(ns, &mut tap).await?;
+            self.record(ns, &mut tap, None).await?;
         }
         Ok(deleted)
     }
@@ -133,7 +144,7 @@ impl DocumentStore for Recorder {
         let mut tap = self.tap(ns).await?;
         let deleted = self.inner.delete_where(ns, field, value).await?;
         if deleted > 0 {
-            self.record(ns, &mut tap).await?;
+            self.record(ns, &mut tap, None).await?;
         }
         Ok(deleted)
     }
@@ -171,8 +182,14 @@ impl Recorder {
         self.inner.open(ns, StartPoint::Now, options).await
     }
 
-    /// Records the change the write after [`Recorder::tap`] made.
-    async fn record(&self, ns: &Namespace, tap: &mut SandboxStream) -> StoreResult<()> {
+    /// Records the changes the write after [`Recorder::tap`] made, as part of the
+    /// application's `transaction` if any.
+    async fn record(
+        &self,
+        ns: &Namespace,
+        tap: &mut SandboxStream,
+        transaction: Option<u64>,
+    ) -> StoreResult<()> {
         // The write logged a change, so this returns at once, with no other task
         // run in between.
         let batch = tap.next_batch().await?;
@@ -189,6 +206,7 @@ impl Recorder {
                     id,
                     time: event.cluster_time.unwrap(),
                     document: event.full_document.unwrap_or_default(),
+                    transaction,
                 },
             );
         }

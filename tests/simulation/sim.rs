@@ -206,6 +206,8 @@ impl Sim {
         config.max_batch_wait = Duration::from_millis(300);
         config.heartbeat = 2 * SECOND;
         config.batch_size = self.rng.gen_range(1..=4);
+        // Litters are two to four changes: some listeners hand them in parts.
+        config.max_transaction_changes = self.rng.gen_range(1..=5);
         config.retry_backoff = SECOND;
         config.read_ahead = self.rng.gen_bool(0.8);
         if self.rng.gen_bool(0.3) {
@@ -223,8 +225,9 @@ impl Sim {
             actor_seed ^ 1,
         );
         self.note(format!(
-            "start {id}: batch {}, read-ahead {}, max tenure {:?}, skip after {:?}, clock skew {} ms",
+            "start {id}: batch {}, transaction bound {}, read-ahead {}, max tenure {:?}, skip after {:?}, clock skew {} ms",
             config.batch_size,
+            config.max_transaction_changes,
             config.read_ahead,
             config.max_tenure,
             config.skip_after,

@@ -153,6 +153,9 @@ pub enum Obs {
         id: String,
         time: ClusterTime,
         document: Document,
+        /// The application's transaction the write was part of (numbered by the
+        /// recorder), if any.
+        transaction: Option<u64>,
     },
     /// An acquire or refresh, with the lease as an observer read it just before.
     Acquire {
@@ -337,7 +340,14 @@ impl fmt::Display for Obs {
                 id,
                 time,
                 document,
-            } => write!(f, "wrote {ns} {id} at {}: {document}", T(*time)),
+                transaction,
+            } => {
+                write!(f, "wrote {ns} {id} at {}: {document}", T(*time))?;
+                match transaction {
+                    Some(n) => write!(f, " (transaction {n})"),
+                    None => Ok(()),
+                }
+            }
             Obs::Acquire {
                 resource,
                 before,

@@ -536,6 +536,8 @@ impl MongoTail {
             events,
             resume_token,
             cluster_time: None,
+            // Entries of a capped collection are never part of a transaction.
+            at_end: false,
         })
     }
 }

@@ -222,6 +222,44 @@ impl DocumentStore for MongoStore {
         Ok(())
     }
 
+    /// One transaction committed with majority write concern. Replacing by `_id` is
+    /// idempotent, so the whole transaction is retried once after a network or
+    /// not-primary error, as `put` is.
+    async fn put_together(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        let mut writes = Vec::with_capacity(documents.len());
+        for document in documents {
+            let id = document.get("_id").cloned().ok_or_else(|| {
+                StoreError::InvalidArgument(format!(
+                    "put into {ns} in a transaction: a document has no _id"
+                ))
+            })?;
+            writes.push((id, document));
+        }
+        let action = format!("transaction writing {} documents to {ns}", writes.len());
+        let collection = self.collection(ns);
+        let writes = &writes;
+        with_one_retry(self.write_timeout(), &action, || {
+            let collection = collection.clone();
+            async move {
+                let mut session = self.client().start_session().await?;
+                session
+                    .start_transaction()
+                    .write_concern(self.majority())
+                    .await?;
+                for (id, document) in writes {
+                    collection
+                        .replace_one(doc! { "_id": id.clone() }, document.clone())
+                        .upsert(true)
+                        .session(&mut session)
+                        .await?;
+                }
+                session.commit_transaction().await
+            }
+        })
+        .await
+        .map_err(|e| self.document_error(e, &action, ns))
+    }
+
     /// `deleteOne` by `_id`, majority. Deleting again deletes nothing, so one retry is
     /// safe; a retry after a reply that was lost says the document was not there.
     async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {

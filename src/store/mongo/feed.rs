@@ -796,6 +796,7 @@ impl MongoChangeStream {
                             at: Some(at),
                         });
                     }
+                    batch.at_end = true;
                     break;
                 }
                 // The server closed the cursor and every event it sent has been read.
@@ -809,6 +810,7 @@ impl MongoChangeStream {
                         self.action
                     )),
                 });
+                batch.at_end = true;
                 break;
             };
             let Some(document) = self.fragments.take(document)? else {
@@ -831,6 +833,7 @@ impl MongoChangeStream {
                         cause,
                         at: Some(at),
                     });
+                    batch.at_end = true;
                     break;
                 }
             }
@@ -916,6 +919,8 @@ impl MongoChangeStream {
             events,
             resume_token,
             cluster_time: None,
+            // Azure Cosmos DB has no multi-document transactions to end inside.
+            at_end: false,
         })
     }
 }

@@ -351,6 +351,8 @@ impl ChangeStream for SandboxTail {
                     events,
                     resume_token,
                     cluster_time: None,
+                    // Entries of a capped collection are never part of a transaction.
+                    at_end: false,
                 });
             }
             tokio::select! {

@@ -253,6 +253,31 @@ impl DocumentStore for SandboxStore {
         Ok(())
     }
 
+    async fn put_together(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
+        self.write_fault(ns)?;
+        count(&self.inner.calls.documents);
+        let mut writes = Vec::with_capacity(documents.len());
+        for document in documents {
+            let id = document.get("_id").cloned().ok_or_else(|| {
+                crate::store::StoreError::InvalidArgument(format!(
+                    "a document written to {ns} needs an _id"
+                ))
+            })?;
+            writes.push((id, document));
+        }
+        let now = self.inner.clock.now();
+        let mut state = self.lock();
+        state.in_transaction(|state| {
+            for (id, document) in writes {
+                state.write(ns, &id, Some(document), WriteKind::Replace, now);
+            }
+        });
+        let end = state.log.end();
+        drop(state);
+        self.publish_log_end(end);
+        Ok(())
+    }
+
     async fn delete_one(&self, ns: &Namespace, id: &Bson) -> StoreResult<bool> {
         self.write_fault(ns)?;
         count(&self.inner.calls.documents);

@@ -286,6 +286,7 @@ impl SandboxStream {
             resume_token,
             // The end of the log when it was read: what a reply's `$clusterTime` says.
             cluster_time: Some(scanned_to),
+            at_end: at_end || self.ended.is_some(),
         })
     }
 }

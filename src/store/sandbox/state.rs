@@ -25,7 +25,16 @@ pub struct State {
     /// The processes' membership documents, by process id.
     pub members: BTreeMap<String, crate::model::Member>,
     pub capped: super::capped::CappedCollections,
+    /// The transaction the writes being made belong to ([`State::in_transaction`]).
+    open_transaction: Option<crate::store::TransactionId>,
+    /// The last transaction number given.
+    last_txn_number: i64,
+    /// Changes logged so far by the open transaction: the next one's place in it.
+    txn_ops: u64,
 }
+
+/// The sandbox's one logical session (`lsid.id`), in which its transactions run.
+const SESSION_ID: [u8; 16] = *b"sandbox-session!";
 
 impl State {
     pub fn new(log: ChangeLog, record_history: bool) -> Self {
@@ -40,7 +49,27 @@ impl State {
             history: record_history.then(Vec::new),
             members: BTreeMap::new(),
             capped: Default::default(),
+            open_transaction: None,
+            last_txn_number: 0,
+            txn_ops: 0,
         }
+    }
+
+    /// Makes the writes `writes` makes one transaction, as MongoDB logs a multi-document
+    /// transaction: its changes one after another, nothing between them, each carrying
+    /// the transaction's identity. Unlike MongoDB, where they share the commit's cluster
+    /// time, each has a cluster time of its own (this log's times are strictly
+    /// increasing); what groups them is the identity, as it must be from 8.0 on.
+    pub fn in_transaction<T>(&mut self, writes: impl FnOnce(&mut Self) -> T) -> T {
+        self.last_txn_number += 1;
+        self.txn_ops = 0;
+        self.open_transaction = Some(crate::store::TransactionId {
+            session: SESSION_ID.to_vec(),
+            txn_number: self.last_txn_number,
+        });
+        let written = writes(self);
+        self.open_transaction = None;
+        written
     }
 
     pub fn record(&mut self, entry: impl FnOnce() -> HistoryEntry) {
@@ -79,7 +108,15 @@ impl State {
         };
         let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
         let time = self.log.next_time(wall_secs);
-        let seq = self.log.end();
+        // The token's sequence: the change's place in its transaction, where the
+        // server keeps its `txnOpIndex`; else the log's position.
+        let seq = match self.open_transaction {
+            Some(_) => {
+                self.txn_ops += 1;
+                self.txn_ops - 1
+            }
+            None => self.log.end(),
+        };
         self.record(|| HistoryEntry::Changed {
             ns: ns.clone(),
             time,
@@ -106,6 +143,7 @@ impl State {
                 full_document,
                 details: crate::store::EventDetails {
                     update_description,
+                    transaction: self.open_transaction.clone(),
                     wall_time: Some(now),
                     ..Default::default()
                 },
