@@ -749,8 +749,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             earlier_parts,
         } = handed;
         let mut failed = None;
-        // Handled since the last commit: a commit lands only between transactions.
+        // Handled since the last commit: a commit lands only between transactions...
         let mut uncommitted = earlier_parts;
+        let mut went_through: Option<&ChangeEvent> = None;
         if let [only] = events {
             failed = Some((only, error));
         } else {
@@ -759,6 +760,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 match self.handler.handle(one, &p.fence).await {
                     Ok(()) => {
                         uncommitted += 1;
+                        went_through = Some(event);
                         if !ends_transaction(events, i, committed_prefix)
                             || behind(&event.token, p.committed.as_ref())
                         {
@@ -768,6 +770,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         let (token, last) = (event.token.clone(), Some(event.clone()));
                         self.commit(p, token, uncommitted, past, last).await?;
                         uncommitted = 0;
+                        went_through = None;
                     }
                     Err(HandlerError::Fenced(reason)) => {
                         return Err(TenureEnd::FencedOut(format!(
@@ -788,6 +791,15 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let Some((event, error)) = failed else {
             return Ok(());
         };
+        // ...except where a change fails: what went through before it in its
+        // transaction is committed, so the lease stops right before the failing
+        // change and a skip steps over that change alone (the transaction reached the
+        // handler apart anyway).
+        if let Some(before) = went_through.filter(|e| !behind(&e.token, p.committed.as_ref())) {
+            let past = super::failing::passes(p.failure.as_ref(), std::slice::from_ref(before));
+            let (token, last) = (before.token.clone(), Some(before.clone()));
+            self.commit(p, token, uncommitted, past, last).await?;
+        }
         let previous = p.failure.clone();
         Err(self
             .record_failure(&p.tenure, |now| {

@@ -121,9 +121,11 @@ impl TransactionCut {
         let hand_run = run > 0 && (continues_open || run >= self.bound);
 
         let commit = if complete > 0 {
-            // At the end of what was read, the read's own token (an event's, or the
-            // post-batch token past held changes); else the last complete change's.
-            match (&resume_token, complete == events.len()) {
+            // At the end of a read that brought changes, the read's own token (its
+            // last event's: a Cosmos DB page's); else the last complete change's (held
+            // changes handed after an empty read commit their own end, and the
+            // post-batch token is left to the heartbeat).
+            match (&resume_token, complete == events.len() && !read_nothing) {
                 (Some(token), true) => Some(token.clone()),
                 _ => Some(events[complete - 1].token.clone()),
             }
@@ -314,7 +316,11 @@ mod tests {
         assert!(out.batch.events.is_empty());
         let out = cut.take(empty_read(2));
         assert_eq!(keys(&out), [1, 2]);
-        assert_eq!(out.batch.resume_token, Some(hwm(2)));
+        assert_eq!(
+            out.batch.resume_token,
+            token(2),
+            "its own end, not the post-batch token"
+        );
         assert_eq!(out.covers(), 2);
     }
 

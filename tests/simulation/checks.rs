@@ -15,12 +15,13 @@
 //!   (a change handled again is only one the stream re-delivered);
 //! - a commit that applied covers only changes the handler returned `Ok` for, and
 //!   lands between the application's transactions, never inside one (unless it
-//!   steps over a failing change there);
+//!   stops right before a change that failed there, or steps over it);
 //! - a batch the handler failed on (`HandlerError::Failed`) is handed again one
 //!   change at a time, in order, under the same tenure, until one fails (nothing
 //!   else is handed meanwhile, and nothing already committed); after a change failed
-//!   on its own, nothing more is handled, and the one commit allowed is the step over
-//!   that change (`skip_after`), which covers everything before it and not it;
+//!   on its own, nothing more is handled, and the commits allowed are of what went
+//!   through before it and the step over that change (`skip_after`), which covers
+//!   everything before it and not it;
 //! - after a lost lock (a fenced write refused, a commit that matched nothing, a
 //!   refresh that did not keep the version) nothing more is handled or committed,
 //!   and the lease is not released; after a failure nothing more is committed;
@@ -719,9 +720,12 @@ impl Checker {
             _ => None,
         };
         let step_over = failing.filter(|at| token == Some(*at));
+        // What went through before a failing change, committed once it failed: the
+        // lease then stops right before it, inside its transaction if it is in one.
+        let before_failing = failing.is_some_and(|at| token.is_some_and(|t| t < at));
         // A commit lands between transactions, never inside one (a step over a change
         // lands where that change is, on purpose).
-        if let (Some(at), None) = (token, step_over) {
+        if let (Some(at), None, false) = (token, step_over, before_failing) {
             let key = (ns.clone(), at);
             if let Some(transaction) = self.in_transaction.get(&key) {
                 let end = self.transaction_ends.get(&(ns.clone(), *transaction));
@@ -740,7 +744,7 @@ impl Checker {
         let Some(hold) = listener
             .hold
             .as_mut()
-            .filter(|h| h.active() || step_over.is_some())
+            .filter(|h| h.active() || step_over.is_some() || before_failing)
         else {
             return Err(Violation::of(
                 resource,
