@@ -37,6 +37,33 @@ impl Harness for MongoHarness {
             .unwrap();
     }
 
+    async fn ddl(&self, ns: &Namespace, command: contract::Ddl) -> Result<(), i32> {
+        use contract::Ddl;
+        use mongodb::options::IndexOptions;
+        let database = self.store().client().database(&ns.db);
+        let collection = database.collection::<bson::Document>(&ns.coll);
+        let done = match command.clone() {
+            Ddl::Create => database.create_collection(&ns.coll).await,
+            Ddl::CreateIndex(name, keys) => {
+                let options = IndexOptions::builder().name(name.to_string()).build();
+                let index = mongodb::IndexModel::builder()
+                    .keys(keys)
+                    .options(options)
+                    .build();
+                collection.create_index(index).await.map(drop)
+            }
+            Ddl::DropIndex(name) => collection.drop_index(name).await,
+            Ddl::HideIndex(name) => database
+                .run_command(doc! {"collMod": &ns.coll, "index": {"name": name, "hidden": true}})
+                .await
+                .map(drop),
+        };
+        done.map_err(|e| match *e.kind {
+            mongodb::error::ErrorKind::Command(ref failure) => failure.code,
+            _ => panic!("{command:?} on {ns}: {e}"),
+        })
+    }
+
     fn store(&self) -> &MongoStore {
         &self.live.store
     }

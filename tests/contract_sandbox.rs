@@ -10,7 +10,7 @@ use contract::Harness;
 use streamward::model::ClusterTime;
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::LeaseStore;
-use streamward::store::{ChangeFeed, DocumentStore, Namespace};
+use streamward::store::{ChangeFeed, DocumentStore, Namespace, StoreError};
 
 /// Small enough that rolling the history over costs little, large enough that no check
 /// but the history-lost ones fills it.
@@ -70,6 +70,20 @@ impl Harness for SandboxHarness {
             .unwrap_or_else(|| streamward::model::Lease::vacant(resource));
         lease.version = version;
         self.store.put_lease_by_hand(lease);
+    }
+
+    async fn ddl(&self, ns: &Namespace, command: contract::Ddl) -> Result<(), i32> {
+        use contract::Ddl;
+        let done = match command.clone() {
+            Ddl::Create => self.store.create_collection(ns),
+            Ddl::CreateIndex(name, keys) => self.store.create_index(ns, name, keys),
+            Ddl::DropIndex(name) => self.store.drop_index(ns, name),
+            Ddl::HideIndex(name) => self.store.hide_index(ns, name),
+        };
+        done.map_err(|e| match e {
+            StoreError::Command { code, .. } => code,
+            other => panic!("{command:?} on {ns}: {other}"),
+        })
     }
 }
 

@@ -466,6 +466,76 @@ async fn a_malformed_event_is_malformed_not_a_panic() {
     );
 }
 
+/// A stream with expanded events asks for them, and decodes what it gets whatever the
+/// kind: a `createIndexes` shaped as MongoDB 6.0.5 sends it, and a kind this program
+/// has never heard of, are both `Other(name)` with the fields they carry.
+#[tokio::test]
+async fn expanded_and_unknown_operation_types_decode_as_other() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    let uuid = bson::Binary {
+        subtype: bson::spec::BinarySubtype::Uuid,
+        bytes: vec![7; 16],
+    };
+    let ddl = |hex: &str, kind: &str| {
+        doc! {
+            "_id": { "_data": hex },
+            "operationType": kind,
+            "clusterTime": Timestamp { time: 0x63E5B9D2, increment: 1 },
+            "collectionUUID": uuid.clone(),
+            "wallTime": bson::DateTime::from_millis(1_000),
+            "ns": { "db": "shop", "coll": "orders" },
+            "operationDescription": { "indexes": [ { "v": 2, "key": { "a": 1 }, "name": "a_1" } ] },
+        }
+    };
+    server.script(
+        "aggregate",
+        [cursor(
+            true,
+            vec![ddl(T1, "createIndexes"), ddl(T2, "reshardBlockingWrites")],
+            T2,
+        )],
+    );
+    let mut stream = store
+        .open(
+            &orders(),
+            StartPoint::Now,
+            FeedOptions {
+                expanded_events: true,
+                ..options(2)
+            },
+        )
+        .await
+        .unwrap();
+    let batch = stream.next_batch().await.unwrap();
+    let kinds: Vec<_> = batch.events.iter().map(|e| e.operation.clone()).collect();
+    assert_eq!(
+        kinds,
+        [
+            OperationType::Other("createIndexes".into()),
+            OperationType::Other("reshardBlockingWrites".into())
+        ]
+    );
+    for event in &batch.events {
+        assert_eq!(event.ns, orders());
+        assert_eq!(event.document_key, Document::new());
+        assert_eq!(event.full_document, None);
+        assert_eq!(event.cluster_time, Some(ClusterTime::new(0x63E5B9D2, 1)));
+        assert_eq!(event.details.collection_uuid, Some([7; 16]));
+        assert_eq!(
+            event.details.wall_time,
+            Some(bson::DateTime::from_millis(1_000).to_chrono())
+        );
+    }
+    let sent = server.commands_stripped("aggregate");
+    assert_eq!(
+        sent[0].get_array("pipeline").unwrap()[0],
+        Bson::Document(
+            doc! { "$changeStream": { "fullDocument": "updateLookup", "showExpandedEvents": true } }
+        )
+    );
+}
+
 // ---------------------------------------------------------------- oplog, cluster
 
 #[tokio::test]

@@ -11,6 +11,7 @@
 //! sandbox and MongoDB disagreed, MongoDB's behaviour is what these checks hold.
 
 mod documents;
+mod expanded;
 mod feed;
 mod history;
 mod leases;
@@ -18,6 +19,7 @@ mod membership;
 mod operator;
 
 pub use documents::*;
+pub use expanded::*;
 pub use feed::*;
 pub use history::*;
 pub use leases::*;
@@ -81,6 +83,11 @@ macro_rules! every_check {
             a_start_before_a_history_that_never_rolled_over_is_not_lost,
             the_oplog_window_and_cluster_time_follow_writes,
             count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_limit,
+            // expanded events
+            expanded_events_carry_the_data_definition_of_the_collection,
+            expanded_events_show_a_collection_created_by_its_first_write,
+            expanded_events_still_end_at_a_drop_or_rename_of_the_collection,
+            data_definition_fails_with_the_servers_codes_and_logs_nothing,
         );
         $run!(rolling;
             a_resume_point_that_fell_off_is_lost_on_open,
@@ -119,6 +126,9 @@ pub trait Harness: Send + Sync + 'static {
     /// Sets the stored lease `resource`'s version by hand (as an operator's
     /// `updateOne` outside streamward would), creating it expired and unheld if missing.
     fn set_version_by_hand(&self, resource: &str, version: i64) -> impl Future<Output = ()> + Send;
+
+    /// Runs a data definition command on `ns`; `Err` is the server's error code.
+    fn ddl(&self, ns: &Namespace, command: Ddl) -> impl Future<Output = Result<(), i32>> + Send;
 }
 
 /// Bounds every wait of a check: generous for a real server on a busy 2-core machine.

@@ -78,6 +78,13 @@ pub(super) struct CappedCollections {
     pub(super) appended: u64,
 }
 
+impl CappedCollections {
+    /// Whether `ns` is one of them.
+    pub(super) fn holds(&self, ns: &Namespace) -> bool {
+        self.logs.contains_key(ns)
+    }
+}
+
 /// The five "random" bytes of the sandbox's ObjectIds: one source, so its ids grow
 /// with insertion order, as one appender's do.
 const SANDBOX_SOURCE: [u8; 5] = *b"sbox\0";

@@ -25,10 +25,10 @@ pub struct LogEntry {
 }
 
 impl LogEntry {
-    /// A drop, rename or dropDatabase: a command on the collection, not a document change.
+    /// A command on the collection or its database (`create`, `createIndexes`,
+    /// `dropIndexes`, `modify`, `drop`, `rename`, `dropDatabase`), not a document change.
     pub fn is_command(&self) -> bool {
-        matches!(&self.event.operation, OperationType::Other(op)
-            if matches!(op.as_str(), "drop" | "rename" | "dropDatabase"))
+        matches!(&self.event.operation, OperationType::Other(_))
     }
 
     /// Whether this entry closes a stream on `watched` (the server's `invalidate`), and why.
@@ -251,8 +251,8 @@ impl ChangeLog {
     }
 
     /// Document changes on `ns` with a time in `from..=to` still in the log, counting at
-    /// most `limit`. Drops and renames are not counted: in an oplog they are commands on
-    /// `db.$cmd`, not entries of the collection.
+    /// most `limit`. Commands (a create, an index, a drop, a rename) are not counted: in
+    /// an oplog they are entries on `db.$cmd`, not on the collection.
     pub fn count_between(
         &self,
         ns: &crate::store::Namespace,

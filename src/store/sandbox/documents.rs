@@ -230,7 +230,7 @@ impl DocumentStore for SandboxStore {
             .lock()
             .collections
             .get(ns)
-            .map(|c| c.values().cloned().collect())
+            .map(|c| c.documents.values().cloned().collect())
             .unwrap_or_default();
         documents.sort_by(|a, b| {
             id_order(
@@ -305,7 +305,8 @@ impl DocumentStore for SandboxStore {
             .collections
             .get(ns)
             .map(|c| {
-                c.values()
+                c.documents
+                    .values()
                     .filter(|d| d.get(field).is_some_and(|v| id_order(v, value).is_eq()))
                     .filter_map(|d| d.get("_id").cloned())
                     .collect()
@@ -344,7 +345,12 @@ impl DocumentStore for SandboxStore {
         let mut stale: Vec<Bson> = state
             .collections
             .get(ns)
-            .map(|c| c.values().filter_map(|d| d.get("_id").cloned()).collect())
+            .map(|c| {
+                c.documents
+                    .values()
+                    .filter_map(|d| d.get("_id").cloned())
+                    .collect()
+            })
             .unwrap_or_default();
         for document in documents {
             let Some(id) = document.get("_id").cloned() else {

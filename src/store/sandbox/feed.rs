@@ -128,8 +128,8 @@ impl SandboxStore {
     }
 }
 
-/// The sandbox keeps no pre- or post-images and emits no expanded events: a stream
-/// that asks for them is refused when opened, naming what to ask instead.
+/// The sandbox keeps no pre- or post-images: a stream that asks for them is refused
+/// when opened, naming what to ask instead.
 fn refuse_unkept(options: &FeedOptions) -> StoreResult<()> {
     use crate::store::{PostImage, PreImage};
     let unkept = [
@@ -140,10 +140,6 @@ fn refuse_unkept(options: &FeedOptions) -> StoreResult<()> {
         (
             options.pre_image != PreImage::Off,
             "pre-images (fullDocumentBeforeChange)",
-        ),
-        (
-            options.expanded_events,
-            "expanded events (showExpandedEvents)",
         ),
     ];
     match unkept.iter().find(|(asked, _)| *asked) {
@@ -183,8 +179,10 @@ impl SandboxStream {
         let limit = self.options.batch_size.max(1) as usize;
         self.scratch.clear();
         let ns = &self.ns;
-        // Like a collection change stream: document changes on `ns`; a drop or rename of
-        // it ends the stream there (the server's `invalidate`), after the changes before it.
+        // Like a collection change stream: document changes on `ns`, and with expanded
+        // events its other commands (create, indexes, collMod); a drop or rename of it
+        // ends the stream there (the server's `invalidate`), after the changes before it.
+        let expanded = self.options.expanded_events;
         let mut closed = None;
         let mut unhashable = None;
         let partition = self.partition;
@@ -197,7 +195,7 @@ impl SandboxStream {
                 if let Some(cause) = entry.closes(ns) {
                     closed = Some((cause, entry.time));
                     Scan::Stop
-                } else if entry.event.ns == *ns && !entry.is_command() {
+                } else if entry.event.ns == *ns && (expanded || !entry.is_command()) {
                     match partition.map(|p| p.holds_key(&entry.event.document_key)) {
                         None | Some(Ok(true)) => Scan::Keep,
                         Some(Ok(false)) => Scan::Skip,
@@ -255,7 +253,11 @@ impl SandboxStream {
                 ns: e.ns.clone(),
                 document_key: e.document_key.clone(),
                 full_document: lookup.unwrap_or_else(|| e.full_document.clone()),
-                details: e.details.clone(),
+                details: crate::store::EventDetails {
+                    // MongoDB sends `collectionUUID` only with expanded events.
+                    collection_uuid: e.details.collection_uuid.filter(|_| expanded),
+                    ..e.details.clone()
+                },
             })
             .collect();
         if events.is_empty() {
@@ -373,9 +375,10 @@ mod tests {
 
     /// What the sandbox does not keep is refused when a stream asks for it, naming it;
     /// no post-image, or one looked up, is not refused (what each gives: the contract
-    /// suite's `a_stream_without_post_images_gets_none_for_an_update`).
+    /// suite's `a_stream_without_post_images_gets_none_for_an_update`), nor are
+    /// expanded events (what they give: the contract suite's `expanded_events_*`).
     #[test]
-    fn a_stream_asking_for_images_or_expanded_events_is_refused() {
+    fn a_stream_asking_for_images_is_refused() {
         use crate::store::{PostImage, PreImage};
         let asks = [
             FeedOptions {
@@ -386,15 +389,8 @@ mod tests {
                 post_image: PostImage::WhenAvailable,
                 ..Default::default()
             },
-            FeedOptions {
-                expanded_events: true,
-                ..Default::default()
-            },
         ];
-        for (options, named) in asks
-            .iter()
-            .zip(["pre-images", "post-images", "expanded events"])
-        {
+        for (options, named) in asks.iter().zip(["pre-images", "post-images"]) {
             let error = refuse_unkept(options).unwrap_err().to_string();
             assert!(
                 error.contains(named) && error.contains("MongoDB 6.0"),
@@ -404,6 +400,7 @@ mod tests {
         for allowed in [PostImage::Off, PostImage::UpdateLookup] {
             let options = FeedOptions {
                 post_image: allowed,
+                expanded_events: true,
                 ..Default::default()
             };
             assert!(refuse_unkept(&options).is_ok());

@@ -2,6 +2,7 @@
 //! on them, in process, fast, and deterministic under a virtual clock.
 
 mod capped;
+mod catalog;
 mod change_log;
 mod checkpoints;
 mod clock;
@@ -272,7 +273,10 @@ impl SandboxStore {
     /// How many documents `ns` holds now. Not counted as a call: for a census of the
     /// sandbox (the demo logs one), not for the engine.
     pub fn document_count(&self, ns: &crate::store::Namespace) -> usize {
-        self.lock().collections.get(ns).map_or(0, |c| c.len())
+        self.lock()
+            .collections
+            .get(ns)
+            .map_or(0, |c| c.documents.len())
     }
 
     /// How many changes the log holds now (at most its capacity). Not counted as a call.

@@ -5,13 +5,17 @@ use std::collections::{BTreeMap, HashMap};
 use bson::{Bson, Document};
 use chrono::{DateTime, Utc};
 
+use super::catalog::Collection;
 use super::change_log::ChangeLog;
 use super::history::HistoryEntry;
+use crate::model::ClusterTime;
 use crate::model::{AuditRecord, Lease, ResumeToken, TokenKind};
-use crate::store::{ChangeEvent, Namespace, OperationType, StoreError};
+use crate::store::{ChangeEvent, Namespace, OperationType};
 
 pub struct State {
-    pub collections: HashMap<Namespace, BTreeMap<String, Document>>,
+    pub collections: HashMap<Namespace, Collection>,
+    /// How many collections have been created: the next one's UUID.
+    pub(super) collections_created: u64,
     pub log: ChangeLog,
     pub leases: BTreeMap<String, Lease>,
     pub audit: Vec<AuditRecord>,
@@ -40,6 +44,7 @@ impl State {
     pub fn new(log: ChangeLog, record_history: bool) -> Self {
         Self {
             collections: HashMap::new(),
+            collections_created: 0,
             log,
             leases: BTreeMap::new(),
             audit: Vec::new(),
@@ -91,11 +96,18 @@ impl State {
         now: DateTime<Utc>,
     ) {
         let key = id_key(id);
-        let collection = self.collections.entry(ns.clone()).or_default();
-        let previous = match &document {
-            Some(doc) => collection.insert(key, doc.clone()),
-            None => collection.remove(&key),
+        // A write into a new collection creates it first (a delete into one does not).
+        if document.is_some() {
+            self.ensure_collection(ns, now);
+        }
+        let Some(collection) = self.collections.get_mut(ns) else {
+            return;
         };
+        let previous = match &document {
+            Some(doc) => collection.documents.insert(key, doc.clone()),
+            None => collection.documents.remove(&key),
+        };
+        let uuid = collection.uuid;
         let operation = match (&document, &previous) {
             (None, None) => return,
             (None, Some(_)) => OperationType::Delete,
@@ -106,17 +118,7 @@ impl State {
                 WriteKind::Update => OperationType::Update,
             },
         };
-        let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
-        let time = self.log.next_time(wall_secs);
-        // The token's sequence: the change's place in its transaction, where the
-        // server keeps its `txnOpIndex`; else the log's position.
-        let seq = match self.open_transaction {
-            Some(_) => {
-                self.txn_ops += 1;
-                self.txn_ops - 1
-            }
-            None => self.log.end(),
-        };
+        let (time, token, transaction) = self.next_change(now);
         self.record(|| HistoryEntry::Changed {
             ns: ns.clone(),
             time,
@@ -135,7 +137,7 @@ impl State {
         self.log.append(
             time,
             ChangeEvent {
-                token: ResumeToken::encode(time, TokenKind::Event, seq),
+                token,
                 cluster_time: Some(time),
                 operation,
                 ns: ns.clone(),
@@ -143,102 +145,44 @@ impl State {
                 full_document,
                 details: crate::store::EventDetails {
                     update_description,
-                    transaction: self.open_transaction.clone(),
+                    transaction,
                     wall_time: Some(now),
+                    // Sent only to a stream with expanded events (`SandboxStream`).
+                    collection_uuid: Some(uuid),
                     ..Default::default()
                 },
             },
         );
     }
 
-    /// Logs a command on a collection (`drop`, `rename` with its `to`) or a database
-    /// (`dropDatabase`, `coll` empty), as an oplog holds it: an entry with a cluster time
-    /// of its own that change streams read, and that no handler ever sees.
-    fn log_command(
+    /// The next change's cluster time and token, and its transaction if one is open.
+    /// The token's sequence is the change's place in its transaction, where the
+    /// server keeps its `txnOpIndex`; else the log's position.
+    pub(super) fn next_change(
         &mut self,
-        operation: &str,
-        ns: Namespace,
-        to: Option<Namespace>,
         now: DateTime<Utc>,
+    ) -> (
+        ClusterTime,
+        ResumeToken,
+        Option<crate::store::TransactionId>,
     ) {
         let wall_secs = u32::try_from(now.timestamp()).unwrap_or(u32::MAX);
         let time = self.log.next_time(wall_secs);
-        let seq = self.log.end();
-        self.log.append_entry(
-            time,
-            ChangeEvent {
-                token: ResumeToken::encode(time, TokenKind::Event, seq),
-                cluster_time: Some(time),
-                operation: OperationType::Other(operation.to_string()),
-                ns,
-                document_key: Document::new(),
-                full_document: None,
-                details: crate::store::EventDetails {
-                    wall_time: Some(now),
-                    ..Default::default()
-                },
-            },
-            to,
-        );
-    }
-
-    /// Drops a collection: a `drop` entry, unless it does not exist (a real server logs
-    /// nothing then either).
-    pub fn drop_collection(&mut self, ns: &Namespace, now: DateTime<Utc>) {
-        if self.collections.remove(ns).is_some() {
-            self.log_command("drop", ns.clone(), None, now);
-        }
-    }
-
-    /// Renames a collection within its database: one `rename` entry, also when it
-    /// replaces `to` (`drop_target`), as a real server logs it. Errors carry the real
-    /// server's codes: 26 without a source, 48 when `to` exists and may not be dropped.
-    pub fn rename_collection(
-        &mut self,
-        from: &Namespace,
-        to: &Namespace,
-        drop_target: bool,
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let Some(documents) = self.collections.remove(from) else {
-            return Err(StoreError::Command {
-                code: 26,
-                message: format!("rename {from} to {to}: source namespace {from} does not exist"),
-            });
+        let seq = match self.open_transaction {
+            Some(_) => {
+                self.txn_ops += 1;
+                self.txn_ops - 1
+            }
+            None => self.log.end(),
         };
-        if self.collections.contains_key(to) && !drop_target {
-            self.collections.insert(from.clone(), documents);
-            return Err(StoreError::Command {
-                code: 48,
-                message: format!("rename {from} to {to}: target namespace exists"),
-            });
-        }
-        self.collections.insert(to.clone(), documents);
-        self.log_command("rename", from.clone(), Some(to.clone()), now);
-        Ok(())
-    }
-
-    /// Drops every collection of `db` (a `drop` entry each, by name), then a
-    /// `dropDatabase` entry; nothing for a database without collections.
-    pub fn drop_database(&mut self, db: &str, now: DateTime<Utc>) {
-        let mut names: Vec<Namespace> = self
-            .collections
-            .keys()
-            .filter(|ns| ns.db == db)
-            .cloned()
-            .collect();
-        if names.is_empty() {
-            return;
-        }
-        names.sort();
-        for ns in &names {
-            self.drop_collection(ns, now);
-        }
-        self.log_command("dropDatabase", Namespace::new(db, ""), None, now);
+        let token = ResumeToken::encode(time, TokenKind::Event, seq);
+        (time, token, self.open_transaction.clone())
     }
 
     pub fn document(&self, ns: &Namespace, id: &Bson) -> Option<&Document> {
-        self.collections.get(ns).and_then(|c| c.get(&id_key(id)))
+        self.collections
+            .get(ns)
+            .and_then(|c| c.documents.get(&id_key(id)))
     }
 }
 
