@@ -1199,6 +1199,7 @@ mod tests {
                     transaction: None,
                     wall_time: BsonDateTime::from_millis(1).to_chrono().into(),
                     collection_uuid: Some([0; 16]),
+                    raw: Default::default(),
                 },
             }
         );
