@@ -581,7 +581,7 @@ pub fn change_event_from_raw(raw: RawDocumentBuf) -> Result<ChangeEvent, StoreEr
         .ok_or_else(|| malformed(CHANGE_EVENT, "operationType", "missing"))?;
     Ok(ChangeEvent {
         cluster_time: Some(cluster_time),
-        operation: OperationType::parse(&operation),
+        operation,
         ..change.event
     })
 }
@@ -596,10 +596,7 @@ pub fn cosmos_change_from_raw(raw: RawDocumentBuf) -> Result<ChangeEvent, StoreE
     let change = read_change(raw)?;
     Ok(ChangeEvent {
         cluster_time: change.cluster_time,
-        operation: change
-            .operation
-            .as_deref()
-            .map_or(OperationType::Upsert, OperationType::parse),
+        operation: change.operation.unwrap_or(OperationType::Upsert),
         ..change.event
     })
 }
@@ -611,7 +608,7 @@ const CHANGE_EVENT: &str = "change event";
 struct ReadChange {
     event: ChangeEvent,
     cluster_time: Option<ClusterTime>,
-    operation: Option<String>,
+    operation: Option<OperationType>,
 }
 
 /// A change event as the server sent it, read field by field from its raw bytes:
@@ -642,7 +639,14 @@ fn read_change(raw: RawDocumentBuf) -> Result<ReadChange, StoreError> {
                     other => return Err(expected(WHAT, key, "a timestamp", other)),
                 }
             }
-            "operationType" => operation = raw_string(WHAT, key, value)?,
+            // Parsed from the bytes: no string is allocated for a kind this program knows.
+            "operationType" => {
+                operation = match value {
+                    RawBsonRef::String(name) => Some(OperationType::parse(name)),
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(WHAT, key, "a string", other)),
+                }
+            }
             "ns" => {
                 ns = match value {
                     RawBsonRef::Document(ns) => {
