@@ -321,3 +321,155 @@ async fn a_required_pre_image_is_delivered_or_named_as_missing() {
     })
     .await;
 }
+
+/// What a handler read from each event's raw event (`operationType` as sent, and the
+/// fields the typed ones do not carry: `lsid.uid`, a data definition's
+/// `operationDescription`), with the event.
+#[derive(Clone, Default)]
+struct ReadsRaw(std::sync::Arc<std::sync::Mutex<Vec<(String, Document, ChangeEvent)>>>);
+
+impl streamward::engine::Handler for ReadsRaw {
+    async fn handle(
+        &mut self,
+        events: &[ChangeEvent],
+        _fence: &streamward::model::Fence,
+    ) -> Result<(), streamward::engine::HandlerError> {
+        for event in events {
+            let raw = event.raw()?;
+            let kind = raw.get_str("operationType").unwrap_or("?").to_string();
+            let mut untyped = Document::new();
+            for field in ["lsid", "operationDescription"] {
+                if let Ok(value) = raw.get_document(field) {
+                    let value = Document::try_from(value)
+                        .map_err(|e| streamward::engine::HandlerError::Failed(e.to_string()))?;
+                    untyped.insert(field, value);
+                }
+            }
+            self.0.lock().unwrap().push((kind, untyped, event.clone()));
+        }
+        Ok(())
+    }
+}
+
+/// A handler reads, from the raw event the server sent, what the typed fields do not
+/// carry: a transaction's `lsid.uid`, the `operationDescription` of a `modify` (an
+/// `Other` kind). And an event laid out from its typed fields (as the sandbox's are)
+/// is the server's own bytes, for each kind and for both a listener asking for
+/// nothing and one asking for everything (images, expanded events).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_handler_reads_the_raw_event_as_the_server_sent_it() {
+    use streamward::engine::{ListenerConfig, ListenerHandle};
+    use streamward::store::{PostImage, PreImage};
+    live("event_raw", |live| async move {
+        let client = live.store.client();
+        let database = client.database(&live.db);
+        database.create_collection("orders").await.unwrap();
+        database
+            .run_command(
+                doc! {"collMod": "orders", "changeStreamPreAndPostImages": {"enabled": true}},
+            )
+            .await
+            .unwrap();
+        let orders = database.collection::<Document>("orders");
+        orders.insert_one(doc! {"_id": 1, "a": 1}).await.unwrap();
+        orders
+            .update_one(doc! {"_id": 1}, doc! {"$set": {"a": 2}})
+            .await
+            .unwrap();
+        orders
+            .replace_one(doc! {"_id": 1}, doc! {"a": 3})
+            .await
+            .unwrap();
+        orders.delete_one(doc! {"_id": 1}).await.unwrap();
+        let mut session = client.start_session().await.unwrap();
+        session.start_transaction().await.unwrap();
+        orders
+            .insert_one(doc! {"_id": 2})
+            .session(&mut session)
+            .await
+            .unwrap();
+        session.commit_transaction().await.unwrap();
+
+        // Both start from the oldest oplog entry, so both see everything above.
+        let plain = ReadsRaw::default();
+        let everything = ReadsRaw::default();
+        let mut config = ListenerConfig::new("plain", "w1", live.ns("orders"));
+        config.max_batch_wait = Duration::from_millis(200);
+        let plain_listener = ListenerHandle::spawn(live.store.clone(), config, plain.clone());
+        let mut config = ListenerConfig::new("everything", "w1", live.ns("orders"));
+        config.max_batch_wait = Duration::from_millis(200);
+        config.full_document = PostImage::WhenAvailable;
+        config.full_document_before_change = PreImage::WhenAvailable;
+        config.expanded_events = true;
+        let everything_listener =
+            ListenerHandle::spawn(live.store.clone(), config, everything.clone());
+        let crud = ["insert", "update", "replace", "delete", "insert"];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        for (reads, expected) in [(&plain, 5), (&everything, 7)] {
+            while reads.0.lock().unwrap().len() < expected {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "{expected} events handled"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        plain_listener.stop().await;
+        everything_listener.stop().await;
+
+        let plain = plain.0.lock().unwrap().clone();
+        let kinds: Vec<&str> = plain.iter().map(|(kind, ..)| kind.as_str()).collect();
+        assert_eq!(kinds, crud, "operationType as sent");
+        let everything = everything.0.lock().unwrap().clone();
+        let kinds: Vec<&str> = everything.iter().map(|(kind, ..)| kind.as_str()).collect();
+        assert_eq!(kinds[..2], ["create", "modify"], "{kinds:?}");
+        assert_eq!(kinds[2..], crud);
+        let (_, modify, event) = &everything[1];
+        assert_eq!(event.operation, OperationType::Other("modify".into()));
+        assert_eq!(
+            modify.get_document("operationDescription").unwrap(),
+            &doc! {"changeStreamPreAndPostImages": {"enabled": true}},
+            "what the collMod changed, which no typed field carries"
+        );
+        let (_, in_transaction, event) = &everything[6];
+        let lsid = in_transaction.get_document("lsid").unwrap();
+        let session = &event.details.transaction.as_ref().unwrap().session;
+        assert!(
+            matches!(lsid.get("id"), Some(bson::Bson::Binary(id)) if id.bytes == *session),
+            "{lsid}"
+        );
+        assert!(
+            matches!(lsid.get("uid"), Some(bson::Bson::Binary(uid)) if uid.bytes.len() == 32),
+            "the session's user digest, which TransactionId does not carry: {lsid}"
+        );
+
+        // Laid out from its fields, each change of a document is the server's bytes,
+        // but for two things docs/reference/change-events.md says: a transaction's `lsid`
+        // has no `uid` (the field order is still the server's), and a `fullDocument` the
+        // server sent as null (the plain listener's updates are read after the delete, so
+        // their lookup finds nothing) is left out.
+        let mut nulls = 0;
+        for (_, _, event) in plain.iter().chain(&everything[2..]) {
+            let mut sent = bson::RawDocumentBuf::new();
+            for element in event.raw().unwrap().iter() {
+                match element.unwrap() {
+                    ("fullDocument", bson::RawBsonRef::Null) => nulls += 1,
+                    (key, value) => sent.append_ref(key, value),
+                }
+            }
+            let mut built = event.clone();
+            built.details.raw = Default::default();
+            let laid_out = built.raw().unwrap().into_owned();
+            if event.details.transaction.is_none() {
+                assert_eq!(laid_out, sent, "{:?}", sent.to_document());
+            } else {
+                let keys = |raw: &bson::RawDocumentBuf| -> Vec<String> {
+                    raw.iter().map(|e| e.unwrap().0.to_string()).collect()
+                };
+                assert_eq!(keys(&laid_out), keys(&sent));
+            }
+        }
+        assert_eq!(nulls, 1, "the plain listener's update");
+    })
+    .await;
+}

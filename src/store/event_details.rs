@@ -1,6 +1,7 @@
 //! What a change event carries beyond where and what changed, where the server sends
 //! it: what an update changed, the transaction it belongs to, the wall clock, the
-//! collection's UUID. An update's description stays raw bytes until a handler asks.
+//! collection's UUID, the event as the server sent it. An update's description stays
+//! raw bytes until a handler asks.
 
 use bson::{Document, RawBsonRef, RawDocument, RawDocumentBuf};
 use chrono::{DateTime, Utc};
@@ -9,7 +10,7 @@ use super::StoreError;
 
 /// Each `None` where the server did not send it (an older server, a stream that did
 /// not ask, a change made outside a transaction, the sandbox where it has no such thing).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct EventDetails {
     /// `updateDescription`, on an update.
     pub update_description: Option<UpdateDescription>,
@@ -24,6 +25,29 @@ pub struct EventDetails {
     /// `collectionUUID`, sent with expanded events ([`super::ChangeEvent::collection_uuid`]
     /// falls back on the UUID its resume token carries).
     pub collection_uuid: Option<[u8; 16]>,
+    /// The whole event as the server sent it; read it with [`super::ChangeEvent::raw`].
+    pub raw: super::RawEvent,
+}
+
+/// Equal where every typed field is: the raw event is not compared, since it says
+/// the same again (and more, for a server's: fields this program does not read), and
+/// an event no server sent has none.
+impl PartialEq for EventDetails {
+    fn eq(&self, other: &Self) -> bool {
+        let Self {
+            update_description,
+            full_document_before_change,
+            transaction,
+            wall_time,
+            collection_uuid,
+            raw: _,
+        } = self;
+        *update_description == other.update_description
+            && *full_document_before_change == other.full_document_before_change
+            && *transaction == other.transaction
+            && *wall_time == other.wall_time
+            && *collection_uuid == other.collection_uuid
+    }
 }
 
 /// Which transaction a change belongs to: its session's id and its number in that

@@ -1,12 +1,13 @@
 //! The change-feed port: change streams and the oplog window.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use bson::Document;
+use bson::{Document, RawDocument};
 
-use super::{Namespace, StoreResult};
+use super::{Namespace, StoreError, StoreResult};
 use crate::model::{ClusterTime, OplogWindow, Partition, ResumeToken, StreamProfile};
 
 /// Where a stream opens: `resumeAfter`, `startAtOperationTime` (inclusive), or now.
@@ -130,7 +131,7 @@ pub struct ChangeEvent {
     /// document deleted before its change was read).
     pub full_document: Option<Document>,
     /// What else the server sent: what an update changed, the transaction, the wall
-    /// clock, the collection's UUID.
+    /// clock, the collection's UUID, the whole event ([`ChangeEvent::raw`]).
     pub details: super::EventDetails,
 }
 
@@ -141,6 +142,19 @@ impl ChangeEvent {
         self.details
             .collection_uuid
             .or_else(|| self.token.collection_uuid())
+    }
+
+    /// The whole event, every field the server sent, those this program does not read
+    /// included (a kind or field of a newer server). Borrowed: the server's own bytes.
+    /// Owned, for an event no server sent (the sandbox's, a capped collection's entry):
+    /// its fields laid out as MongoDB lays out a change event, when asked (see
+    /// docs/reference/change-events.md). Fails only for such an event holding a field
+    /// name with a NUL in it, which a server would not have stored.
+    pub fn raw(&self) -> Result<Cow<'_, RawDocument>, StoreError> {
+        match self.details.raw.as_sent() {
+            Some(raw) => Ok(Cow::Borrowed(raw)),
+            None => super::raw_event::lay_out(self).map(Cow::Owned),
+        }
     }
 }
 

@@ -16,6 +16,7 @@ mod membership;
 pub mod mongo;
 mod namespace;
 mod oplog_figures;
+mod raw_event;
 pub mod sandbox;
 mod skipped;
 
@@ -49,6 +50,7 @@ pub use namespace::Namespace;
 pub use oplog_figures::{
     read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,
 };
+pub use raw_event::RawEvent;
 pub use skipped::{skipped_entry, SkippedChange};
 
 /// Everything a listener needs from one database: its leases, a change feed, capped

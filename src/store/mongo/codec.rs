@@ -1,7 +1,7 @@
 //! Lease, audit record and change event <-> BSON. Reading never panics: a field of
 //! the wrong type is `StoreError::Malformed` naming the field.
 
-use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocument};
+use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocumentBuf};
 use chrono::{DateTime, Utc};
 
 use crate::model::lease_field as F;
@@ -535,13 +535,14 @@ fn namespace_field(
 }
 
 /// Sorts one event of a stream on `watched`: `invalidate`, a drop or rename that closes
-/// the stream (see [`InvalidationCause::of_change`]), or a change for the handler.
+/// the stream (see [`InvalidationCause::of_change`]), or a change for the handler, which
+/// keeps `raw` itself as its raw event.
 /// Under the Cosmos DB profile every event is a change: its events are projected to
 /// `_id`, `fullDocument`, `ns` and `documentKey` (a closed stream is an error there,
 /// NamespaceNotFound, not an event).
 pub fn stream_event(
     watched: &Namespace,
-    raw: &RawDocument,
+    raw: RawDocumentBuf,
     profile: StreamProfile,
 ) -> Result<StreamEvent, StoreError> {
     const WHAT: &str = "change event";
@@ -553,7 +554,7 @@ pub fn stream_event(
         .map_err(|e| malformed(WHAT, "operationType", e))?;
     if matches!(operation, "invalidate" | "drop" | "rename" | "dropDatabase") {
         // Rare: decoded whole, unlike the changes read below.
-        let document = Document::try_from(raw).map_err(|e| malformed(WHAT, "?", e))?;
+        let document = Document::try_from(&*raw).map_err(|e| malformed(WHAT, "?", e))?;
         let at = opt_timestamp(WHAT, &document, "clusterTime")?
             .ok_or_else(|| malformed(WHAT, "clusterTime", "missing"))?;
         if operation == "invalidate" {
@@ -570,7 +571,7 @@ pub fn stream_event(
 
 /// A change event as MongoDB sends it: `_id`, `operationType` and `clusterTime` are
 /// required (see [`read_change`]).
-pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreError> {
+pub fn change_event_from_raw(raw: RawDocumentBuf) -> Result<ChangeEvent, StoreError> {
     let change = read_change(raw)?;
     let cluster_time = change
         .cluster_time
@@ -580,7 +581,7 @@ pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreErro
         .ok_or_else(|| malformed(CHANGE_EVENT, "operationType", "missing"))?;
     Ok(ChangeEvent {
         cluster_time: Some(cluster_time),
-        operation: OperationType::parse(&operation),
+        operation,
         ..change.event
     })
 }
@@ -591,14 +592,11 @@ pub fn change_event_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreErro
 /// `operationType` and `updateDescription` properties are not yet supported in the
 /// output document"). Such a change is an [`OperationType::Upsert`] with no cluster
 /// time; should Cosmos DB ever send either field, it is read.
-pub fn cosmos_change_from_raw(raw: &RawDocument) -> Result<ChangeEvent, StoreError> {
+pub fn cosmos_change_from_raw(raw: RawDocumentBuf) -> Result<ChangeEvent, StoreError> {
     let change = read_change(raw)?;
     Ok(ChangeEvent {
         cluster_time: change.cluster_time,
-        operation: change
-            .operation
-            .as_deref()
-            .map_or(OperationType::Upsert, OperationType::parse),
+        operation: change.operation.unwrap_or(OperationType::Upsert),
         ..change.event
     })
 }
@@ -610,15 +608,16 @@ const CHANGE_EVENT: &str = "change event";
 struct ReadChange {
     event: ChangeEvent,
     cluster_time: Option<ClusterTime>,
-    operation: Option<String>,
+    operation: Option<OperationType>,
 }
 
 /// A change event as the server sent it, read field by field from its raw bytes:
 /// only the fields a handler gets are decoded (no map is built for the event or its
 /// `ns`; `updateDescription` is kept as raw bytes until read; fields this program
 /// does not know are skipped). `_id` is
-/// required; a field of the wrong type is an error naming it.
-fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
+/// required; a field of the wrong type is an error naming it. `raw` is then moved into
+/// the event as its raw event, not copied.
+fn read_change(raw: RawDocumentBuf) -> Result<ReadChange, StoreError> {
     const WHAT: &str = CHANGE_EVENT;
     let mut token = None;
     let mut cluster_time = None;
@@ -629,7 +628,7 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
     let mut details = crate::store::EventDetails::default();
     let mut session = None;
     let mut txn_number = None;
-    for element in raw {
+    for element in &raw {
         let (key, value) = element.map_err(|e| malformed(WHAT, "?", e))?;
         match key {
             "_id" => token = raw_document(WHAT, key, value)?,
@@ -640,7 +639,14 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
                     other => return Err(expected(WHAT, key, "a timestamp", other)),
                 }
             }
-            "operationType" => operation = raw_string(WHAT, key, value)?,
+            // Parsed from the bytes: no string is allocated for a kind this program knows.
+            "operationType" => {
+                operation = match value {
+                    RawBsonRef::String(name) => Some(OperationType::parse(name)),
+                    RawBsonRef::Null => None,
+                    other => return Err(expected(WHAT, key, "a string", other)),
+                }
+            }
             "ns" => {
                 ns = match value {
                     RawBsonRef::Document(ns) => {
@@ -723,6 +729,7 @@ fn read_change(raw: &RawDocument) -> Result<ReadChange, StoreError> {
         _ => None,
     };
     let token = token.ok_or_else(|| malformed(WHAT, "_id", "missing (the resume token)"))?;
+    details.raw = crate::store::RawEvent::sent(raw);
     Ok(ReadChange {
         event: ChangeEvent {
             token: ResumeToken::from_document(token),
@@ -1034,25 +1041,25 @@ mod tests {
         ];
         for (document, cause) in cases {
             assert_eq!(
-                stream_event(&watched, &raw(document), StreamProfile::MongoDb).unwrap(),
+                stream_event(&watched, raw(document), StreamProfile::MongoDb).unwrap(),
                 StreamEvent::Closing { cause, at }
             );
         }
         let mut invalidate = event("invalidate", doc! {}, None);
         invalidate.remove("ns");
         assert_eq!(
-            stream_event(&watched, &raw(invalidate), StreamProfile::MongoDb).unwrap(),
+            stream_event(&watched, raw(invalidate), StreamProfile::MongoDb).unwrap(),
             StreamEvent::Invalidate { at }
         );
         // Another collection's drop says nothing about this stream.
         let other = event("drop", doc! {"db": "shop", "coll": "pets"}, None);
         assert!(matches!(
-            stream_event(&watched, &raw(other), StreamProfile::MongoDb).unwrap(),
+            stream_event(&watched, raw(other), StreamProfile::MongoDb).unwrap(),
             StreamEvent::Change(_)
         ));
         let no_time = doc! {"_id": {"_data": "82"}, "operationType": "invalidate"};
         assert!(matches!(
-            stream_event(&watched, &raw(no_time), StreamProfile::MongoDb),
+            stream_event(&watched, raw(no_time), StreamProfile::MongoDb),
             Err(StoreError::Malformed { .. })
         ));
     }
@@ -1100,7 +1107,7 @@ mod tests {
             "documentKey": { "_id": 1 },
             "updateDescription": { "updatedFields": { "a": 5, "n": { "x": 1 } }, "removedFields": ["b"], "truncatedArrays": [] },
         });
-        let parsed = change_event_from_raw(&update).unwrap();
+        let parsed = change_event_from_raw(update).unwrap();
         let description = parsed
             .details
             .update_description
@@ -1140,7 +1147,7 @@ mod tests {
             "ns": { "db": "evshape", "coll": "t" },
             "documentKey": { "_id": 3 },
         });
-        let parsed = change_event_from_raw(&in_transaction).unwrap();
+        let parsed = change_event_from_raw(in_transaction).unwrap();
         assert_eq!(
             parsed.details.transaction,
             Some(crate::store::TransactionId {
@@ -1162,7 +1169,7 @@ mod tests {
             "clusterTime": bson::Timestamp { time: 1, increment: 1 },
             "txnNumber": "three",
         });
-        let error = change_event_from_raw(&garbled).unwrap_err().to_string();
+        let error = change_event_from_raw(garbled).unwrap_err().to_string();
         assert!(error.contains("txnNumber"), "{error}");
     }
 
@@ -1179,7 +1186,7 @@ mod tests {
             "updateDescription": { "updatedFields": { "status": "paid" }, "removedFields": [] },
             "fullDocument": { "_id": "o1", "status": "paid" },
         });
-        let parsed = change_event_from_raw(&event).unwrap();
+        let parsed = change_event_from_raw(event).unwrap();
         assert_eq!(
             parsed,
             ChangeEvent {
@@ -1199,6 +1206,7 @@ mod tests {
                     transaction: None,
                     wall_time: BsonDateTime::from_millis(1).to_chrono().into(),
                     collection_uuid: Some([0; 16]),
+                    raw: Default::default(),
                 },
             }
         );
@@ -1210,7 +1218,7 @@ mod tests {
             "documentKey": { "_id": 7 },
             "fullDocument": null,
         });
-        let parsed = change_event_from_raw(&delete).unwrap();
+        let parsed = change_event_from_raw(delete).unwrap();
         assert_eq!(parsed.full_document, None);
         assert_eq!(parsed.ns, Namespace::new("", ""));
         assert_eq!(parsed.operation, OperationType::Delete);
@@ -1232,10 +1240,15 @@ mod tests {
         });
         let watched = Namespace::new("shop", "orders");
         let StreamEvent::Change(parsed) =
-            stream_event(&watched, &event, StreamProfile::CosmosDb).unwrap()
+            stream_event(&watched, event.clone(), StreamProfile::CosmosDb).unwrap()
         else {
             panic!("a Cosmos DB event is a change");
         };
+        assert_eq!(
+            parsed.raw().unwrap().as_bytes(),
+            event.as_bytes(),
+            "the server's own bytes"
+        );
         assert_eq!(
             parsed,
             ChangeEvent {
@@ -1250,23 +1263,156 @@ mod tests {
         );
         // MongoDB's profile stays strict: such an event is malformed there.
         assert!(matches!(
-            stream_event(&watched, &event, StreamProfile::MongoDb),
+            stream_event(&watched, event, StreamProfile::MongoDb),
             Err(StoreError::Malformed { detail, .. }) if detail.contains("operationType")
         ));
         // The token is still required, and wrong types are still named.
         assert!(matches!(
-            cosmos_change_from_raw(&raw(doc! { "fullDocument": {} })),
+            cosmos_change_from_raw(raw(doc! { "fullDocument": {} })),
             Err(StoreError::Malformed { detail, .. }) if detail.contains("_id")
         ));
         assert!(matches!(
-            cosmos_change_from_raw(&raw(doc! { "_id": {"_data": "x"}, "fullDocument": 5 })),
+            cosmos_change_from_raw(raw(doc! { "_id": {"_data": "x"}, "fullDocument": 5 })),
             Err(StoreError::Malformed { detail, .. }) if detail.contains("fullDocument")
         ));
         // What Cosmos DB does send beyond the documented fields is read, not guessed.
         let with_type = raw(doc! { "_id": {"_data": "x"}, "operationType": "insert" });
         assert_eq!(
-            cosmos_change_from_raw(&with_type).unwrap().operation,
+            cosmos_change_from_raw(with_type).unwrap().operation,
             OperationType::Insert
+        );
+    }
+
+    /// A kind no server sends today, carrying fields no server sends today: decoded as
+    /// `Other(name)`, never an error, and the handler is handed the server's bytes
+    /// themselves (moved into the event, not copied), the unknown fields included.
+    #[test]
+    fn an_unknown_kind_is_other_and_its_raw_event_is_every_byte_the_server_sent() {
+        let sent = raw(doc! {
+            "_id": { "_data": "826B0B438F000000072B022C0100296E5A1004691862C8AFD844BB9128BB07B54B2A6A461E5F6964002B080004" },
+            "operationType": "reshardBlock",
+            "clusterTime": bson::Timestamp { time: 1_795_900_303, increment: 7 },
+            "wallTime": BsonDateTime::from_millis(1_795_900_303_940),
+            "ns": { "db": "evshape", "coll": "t" },
+            "operationDescription": { "donor": "shard-a", "blocks": [1, 2] },
+            "epoch": bson::Binary { subtype: bson::spec::BinarySubtype::Generic, bytes: vec![7; 12] },
+        });
+        let bytes = sent.as_bytes().to_vec();
+        let buffer = sent.as_bytes().as_ptr();
+        let watched = Namespace::new("evshape", "t");
+        let StreamEvent::Change(event) =
+            stream_event(&watched, sent, StreamProfile::MongoDb).unwrap()
+        else {
+            panic!("a kind of its own is a change for the handler");
+        };
+        assert_eq!(event.operation, OperationType::Other("reshardBlock".into()));
+        assert_eq!(event.ns, watched);
+        let handed = event.raw().unwrap();
+        assert!(matches!(handed, std::borrow::Cow::Borrowed(_)));
+        assert_eq!(handed.as_bytes(), bytes);
+        assert_eq!(handed.as_bytes().as_ptr(), buffer, "not a copy");
+        let description = handed.get_document("operationDescription").unwrap();
+        assert_eq!(description.get_str("donor").unwrap(), "shard-a");
+        let clone = event.clone();
+        assert_eq!(
+            clone.raw().unwrap().as_bytes().as_ptr(),
+            buffer,
+            "clones share the bytes"
+        );
+
+        // A field a newer server adds to a kind this program knows is kept as well.
+        let insert = raw(doc! {
+            "_id": { "_data": "82" },
+            "operationType": "insert",
+            "clusterTime": bson::Timestamp { time: 1, increment: 2 },
+            "documentKey": { "_id": 1 },
+            "fullDocument": { "_id": 1 },
+            "shardKeyVersion": 9_i64,
+        });
+        let event = change_event_from_raw(insert.clone()).unwrap();
+        assert_eq!(event.operation, OperationType::Insert);
+        assert_eq!(event.raw().unwrap().as_bytes(), insert.as_bytes());
+        assert_eq!(event.raw().unwrap().get_i64("shardKeyVersion").unwrap(), 9);
+    }
+
+    /// Events laid out field for field as MongoDB 6.0.5 sent them (the order seen in
+    /// pymongo's raw documents on `scripts/mongo-replset.sh`; `lsid` without the `uid`
+    /// the typed fields do not carry): an event no server sent, laid out from the
+    /// fields read from each, is those same bytes, so a handler reads the sandbox's raw
+    /// event as it reads a server's. tests/event_details_live.rs checks it on the server.
+    #[test]
+    fn an_event_laid_out_from_its_fields_is_the_bytes_mongodb_sends() {
+        let token = doc! { "_data": "826B0B79920000001E2B022C0100296E5A100432650C6CC9144F46873D82BBF2440D4B461E5F6964002B0C0004" };
+        let at = bson::Timestamp {
+            time: 1_795_914_130,
+            increment: 30,
+        };
+        let wall = BsonDateTime::from_millis(1_795_914_130_716);
+        let ns = doc! { "db": "probe_raw", "coll": "t" };
+        let uuid = bson::Binary {
+            subtype: bson::spec::BinarySubtype::Uuid,
+            bytes: vec![0x32; 16],
+        };
+        let sent = [
+            doc! { "_id": token.clone(), "operationType": "insert", "clusterTime": at, "wallTime": wall,
+            "fullDocument": { "_id": 6, "a": 1 }, "ns": ns.clone(), "documentKey": { "_id": 6 } },
+            doc! { "_id": token.clone(), "operationType": "update", "clusterTime": at, "wallTime": wall,
+            "ns": ns.clone(), "documentKey": { "_id": 6 },
+            "updateDescription": { "updatedFields": { "a": 2 }, "removedFields": [], "truncatedArrays": [] } },
+            doc! { "_id": token.clone(), "operationType": "update", "clusterTime": at, "collectionUUID": uuid.clone(),
+            "wallTime": wall, "fullDocument": { "_id": 6, "a": 2 }, "ns": ns.clone(), "documentKey": { "_id": 6 },
+            "updateDescription": { "updatedFields": { "a": 2 }, "removedFields": [], "truncatedArrays": [] },
+            "fullDocumentBeforeChange": { "_id": 6, "a": 1 } },
+            doc! { "_id": token.clone(), "operationType": "replace", "clusterTime": at, "wallTime": wall,
+            "fullDocument": { "_id": 6, "a": 3 }, "ns": ns.clone(), "documentKey": { "_id": 6 },
+            "fullDocumentBeforeChange": { "_id": 6, "a": 2 } },
+            doc! { "_id": token.clone(), "operationType": "delete", "clusterTime": at, "wallTime": wall,
+            "ns": ns.clone(), "documentKey": { "_id": 6 } },
+            doc! { "txnNumber": 1_i64, "lsid": { "id": uuid.clone() }, "_id": token.clone(),
+            "operationType": "insert", "clusterTime": at, "wallTime": wall, "fullDocument": { "_id": 2 },
+            "ns": ns.clone(), "documentKey": { "_id": 2 } },
+        ];
+        for document in sent {
+            let sent = raw(document);
+            let mut event = change_event_from_raw(sent.clone()).unwrap();
+            event.details.raw = Default::default();
+            let laid_out = event.raw().unwrap();
+            assert!(matches!(laid_out, std::borrow::Cow::Owned(_)));
+            assert_eq!(
+                laid_out.to_raw_document_buf(),
+                sent,
+                "{:?}",
+                Document::try_from(&*laid_out)
+            );
+        }
+    }
+
+    /// The raw event of an event the server split is the whole event put back
+    /// together, under its last fragment's token.
+    #[test]
+    fn a_split_events_raw_event_is_the_whole() {
+        let mut fragments = super::super::split_event::Fragments::default();
+        let first = raw(doc! {
+            "_id": { "_data": "A1" }, "splitEvent": { "fragment": 1, "of": 2 },
+            "operationType": "insert", "clusterTime": bson::Timestamp { time: 5, increment: 1 },
+            "documentKey": { "_id": 7 },
+        });
+        let last = raw(doc! {
+            "_id": { "_data": "A2" }, "splitEvent": { "fragment": 2, "of": 2 },
+            "fullDocument": { "_id": 7, "big": "x" },
+        });
+        assert_eq!(fragments.take(first).unwrap(), None);
+        let whole = fragments.take(last).unwrap().expect("the last fragment");
+        let event = change_event_from_raw(whole).unwrap();
+        assert_eq!(
+            Document::try_from(&*event.raw().unwrap()).unwrap(),
+            doc! {
+                "_id": { "_data": "A2" },
+                "operationType": "insert",
+                "clusterTime": bson::Timestamp { time: 5, increment: 1 },
+                "documentKey": { "_id": 7 },
+                "fullDocument": { "_id": 7, "big": "x" },
+            }
         );
     }
 
@@ -1280,7 +1426,7 @@ mod tests {
         let detail = |patch: Document| {
             let mut event = base.clone();
             event.extend(patch);
-            match change_event_from_raw(&raw(event)) {
+            match change_event_from_raw(raw(event)) {
                 Err(StoreError::Malformed { detail, .. }) => detail,
                 other => panic!("expected Malformed, got {other:?}"),
             }
@@ -1293,7 +1439,7 @@ mod tests {
         let mut no_time = base.clone();
         no_time.remove("clusterTime");
         assert!(matches!(
-            change_event_from_raw(&raw(no_time)),
+            change_event_from_raw(raw(no_time)),
             Err(StoreError::Malformed { detail, .. }) if detail.contains("clusterTime: missing")
         ));
     }

@@ -816,7 +816,7 @@ impl MongoChangeStream {
             let Some(document) = self.fragments.take(document)? else {
                 continue;
             };
-            match stream_event(&self.ns, &document, self.profile)? {
+            match stream_event(&self.ns, document, self.profile)? {
                 StreamEvent::Change(event) => {
                     // Only the invalidate closes a stream: a change after a drop or
                     // rename means that one did not.
@@ -887,7 +887,7 @@ impl MongoChangeStream {
                 }
                 break;
             };
-            let event = match stream_event(&self.ns, &document, self.profile)? {
+            let event = match stream_event(&self.ns, document, self.profile)? {
                 StreamEvent::Change(event) => event,
                 // Not produced under this profile (its events are all changes); a
                 // stream that ends does so with NamespaceNotFound.
