@@ -110,8 +110,9 @@ struct Handed<'a> {
     events: &'a [ChangeEvent],
     /// How many of `events` end where a commit may land (between transactions).
     committed_prefix: usize,
-    /// Changes handed before, as parts of the transaction `events` goes on.
-    earlier_parts: usize,
+    /// The last change handed before `events` that no commit covers yet (a
+    /// transaction's earlier parts), and how many such changes there are.
+    uncommitted_before: Option<(ResumeToken, usize)>,
 }
 
 /// Doubles the pause after each consecutive failure, up to a minute; a commit resets it.
@@ -538,6 +539,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             mut batch,
             committed_prefix,
             earlier_parts,
+            uncommitted_before,
         } = handout;
         let count = batch.events.len();
         // The fleet asks for this lease: commit where this batch got to, then release
@@ -563,7 +565,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     let handed = Handed {
                         events: &batch.events,
                         committed_prefix,
-                        earlier_parts,
+                        uncommitted_before,
                     };
                     return self.one_at_a_time(p, handed, e).await;
                 }
@@ -746,12 +748,14 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let Handed {
             events,
             committed_prefix,
-            earlier_parts,
+            uncommitted_before,
         } = handed;
         let mut failed = None;
         // Handled since the last commit: a commit lands only between transactions...
-        let mut uncommitted = earlier_parts;
-        let mut went_through: Option<&ChangeEvent> = None;
+        let mut uncommitted = uncommitted_before.as_ref().map_or(0, |(_, n)| *n);
+        // The last of them: what a failure commits up to.
+        let mut went_through: Option<(ResumeToken, Option<&ChangeEvent>)> =
+            uncommitted_before.map(|(token, _)| (token, None));
         if let [only] = events {
             failed = Some((only, error));
         } else {
@@ -760,7 +764,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 match self.handler.handle(one, &p.fence).await {
                     Ok(()) => {
                         uncommitted += 1;
-                        went_through = Some(event);
+                        went_through = Some((event.token.clone(), Some(event)));
                         if !ends_transaction(events, i, committed_prefix)
                             || behind(&event.token, p.committed.as_ref())
                         {
@@ -795,10 +799,15 @@ impl<S: Store, H: Handler> Listener<S, H> {
         // transaction is committed, so the lease stops right before the failing
         // change and a skip steps over that change alone (the transaction reached the
         // handler apart anyway).
-        if let Some(before) = went_through.filter(|e| !behind(&e.token, p.committed.as_ref())) {
-            let past = super::failing::passes(p.failure.as_ref(), std::slice::from_ref(before));
-            let (token, last) = (before.token.clone(), Some(before.clone()));
-            self.commit(p, token, uncommitted, past, last).await?;
+        // A failing change first in its part commits the earlier parts' end.
+        if let Some((token, before)) =
+            went_through.filter(|(token, _)| !behind(token, p.committed.as_ref()))
+        {
+            let past = before.is_some_and(|e| {
+                super::failing::passes(p.failure.as_ref(), std::slice::from_ref(e))
+            });
+            self.commit(p, token, uncommitted, past, before.cloned())
+                .await?;
         }
         let previous = p.failure.clone();
         Err(self

@@ -22,6 +22,9 @@ pub struct Handout {
     pub committed_prefix: usize,
     /// Changes handed before, as parts of a transaction, that the commit covers too.
     pub earlier_parts: usize,
+    /// The last change handed before this handout that no commit covers yet (the end
+    /// of a transaction's earlier parts), and how many such changes there are.
+    pub uncommitted_before: Option<(ResumeToken, usize)>,
 }
 
 impl Handout {
@@ -77,6 +80,7 @@ impl TransactionCut {
         let last = self
             .held
             .get(self.bound.min(self.held.len()).checked_sub(1)?)?;
+        let uncommitted_before = Some((open.last.clone(), open.handed));
         open.last = last.token.clone();
         let rest = self.held.split_off(self.bound.min(self.held.len()));
         let part = std::mem::replace(&mut self.held, rest);
@@ -88,6 +92,7 @@ impl TransactionCut {
             },
             committed_prefix: 0,
             earlier_parts: 0,
+            uncommitted_before,
         })
     }
 
@@ -103,6 +108,7 @@ impl TransactionCut {
         let mut events = std::mem::take(&mut self.held);
         events.extend(new);
         let open = self.open.take();
+        let uncommitted_before = open.as_ref().map(|o| (o.last.clone(), o.handed));
 
         let complete = if read_nothing || at_end {
             events.len()
@@ -170,6 +176,7 @@ impl TransactionCut {
             },
             committed_prefix: complete,
             earlier_parts,
+            uncommitted_before,
         }
     }
 }
@@ -400,6 +407,19 @@ mod tests {
         assert_eq!(keys(&out), [11]);
         assert_eq!(out.batch.resume_token, token(11));
         assert_eq!(out.covers(), 10 + 1);
+    }
+
+    #[test]
+    fn each_part_knows_the_uncommitted_change_handed_before_it() {
+        let mut cut = TransactionCut::new(1);
+        let out = cut.take(read(vec![change(1, Some(7)), change(2, Some(7))], false));
+        assert_eq!(keys(&out), [1]);
+        assert_eq!(out.uncommitted_before, None);
+        let part = cut.next_part().expect("the second part");
+        assert_eq!(part.uncommitted_before, Some((change(1, None).token, 1)));
+        let out = cut.take(read(vec![change(3, Some(7)), change(4, Some(7))], false));
+        assert_eq!(keys(&out), [3]);
+        assert_eq!(out.uncommitted_before, Some((change(2, None).token, 2)));
     }
 
     #[test]
