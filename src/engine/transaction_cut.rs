@@ -9,7 +9,7 @@
 //! it, or when the stream had nothing more to hand (its changes enter the history
 //! together, at its commit, so a stream at its end has read all of them).
 
-use crate::model::ResumeToken;
+use crate::model::{ClusterTime, ResumeToken};
 use crate::store::{ChangeBatch, ChangeEvent, TransactionId};
 
 /// What a listener does with what it read: hand `batch.events` to the handler, then
@@ -55,6 +55,8 @@ pub struct TransactionCut {
     /// Read, not handed: the start of a transaction that may go on.
     held: Vec<ChangeEvent>,
     open: Option<OpenPart>,
+    /// The newest cluster time read: a change older than it is a re-delivery.
+    newest: Option<ClusterTime>,
 }
 
 impl TransactionCut {
@@ -63,6 +65,7 @@ impl TransactionCut {
             bound: bound.max(1),
             held: Vec::new(),
             open: None,
+            newest: None,
         }
     }
 
@@ -110,15 +113,17 @@ impl TransactionCut {
         let open = self.open.take();
         let uncommitted_before = open.as_ref().map(|o| (o.last.clone(), o.handed));
 
-        let complete = if read_nothing || at_end {
-            events.len()
-        } else {
-            complete_prefix(&events)
+        let trailing = trailing_run(&events, self.newest, open.as_ref());
+        self.newest = events
+            .iter()
+            .filter_map(|e| e.cluster_time)
+            .fold(self.newest, |newest, t| newest.max(Some(t)));
+        let (complete, run_transaction) = match trailing {
+            _ if read_nothing || at_end => (events.len(), None),
+            Some((start, transaction)) => (start, Some(transaction)),
+            None => (events.len(), None),
         };
         let run = events.len() - complete;
-        let run_transaction = (run > 0)
-            .then(|| events.last().and_then(|e| e.details.transaction.clone()))
-            .flatten();
         // The run goes on a transaction already handed in part: hand it as another part.
         let continues_open = complete == 0
             && open
@@ -181,16 +186,37 @@ impl TransactionCut {
     }
 }
 
-/// How many of `events`, from the first, are known to end a transaction or belong to
-/// none, when more may follow: all but a trailing run of one transaction's changes.
-fn complete_prefix(events: &[ChangeEvent]) -> usize {
-    let Some(transaction) = events.last().and_then(|e| e.details.transaction.as_ref()) else {
-        return events.len();
-    };
-    events
+/// Where the trailing run of one transaction's changes starts in `events`, and which
+/// transaction it is, when more of it may follow: `None` when the last change belongs
+/// to none. Only changes read for the first time say where a transaction ends; one
+/// older than a change read before it (`newest`, or earlier in `events`) is a
+/// re-delivery (a stream resumed from an older point) and says nothing. When every
+/// change is a re-delivery, a transaction handed in part (`open`) goes on.
+fn trailing_run(
+    events: &[ChangeEvent],
+    newest: Option<ClusterTime>,
+    open: Option<&OpenPart>,
+) -> Option<(usize, TransactionId)> {
+    let mut seen = newest;
+    let fresh: Vec<bool> = events
         .iter()
-        .rposition(|e| e.details.transaction.as_ref() != Some(transaction))
-        .map_or(0, |i| i + 1)
+        .map(|e| match e.cluster_time {
+            Some(t) if seen.is_some_and(|s| t < s) => false,
+            t => {
+                seen = seen.max(t);
+                true
+            }
+        })
+        .collect();
+    let Some(last) = fresh.iter().rposition(|f| *f) else {
+        return open.map(|o| (0, o.transaction.clone()));
+    };
+    let transaction = events[last].details.transaction.as_ref()?;
+    let start = (0..events.len())
+        .rev()
+        .find(|&i| fresh[i] && events[i].details.transaction.as_ref() != Some(transaction))
+        .map_or(0, |i| i + 1);
+    Some((start, transaction.clone()))
 }
 
 /// Whether a commit after `events[i]` lands between transactions, given that the
@@ -420,6 +446,22 @@ mod tests {
         let out = cut.take(read(vec![change(3, Some(7)), change(4, Some(7))], false));
         assert_eq!(keys(&out), [3]);
         assert_eq!(out.uncommitted_before, Some((change(2, None).token, 2)));
+    }
+
+    #[test]
+    fn a_change_delivered_again_says_nothing_of_where_a_transaction_ends() {
+        let mut cut = TransactionCut::new(1);
+        let out = cut.take(read(vec![change(5, Some(7))], false));
+        assert_eq!(keys(&out), [5], "a first part");
+        // The stream hands 3 and 4 (outside any transaction) again: not an end of 7.
+        let out = cut.take(read(vec![change(3, None), change(4, None)], false));
+        assert_eq!(keys(&out), [3], "handed, in parts of the bound");
+        assert_eq!(out.batch.resume_token, None, "7 may go on: no commit");
+        assert_eq!(keys(&cut.next_part().expect("the rest")), [4]);
+        let out = cut.take(read(vec![change(6, Some(7)), change(8, None)], false));
+        assert_eq!(keys(&out), [6, 8]);
+        assert_eq!(out.batch.resume_token, token(8), "7 ended at 6");
+        assert_eq!(out.covers(), 3 + 2);
     }
 
     #[test]
