@@ -535,10 +535,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
         handout: Handout,
     ) -> Result<(), TenureEnd> {
         let covers = handout.covers();
+        let earlier_parts = handout.earlier_parts();
         let Handout {
             mut batch,
             committed_prefix,
-            earlier_parts,
             uncommitted_before,
         } = handout;
         let count = batch.events.len();

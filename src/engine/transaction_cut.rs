@@ -20,18 +20,23 @@ pub struct Handout {
     /// How many of `batch.events` the commit covers, from the first: those after are
     /// the first part of a transaction that goes on.
     pub committed_prefix: usize,
-    /// Changes handed before, as parts of a transaction, that the commit covers too.
-    pub earlier_parts: usize,
     /// The last change handed before this handout that no commit covers yet (the end
-    /// of a transaction's earlier parts), and how many such changes there are.
+    /// of a transaction's earlier parts), and how many such changes there are. A
+    /// commit of this handout covers them too.
     pub uncommitted_before: Option<(ResumeToken, usize)>,
 }
 
 impl Handout {
+    /// Changes handed before this handout, as parts of a transaction, that no commit
+    /// covers yet.
+    pub fn earlier_parts(&self) -> usize {
+        self.uncommitted_before.as_ref().map_or(0, |(_, n)| *n)
+    }
+
     /// How many changes the commit covers.
     pub fn covers(&self) -> usize {
         if self.batch.resume_token.is_some() {
-            self.earlier_parts + self.committed_prefix
+            self.earlier_parts() + self.committed_prefix
         } else {
             0
         }
@@ -94,7 +99,6 @@ impl TransactionCut {
                 ..Default::default()
             },
             committed_prefix: 0,
-            earlier_parts: 0,
             uncommitted_before,
         })
     }
@@ -108,18 +112,29 @@ impl TransactionCut {
             at_end,
         } = read;
         let read_nothing = new.is_empty();
-        let mut events = std::mem::take(&mut self.held);
-        events.extend(new);
+        // The read as it came, unless changes were held before it.
+        let mut events = if self.held.is_empty() {
+            new
+        } else {
+            let mut held = std::mem::take(&mut self.held);
+            held.extend(new);
+            held
+        };
         let open = self.open.take();
         let uncommitted_before = open.as_ref().map(|o| (o.last.clone(), o.handed));
 
-        let trailing = trailing_run(&events, self.newest, open.as_ref());
+        let in_transactions =
+            open.is_some() || events.iter().any(|e| e.details.transaction.is_some());
+        let trailing = if in_transactions && !(read_nothing || at_end) {
+            trailing_run(&events, self.newest, open.as_ref())
+        } else {
+            None
+        };
         self.newest = events
             .iter()
             .filter_map(|e| e.cluster_time)
             .fold(self.newest, |newest, t| newest.max(Some(t)));
         let (complete, run_transaction) = match trailing {
-            _ if read_nothing || at_end => (events.len(), None),
             Some((start, transaction)) => (start, Some(transaction)),
             None => (events.len(), None),
         };
@@ -147,10 +162,6 @@ impl TransactionCut {
             resume_token
         } else {
             None
-        };
-        let earlier_parts = match &open {
-            Some(o) if !continues_open => o.handed,
-            _ => 0,
         };
 
         if hand_run {
@@ -180,7 +191,6 @@ impl TransactionCut {
                 at_end,
             },
             committed_prefix: complete,
-            earlier_parts,
             uncommitted_before,
         }
     }
