@@ -126,6 +126,16 @@ pub trait FencedMemberWrites: Send + Sync {
     ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
 }
 
+/// The `_id` a document written to `ns` is replaced by, whatever the store: a
+/// document without one is refused before anything is written.
+pub(crate) fn id_to_write(ns: &Namespace, document: &Document) -> StoreResult<Bson> {
+    document.get("_id").cloned().ok_or_else(|| {
+        super::StoreError::InvalidArgument(format!(
+            "a document written to {ns} needs an _id; nothing was written"
+        ))
+    })
+}
+
 /// Why a `delete_where` may not go ahead, whatever the store: `None` when it may.
 pub(crate) fn refuse_delete_where(field: &str, value: &Bson) -> Option<super::StoreError> {
     let operator = field.is_empty() || field.starts_with('$') || field.contains('.');

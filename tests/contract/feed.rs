@@ -204,16 +204,19 @@ async fn insert_update_replace<H: Harness>(
     (start, events)
 }
 
+fn kinds_and_documents(events: &[ChangeEvent]) -> Vec<(OperationType, Option<Document>)> {
+    events
+        .iter()
+        .map(|e| (e.operation.clone(), e.full_document.clone()))
+        .collect()
+}
+
 pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: &H) {
     let store = h.store();
     let ns = h.ns("animals");
     let (start, events) = insert_update_replace(h, &ns, options()).await;
-    let fulls: Vec<_> = events
-        .iter()
-        .map(|e| (e.operation.clone(), e.full_document.clone()))
-        .collect();
     assert_eq!(
-        fulls,
+        kinds_and_documents(&events),
         [
             (OperationType::Insert, Some(doc! {"_id": "rex", "n": 1})),
             (OperationType::Update, Some(doc! {"_id": "rex", "n": 3})),
@@ -249,12 +252,8 @@ pub async fn a_stream_without_post_images_gets_none_for_an_update<H: Harness>(h:
         ..options()
     };
     let (_, events) = insert_update_replace(h, &h.ns("animals"), no_post_image).await;
-    let fulls: Vec<_> = events
-        .iter()
-        .map(|e| (e.operation.clone(), e.full_document.clone()))
-        .collect();
     assert_eq!(
-        fulls,
+        kinds_and_documents(&events),
         [
             (OperationType::Insert, Some(doc! {"_id": "rex", "n": 1})),
             (OperationType::Update, None),

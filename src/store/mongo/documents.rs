@@ -7,6 +7,7 @@ use bson::{doc, Bson, Document};
 
 use super::errors::{is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
+use crate::store::documents::id_to_write;
 use crate::store::{
     DocumentStore, FencedMemberWrites, Namespace, StoreError, StoreResult, WriteFence,
     WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
@@ -204,9 +205,7 @@ impl DocumentStore for MongoStore {
     }
 
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
-        let id = document.get("_id").cloned().ok_or_else(|| {
-            StoreError::InvalidArgument(format!("put into {ns}: the document has no _id"))
-        })?;
+        let id = id_to_write(ns, &document)?;
         let action = format!("write to {ns}");
         let collection = self.collection(ns);
         // Replacing by `_id` with the same document is idempotent, so one retry is safe.
@@ -226,15 +225,10 @@ impl DocumentStore for MongoStore {
     /// idempotent, so the whole transaction is retried once after a network or
     /// not-primary error, as `put` is.
     async fn put_together(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
-        let mut writes = Vec::with_capacity(documents.len());
-        for document in documents {
-            let id = document.get("_id").cloned().ok_or_else(|| {
-                StoreError::InvalidArgument(format!(
-                    "put into {ns} in a transaction: a document has no _id"
-                ))
-            })?;
-            writes.push((id, document));
-        }
+        let writes = documents
+            .into_iter()
+            .map(|document| Ok((id_to_write(ns, &document)?, document)))
+            .collect::<StoreResult<Vec<_>>>()?;
         let action = format!("transaction writing {} documents to {ns}", writes.len());
         let collection = self.collection(ns);
         let writes = &writes;
@@ -301,15 +295,10 @@ impl DocumentStore for MongoStore {
     /// is overwritten rather than colliding with an insert. A failure leaves the
     /// lease bulk (STUCK BULK) until the rebuild is rerun.
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
-        if documents.iter().any(|d| !d.contains_key("_id")) {
-            return Err(StoreError::InvalidArgument(format!(
-                "replace all of {ns}: every document needs an _id; nothing was written"
-            )));
-        }
-        let ids: Vec<Bson> = documents
+        let ids = documents
             .iter()
-            .filter_map(|d| d.get("_id").cloned())
-            .collect();
+            .map(|document| id_to_write(ns, document))
+            .collect::<StoreResult<Vec<Bson>>>()?;
         for document in documents {
             self.put(ns, document).await?;
         }

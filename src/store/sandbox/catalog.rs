@@ -396,9 +396,7 @@ impl super::SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         command(&mut state, now)?;
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(())
     }
 }

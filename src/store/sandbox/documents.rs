@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use super::history::HistoryEntry;
 use super::state::{id_key, State, WriteKind};
 use super::{count, SandboxStore};
+use crate::store::documents::id_to_write;
 use crate::store::{
     DocumentStore, FencedMemberWrites, Namespace, StoreResult, WriteFence, WriteOutcome,
     LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
@@ -157,9 +158,7 @@ impl SandboxStore {
     ) {
         let (ns, id, document) = write;
         state.write(ns, id, document, kind, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
     }
 
     fn write_one(&self, ns: &Namespace, id: &Bson, document: Option<Document>) {
@@ -244,11 +243,7 @@ impl DocumentStore for SandboxStore {
     async fn put(&self, ns: &Namespace, document: Document) -> StoreResult<()> {
         self.write_fault(ns)?;
         count(&self.inner.calls.documents);
-        let id = document.get("_id").cloned().ok_or_else(|| {
-            crate::store::StoreError::InvalidArgument(format!(
-                "a document written to {ns} needs an _id"
-            ))
-        })?;
+        let id = id_to_write(ns, &document)?;
         self.write_one(ns, &id, Some(document));
         Ok(())
     }
@@ -256,15 +251,10 @@ impl DocumentStore for SandboxStore {
     async fn put_together(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
         self.write_fault(ns)?;
         count(&self.inner.calls.documents);
-        let mut writes = Vec::with_capacity(documents.len());
-        for document in documents {
-            let id = document.get("_id").cloned().ok_or_else(|| {
-                crate::store::StoreError::InvalidArgument(format!(
-                    "a document written to {ns} needs an _id"
-                ))
-            })?;
-            writes.push((id, document));
-        }
+        let writes = documents
+            .into_iter()
+            .map(|document| Ok((id_to_write(ns, &document)?, document)))
+            .collect::<StoreResult<Vec<_>>>()?;
         let now = self.inner.clock.now();
         let mut state = self.lock();
         state.in_transaction(|state| {
@@ -272,9 +262,7 @@ impl DocumentStore for SandboxStore {
                 state.write(ns, &id, Some(document), WriteKind::Replace, now);
             }
         });
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(())
     }
 
@@ -287,9 +275,7 @@ impl DocumentStore for SandboxStore {
             return Ok(false);
         }
         state.write(ns, id, None, WriteKind::Replace, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(true)
     }
 
@@ -317,10 +303,8 @@ impl DocumentStore for SandboxStore {
         for id in &matching {
             state.write(ns, id, None, WriteKind::Replace, now);
         }
-        let end = state.log.end();
-        drop(state);
         if !matching.is_empty() {
-            self.publish_log_end(end);
+            self.publish_after(state);
         }
         Ok(matching.len() as u64)
     }
@@ -328,10 +312,8 @@ impl DocumentStore for SandboxStore {
     async fn replace_all(&self, ns: &Namespace, documents: Vec<Document>) -> StoreResult<()> {
         self.write_fault(ns)?;
         count(&self.inner.calls.documents);
-        if documents.iter().any(|d| !d.contains_key("_id")) {
-            return Err(crate::store::StoreError::InvalidArgument(format!(
-                "every document written to {ns} needs an _id; nothing was written"
-            )));
+        for document in &documents {
+            id_to_write(ns, document)?;
         }
         let now = self.inner.clock.now();
         let mut state = self.lock();
@@ -362,9 +344,7 @@ impl DocumentStore for SandboxStore {
         for id in stale {
             state.write(ns, &id, None, WriteKind::Replace, now);
         }
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(())
     }
 
@@ -373,9 +353,7 @@ impl DocumentStore for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         state.drop_collection(ns, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(())
     }
 
@@ -392,9 +370,7 @@ impl DocumentStore for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         state.rename_collection(from, to, drop_target, now)?;
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(())
     }
 
@@ -403,9 +379,7 @@ impl DocumentStore for SandboxStore {
         let now = self.inner.clock.now();
         let mut state = self.lock();
         state.drop_database(db, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(())
     }
 }
@@ -450,9 +424,7 @@ impl FencedMemberWrites for SandboxStore {
             stored,
         });
         state.write(ns, &key, Some(document), WriteKind::Update, now);
-        let end = state.log.end();
-        drop(state);
-        self.publish_log_end(end);
+        self.publish_after(state);
         Ok(WriteOutcome::Applied)
     }
 }

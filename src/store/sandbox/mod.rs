@@ -294,7 +294,11 @@ impl SandboxStore {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn publish_log_end(&self, end: u64) {
+    /// Releases the state lock taken for a write, then tells the change feed where
+    /// the log ends now.
+    fn publish_after(&self, state: MutexGuard<'_, State>) {
+        let end = state.log.end();
+        drop(state);
         self.inner.log_end.publish(end);
     }
 
