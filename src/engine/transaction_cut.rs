@@ -151,9 +151,9 @@ impl TransactionCut {
             // last event's: a Cosmos DB page's); else the last complete change's (held
             // changes handed after an empty read commit their own end, and the
             // post-batch token is left to the heartbeat).
-            match (&resume_token, complete == events.len() && !read_nothing) {
-                (Some(token), true) => Some(token.clone()),
-                _ => Some(events[complete - 1].token.clone()),
+            match resume_token.filter(|_| complete == events.len() && !read_nothing) {
+                Some(token) => Some(token),
+                None => Some(events[complete - 1].token.clone()),
             }
         } else if let Some(open) = open.as_ref().filter(|_| !continues_open) {
             // The transaction handed in parts ended where its last part did.
