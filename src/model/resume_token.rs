@@ -246,8 +246,17 @@ fn decode_data(data: &Bson) -> Result<DecodedToken, TokenDecodeError> {
         }
     };
     // Only the first 11 bytes matter; decoding a bounded prefix keeps a huge token cheap.
-    let prefix = hex_text.get(..22).unwrap_or(hex_text);
-    let bytes = hex::decode(prefix).map_err(|e| TokenDecodeError::NotHex(e.to_string()))?;
+    // Decoded on the stack: this runs several times per commit.
+    let digits = &hex_text.as_bytes()[..hex_text.len().min(22)];
+    if digits.len() % 2 != 0 {
+        return Err(TokenDecodeError::NotHex(
+            hex::FromHexError::OddLength.to_string(),
+        ));
+    }
+    let mut buffer = [0u8; 11];
+    let bytes = &mut buffer[..digits.len() / 2];
+    hex::decode_to_slice(digits, bytes).map_err(|e| TokenDecodeError::NotHex(e.to_string()))?;
+    let bytes = &*bytes;
     if bytes.len() < 10 {
         return Err(TokenDecodeError::TooShort(bytes.len()));
     }
