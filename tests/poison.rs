@@ -780,8 +780,9 @@ async fn mongo_a_whole_transaction_skip_steps_over_its_changes_and_undo_brings_t
                 .entry
                 .as_ref()
                 .and_then(|e| e.get_document("o").ok())
-                .is_some_and(|o| o.contains_key("applyOps"))),
-            "{kept:?}"
+                .and_then(|o| o.get_array("applyOps").ok())
+                .is_some_and(|ops| ops.len() == 1)),
+            "each kept with its own operation alone of its transaction's entry: {kept:?}"
         );
 
         // The listener goes on past the transaction.
