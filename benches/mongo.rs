@@ -6,12 +6,16 @@
 //!
 //! - **baseline**: `Collection::watch()` (`fullDocument: updateLookup`, `batchSize`)
 //!   iterated with `StreamExt::next` until every change was seen;
+//! - **floor**: the same loop that also writes the resume token of every `batchSize`
+//!   changes (one server batch) with one majority `update`, the next read overlapping
+//!   it: the least "commit what you read" can cost, with no lease, no fence and no
+//!   handler;
 //! - **engine**: a `Listener` with a no-op handler (acquire, open at the lease's
 //!   `resumeAt`, handle, commit the token after every batch), timed until its
 //!   status counts every change (a change counts once its commit landed).
 //!
 //! A command event handler on the shared client counts the commands each side sends,
-//! which gives the round trips per batch.
+//! which gives the round trips per 1,000 changes.
 //!
 //! `STREAMWARD_TEST_URI=mongodb://… cargo bench --bench mongo`; without the URI it says
 //! it is skipped. `STREAMWARD_BENCH_EVENTS` (default 100,000) changes per batch size;
@@ -27,6 +31,7 @@ use env::env_number;
 mod live;
 
 use std::collections::BTreeMap;
+use std::future::IntoFuture;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,7 +39,7 @@ use bson::{doc, Document};
 use futures_util::StreamExt;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
-use mongodb::options::FullDocumentType;
+use mongodb::options::{FullDocumentType, WriteConcern};
 use streamward::engine::{ListenerConfig, ListenerHandle, NoopHandler};
 use streamward::model::ClusterTime;
 use streamward::store::mongo::{MongoSettings, MongoStore};
@@ -155,6 +160,63 @@ async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
     }
 }
 
+async fn floor(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
+    let Case {
+        ns,
+        start,
+        batch,
+        events,
+    } = case;
+    let (start, batch, events) = (*start, *batch, *events);
+    let database = store.client().database(&ns.db);
+    let collection = database.collection::<Document>(&ns.coll);
+    let checkpoints = database.collection::<Document>("floor_checkpoints");
+    commands.take();
+    let cpu = process_cpu();
+    let started = Instant::now();
+    let mut stream = collection
+        .watch()
+        .full_document(FullDocumentType::UpdateLookup)
+        .batch_size(batch)
+        .max_await_time(MAX_AWAIT)
+        .start_at_operation_time(bson::Timestamp::from(start))
+        .await
+        .expect("open the change stream");
+    let mut seen = 0u64;
+    let mut next = stream.next().await;
+    loop {
+        match next {
+            Some(Ok(_event)) => seen += 1,
+            Some(Err(e)) => panic!("change stream: {e}"),
+            None => panic!("the change stream ended after {seen} events"),
+        }
+        if seen % u64::from(batch) != 0 && seen < events {
+            next = stream.next().await;
+            continue;
+        }
+        let token = bson::to_bson(&stream.resume_token()).expect("token as BSON");
+        let write = checkpoints
+            .update_one(doc! {"_id": "floor"}, doc! {"$set": {"resumeToken": token}})
+            .upsert(true)
+            .write_concern(WriteConcern::majority())
+            .into_future();
+        if seen == events {
+            write.await.expect("write the resume token");
+            break;
+        }
+        // The next read overlaps the write, as the engine's read-ahead does.
+        let (written, read) = tokio::join!(write, stream.next());
+        written.expect("write the resume token");
+        next = read;
+    }
+    let elapsed = started.elapsed();
+    Run {
+        elapsed,
+        commands: commands.take(),
+        cpu: cpu_since(cpu),
+    }
+}
+
 async fn engine(
     store: &MongoStore,
     leases: &Namespace,
@@ -214,14 +276,26 @@ fn per_sec(events: u64, elapsed: Duration) -> f64 {
     events as f64 / elapsed.as_secs_f64()
 }
 
-fn describe(commands: &BTreeMap<String, u64>, batches: u64) -> String {
+/// The commands a side sent, and how many round trips that is per 1,000 changes.
+fn describe(commands: &BTreeMap<String, u64>, events: u64) -> String {
     let total: u64 = commands.values().sum();
     let each: Vec<String> = commands.iter().map(|(k, v)| format!("{k} {v}")).collect();
     format!(
-        "{total} commands ({}), {:.2} per batch of the engine's size",
+        "{total} commands ({}), {:.2} round trips per 1,000 changes",
         each.join(", "),
-        total as f64 / batches as f64
+        round_trips_per_1000(commands, events)
     )
+}
+
+fn round_trips_per_1000(commands: &BTreeMap<String, u64>, events: u64) -> f64 {
+    commands.values().sum::<u64>() as f64 * 1000.0 / events as f64
+}
+
+/// Keeps `run` in `best` when it is the fastest so far.
+fn keep_best(best: &mut Option<Run>, run: Run) {
+    if best.as_ref().is_none_or(|r| run.elapsed < r.elapsed) {
+        *best = Some(run);
+    }
 }
 
 fn main() {
@@ -273,41 +347,49 @@ fn main() {
             "batch={batch}: inserted {events} changes into {ns} in {:.1?}",
             filled.elapsed()
         );
-        let batches = events.div_ceil(u64::from(batch));
         let mut best_engine: Option<Run> = None;
         let mut best_baseline: Option<Run> = None;
+        let mut best_floor: Option<Run> = None;
         let rounds = if batch == 1 { rounds_batch1 } else { rounds };
-        // Interleaved rounds, best of each: both sides see the same machine conditions.
+        // Interleaved rounds, best of each: every side sees the same machine conditions.
         for round in 0..rounds {
             let b = runtime.block_on(baseline(&store, &case, &commands));
+            let f = runtime.block_on(floor(&store, &case, &commands));
             let e = runtime.block_on(engine(&store, &leases, &case, round, &commands));
             eprintln!(
-                "batch={batch} round {round}: baseline {:.2?} (client CPU {:.2?}), engine {:.2?} (client CPU {:.2?})",
-                b.elapsed, b.cpu.unwrap_or_default(), e.elapsed, e.cpu.unwrap_or_default()
+                "batch={batch} round {round}: baseline {:.2?} (client CPU {:.2?}), floor {:.2?} (client CPU {:.2?}), engine {:.2?} (client CPU {:.2?})",
+                b.elapsed, b.cpu.unwrap_or_default(), f.elapsed, f.cpu.unwrap_or_default(), e.elapsed, e.cpu.unwrap_or_default()
             );
-            if best_baseline.as_ref().is_none_or(|r| b.elapsed < r.elapsed) {
-                best_baseline = Some(b);
-            }
-            if best_engine.as_ref().is_none_or(|r| e.elapsed < r.elapsed) {
-                best_engine = Some(e);
-            }
+            keep_best(&mut best_baseline, b);
+            keep_best(&mut best_floor, f);
+            keep_best(&mut best_engine, e);
         }
-        let (Some(engine), Some(baseline)) = (best_engine, best_baseline) else {
+        let (Some(engine), Some(baseline), Some(floor)) = (best_engine, best_baseline, best_floor)
+        else {
             unreachable!("at least one round ran");
         };
-        eprintln!(
-            "batch={batch}: baseline sent {}",
-            describe(&baseline.commands, batches)
-        );
-        eprintln!(
-            "batch={batch}: engine sent {}",
-            describe(&engine.commands, batches)
-        );
+        for (side, run) in [
+            ("baseline", &baseline),
+            ("floor", &floor),
+            ("engine", &engine),
+        ] {
+            eprintln!(
+                "batch={batch}: {side} sent {}",
+                describe(&run.commands, events)
+            );
+            lines.push(format!(
+                "mongo: batch={batch} side={side} events_per_sec={:.0} round_trips_per_1000={:.2}",
+                per_sec(events, run.elapsed),
+                round_trips_per_1000(&run.commands, events)
+            ));
+        }
         let engine_rate = per_sec(events, engine.elapsed);
         let baseline_rate = per_sec(events, baseline.elapsed);
+        let floor_rate = per_sec(events, floor.elapsed);
         lines.push(format!(
-            "mongo: batch={batch} events_per_sec={engine_rate:.0} baseline_per_sec={baseline_rate:.0} ratio={:.3}",
-            engine_rate / baseline_rate
+            "mongo: batch={batch} events_per_sec={engine_rate:.0} baseline_per_sec={baseline_rate:.0} ratio={:.3} floor_per_sec={floor_rate:.0} ratio_to_floor={:.3}",
+            engine_rate / baseline_rate,
+            engine_rate / floor_rate
         ));
     }
     runtime.block_on(async {
