@@ -190,7 +190,7 @@ async fn floor(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
             Some(Err(e)) => panic!("change stream: {e}"),
             None => panic!("the change stream ended after {seen} events"),
         }
-        if seen % u64::from(batch) != 0 && seen < events {
+        if !seen.is_multiple_of(u64::from(batch)) && seen < events {
             next = stream.next().await;
             continue;
         }
