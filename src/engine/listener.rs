@@ -194,12 +194,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
             return ListenerExit::Refused(refusal);
         }
         let mut cooldown: Option<Duration> = None;
+        // The change this listener last failed on, while it waits out its back-off.
+        let mut failed_on: Option<ChangeFailure> = None;
         loop {
             if self.shutdown.is_cancelled() {
                 return ListenerExit::Stopped;
             }
             if let Some(pause) = cooldown.take() {
-                if self.pause(pause).await.is_err() {
+                let waited = match failed_on.take() {
+                    Some(failure) => self.wait_out_failure(&failure, pause).await,
+                    None => self.pause(pause).await,
+                };
+                if waited.is_err() {
                     return ListenerExit::Stopped;
                 }
             }
@@ -273,6 +279,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         self.record_error(super::failing::describe(&failure));
                         self.set_state(ListenerState::Failing);
                         cooldown = Some(failure.backoff(self.config.retry_backoff));
+                        failed_on = Some(failure);
                     }
                 },
                 Ok(AcquireOutcome::HeldByOther) => {
@@ -1138,6 +1145,34 @@ impl<S: Store, H: Handler> Listener<S, H> {
     }
 
     /// Sleeps, or returns `Err` when shut down meanwhile.
+    /// [`standby::wait_out_failure`]; where the lease cannot be watched, the whole
+    /// back-off. `Err` on shutdown.
+    async fn wait_out_failure(
+        &mut self,
+        failure: &ChangeFailure,
+        pause: Duration,
+    ) -> Result<(), ()> {
+        let started = Instant::now();
+        let resource = &self.config.resource;
+        match super::standby::wait_out_failure(
+            &self.store,
+            resource,
+            failure,
+            pause,
+            &self.shutdown,
+        )
+        .await
+        {
+            Ok(Recovery::Moved) => Ok(()),
+            Ok(Recovery::Shutdown) => Err(()),
+            Err(e) => {
+                // Not recorded as the last error: that says what the change failed on.
+                tracing::warn!(resource = %self.config.resource, error = %e, "cannot watch the lease while waiting out a failed change's back-off");
+                self.pause(pause.saturating_sub(started.elapsed())).await
+            }
+        }
+    }
+
     async fn pause(&mut self, pause: Duration) -> Result<(), ()> {
         tokio::select! {
             biased;

@@ -10,7 +10,7 @@ use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::ListenerConfig;
-use crate::model::{Lease, LockKind, ResumePoint};
+use crate::model::{ChangeFailure, Lease, LockKind, ResumePoint};
 use crate::store::{LeaseScope, LeaseStore, LeaseWatch, StoreResult};
 
 pub enum Vacancy {
@@ -171,6 +171,44 @@ pub async fn wait_for_operator<S: LeaseStore>(
     }
 }
 
+/// Whether `lease` still records `failure`'s change as failing: until another listener
+/// gets past it or an operator skips or moves it.
+pub fn still_failing(lease: Option<&Lease>, failure: &ChangeFailure) -> bool {
+    lease
+        .and_then(|lease| lease.failure.as_ref())
+        .is_some_and(|recorded| recorded.same_change(failure))
+}
+
+/// Waits out the back-off `pause` after this listener failed on `failure`'s change,
+/// ending early once the lease no longer records that change as failing: a listener
+/// still waiting on a change the lease has moved past would say FAILING of a lease
+/// that is not.
+pub async fn wait_out_failure<S: LeaseStore>(
+    store: &S,
+    resource: &str,
+    failure: &ChangeFailure,
+    pause: Duration,
+    shutdown: &CancellationToken,
+) -> StoreResult<Recovery> {
+    let until = Instant::now() + pause;
+    let mut watch = store.watch(LeaseScope::One(resource.to_string())).await?;
+    if !still_failing(store.get(resource).await?.as_ref(), failure) {
+        return Ok(Recovery::Moved);
+    }
+    loop {
+        tokio::select! {
+            biased;
+            () = shutdown.cancelled() => return Ok(Recovery::Shutdown),
+            change = watch.changed() => {
+                if !still_failing(change?.readable_lease()?.as_ref(), failure) {
+                    return Ok(Recovery::Moved);
+                }
+            }
+            () = sleep_until(until) => return Ok(Recovery::Moved),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,5 +262,39 @@ mod tests {
         rewound.resume_at = Some(ClusterTime::new(50, 1));
         assert!(operator_moved(Some(&rewound), &stuck_at, false));
         assert!(operator_moved(None, &stuck_at, false));
+    }
+
+    #[test]
+    fn a_failure_waits_until_the_lease_no_longer_records_that_change() {
+        let token =
+            |n: u32| ResumeToken::encode(ClusterTime::new(100, n), TokenKind::Event, u64::from(n));
+        let failure = |n| {
+            crate::model::ChangeFailure::first(
+                Some(token(n)),
+                Some(ClusterTime::new(100, n)),
+                "shop.orders",
+                "insert",
+                "{\"_id\":1}",
+                "boom",
+                crate::model::FailureCause::Handler,
+                chrono::Utc::now(),
+            )
+        };
+        let mut lease = Lease::vacant("r");
+        lease.failure = Some(failure(1));
+        assert!(still_failing(Some(&lease), &failure(1)));
+        let mut again = lease.clone();
+        again.failure = Some(failure(1).after(Some(&failure(1))));
+        assert!(still_failing(Some(&again), &failure(1)), "one more attempt");
+        let mut other = lease.clone();
+        other.failure = Some(failure(2));
+        assert!(
+            !still_failing(Some(&other), &failure(1)),
+            "a later change fails"
+        );
+        let mut passed = lease.clone();
+        passed.failure = None;
+        assert!(!still_failing(Some(&passed), &failure(1)), "got past it");
+        assert!(!still_failing(None, &failure(1)));
     }
 }
