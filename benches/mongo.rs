@@ -121,14 +121,25 @@ struct Case {
     events: u64,
 }
 
+/// The change stream the baseline and the floor read: the options the engine's has.
+async fn open_stream(
+    collection: &mongodb::Collection<Document>,
+    case: &Case,
+) -> mongodb::change_stream::ChangeStream<mongodb::change_stream::event::ChangeStreamEvent<Document>>
+{
+    collection
+        .watch()
+        .full_document(FullDocumentType::UpdateLookup)
+        .batch_size(case.batch)
+        .max_await_time(MAX_AWAIT)
+        .start_at_operation_time(bson::Timestamp::from(case.start))
+        .await
+        .expect("open the change stream")
+}
+
 async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
-    let Case {
-        ns,
-        start,
-        batch,
-        events,
-    } = case;
-    let (start, batch, events) = (*start, *batch, *events);
+    let Case { ns, events, .. } = case;
+    let events = *events;
     let collection = store
         .client()
         .database(&ns.db)
@@ -136,14 +147,7 @@ async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
     commands.take();
     let cpu = process_cpu();
     let started = Instant::now();
-    let mut stream = collection
-        .watch()
-        .full_document(FullDocumentType::UpdateLookup)
-        .batch_size(batch)
-        .max_await_time(MAX_AWAIT)
-        .start_at_operation_time(bson::Timestamp::from(start))
-        .await
-        .expect("open the change stream");
+    let mut stream = open_stream(&collection, case).await;
     let mut seen = 0u64;
     while seen < events {
         match stream.next().await {
@@ -162,26 +166,16 @@ async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
 
 async fn floor(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
     let Case {
-        ns,
-        start,
-        batch,
-        events,
+        ns, batch, events, ..
     } = case;
-    let (start, batch, events) = (*start, *batch, *events);
+    let (batch, events) = (*batch, *events);
     let database = store.client().database(&ns.db);
     let collection = database.collection::<Document>(&ns.coll);
     let checkpoints = database.collection::<Document>("floor_checkpoints");
     commands.take();
     let cpu = process_cpu();
     let started = Instant::now();
-    let mut stream = collection
-        .watch()
-        .full_document(FullDocumentType::UpdateLookup)
-        .batch_size(batch)
-        .max_await_time(MAX_AWAIT)
-        .start_at_operation_time(bson::Timestamp::from(start))
-        .await
-        .expect("open the change stream");
+    let mut stream = open_stream(&collection, case).await;
     let mut seen = 0u64;
     let mut next = stream.next().await;
     loop {
