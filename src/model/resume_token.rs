@@ -161,8 +161,8 @@ impl ResumeToken {
         if self.decode().ok()?.version == TokenVersion::V0 {
             return None;
         }
-        let bytes = hex::decode(self.data_hex()?.get(..24)?).ok()?;
-        match bytes.get(11)? {
+        let (bytes, len) = hex_prefix::<12>(self.data_hex()?).ok()?;
+        match bytes[..len].get(11)? {
             &VERSION_ZERO => Some(TokenKind::HighWaterMark),
             _ => Some(TokenKind::Event),
         }
@@ -177,12 +177,12 @@ impl ResumeToken {
         }
         let hex = self.data_hex()?;
         // Timestamp (9 bytes), version (2), token type 128 (3): the index starts at 14.
-        let head = hex::decode(hex.get(..28)?).ok()?;
-        if head.get(11..14)? != [SMALL_INT + 1, 0x01, 0x00] {
+        let (head, len) = hex_prefix::<14>(hex).ok()?;
+        if head[..len].get(11..14)? != [SMALL_INT + 1, 0x01, 0x00] {
             return None;
         }
-        let rest = hex::decode(hex.get(28..hex.len().min(28 + 2 * 9))?).ok()?;
-        read_keystring_uint(&rest)
+        let (rest, len) = hex_prefix::<9>(hex.get(28..)?).ok()?;
+        read_keystring_uint(&rest[..len])
     }
 
     /// The UUID of the collection whose change this token follows, where the token
@@ -246,17 +246,9 @@ fn decode_data(data: &Bson) -> Result<DecodedToken, TokenDecodeError> {
         }
     };
     // Only the first 11 bytes matter; decoding a bounded prefix keeps a huge token cheap.
-    // Decoded on the stack: this runs several times per commit.
-    let digits = &hex_text.as_bytes()[..hex_text.len().min(22)];
-    if digits.len() % 2 != 0 {
-        return Err(TokenDecodeError::NotHex(
-            hex::FromHexError::OddLength.to_string(),
-        ));
-    }
-    let mut buffer = [0u8; 11];
-    let bytes = &mut buffer[..digits.len() / 2];
-    hex::decode_to_slice(digits, bytes).map_err(|e| TokenDecodeError::NotHex(e.to_string()))?;
-    let bytes = &*bytes;
+    let (buffer, len) =
+        hex_prefix::<11>(hex_text).map_err(|e| TokenDecodeError::NotHex(e.to_string()))?;
+    let bytes = &buffer[..len];
     if bytes.len() < 10 {
         return Err(TokenDecodeError::TooShort(bytes.len()));
     }
@@ -275,6 +267,20 @@ fn decode_data(data: &Bson) -> Result<DecodedToken, TokenDecodeError> {
         (other, _) => return Err(TokenDecodeError::UnknownVersion(other)),
     };
     Ok(DecodedToken { time, version })
+}
+
+/// The first `N` bytes of the hex text `text` (fewer where it is shorter), decoded on
+/// the stack: token fields are read several times per commit, and only their first
+/// bytes matter.
+fn hex_prefix<const N: usize>(text: &str) -> Result<([u8; N], usize), hex::FromHexError> {
+    let digits = &text.as_bytes()[..text.len().min(2 * N)];
+    if !digits.len().is_multiple_of(2) {
+        return Err(hex::FromHexError::OddLength);
+    }
+    let mut buffer = [0u8; N];
+    let len = digits.len() / 2;
+    hex::decode_to_slice(digits, &mut buffer[..len])?;
+    Ok((buffer, len))
 }
 
 /// The unsigned integer [`push_keystring_uint`] writes at the start of `bytes`.
