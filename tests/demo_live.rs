@@ -220,16 +220,6 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
         paused_config.lease = LEASE;
         paused_config.max_tenure = Some(ROTATE);
         paused_config.batch_size = BATCH;
-        let paused = ListenerHandle::spawn(
-            store.clone(),
-            paused_config,
-            PausedMidBatch {
-                inner: OrderOutbox::writing_to(store.clone(), ns.outbox.clone()),
-                reached: reached_tx,
-                gate: gate.clone(),
-                armed: true,
-            },
-        );
         let (_, handover) = operator(
             &store,
             ActionRequest::Takeover {
@@ -240,6 +230,18 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
         )
         .await;
         assert_eq!(handover.after.holder.as_deref(), Some(PAUSED));
+        // Started only once the lease names it: a listener running before the handover
+        // could take the lease itself between two of the demo's tenures, under an older version.
+        let paused = ListenerHandle::spawn(
+            store.clone(),
+            paused_config,
+            PausedMidBatch {
+                inner: OrderOutbox::writing_to(store.clone(), ns.outbox.clone()),
+                reached: reached_tx,
+                gate: gate.clone(),
+                armed: true,
+            },
+        );
         let (batch, fence) = within("the paused listener holds a batch", reached.recv())
             .await
             .expect("the paused listener runs");
