@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use assert_cmd::Command;
 use bson::doc;
-use streamward::engine::{ListenerConfig, ListenerHandle, NoopHandler};
+use streamward::engine::{CommitPolicy, ListenerConfig, ListenerHandle, NoopHandler};
 use streamward::model::Checkpoint;
 use streamward::store::{CheckpointStore, DocumentStore, LeaseStore, Namespace, Store};
 use support::live::{live, LiveDb};
@@ -23,6 +23,8 @@ fn config(watch: Namespace, listener: &str, every: Duration) -> ListenerConfig {
     config.checkpoint_every = Some(every);
     config.checkpoints_kept = 3;
     config.heartbeat = Duration::from_millis(300);
+    // A commit per batch, so checkpoints are judged against many commits a second.
+    config.commit = CommitPolicy::Strict;
     config
 }
 

@@ -128,7 +128,8 @@ async fn a_listeners_events_commits_and_tenures_are_counted() {
         Some(commits),
         "every commit timed"
     );
-    assert!(commits >= batches, "{text}");
+    // Group commits: one commit covers every batch handled since the one before.
+    assert!(commits >= 1.0, "{text}");
     assert_eq!(
         value(
             &text,

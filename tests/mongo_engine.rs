@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use bson::{doc, Bson, Document, Timestamp};
 use streamward::demo::orders::{orders_ns, OrderOutbox, ORDERS_RESOURCE};
-use streamward::engine::{ListenerConfig, ListenerExit, ListenerHandle, ListenerState};
+use streamward::engine::{
+    CommitPolicy, ListenerConfig, ListenerExit, ListenerHandle, ListenerState,
+};
 use streamward::model::{ClusterTime, ResumeToken, TokenKind};
 use streamward::store::mongo::{MongoSettings, MongoStore};
 use streamward::store::Namespace;
@@ -275,6 +277,9 @@ fn config() -> ListenerConfig {
     // One command at a time, so a trace is one fixed sequence and each scripted
     // getMore answers the read it was written for; read-ahead has its own tests.
     config.read_ahead = false;
+    // A commit per batch, waited for: the order the traces pin. Group commits (on
+    // their own task) are proven against the real server (tests/group_commit_live.rs).
+    config.commit = CommitPolicy::Strict;
     // The traces pin the lease and stream commands; checkpoints have their own tests
     // (tests/checkpoints.rs), against the real server.
     config.checkpoint_every = None;

@@ -618,11 +618,20 @@ mod tests {
             .await
             .expect("window")
             .expect("entries");
-        let lease = store
-            .get(EVENTS_RESOURCE)
-            .await
-            .expect("read")
-            .expect("lease");
+        // Group commits: the last changes handled are committed once the holder's
+        // stream comes back empty (caught up), a read later.
+        let lease = loop {
+            let lease = store
+                .get(EVENTS_RESOURCE)
+                .await
+                .expect("read")
+                .expect("lease");
+            let committed = lease.resume_token.as_ref().and_then(token_entry);
+            if committed == Some(window.newest) || tokio::time::Instant::now() >= deadline {
+                break lease;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
         assert!(
             lease.version >= 10,
             "rotations and crashes moved the lease: version {}",

@@ -5,6 +5,32 @@ use std::time::Duration;
 use crate::model::{LockKind, Partition, SourceKind, WatchTarget};
 use crate::store::{Namespace, PostImage, PreImage};
 
+/// How a listener commits what its handler went through (docs/protocol.md, "Group
+/// commits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitPolicy {
+    /// What was handled is committed in the background: the commit stays in flight
+    /// while the next batch is handled, at most one is in flight, and each covers
+    /// everything handled since the one before. One is sent once `every` has passed
+    /// since the last, and sooner when the stream is caught up (a read came back
+    /// empty), the lease is due for a refresh, a failing change was passed, or the
+    /// tenure ends. A crash redelivers what was handled since the last commit that
+    /// landed: safe for handlers whose writes are fenced or idempotent.
+    Group { every: Duration },
+    /// Each batch is committed before the next is handed: at `batch_size` 1, one
+    /// commit per change, and a crash redelivers at most the batch being handled. For
+    /// handlers that are not idempotent; one majority write per batch bounds the rate.
+    Strict,
+}
+
+impl Default for CommitPolicy {
+    fn default() -> Self {
+        Self::Group {
+            every: Duration::from_secs(1),
+        }
+    }
+}
+
 /// Where a listener without any resume point starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Bootstrap {
@@ -51,8 +77,9 @@ pub struct ListenerConfig {
     /// it keeps failing until fixed or skipped by an operator.
     pub skip_after: Option<u32>,
     /// Read the next batch while the current one is handled and committed, so the
-    /// read's round trip overlaps theirs (default). The batch read ahead reaches the
-    /// handler only after the current commit landed; a tenure that ends drops it.
+    /// read's round trip overlaps theirs (default). Under [`CommitPolicy::Strict`] the
+    /// batch read ahead reaches the handler only after the current commit landed; a
+    /// tenure that ends drops it.
     /// Off, every read waits for the previous commit: one command at a time, in a
     /// fixed order (what scripted-server tests that pin the command sequence need).
     pub read_ahead: bool,
@@ -86,6 +113,8 @@ pub struct ListenerConfig {
     /// changes than this is handed in parts of at most this many and committed after
     /// its last part (docs/protocol.md, "Transactions").
     pub max_transaction_changes: usize,
+    /// Group commits (default) or one commit per batch before the next is handed.
+    pub commit: CommitPolicy,
 }
 
 impl ListenerConfig {
@@ -118,6 +147,7 @@ impl ListenerConfig {
             checkpoint_every: Some(Duration::from_secs(60)),
             checkpoints_kept: crate::store::CHECKPOINTS_KEPT,
             partition: None,
+            commit: CommitPolicy::default(),
         }
     }
 

@@ -9,11 +9,14 @@ use tokio::sync::watch;
 use tokio::time::{sleep_until, Instant};
 use tokio_util::sync::CancellationToken;
 
+use super::commits::{CommitReply, CommitTask, InFlight, Staged};
 use super::fleet::{Fleet, FleetSeat};
-use super::standby::{note_version, wait_for_operator, wait_for_vacancy, Recovery, Vacancy};
+use super::standby::{
+    note_version, operator_moved, still_failing, wait_for_vacancy, wait_on_lease, Recovery, Vacancy,
+};
 use super::status::{ListenerSnapshot, ListenerState, RateMeter};
 use super::transaction_cut::{Handout, TransactionCut};
-use super::{Bootstrap, Handler, HandlerError, ListenerConfig};
+use super::{Bootstrap, CommitPolicy, Handler, HandlerError, ListenerConfig};
 use chrono::{DateTime, Utc};
 
 use crate::metrics::engine::ListenerMetrics;
@@ -41,8 +44,16 @@ struct Progress {
     fence: Fence,
     started: Instant,
     next_refresh: Instant,
+    /// When the last commit landed.
     last_commit: Instant,
+    /// When the last group commit was sent.
+    last_sent: Instant,
+    /// The newest point this tenure committed, or staged or sent to commit.
     committed: Option<ResumeToken>,
+    /// Group commits: handled, waiting for the next commit.
+    staged: Option<Staged>,
+    /// Group commits: the one commit in flight.
+    in_flight: Option<InFlight>,
     /// Where what is read may be committed: never inside a transaction.
     cut: TransactionCut,
     /// The change the lease records as failing, as this tenure knows it.
@@ -113,6 +124,22 @@ struct Handed<'a> {
     /// The last change handed before `events` that no commit covers yet (a
     /// transaction's earlier parts), and how many such changes there are.
     uncommitted_before: Option<(ResumeToken, usize)>,
+}
+
+/// One commit of `token` by `tenure`; `past_failure` also clears the lease's record
+/// of a failing change.
+async fn write_commit<S: Store>(
+    store: &S,
+    tenure: &Tenure,
+    token: &ResumeToken,
+    lease: Duration,
+    past_failure: bool,
+) -> crate::store::StoreResult<TenureWrite> {
+    if past_failure {
+        store.commit_past_failure(tenure, token, lease).await
+    } else {
+        store.commit(tenure, token, lease).await
+    }
 }
 
 /// Doubles the pause after each consecutive failure, up to a minute; a commit resets it.
@@ -448,28 +475,34 @@ impl<S: Store, H: Handler> Listener<S, H> {
             started: now,
             next_refresh: now + self.config.refresh_interval(),
             last_commit: now,
+            last_sent: now,
             committed: lease.resume_token.clone(),
+            staged: None,
+            in_flight: None,
             cut: TransactionCut::new(self.config.max_transaction_changes),
             failure: lease.failure.clone(),
         };
         let mut batch = tokio::select! {
             biased;
-            () = self.shutdown.cancelled() => {
-                let _ = self.store.release(&progress.tenure).await;
-                return TenureEnd::Shutdown;
-            }
+            () = self.shutdown.cancelled() => return self.shut_down(&mut progress).await,
             batch = stream.next_batch() => batch,
         };
         loop {
             let current = match batch {
                 Ok(batch) => batch,
                 Err(StoreError::UnreadableChange(change)) => {
+                    if let Err(end) = self.flush(&mut progress).await {
+                        return end;
+                    }
                     let previous = progress.failure.clone();
                     return self
                         .unreadable(&progress.tenure, &change, previous.as_ref())
                         .await;
                 }
                 Err(e) => {
+                    if let Err(end) = self.flush(&mut progress).await {
+                        return end;
+                    }
                     // Where this tenure got to: its last commit, else where it started.
                     let at = progress
                         .committed
@@ -479,8 +512,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 }
             };
             // The next batch is read while this one is handled and committed, so the
-            // read's round trip overlaps the commit's. Nothing of it reaches the
-            // handler before this commit has landed; a tenure that ends here drops it.
+            // read's round trip overlaps theirs. Nothing of it reaches the handler
+            // before this one is settled (under strict commits, its commit landed); a
+            // tenure that ends here drops it.
             let mut read = std::pin::pin!(stream.next_batch());
             let mut ahead = None;
             let settled = if self.config.read_ahead {
@@ -503,21 +537,25 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 return end;
             }
             if self.shutdown.is_cancelled() {
-                let _ = self.store.release(&progress.tenure).await;
-                return TenureEnd::Shutdown;
+                return self.shut_down(&mut progress).await;
             }
             batch = match ahead {
                 Some(next) => next,
                 None => tokio::select! {
                     biased;
-                    () = self.shutdown.cancelled() => {
-                        let _ = self.store.release(&progress.tenure).await;
-                        return TenureEnd::Shutdown;
-                    }
+                    () = self.shutdown.cancelled() => return self.shut_down(&mut progress).await,
                     next = &mut read => next,
                 },
             };
         }
+    }
+
+    /// Stops on request: what was handled is committed, then the lease released.
+    async fn shut_down(&mut self, p: &mut Progress) -> TenureEnd {
+        if self.flush(p).await.is_ok() {
+            let _ = self.store.release(&p.tenure).await;
+        }
+        TenureEnd::Shutdown
     }
 
     /// Hands what was read to the handler and commits it (or, for an empty read,
@@ -561,8 +599,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
             // Read, not handled yet: as far behind as the point handled before it (a
             // change that keeps failing keeps it there while the cluster moves on).
             self.measure_lag(&batch, p.committed.as_ref().and_then(ResumeToken::time));
+            // A commit in flight that lost the lease stops the listener before
+            // anything more is handled.
+            self.reap(p).await?;
             match self.handler.handle(&batch.events, &p.fence).await {
                 Ok(()) => {}
+                // A commit in flight is aborted (dropped with the tenure): it may
+                // still land, like one whose reply is lost, and is conditional on it.
                 Err(HandlerError::Fenced(reason)) => {
                     return Err(TenureEnd::FencedOut(format!(
                         "stale fenced write: {reason}"
@@ -579,14 +622,20 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     // settle future every batch carries (8 KB against 3.7 KB).
                     return Box::pin(self.one_at_a_time(p, handed, e)).await;
                 }
-                // The store failed the handler, not the change: start over.
+                // The store failed the handler, not the change: start over. A commit
+                // in flight is taken in if it has landed (a lost lease is not given
+                // back), else aborted, so it cannot land after the release.
                 Err(e @ HandlerError::Store(_)) => {
+                    self.reap(p).await?;
+                    p.in_flight = None;
                     return Err(self
                         .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
-                        .await)
+                        .await);
                 }
             }
-            self.set_state(ListenerState::Committing);
+            if self.config.commit == CommitPolicy::Strict {
+                self.set_state(ListenerState::Committing);
+            }
             self.measure_lag(&batch, batch.reached());
             batch.resume_token
         } else {
@@ -616,6 +665,14 @@ impl<S: Store, H: Handler> Listener<S, H> {
             let last = batch.events.pop();
             self.commit(p, token, covers, past_failure, last).await?;
         }
+        if let (0, CommitPolicy::Group { every }) = (count, self.config.commit) {
+            // Caught up: what is staged goes now, not once the interval is over.
+            if let Some(staged) = &mut p.staged {
+                staged.urgent = true;
+            }
+            self.reap(p).await?;
+            self.send_if_due(p, every);
+        }
         self.after_commit(p, handing_over).await
     }
 
@@ -630,7 +687,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
 
     /// Commits `token`, after `count` changes were handled (none for a heartbeat), the
     /// last of them `last`; `past_failure`: they got past the change the lease records
-    /// as failing, whose record the commit removes. `Err` ends the tenure.
+    /// as failing, whose record the commit removes. Under [`CommitPolicy::Strict`] the
+    /// commit lands before this returns; under group commits it is staged and sent
+    /// when due, and lands while what follows is handled. `Err` ends the tenure.
     async fn commit(
         &mut self,
         p: &mut Progress,
@@ -639,16 +698,122 @@ impl<S: Store, H: Handler> Listener<S, H> {
         past_failure: bool,
         last: Option<ChangeEvent>,
     ) -> Result<(), TenureEnd> {
-        let started = Instant::now();
-        let lease = self.config.lease;
-        let past_failure = past_failure || super::failing::passed_by(p.failure.as_ref(), &token);
-        let written = if past_failure {
-            self.store
-                .commit_past_failure(&p.tenure, &token, lease)
-                .await
-        } else {
-            self.store.commit(&p.tenure, &token, lease).await
+        let staged = Staged::handled(token, count, past_failure, last);
+        let CommitPolicy::Group { every } = self.config.commit else {
+            return self.commit_now(p, staged).await;
         };
+        p.committed = Some(staged.token.clone());
+        match &mut p.staged {
+            Some(older) => older.absorb(staged),
+            None => p.staged = Some(staged),
+        }
+        self.reap(p).await?;
+        self.send_if_due(p, every);
+        Ok(())
+    }
+
+    /// Writes `staged`'s commit and waits for it. `Err` ends the tenure.
+    async fn commit_now(&mut self, p: &mut Progress, staged: Staged) -> Result<(), TenureEnd> {
+        let started = Instant::now();
+        let past_failure =
+            staged.past_failure || super::failing::passed_by(p.failure.as_ref(), &staged.token);
+        let written = write_commit(
+            &self.store,
+            &p.tenure,
+            &staged.token,
+            self.config.lease,
+            past_failure,
+        )
+        .await;
+        p.committed = Some(staged.token.clone());
+        self.landed(p, staged, past_failure, (written, started.elapsed()))
+            .await
+    }
+
+    /// Sends what is staged, on its own task, when it is due and no commit is in flight.
+    fn send_if_due(&mut self, p: &mut Progress, every: Duration) {
+        let now = Instant::now();
+        if p.in_flight.is_some()
+            || !p
+                .staged
+                .as_ref()
+                .is_some_and(|s| s.due(p.last_sent, now, every))
+        {
+            return;
+        }
+        let Some(staged) = p.staged.take() else {
+            return;
+        };
+        let past_failure =
+            staged.past_failure || super::failing::passed_by(p.failure.as_ref(), &staged.token);
+        let (store, tenure, token) = (self.store.clone(), p.tenure.clone(), staged.token.clone());
+        let lease = self.config.lease;
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let written = write_commit(&store, &tenure, &token, lease, past_failure).await;
+            (written, started.elapsed())
+        });
+        p.last_sent = now;
+        p.in_flight = Some(InFlight {
+            task: CommitTask(task),
+            staged: Staged {
+                past_failure,
+                ..staged
+            },
+            sent: now,
+        });
+    }
+
+    /// Takes in the commit in flight if it has landed. `Err` ends the tenure (a lost
+    /// lock, a failed write): nothing more is handled.
+    async fn reap(&mut self, p: &mut Progress) -> Result<(), TenureEnd> {
+        // One that has been out for longer than a lease is waited for: the lease may
+        // have expired meanwhile, and handing more under it would be wasted work.
+        let overdue = p
+            .in_flight
+            .as_ref()
+            .is_some_and(|f| f.sent.elapsed() >= self.config.lease);
+        if overdue || p.in_flight.as_ref().is_some_and(|f| f.task.finished()) {
+            self.land(p).await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the commit in flight, if any, and takes it in. `Err` ends the tenure.
+    async fn land(&mut self, p: &mut Progress) -> Result<(), TenureEnd> {
+        let Some(mut in_flight) = p.in_flight.take() else {
+            return Ok(());
+        };
+        let reply = match (&mut in_flight.task.0).await {
+            Ok(reply) => reply,
+            Err(e) => (
+                Err(StoreError::Network(format!("the commit's task ended: {e}"))),
+                in_flight.sent.elapsed(),
+            ),
+        };
+        let past_failure = in_flight.staged.past_failure;
+        self.landed(p, in_flight.staged, past_failure, reply).await
+    }
+
+    /// Lands the commit in flight and commits what is staged: nothing handled is left
+    /// uncommitted. Before a tenure ends, and before a failed batch is handed again
+    /// one change at a time. `Err` ends the tenure.
+    async fn flush(&mut self, p: &mut Progress) -> Result<(), TenureEnd> {
+        self.land(p).await?;
+        match p.staged.take() {
+            Some(staged) => self.commit_now(p, staged).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Takes in a commit's reply: the tenure goes on from it, or ends.
+    async fn landed(
+        &mut self,
+        p: &mut Progress,
+        staged: Staged,
+        past_failure: bool,
+        (written, took): CommitReply,
+    ) -> Result<(), TenureEnd> {
         match written {
             Ok(TenureWrite::Done) => {}
             Ok(TenureWrite::LostLock) => {
@@ -663,11 +828,19 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     .await)
             }
         }
+        let Staged {
+            token,
+            count,
+            batches,
+            last_batch_size,
+            last,
+            ..
+        } = staged;
         let now = Instant::now();
         if let Some(metrics) = &self.metrics {
-            metrics.committed(now - started);
+            metrics.committed(took);
             if count > 0 {
-                metrics.batch_committed(count);
+                metrics.batches_committed(batches, count);
             }
             if past_failure {
                 metrics.failure_attempts(0);
@@ -681,14 +854,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
         let time = token.time();
         self.checkpoint(&p.tenure, &token, now);
-        p.committed = Some(token);
         // Events count once their commit landed: a fenced-out batch is not progress.
         let rate = self.rate.record(count as u64);
         self.status.send_modify(|s| {
             if count > 0 {
                 s.events += count as u64;
-                s.batches += 1;
-                s.last_batch_size = count;
+                s.batches += batches as u64;
+                s.last_batch_size = last_batch_size;
             }
             s.events_per_sec = rate;
             s.commits += 1;
@@ -719,12 +891,24 @@ impl<S: Store, H: Handler> Listener<S, H> {
             if handing_over {
                 tracing::info!(resource = %p.tenure.resource, version = p.tenure.version, "handing the lease over to balance the fleet");
             }
+            self.flush(p).await?;
             return Err(self.give_back(&p.tenure, TenureEnd::Rotated).await);
         }
-        if Instant::now() >= p.next_refresh {
-            self.refresh(&p.tenure).await?;
-            p.next_refresh = Instant::now() + self.config.refresh_interval();
+        if Instant::now() < p.next_refresh {
+            return Ok(());
         }
+        // A commit refreshes the lease too: one staged goes now, one in flight will.
+        if let CommitPolicy::Group { every } = self.config.commit {
+            if let Some(staged) = &mut p.staged {
+                staged.urgent = true;
+                self.send_if_due(p, every);
+            }
+            if p.in_flight.is_some() {
+                return Ok(());
+            }
+        }
+        self.refresh(&p.tenure).await?;
+        p.next_refresh = Instant::now() + self.config.refresh_interval();
         Ok(())
     }
 
@@ -755,6 +939,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
         handed: Handed<'_>,
         error: String,
     ) -> Result<(), TenureEnd> {
+        // What went through before this batch is committed first, as it would have
+        // been one commit at a time: the search below then commits only its own.
+        self.flush(p).await?;
         let Handed {
             events,
             committed_prefix,
@@ -781,7 +968,8 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         }
                         let past = super::failing::passes(p.failure.as_ref(), one);
                         let (token, last) = (event.token.clone(), Some(event.clone()));
-                        self.commit(p, token, uncommitted, past, last).await?;
+                        let staged = Staged::handled(token, uncommitted, past, last);
+                        self.commit_now(p, staged).await?;
                         uncommitted = 0;
                         went_through = None;
                     }
@@ -815,8 +1003,8 @@ impl<S: Store, H: Handler> Listener<S, H> {
             let past = before.is_some_and(|e| {
                 super::failing::passes(p.failure.as_ref(), std::slice::from_ref(e))
             });
-            self.commit(p, token, uncommitted, past, before.cloned())
-                .await?;
+            let staged = Staged::handled(token, uncommitted, past, before.cloned());
+            self.commit_now(p, staged).await?;
         }
         let previous = p.failure.clone();
         Err(self
@@ -1101,12 +1289,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
         });
         let invalidated = stuck.state == ListenerState::Invalidated;
         loop {
-            match wait_for_operator(
+            let moved = |lease: Option<&_>| operator_moved(lease, &stuck.at, invalidated);
+            match wait_on_lease(
                 &self.store,
                 &self.config.resource,
-                &stuck.at,
-                invalidated,
+                None,
                 &self.shutdown,
+                moved,
             )
             .await
             {
@@ -1144,25 +1333,18 @@ impl<S: Store, H: Handler> Listener<S, H> {
         end
     }
 
-    /// Sleeps, or returns `Err` when shut down meanwhile.
-    /// [`standby::wait_out_failure`]; where the lease cannot be watched, the whole
-    /// back-off. `Err` on shutdown.
+    /// Waits out the back-off `pause` after failing on `failure`'s change, ending early
+    /// once the lease no longer records that change as failing; where the lease cannot
+    /// be watched, the whole back-off. `Err` on shutdown.
     async fn wait_out_failure(
         &mut self,
         failure: &ChangeFailure,
         pause: Duration,
     ) -> Result<(), ()> {
         let started = Instant::now();
-        let resource = &self.config.resource;
-        match super::standby::wait_out_failure(
-            &self.store,
-            resource,
-            failure,
-            pause,
-            &self.shutdown,
-        )
-        .await
-        {
+        let moved_past = |lease: Option<&_>| !still_failing(lease, failure);
+        let (resource, deadline) = (&self.config.resource, Some(started + pause));
+        match wait_on_lease(&self.store, resource, deadline, &self.shutdown, moved_past).await {
             Ok(Recovery::Moved) => Ok(()),
             Ok(Recovery::Shutdown) => Err(()),
             Err(e) => {
@@ -1173,6 +1355,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
     }
 
+    /// Sleeps, or returns `Err` when shut down meanwhile.
     async fn pause(&mut self, pause: Duration) -> Result<(), ()> {
         tokio::select! {
             biased;

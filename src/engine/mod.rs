@@ -1,5 +1,6 @@
 //! The listener runtime: one `Listener` per process and resource, many processes per resource.
 
+mod commits;
 mod config;
 mod failing;
 pub mod fenced;
@@ -15,7 +16,7 @@ mod step_over;
 mod supervisor;
 mod transaction_cut;
 
-pub use config::{Bootstrap, ListenerConfig};
+pub use config::{Bootstrap, CommitPolicy, ListenerConfig};
 pub use fleet::{Fleet, FleetConfig, FleetSeat};
 pub use handler::{Handler, HandlerError, NoopHandler};
 pub use increment::{event_token, increment_once, Increment};

@@ -143,34 +143,6 @@ pub fn operator_moved(lease: Option<&Lease>, stuck_at: &ResumePoint, invalidated
     }
 }
 
-/// Waits until an operator has moved the resume point of `resource` away from
-/// `stuck_at`. Store calls: one watch, one read, then nothing until the lease changes.
-pub async fn wait_for_operator<S: LeaseStore>(
-    store: &S,
-    resource: &str,
-    stuck_at: &ResumePoint,
-    invalidated: bool,
-    shutdown: &CancellationToken,
-) -> StoreResult<Recovery> {
-    // Watch first, then read: a change between the two is seen either way.
-    let mut watch = store.watch(LeaseScope::One(resource.to_string())).await?;
-    let lease = store.get(resource).await?;
-    if operator_moved(lease.as_ref(), stuck_at, invalidated) {
-        return Ok(Recovery::Moved);
-    }
-    loop {
-        tokio::select! {
-            biased;
-            () = shutdown.cancelled() => return Ok(Recovery::Shutdown),
-            change = watch.changed() => {
-                if operator_moved(change?.readable_lease()?.as_ref(), stuck_at, invalidated) {
-                    return Ok(Recovery::Moved);
-                }
-            }
-        }
-    }
-}
-
 /// Whether `lease` still records `failure`'s change as failing: until another listener
 /// gets past it or an operator skips or moves it.
 pub fn still_failing(lease: Option<&Lease>, failure: &ChangeFailure) -> bool {
@@ -179,32 +151,35 @@ pub fn still_failing(lease: Option<&Lease>, failure: &ChangeFailure) -> bool {
         .is_some_and(|recorded| recorded.same_change(failure))
 }
 
-/// Waits out the back-off `pause` after this listener failed on `failure`'s change,
-/// ending early once the lease no longer records that change as failing: a listener
-/// still waiting on a change the lease has moved past would say FAILING of a lease
-/// that is not.
-pub async fn wait_out_failure<S: LeaseStore>(
+/// Waits until `done` says so of the lease of `resource` (or of its absence), or until
+/// `deadline`, which also counts as done. Store calls: one watch, one read, then nothing
+/// until the lease changes. Waiting for an operator to move a stuck resume point passes
+/// [`operator_moved`] and no deadline; waiting out a failed change's back-off passes
+/// "no longer [`still_failing`]" and the back-off's end, so a listener never waits on a
+/// change the lease has moved past (it would say FAILING of a lease that is not).
+pub async fn wait_on_lease<S: LeaseStore>(
     store: &S,
     resource: &str,
-    failure: &ChangeFailure,
-    pause: Duration,
+    deadline: Option<Instant>,
     shutdown: &CancellationToken,
+    done: impl Fn(Option<&Lease>) -> bool,
 ) -> StoreResult<Recovery> {
-    let until = Instant::now() + pause;
+    // Watch first, then read: a change between the two is seen either way.
     let mut watch = store.watch(LeaseScope::One(resource.to_string())).await?;
-    if !still_failing(store.get(resource).await?.as_ref(), failure) {
+    if done(store.get(resource).await?.as_ref()) {
         return Ok(Recovery::Moved);
     }
+    let far = Instant::now() + Duration::from_secs(3600);
     loop {
         tokio::select! {
             biased;
             () = shutdown.cancelled() => return Ok(Recovery::Shutdown),
             change = watch.changed() => {
-                if !still_failing(change?.readable_lease()?.as_ref(), failure) {
+                if done(change?.readable_lease()?.as_ref()) {
                     return Ok(Recovery::Moved);
                 }
             }
-            () = sleep_until(until) => return Ok(Recovery::Moved),
+            () = sleep_until(deadline.unwrap_or(far)), if deadline.is_some() => return Ok(Recovery::Moved),
         }
     }
 }

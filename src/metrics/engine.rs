@@ -214,9 +214,10 @@ pub struct ListenerMetrics {
 }
 
 impl ListenerMetrics {
-    /// A batch of `events` handled and committed.
-    pub fn batch_committed(&self, events: usize) {
-        self.batches.inc();
+    /// `batches` handler calls of `events` changes in all, covered by one commit.
+    pub fn batches_committed(&self, batches: usize, events: usize) {
+        self.batches
+            .inc_by(u64::try_from(batches).unwrap_or(u64::MAX));
         self.events
             .inc_by(u64::try_from(events).unwrap_or(u64::MAX));
     }
@@ -289,7 +290,7 @@ mod tests {
         let one = metrics.listener("shop.orders", "w1");
         one.acquired(4);
         one.state(ListenerState::Streaming);
-        one.batch_committed(3);
+        one.batches_committed(1, 3);
         one.committed(Duration::from_millis(7));
         one.lost_lock();
         let text = encode(metrics.registry()).unwrap();
@@ -316,7 +317,7 @@ mod tests {
         host.register(Box::new(own.clone())).unwrap();
         let metrics = EngineMetrics::new().unwrap();
         metrics.register(&host).unwrap();
-        metrics.listener("r", "w").batch_committed(2);
+        metrics.listener("r", "w").batches_committed(1, 2);
         let text = encode(&host).unwrap();
         assert!(text.contains("app_requests_total 0"), "{text}");
         assert!(

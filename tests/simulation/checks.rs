@@ -101,6 +101,10 @@ struct Hold {
     /// The newest change handled.
     last: Option<ClusterTime>,
     ended: Option<End>,
+    /// A handler call given changes while the hold was active has not returned: a
+    /// commit in flight beside it (group commits) may end the hold meanwhile, and the
+    /// call still returns into it.
+    in_handler: bool,
 }
 
 impl Hold {
@@ -385,14 +389,22 @@ impl Checker {
                     before.as_ref(),
                     call,
                 )?;
-                self.committed_by(
-                    &actor,
-                    resource,
-                    *version,
-                    *token,
-                    applied,
-                    call.told().copied(),
-                )
+                self.committed_by(&actor, resource, *version, *token, applied)
+            }
+            // The engine learns of a lost lease or a failed commit when the reply
+            // reaches it: from then on it hands and commits nothing more.
+            Obs::CommitTold { version, told, .. } => {
+                if let Some(hold) = self
+                    .hold_mut(&actor)
+                    .filter(|h| h.version == *version && h.active())
+                {
+                    match told {
+                        TenureDone::Done => {}
+                        TenureDone::LostLock => hold.ended = Some(End::LostLock),
+                        TenureDone::Error => hold.ended = Some(End::Failed),
+                    }
+                }
+                Ok(())
             }
             Obs::Release {
                 resource,
@@ -445,8 +457,14 @@ impl Checker {
                     "{actor} made {calls} store calls without the virtual clock moving: a busy loop"
                 ),
             }),
-            // Judged when the call returns (`Handled`): what a hold is given while active.
-            Obs::Given { .. } | Obs::Faulted { .. } | Obs::Operator(_) | Obs::Sim(_) => Ok(()),
+            // Judged when the call returns (`Handled`): whether it was given while active.
+            Obs::Given { .. } => {
+                if let Some(hold) = self.hold_mut(&actor) {
+                    hold.in_handler = hold.active();
+                }
+                Ok(())
+            }
+            Obs::Faulted { .. } | Obs::Operator(_) | Obs::Sim(_) => Ok(()),
         }
     }
 
@@ -504,6 +522,7 @@ impl Checker {
                     handled: BTreeSet::new(),
                     last: None,
                     ended: None,
+                    in_handler: false,
                 });
             }
             (false, _) => {}
@@ -597,7 +616,11 @@ impl Checker {
             return Ok(());
         };
         let ns = listener.ns.clone();
-        let Some(hold) = listener.hold.as_mut().filter(|h| h.active()) else {
+        let Some(hold) = listener
+            .hold
+            .as_mut()
+            .filter(|h| h.active() || h.in_handler)
+        else {
             return Err(Violation::of(resource, format!(
                 "{actor} handled {} under v{version} while holding no lease (its tenure had ended: {:?})",
                 times(events),
@@ -638,7 +661,13 @@ impl Checker {
                 hold.delivered.drain(..events.len());
             }
         }
+        hold.in_handler = false;
         if let Err(error) = result {
+            if !hold.active() {
+                // Ended while the call ran (a commit beside it lost the lease): the
+                // engine goes no further, whatever the handler answered.
+                return Ok(());
+            }
             hold.ended = match events {
                 _ if !error.starts_with("handler failed") => {
                     Some(if error.starts_with("fenced out") {
@@ -706,7 +735,6 @@ impl Checker {
         version: i64,
         token: Option<ClusterTime>,
         applied: bool,
-        told: Option<TenureDone>,
     ) -> Result<(), Violation> {
         // Borrowed field by field: the truth is read while a listener is updated.
         let truth = &self.truth;
@@ -803,11 +831,6 @@ impl Checker {
             if let Some(at) = step_over {
                 *self.stepped.entry((ns, at)).or_default() += 1;
             }
-        }
-        match told {
-            Some(TenureDone::Done) => {}
-            Some(TenureDone::LostLock) => hold.ended = Some(End::LostLock),
-            Some(TenureDone::Error) | None => hold.ended = Some(End::Failed),
         }
         Ok(())
     }

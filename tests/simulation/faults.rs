@@ -432,26 +432,33 @@ impl FaultyStore {
         token: &ResumeToken,
         write: impl std::future::Future<Output = StoreResult<TenureWrite>>,
     ) -> StoreResult<TenureWrite> {
-        self.effect(
-            || async {
-                let before = self.lease_seen(&tenure.resource);
-                let result = write.await;
-                ((before, tenure_done(&result)), result)
-            },
-            |done, fault| {
-                let (before, done) = split(done);
-                let before = before.flatten();
-                Obs::Commit {
-                    resource: tenure.resource.clone(),
-                    listener: tenure.listener.clone(),
-                    version: tenure.version,
-                    token: token.time(),
-                    before,
-                    call: Call { done, fault },
-                }
-            },
-        )
-        .await
+        let result = self
+            .effect(
+                || async {
+                    let before = self.lease_seen(&tenure.resource);
+                    let result = write.await;
+                    ((before, tenure_done(&result)), result)
+                },
+                |done, fault| {
+                    let (before, done) = split(done);
+                    let before = before.flatten();
+                    Obs::Commit {
+                        resource: tenure.resource.clone(),
+                        listener: tenure.listener.clone(),
+                        version: tenure.version,
+                        token: token.time(),
+                        before,
+                        call: Call { done, fault },
+                    }
+                },
+            )
+            .await;
+        self.record(Obs::CommitTold {
+            resource: tenure.resource.clone(),
+            version: tenure.version,
+            told: tenure_done(&result),
+        });
+        result
     }
 
     /// A call whose only observation is its fault, if any.

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use streamward::demo::orders::{orders_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::demo::pets::{animals_ns, PetAggregates, PET_RESOURCE};
 use streamward::demo::workload::{Workload, WorkloadConfig};
-use streamward::engine::{ListenerConfig, ListenerHandle, ListenerState};
+use streamward::engine::{CommitPolicy, ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{ClusterTime, Lease, LockKind};
 use streamward::ops::{ActionRequest, ResetTarget, RewindTarget, TimeSpec};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
@@ -216,6 +216,14 @@ impl Sim {
         if self.rng.gen_bool(0.35) {
             config.skip_after = Some(self.rng.gen_range(2..=5));
         }
+        // Group commits (the default) send at most one commit at a time, in flight
+        // while the next batch is handled: sometimes at every batch, sometimes seconds apart.
+        if self.rng.gen_bool(0.25) {
+            config.commit = CommitPolicy::Strict;
+        } else {
+            let every = Duration::from_millis(self.rng.gen_range(0..=4000));
+            config.commit = CommitPolicy::Group { every };
+        }
         let actor_seed = self.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (self.incarnations << 8);
         let engine = FaultyStore::new(self.store.clone(), &self.cluster, &id, actor_seed);
         let handler = FaultyStore::new(
@@ -225,8 +233,9 @@ impl Sim {
             actor_seed ^ 1,
         );
         self.note(format!(
-            "start {id}: batch {}, transaction bound {}, read-ahead {}, max tenure {:?}, skip after {:?}, clock skew {} ms",
+            "start {id}: batch {}, commits {:?}, transaction bound {}, read-ahead {}, max tenure {:?}, skip after {:?}, clock skew {} ms",
             config.batch_size,
+            config.commit,
             config.max_transaction_changes,
             config.read_ahead,
             config.max_tenure,

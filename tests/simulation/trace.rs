@@ -193,6 +193,14 @@ pub enum Obs {
         before: Option<LeaseSeen>,
         call: Call<TenureDone>,
     },
+    /// A commit's reply reaching the engine, after any reply latency: what it was told
+    /// (`Error` for a fault). `Commit` is recorded when the store acted; with group
+    /// commits the engine goes on handling until this reply.
+    CommitTold {
+        resource: String,
+        version: i64,
+        told: TenureDone,
+    },
     Release {
         resource: String,
         listener: String,
@@ -403,6 +411,11 @@ impl fmt::Display for Obs {
                 lease(before),
                 call(c)
             ),
+            Obs::CommitTold {
+                resource,
+                version,
+                told,
+            } => write!(f, "commit {resource} v{version} told {told:?}"),
             Obs::Release {
                 resource,
                 listener,
