@@ -1019,6 +1019,43 @@ async fn a_swap_whose_reply_is_lost_is_sent_again_and_found_applied() {
     );
 }
 
+/// Found by the simulation (seeds 7449, 8273): the first reply lost, the resend
+/// refused before it reached the lease. The first may have applied, so the outcome is
+/// unknown, never "not applied".
+#[tokio::test]
+async fn a_swap_whose_reply_is_lost_and_whose_resend_is_refused_is_of_unknown_outcome() {
+    let server = WireServer::start().await;
+    let store = connected(&server).await;
+    server.script("insert", [Action::ok(doc! { "n": 1 })]);
+    server.script(
+        "findAndModify",
+        [
+            Action::HangUp,
+            Action::error(11600, "InterruptedAtShutdown", "interrupted at shutdown"),
+        ],
+    );
+    server.script("update", [Action::ok(doc! { "n": 1, "nModified": 1 })]);
+    let (change, audit) = takeover_to("ops");
+    let error = apply_audited(&store, &change, None, &audit)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, streamward::ops::OpsError::OutcomeUnknown { .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("stays pending"), "{error}");
+    // The record is not finalized as not applied: its only update is a step.
+    let update = server.commands_stripped("update").remove(0);
+    let u = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("u")
+        .unwrap()
+        .clone();
+    assert!(u.contains_key("$push"), "{u}");
+    assert!(!u.contains_key("$set"), "{u}");
+}
+
 #[tokio::test]
 async fn a_swap_whose_reply_is_lost_twice_leaves_the_record_pending_and_says_so() {
     let server = WireServer::start().await;

@@ -210,12 +210,11 @@ pub(super) async fn swap_resolved<S: OperatorStore>(
             Err(first)
         }
         Ok(outcome) => Ok(resolved(outcome, Some(format!("{why}; sent again")))),
-        // The second reply lost too: unknown, whichever way the first failed.
-        Err(second) if second.write_may_have_applied() => Err(if first.write_may_have_applied() {
-            first
-        } else {
-            second
-        }),
+        // The second told nothing of the first: a first whose reply was lost may have
+        // applied whatever became of the second (lost too, or refused before it reached
+        // the lease: the simulation met a reset that did apply reported as not applied).
+        Err(_) if first.write_may_have_applied() => Err(first),
+        // A first refused as not primary did not apply: the second decides.
         Err(second) => Err(second),
     }
 }
