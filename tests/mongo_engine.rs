@@ -277,6 +277,8 @@ fn config() -> ListenerConfig {
     // One command at a time, so a trace is one fixed sequence and each scripted
     // getMore answers the read it was written for; read-ahead has its own tests.
     config.read_ahead = false;
+    // One change a read: each scripted getMore answers one.
+    config.batch_size = 1;
     // A commit per batch, waited for: the order the traces pin. Group commits (on
     // their own task) are proven against the real server (tests/group_commit_live.rs).
     config.commit = CommitPolicy::Strict;

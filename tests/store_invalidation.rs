@@ -28,6 +28,9 @@ const OPTIONS: FeedOptions = FeedOptions {
     post_image: PostImage::UpdateLookup,
     pre_image: PreImage::Off,
     expanded_events: false,
+    // As a listener reads (its default): the drop and its invalidate come through the
+    // reading task on MongoDB.
+    read_ahead: true,
 };
 const PATIENCE: Duration = Duration::from_secs(20);
 

@@ -60,6 +60,8 @@ pub struct ListenerConfig {
     pub lease: Duration,
     /// The holder refreshes after this share of the lease has passed.
     pub refresh_fraction: f64,
+    /// The most changes one handler call gets: with `read_ahead`, a batch is what the
+    /// stream already has, up to this many.
     pub batch_size: u32,
     /// How long one read waits for changes before the loop looks at its timers.
     pub max_batch_wait: Duration,
@@ -76,10 +78,11 @@ pub struct ListenerConfig {
     /// record naming this listener, as `streamward skip` does. `None` (the default):
     /// it keeps failing until fixed or skipped by an operator.
     pub skip_after: Option<u32>,
-    /// Read the next batch while the current one is handled and committed, so the
-    /// read's round trip overlaps theirs (default). Under [`CommitPolicy::Strict`] the
-    /// batch read ahead reaches the handler only after the current commit landed; a
-    /// tenure that ends drops it.
+    /// Read on while a batch is handled and committed, so reads overlap them, and
+    /// hand each batch what the stream already has (default; on MongoDB a task of the
+    /// stream's own reads ahead, bounded in bytes: `FeedOptions::read_ahead`). Under
+    /// [`CommitPolicy::Strict`] the next batch reaches the handler only after the
+    /// current commit landed; a tenure that ends drops what was read ahead.
     /// Off, every read waits for the previous commit: one command at a time, in a
     /// fixed order (what scripted-server tests that pin the command sequence need).
     pub read_ahead: bool,
@@ -131,7 +134,7 @@ impl ListenerConfig {
             kind: LockKind::Update,
             lease: Duration::from_secs(10),
             refresh_fraction: 1.0 / 3.0,
-            batch_size: 1,
+            batch_size: 1000,
             max_batch_wait: Duration::from_millis(500),
             heartbeat: Duration::from_secs(5),
             max_tenure: None,

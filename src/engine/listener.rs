@@ -432,6 +432,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             post_image: self.config.full_document,
             pre_image: self.config.full_document_before_change,
             expanded_events: self.config.expanded_events,
+            read_ahead: self.config.read_ahead,
         };
         let source = self.config.source;
         let watch = &self.config.watch;

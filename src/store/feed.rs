@@ -32,6 +32,13 @@ pub struct FeedOptions {
     /// createIndexes, dropIndexes, modify, shardCollection, …; MongoDB 6.0+). They reach
     /// a handler as [`OperationType::Other`].
     pub expanded_events: bool,
+    /// Read on while what was read is handled, and hand each batch what has arrived
+    /// (after waiting for a first event), up to `batch_size` events. On MongoDB a task
+    /// of the stream's own reads ahead, in the server's own batches, bounded in bytes
+    /// (`READ_AHEAD_BYTES`); off, a batch is read when asked, one command at a time,
+    /// with `batch_size` as the server's batch size. The sandbox always hands what is
+    /// there.
+    pub read_ahead: bool,
 }
 
 impl Default for FeedOptions {
@@ -42,6 +49,7 @@ impl Default for FeedOptions {
             post_image: PostImage::default(),
             pre_image: PreImage::default(),
             expanded_events: false,
+            read_ahead: false,
         }
     }
 }

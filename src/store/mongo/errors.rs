@@ -187,7 +187,7 @@ where
 }
 
 /// A failed attempt: either the driver's error or our own timeout.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum CallError {
     Driver(Error),
     TimedOut(String),

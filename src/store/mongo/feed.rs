@@ -12,6 +12,7 @@ use mongodb::{Client, ClientSession};
 use super::codec::{required_timestamp, stream_event, StreamEvent};
 use super::cosmos;
 use super::errors::{bounded, next_within_session, with_one_retry};
+use super::prefetch::{reply_time, Prefetch, READ_AHEAD_BYTES};
 use super::read_pace::ReadPace;
 use super::split_event::Fragments;
 use super::MongoStore;
@@ -350,6 +351,11 @@ impl ChangeFeed for MongoStore {
             _ => None,
         };
         let (pace, server_wait) = ReadPace::choose(&self.read_slots, options.max_await);
+        // Read ahead only where reads wait on the server: a polling stream's reads take
+        // turns (`ReadPace`), and Azure Cosmos DB's batches are whole pages.
+        let prefetch = options.read_ahead
+            && matches!(pace, ReadPace::Await(_))
+            && self.profile == StreamProfile::MongoDb;
         let opened = bounded(self.timeout() + options.max_await, &action, async {
             // An explicit session only so its `$clusterTime` can be read after each
             // reply (the stream's lag, no extra query); on the wire it is what the
@@ -362,9 +368,12 @@ impl ChangeFeed for MongoStore {
             let mut watch = collection
                 .watch()
                 .pipeline(pipeline)
-                .batch_size(options.batch_size.max(1))
                 .max_await_time(server_wait)
                 .resume_after(resume_after);
+            if !prefetch {
+                // Read ahead, the server fills its own batches (up to 16 MB).
+                watch = watch.batch_size(options.batch_size.max(1));
+            }
             if let Some(post) = post_image(options.post_image) {
                 watch = watch.full_document(post);
             }
@@ -398,13 +407,22 @@ impl ChangeFeed for MongoStore {
             }
         })?;
         let (stream, session) = opened;
+        let read_bound = self.timeout() + options.max_await;
+        let action = format!("read the change stream on {ns}");
+        let cursor = if prefetch {
+            Cursor::Prefetched(Prefetch::start(stream, session, read_bound, action.clone()))
+        } else {
+            Cursor::Direct {
+                stream: Box::new(stream),
+                session: Box::new(session),
+            }
+        };
         Ok(MongoChangeStream {
-            stream,
-            session,
+            cursor,
             batch_size: options.batch_size.max(1) as usize,
             ns: ns.clone(),
-            action: format!("read the change stream on {ns}"),
-            read_bound: self.timeout() + options.max_await,
+            action,
+            read_bound,
             ended: None,
             profile: self.profile,
             pending: None,
@@ -681,9 +699,7 @@ fn unreadable_change(error: StoreError) -> StoreError {
 /// A change stream opened by [`ChangeFeed::open`].
 pub struct MongoChangeStream {
     /// Events stay raw bytes until [`change_event_from_raw`] reads what a handler gets.
-    stream: SessionChangeStream<RawDocumentBuf>,
-    /// The stream's own session: the `$clusterTime` of its last reply.
-    session: ClientSession,
+    cursor: Cursor,
     batch_size: usize,
     ns: Namespace,
     /// A getMore waits at most `max_await` on the server; past this the server is not answering.
@@ -704,6 +720,18 @@ pub struct MongoChangeStream {
     /// The part read of an event the server split; kept across reads, since the
     /// cursor does not return a fragment twice.
     fragments: Fragments,
+}
+
+/// How a stream's cursor is read.
+enum Cursor {
+    /// When a batch is asked for, one command at a time. The stream's own session
+    /// keeps the `$clusterTime` of its last reply.
+    Direct {
+        stream: Box<SessionChangeStream<RawDocumentBuf>>,
+        session: Box<ClientSession>,
+    },
+    /// Ahead, on a task of its own ([`Prefetch`]).
+    Prefetched(Prefetch),
 }
 
 impl std::fmt::Debug for MongoChangeStream {
@@ -742,24 +770,51 @@ impl ChangeStream for MongoChangeStream {
 }
 
 impl MongoChangeStream {
-    /// The next event, in its session, within the read bound.
+    /// The next event, in its session, within the read bound (waiting for it).
     async fn read_next(&mut self) -> Result<Option<RawDocumentBuf>, super::errors::CallError> {
-        next_within_session(
-            &mut self.stream,
-            &mut self.session,
-            self.read_bound,
-            &self.action,
-        )
-        .await
+        match &mut self.cursor {
+            Cursor::Direct { stream, session } => {
+                next_within_session(stream, session, self.read_bound, &self.action).await
+            }
+            Cursor::Prefetched(prefetch) => prefetch.next().await,
+        }
+    }
+
+    /// The next event if it has already been read (`None`: nothing has, or this
+    /// cursor reads only when asked).
+    fn read_ready(&mut self) -> Option<Result<Option<RawDocumentBuf>, super::errors::CallError>> {
+        match &mut self.cursor {
+            Cursor::Direct { .. } => None,
+            Cursor::Prefetched(prefetch) => prefetch.ready(),
+        }
+    }
+
+    fn prefetched(&self) -> bool {
+        matches!(self.cursor, Cursor::Prefetched(_))
+    }
+
+    fn is_alive(&self) -> bool {
+        match &self.cursor {
+            Cursor::Direct { stream, .. } => stream.is_alive(),
+            Cursor::Prefetched(prefetch) => prefetch.is_alive(),
+        }
+    }
+
+    /// The driver's post-batch resume token (the last read was empty).
+    fn post_batch_token(&self) -> StoreResult<Option<ResumeToken>> {
+        let token = match &self.cursor {
+            Cursor::Direct { stream, .. } => stream.resume_token(),
+            Cursor::Prefetched(prefetch) => prefetch.resume_token(),
+        };
+        token.as_ref().map(store_token).transpose()
     }
 
     /// The `$clusterTime` of the stream's last reply, as its session kept it.
     fn reply_cluster_time(&self) -> Option<ClusterTime> {
-        let gossiped = bson::to_document(self.session.cluster_time()?).ok()?;
-        gossiped
-            .get_timestamp("clusterTime")
-            .ok()
-            .map(ClusterTime::from)
+        match &self.cursor {
+            Cursor::Direct { session, .. } => reply_time(session),
+            Cursor::Prefetched(prefetch) => prefetch.reply_cluster_time(),
+        }
     }
 
     async fn next_changes(&mut self) -> StoreResult<ChangeBatch> {
@@ -772,20 +827,33 @@ impl MongoChangeStream {
         // Empty reads while waiting for it: the server sends it in the drop's batch, so
         // a few empty replies mean it is not coming, and the drop alone ends the stream.
         let mut waited = 0;
-        while closing.is_some() || batch.events.len() < self.batch_size {
-            let next = self
-                .read_next()
-                .await
+        // Bytes of the events taken: a batch holds at most the read-ahead budget (and
+        // at least one event, however large).
+        let mut bytes = 0;
+        while closing.is_some()
+            || (batch.events.len() < self.batch_size && bytes < READ_AHEAD_BYTES)
+        {
+            // Read ahead, a batch is what has arrived once it has a first event: it
+            // waits only for that, for an event part read, or for an `invalidate`.
+            let must_wait =
+                batch.events.is_empty() || closing.is_some() || self.fragments.assembling();
+            let next = match self.read_ready() {
+                Some(ready) => ready,
+                None if must_wait || !self.prefetched() => self.read_next().await,
+                // Nothing more has arrived; not the stream's end (`at_end`) either.
+                None => break,
+            };
+            let next = next
                 .map_err(|e| unreadable_change(e.into_store_hinted(&self.action, STREAM_HINT)))?;
             let Some(document) = next else {
-                if self.stream.is_alive() && self.fragments.assembling() {
+                if self.is_alive() && self.fragments.assembling() {
                     waited += 1;
                     if waited < 3 {
                         continue; // the rest of the event follows
                     }
                     return Err(self.fragments.abandon());
                 }
-                if self.stream.is_alive() {
+                if self.is_alive() {
                     waited += 1;
                     if closing.is_some() && waited < 3 {
                         continue; // the invalidate follows
@@ -813,6 +881,7 @@ impl MongoChangeStream {
                 batch.at_end = true;
                 break;
             };
+            bytes += document.as_bytes().len();
             let Some(document) = self.fragments.take(document)? else {
                 continue;
             };
@@ -844,12 +913,7 @@ impl MongoChangeStream {
                 if let Some(ended) = &self.ended {
                     return Err(ended.clone());
                 }
-                batch.resume_token = self
-                    .stream
-                    .resume_token()
-                    .as_ref()
-                    .map(store_token)
-                    .transpose()?;
+                batch.resume_token = self.post_batch_token()?;
             }
         }
         Ok(batch)
@@ -875,7 +939,7 @@ impl MongoChangeStream {
                 cosmos::stream_error(e.into_store_hinted(&self.action, STREAM_HINT), &self.ns)
             })?;
             let Some(document) = next else {
-                if !self.stream.is_alive() {
+                if !self.is_alive() {
                     let ended = StoreError::Network(format!(
                         "{}: the server closed the change stream",
                         self.action
@@ -905,11 +969,7 @@ impl MongoChangeStream {
         let resume_token = match events.last() {
             Some(last) => Some(last.token.clone()),
             None => self
-                .stream
-                .resume_token()
-                .as_ref()
-                .map(store_token)
-                .transpose()?
+                .post_batch_token()?
                 .filter(|token| self.last_token.as_ref() != Some(token.as_document())),
         };
         if let Some(token) = &resume_token {

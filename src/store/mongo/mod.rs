@@ -23,6 +23,7 @@ mod lease_write;
 mod leases;
 mod membership;
 mod oplog_stats;
+mod prefetch;
 mod read_pace;
 mod redact;
 mod shards;
