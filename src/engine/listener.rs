@@ -48,7 +48,8 @@ struct Progress {
     last_commit: Instant,
     /// When the last group commit was sent.
     last_sent: Instant,
-    /// The newest point this tenure committed, or staged or sent to commit.
+    /// The newest point a commit of this tenure landed with (where it started, before
+    /// any): [`Progress::newest`] counts those staged or in flight too.
     committed: Option<ResumeToken>,
     /// Group commits: handled, waiting for the next commit.
     staged: Option<Staged>,
@@ -58,6 +59,16 @@ struct Progress {
     cut: TransactionCut,
     /// The change the lease records as failing, as this tenure knows it.
     failure: Option<ChangeFailure>,
+}
+
+impl Progress {
+    /// The newest point committed, in flight or staged: what the next commit must
+    /// not go behind, and what the changes handed next follow.
+    fn newest(&self) -> Option<&ResumeToken> {
+        let staged = self.staged.as_ref().map(|s| &s.token);
+        let in_flight = self.in_flight.as_ref().map(|f| &f.staged.token);
+        staged.or(in_flight).or(self.committed.as_ref())
+    }
 }
 
 /// How one tenure (holding one version of the lease) ended.
@@ -599,7 +610,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let to_commit = if count > 0 {
             // Read, not handled yet: as far behind as the point handled before it (a
             // change that keeps failing keeps it there while the cluster moves on).
-            self.measure_lag(&batch, p.committed.as_ref().and_then(ResumeToken::time));
+            self.measure_lag(&batch, p.newest().and_then(ResumeToken::time));
             // A commit in flight that lost the lease stops the listener before
             // anything more is handled.
             self.reap(p).await?;
@@ -644,21 +655,21 @@ impl<S: Store, H: Handler> Listener<S, H> {
             // A transaction handed in parts that has ended is committed at once.
             let heartbeat_due = handing_over
                 || earlier_parts > 0
-                || p.committed.is_none()
+                || p.newest().is_none()
                 || p.last_commit.elapsed() >= self.config.heartbeat;
             // The same token is no progress, whatever time is recorded beside either.
             batch.resume_token.filter(|t| {
                 heartbeat_due
-                    && p.committed.as_ref().map(ResumeToken::as_document) != Some(t.as_document())
+                    && p.newest().map(ResumeToken::as_document) != Some(t.as_document())
             })
         };
         // A stream that hands over again what it delivered before (resumed from an
         // older point) can end a batch behind the last commit: committing that token
         // would move the lease's point back, and the next holder would handle committed
         // changes again. Where both times are known, the point only moves on.
-        let to_commit = to_commit.filter(|token| !behind(token, p.committed.as_ref()));
+        let to_commit = to_commit.filter(|token| !behind(token, p.newest()));
         let to_commit =
-            to_commit.map(|token| self.timed(token, &batch.events, p.committed.as_ref()));
+            to_commit.map(|token| self.timed(token, &batch.events, p.newest()));
         if let Some(token) = to_commit {
             let committed = &batch.events[..committed_prefix.min(count)];
             let past_failure = super::failing::passes(p.failure.as_ref(), committed);
@@ -703,7 +714,6 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let CommitPolicy::Group { every } = self.config.commit else {
             return self.commit_now(p, staged).await;
         };
-        p.committed = Some(staged.token.clone());
         match &mut p.staged {
             Some(older) => older.absorb(staged),
             None => p.staged = Some(staged),
@@ -726,7 +736,6 @@ impl<S: Store, H: Handler> Listener<S, H> {
             past_failure,
         )
         .await;
-        p.committed = Some(staged.token.clone());
         self.landed(p, staged, past_failure, (written, started.elapsed()))
             .await
     }
@@ -855,6 +864,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         }
         let time = token.time();
         self.checkpoint(&p.tenure, &token, now);
+        p.committed = Some(token);
         // Events count once their commit landed: a fenced-out batch is not progress.
         let rate = self.rate.record(count as u64);
         self.status.send_modify(|s| {
@@ -964,7 +974,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                         uncommitted += 1;
                         went_through = Some((event.token.clone(), Some(event)));
                         // Where the handout's own commit lands, between transactions.
-                        if i + 1 != committed_prefix || behind(&event.token, p.committed.as_ref()) {
+                        if i + 1 != committed_prefix || behind(&event.token, p.newest()) {
                             continue;
                         }
                         let past = super::failing::passes(p.failure.as_ref(), one);
@@ -999,7 +1009,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         // change and a skip steps over that change alone (the transaction reached the
         // handler apart anyway).
         if let Some((token, before)) =
-            went_through.filter(|(token, _)| !behind(token, p.committed.as_ref()))
+            went_through.filter(|(token, _)| !behind(token, p.newest()))
         {
             let past = before.is_some_and(|e| {
                 super::failing::passes(p.failure.as_ref(), std::slice::from_ref(e))
