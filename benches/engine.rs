@@ -1,7 +1,8 @@
 //! The engine with a no-op handler on the sandbox, against a bare loop reading the
-//! same change log, at batch sizes 1 and 1000. Both run in the same process on the
-//! same pre-filled log, so the ratio is the engine's own overhead: lease commits,
-//! handler dispatch and status publishing.
+//! same change log, at batch sizes 1 and 1000, with group commits (the default) and
+//! with strict ones (a commit per batch). Both run in the same process on the same
+//! pre-filled log, so the ratio is the engine's own overhead: lease commits, handler
+//! dispatch and status publishing.
 //!
 //! `cargo bench --bench engine`; `STREAMWARD_BENCH_EVENTS` overrides the event count
 //! (default 1,000,000) and `STREAMWARD_BENCH_ROUNDS` the rounds per measurement (3).
@@ -13,7 +14,7 @@ use env::env_number;
 use std::time::{Duration, Instant};
 
 use bson::doc;
-use streamward::engine::{ListenerConfig, ListenerHandle, NoopHandler};
+use streamward::engine::{CommitPolicy, ListenerConfig, ListenerHandle, NoopHandler};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::{
     ChangeFeed, ChangeStream, DocumentStore, FeedOptions, Namespace, StartPoint,
@@ -65,14 +66,22 @@ async fn baseline(store: &SandboxStore, events: u64, batch: u32) -> Duration {
     started.elapsed()
 }
 
-/// A full listener: acquire, bootstrap from the oldest entry, handle, commit per batch.
-async fn engine(store: &SandboxStore, events: u64, batch: u32, round: u64) -> Duration {
+/// A full listener: acquire, bootstrap from the oldest entry, handle, commit as `commit`
+/// says; timed until every change is counted (once its commit landed).
+async fn engine(
+    store: &SandboxStore,
+    events: u64,
+    batch: u32,
+    commit: CommitPolicy,
+    round: u64,
+) -> Duration {
     let mut config = ListenerConfig::new(
-        format!("bench-{batch}-{round}"),
+        format!("bench-{batch}-{}-{round}", name(commit)),
         "bench-listener",
         namespace(),
     );
     config.batch_size = batch;
+    config.commit = commit;
     config.lease = Duration::from_secs(60);
     config.max_batch_wait = Duration::from_millis(10);
     let started = Instant::now();
@@ -85,6 +94,13 @@ async fn engine(store: &SandboxStore, events: u64, batch: u32, round: u64) -> Du
     let elapsed = started.elapsed();
     listener.stop().await;
     elapsed
+}
+
+fn name(commit: CommitPolicy) -> &'static str {
+    match commit {
+        CommitPolicy::Strict => "strict",
+        CommitPolicy::Group { .. } => "group",
+    }
 }
 
 fn per_sec(events: u64, elapsed: Duration) -> f64 {
@@ -106,22 +122,27 @@ fn main() {
     );
     let mut lines = Vec::new();
     for batch in [1000u32, 1] {
-        let mut best_engine = Duration::MAX;
-        let mut best_baseline = Duration::MAX;
-        // Interleaved rounds, best of each: both sides see the same machine conditions.
-        for round in 0..rounds {
-            best_baseline = best_baseline.min(runtime.block_on(baseline(&store, events, batch)));
-            best_engine = best_engine.min(runtime.block_on(engine(&store, events, batch, round)));
+        for commit in [CommitPolicy::default(), CommitPolicy::Strict] {
+            let mut best_engine = Duration::MAX;
+            let mut best_baseline = Duration::MAX;
+            // Interleaved rounds, best of each: both sides see the same machine conditions.
+            for round in 0..rounds {
+                best_baseline =
+                    best_baseline.min(runtime.block_on(baseline(&store, events, batch)));
+                let run = engine(&store, events, batch, commit, round);
+                best_engine = best_engine.min(runtime.block_on(run));
+            }
+            let engine_rate = per_sec(events, best_engine);
+            let baseline_rate = per_sec(events, best_baseline);
+            let commits = name(commit);
+            eprintln!(
+                "batch={batch} commits={commits}: engine {best_engine:.2?}, baseline {best_baseline:.2?} for {events} events (best of {rounds})"
+            );
+            lines.push(format!(
+                "engine: batch={batch} commits={commits} events_per_sec={engine_rate:.0} baseline_per_sec={baseline_rate:.0} ratio={:.3}",
+                engine_rate / baseline_rate
+            ));
         }
-        let engine_rate = per_sec(events, best_engine);
-        let baseline_rate = per_sec(events, best_baseline);
-        eprintln!(
-            "batch={batch}: engine {best_engine:.2?}, baseline {best_baseline:.2?} for {events} events (best of {rounds})"
-        );
-        lines.push(format!(
-            "engine: batch={batch} events_per_sec={engine_rate:.0} baseline_per_sec={baseline_rate:.0} ratio={:.3}",
-            engine_rate / baseline_rate
-        ));
     }
     for line in lines {
         println!("{line}");

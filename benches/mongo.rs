@@ -1,27 +1,39 @@
-//! The engine on a real MongoDB against a bare change-stream loop, at batch 1000 and
-//! batch 1. Both read the same pre-inserted changes of one collection through the
-//! same driver client, from the same start point (`startAtOperationTime` just before
-//! the inserts), with the same batch size and change-stream options; each is timed
-//! from its start to its last event.
+//! The engine on a real MongoDB against bare change-stream loops, one case per goal of
+//! docs/performance.md. Every side reads the same pre-inserted changes of one
+//! collection through the same driver client, from the same start point
+//! (`startAtOperationTime` just before the inserts), with the same change-stream
+//! options; each is timed from its start to its last event.
 //!
-//! - **baseline**: `Collection::watch()` (`fullDocument: updateLookup`, `batchSize`)
-//!   iterated with `StreamExt::next` until every change was seen;
-//! - **floor**: the same loop that also writes the resume token of every `batchSize`
-//!   changes (one server batch) with one majority `update`, the next read overlapping
-//!   it: the least "commit what you read" can cost, with no lease, no fence and no
-//!   handler;
-//! - **engine**: a `Listener` with a no-op handler (acquire, open at the lease's
-//!   `resumeAt`, handle, commit the token after every batch), timed until its
-//!   status counts every change (a change counts once its commit landed).
+//! Cases (`case=`), and their sides (`side=`):
 //!
-//! A command event handler on the shared client counts the commands each side sends,
-//! which gives the round trips per 1,000 changes.
+//! - `batch1000`, `batch1`: `batchSize` 1000 or 1 everywhere.
+//!   - **baseline**: `Collection::watch()` (`fullDocument: updateLookup`, `batchSize`)
+//!     iterated with `StreamExt::next` until every change was seen;
+//!   - **floor**: the same loop that also writes the resume token of every `batchSize`
+//!     changes (one server batch) with one majority `update`, the next read
+//!     overlapping it: the least "commit what you read" can cost, with no lease, no
+//!     fence and no handler;
+//!   - **engine**: a `Listener` with a no-op handler and the default group commits;
+//!   - **strict**: the same with `CommitPolicy::Strict` (each batch committed before
+//!     the next is handed).
+//! - `default`: nothing set but what the case needs.
+//!   - **baseline**: the bare loop with the driver's default batching (no `batchSize`);
+//!   - **engine**: a `Listener` with `ListenerConfig::new`'s settings.
+//! - `handler1ms`: a handler that takes 1 ms per change (`tokio::time::sleep`).
+//!   - **loop**: the bare loop (driver's default batching) calling it for each change;
+//!   - **engine**: a `Listener` with default settings calling it.
+//!
+//! A listener is timed until its status counts every change (a change counts once
+//! its commit landed). A command event handler on the shared client counts the
+//! commands each side sends: round trips per 1,000 changes.
 //!
 //! `STREAMWARD_TEST_URI=mongodb://… cargo bench --bench mongo`; without the URI it says
-//! it is skipped. `STREAMWARD_BENCH_EVENTS` (default 100,000) changes per batch size;
-//! `STREAMWARD_BENCH_ROUNDS` (default 3) rounds at batch 1000; batch 1 runs
-//! `STREAMWARD_BENCH_ROUNDS_BATCH1` rounds (default 1: a round trip per change makes
-//! it slow). `STREAMWARD_BENCH_BATCHES=1000` runs one batch size only (for profiling).
+//! it is skipped. `STREAMWARD_BENCH_EVENTS` (default 100,000) changes per case but
+//! `handler1ms`, which reads `STREAMWARD_BENCH_HANDLER_EVENTS` (default 10,000: ten
+//! seconds a side); `STREAMWARD_BENCH_ROUNDS` (default 3) rounds for `batch1000` and
+//! `default`, `STREAMWARD_BENCH_ROUNDS_SLOW` (default 1) for the others (a round trip
+//! per change makes them slow). `STREAMWARD_BENCH_CASES=batch1000,default` runs those
+//! cases only.
 
 #[path = "support/env.rs"]
 mod env;
@@ -40,14 +52,17 @@ use futures_util::StreamExt;
 use mongodb::event::command::CommandEvent;
 use mongodb::event::EventHandler;
 use mongodb::options::{FullDocumentType, WriteConcern};
-use streamward::engine::{ListenerConfig, ListenerHandle, NoopHandler};
-use streamward::model::ClusterTime;
+use streamward::engine::{CommitPolicy, Handler, HandlerError, ListenerConfig, ListenerHandle};
+use streamward::model::{ClusterTime, Fence};
 use streamward::store::mongo::{MongoSettings, MongoStore};
-use streamward::store::{ChangeFeed, Namespace};
+use streamward::store::{ChangeEvent, ChangeFeed, Namespace};
+use tokio::sync::watch;
 
 /// How long a read waits on a quiet stream; never reached while changes are pending.
 const MAX_AWAIT: Duration = Duration::from_millis(100);
 const INSERT_CHUNK: u64 = 10_000;
+/// How long the handler-bound case's handler takes per change.
+const HANDLER_TIME: Duration = Duration::from_millis(1);
 
 /// Commands sent, by name; reset before each measured run.
 #[derive(Clone, Default)]
@@ -113,31 +128,40 @@ async fn fill(store: &MongoStore, ns: &Namespace, events: u64) -> ClusterTime {
     start
 }
 
-/// One measured configuration: `events` changes in `ns` from `start`, read `batch` at a time.
+/// One measured configuration: `events` changes in `ns` from `start`, read `batch` at
+/// a time (`None`: the driver's and server's default batching).
 struct Case {
     ns: Namespace,
     start: ClusterTime,
-    batch: u32,
+    batch: Option<u32>,
     events: u64,
 }
 
-/// The change stream the baseline and the floor read: the options the engine's has.
+/// The change stream the bare loops read: the options the engine's has.
 async fn open_stream(
     collection: &mongodb::Collection<Document>,
     case: &Case,
 ) -> mongodb::change_stream::ChangeStream<mongodb::change_stream::event::ChangeStreamEvent<Document>>
 {
-    collection
+    let watch = collection
         .watch()
         .full_document(FullDocumentType::UpdateLookup)
-        .batch_size(case.batch)
         .max_await_time(MAX_AWAIT)
-        .start_at_operation_time(bson::Timestamp::from(case.start))
-        .await
-        .expect("open the change stream")
+        .start_at_operation_time(bson::Timestamp::from(case.start));
+    match case.batch {
+        Some(batch) => watch.batch_size(batch).await,
+        None => watch.await,
+    }
+    .expect("open the change stream")
 }
 
-async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
+/// What the handler-bound case's handler does for each change.
+async fn handle_one_change() {
+    tokio::time::sleep(HANDLER_TIME).await;
+}
+
+/// The bare loop: every change read, and, when `per_change`, handed to that handler.
+async fn baseline(store: &MongoStore, case: &Case, commands: &Commands, per_change: bool) -> Run {
     let Case { ns, events, .. } = case;
     let events = *events;
     let collection = store
@@ -155,6 +179,9 @@ async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
             Some(Err(e)) => panic!("change stream: {e}"),
             None => panic!("the change stream ended after {seen} events"),
         }
+        if per_change {
+            handle_one_change().await;
+        }
     }
     let elapsed = started.elapsed();
     Run {
@@ -165,10 +192,8 @@ async fn baseline(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
 }
 
 async fn floor(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
-    let Case {
-        ns, batch, events, ..
-    } = case;
-    let (batch, events) = (*batch, *events);
+    let Case { ns, events, .. } = case;
+    let (batch, events) = (u64::from(case.batch.unwrap_or(1)), *events);
     let database = store.client().database(&ns.db);
     let collection = database.collection::<Document>(&ns.coll);
     let checkpoints = database.collection::<Document>("floor_checkpoints");
@@ -184,7 +209,7 @@ async fn floor(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
             Some(Err(e)) => panic!("change stream: {e}"),
             None => panic!("the change stream ended after {seen} events"),
         }
-        if !seen.is_multiple_of(u64::from(batch)) && seen < events {
+        if !seen.is_multiple_of(batch) && seen < events {
             next = stream.next().await;
             continue;
         }
@@ -211,21 +236,43 @@ async fn floor(store: &MongoStore, case: &Case, commands: &Commands) -> Run {
     }
 }
 
+/// The engine's handler: counts what it was handed, and sleeps `HANDLER_TIME` per
+/// change when the case is handler-bound.
+#[derive(Clone)]
+struct Counting {
+    handled: Arc<watch::Sender<u64>>,
+    per_change: bool,
+}
+
+impl Handler for Counting {
+    async fn handle(&mut self, events: &[ChangeEvent], _fence: &Fence) -> Result<(), HandlerError> {
+        if self.per_change {
+            for _ in events {
+                handle_one_change().await;
+            }
+        }
+        self.handled.send_modify(|n| *n += events.len() as u64);
+        Ok(())
+    }
+}
+
+/// A listener with `ListenerConfig::new`'s settings but what `setup` changes, timed
+/// until its handler got every change and a graceful stop committed them: the commit
+/// of the last changes is paid for, not the wait for the stream to look quiet.
 async fn engine(
     store: &MongoStore,
     leases: &Namespace,
     case: &Case,
-    round: u64,
+    name: &str,
     commands: &Commands,
+    per_change: bool,
+    setup: impl FnOnce(&mut ListenerConfig),
 ) -> Run {
     let Case {
-        ns,
-        start,
-        batch,
-        events,
+        ns, start, events, ..
     } = case;
-    let (start, batch, events) = (*start, *batch, *events);
-    let resource = format!("bench-{batch}-{round}");
+    let (start, events) = (*start, *events);
+    let resource = format!("bench-{name}");
     // A lease whose resume point is the operator's `resumeAt`: the same start point.
     store
         .client()
@@ -243,22 +290,29 @@ async fn engine(
         .await
         .expect("insert the lease");
     let mut config = ListenerConfig::new(resource, "bench-listener", ns.clone());
-    config.batch_size = batch;
-    config.lease = Duration::from_secs(60);
-    config.max_batch_wait = MAX_AWAIT;
+    setup(&mut config);
+    let (handled, mut seen) = watch::channel(0u64);
+    let handler = Counting {
+        handled: Arc::new(handled),
+        per_change,
+    };
     commands.take();
     let cpu = process_cpu();
     let started = Instant::now();
-    let listener = ListenerHandle::spawn(store.clone(), config, NoopHandler);
-    let mut status = listener.status.clone();
-    status
-        .wait_for(|s| s.events >= events)
+    let listener = ListenerHandle::spawn(store.clone(), config, handler);
+    let status = listener.status.clone();
+    seen.wait_for(|n| *n >= events)
         .await
         .expect("the listener runs");
+    listener.stop().await;
     let elapsed = started.elapsed();
     let cpu = cpu_since(cpu);
     let commands = commands.take();
-    listener.stop().await;
+    let committed = status.borrow().events;
+    assert_eq!(
+        committed, events,
+        "{name}: every change handled was committed by the stop"
+    );
     Run {
         elapsed,
         commands,
@@ -292,14 +346,49 @@ fn keep_best(best: &mut Option<Run>, run: Run) {
     }
 }
 
+/// The cases this run measures: `STREAMWARD_BENCH_CASES`, else all.
+fn cases() -> Vec<String> {
+    let all = ["batch1000", "batch1", "default", "handler1ms"];
+    match std::env::var("STREAMWARD_BENCH_CASES") {
+        Ok(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|c| all.contains(c))
+            .map(String::from)
+            .collect(),
+        Err(_) => all.map(String::from).to_vec(),
+    }
+}
+
+/// Runs every side `rounds` times, interleaved (every side sees the same machine
+/// conditions), and keeps each side's best.
+fn best_of(rounds: u64, sides: &[(&str, &dyn Fn(u64) -> Run)]) -> Vec<Run> {
+    let mut best: Vec<Option<Run>> = sides.iter().map(|_| None).collect();
+    for round in 0..rounds {
+        for ((name, run), best) in sides.iter().zip(&mut best) {
+            let r = run(round);
+            eprintln!(
+                "round {round}: {name} {:.2?} (client CPU {:.2?})",
+                r.elapsed,
+                r.cpu.unwrap_or_default()
+            );
+            keep_best(best, r);
+        }
+    }
+    best.into_iter()
+        .map(|b| b.expect("at least one round ran"))
+        .collect()
+}
+
 fn main() {
     let Some(uri) = live::live_uri("mongo bench", live::URI_VAR) else {
         println!("mongo: skipped: {} is not set", live::URI_VAR);
         return;
     };
     let events = env_number("STREAMWARD_BENCH_EVENTS", 100_000).max(1);
+    let handler_events = env_number("STREAMWARD_BENCH_HANDLER_EVENTS", 10_000).max(1);
     let rounds = env_number("STREAMWARD_BENCH_ROUNDS", 3).max(1);
-    let rounds_batch1 = env_number("STREAMWARD_BENCH_ROUNDS_BATCH1", 1).max(1);
+    let rounds_slow = env_number("STREAMWARD_BENCH_ROUNDS_SLOW", 1).max(1);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -318,17 +407,15 @@ fn main() {
         .await
         .expect("connect")
     });
-    let batch_sizes: Vec<u32> = match std::env::var("STREAMWARD_BENCH_BATCHES") {
-        Ok(list) => list
-            .split(',')
-            .filter_map(|b| b.trim().parse().ok())
-            .filter(|b| *b > 0)
-            .collect(),
-        Err(_) => vec![1000, 1],
-    };
     let mut lines = Vec::new();
-    for batch in batch_sizes {
-        let ns = Namespace::new(db.clone(), format!("events_{batch}"));
+    for name in cases() {
+        let (batch, events, rounds) = match name.as_str() {
+            "batch1000" => (Some(1000), events, rounds),
+            "batch1" => (Some(1), events, rounds_slow),
+            "default" => (None, events, rounds),
+            _ => (None, handler_events, rounds_slow),
+        };
+        let ns = Namespace::new(db.clone(), format!("events_{name}"));
         let filled = Instant::now();
         let start = runtime.block_on(fill(&store, &ns, events));
         let case = Case {
@@ -338,53 +425,78 @@ fn main() {
             events,
         };
         eprintln!(
-            "batch={batch}: inserted {events} changes into {ns} in {:.1?}",
+            "case={name}: inserted {events} changes into {ns} in {:.1?}",
             filled.elapsed()
         );
-        let mut best_engine: Option<Run> = None;
-        let mut best_baseline: Option<Run> = None;
-        let mut best_floor: Option<Run> = None;
-        let rounds = if batch == 1 { rounds_batch1 } else { rounds };
-        // Interleaved rounds, best of each: every side sees the same machine conditions.
-        for round in 0..rounds {
-            let b = runtime.block_on(baseline(&store, &case, &commands));
-            let f = runtime.block_on(floor(&store, &case, &commands));
-            let e = runtime.block_on(engine(&store, &leases, &case, round, &commands));
-            eprintln!(
-                "batch={batch} round {round}: baseline {:.2?} (client CPU {:.2?}), floor {:.2?} (client CPU {:.2?}), engine {:.2?} (client CPU {:.2?})",
-                b.elapsed, b.cpu.unwrap_or_default(), f.elapsed, f.cpu.unwrap_or_default(), e.elapsed, e.cpu.unwrap_or_default()
-            );
-            keep_best(&mut best_baseline, b);
-            keep_best(&mut best_floor, f);
-            keep_best(&mut best_engine, e);
-        }
-        let (Some(engine), Some(baseline), Some(floor)) = (best_engine, best_baseline, best_floor)
-        else {
-            unreachable!("at least one round ran");
+        let store = &store;
+        let (case, commands, leases, runtime) = (&case, &commands, &leases, &runtime);
+        let listener = |side: &str, round: u64, per_change: bool, policy: Option<CommitPolicy>| {
+            let id = format!("{name}-{side}-{round}");
+            runtime.block_on(engine(
+                store,
+                leases,
+                case,
+                &id,
+                commands,
+                per_change,
+                |c| {
+                    if let Some(batch) = batch {
+                        c.batch_size = batch;
+                        c.max_batch_wait = MAX_AWAIT;
+                    }
+                    if let Some(policy) = policy {
+                        c.commit = policy;
+                    }
+                },
+            ))
         };
-        for (side, run) in [
-            ("baseline", &baseline),
-            ("floor", &floor),
-            ("engine", &engine),
-        ] {
+        let bare = |per_change: bool| runtime.block_on(baseline(store, case, commands, per_change));
+        let floor_run = |_: u64| runtime.block_on(floor(store, case, commands));
+        let (baseline_run, loop_run) = (|_: u64| bare(false), |_: u64| bare(true));
+        let group = |r: u64| listener("engine", r, false, None);
+        let strict = |r: u64| listener("strict", r, false, Some(CommitPolicy::Strict));
+        let handler_bound = |r: u64| listener("engine", r, true, None);
+        let sides: Vec<(&str, &dyn Fn(u64) -> Run)> = match name.as_str() {
+            "batch1000" | "batch1" => vec![
+                ("baseline", &baseline_run),
+                ("floor", &floor_run),
+                ("engine", &group),
+                ("strict", &strict),
+            ],
+            "default" => vec![("baseline", &baseline_run), ("engine", &group)],
+            _ => vec![("loop", &loop_run), ("engine", &handler_bound)],
+        };
+        let runs = best_of(rounds, &sides);
+        let mut rate = BTreeMap::new();
+        for ((side, _), run) in sides.iter().zip(&runs) {
             eprintln!(
-                "batch={batch}: {side} sent {}",
+                "case={name}: {side} sent {}",
                 describe(&run.commands, events)
             );
+            rate.insert(*side, per_sec(events, run.elapsed));
             lines.push(format!(
-                "mongo: batch={batch} side={side} events_per_sec={:.0} round_trips_per_1000={:.2}",
+                "mongo: case={name} side={side} events_per_sec={:.0} round_trips_per_1000={:.2}",
                 per_sec(events, run.elapsed),
                 round_trips_per_1000(&run.commands, events)
             ));
         }
-        let engine_rate = per_sec(events, engine.elapsed);
-        let baseline_rate = per_sec(events, baseline.elapsed);
-        let floor_rate = per_sec(events, floor.elapsed);
-        lines.push(format!(
-            "mongo: batch={batch} events_per_sec={engine_rate:.0} baseline_per_sec={baseline_rate:.0} ratio={:.3} floor_per_sec={floor_rate:.0} ratio_to_floor={:.3}",
-            engine_rate / baseline_rate,
-            engine_rate / floor_rate
-        ));
+        let ratio = |a: &str, b: &str| rate[a] / rate[b];
+        lines.push(match name.as_str() {
+            "batch1000" | "batch1" => format!(
+                "mongo: case={name} engine/baseline={:.3} engine/floor={:.3} strict/floor={:.3}",
+                ratio("engine", "baseline"),
+                ratio("engine", "floor"),
+                ratio("strict", "floor")
+            ),
+            "default" => format!(
+                "mongo: case={name} engine/baseline={:.3}",
+                ratio("engine", "baseline")
+            ),
+            _ => format!(
+                "mongo: case={name} engine/loop={:.3}",
+                ratio("engine", "loop")
+            ),
+        });
     }
     runtime.block_on(async {
         if let Err(e) = store.client().database(&db).drop().await {
