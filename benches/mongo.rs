@@ -274,21 +274,7 @@ async fn engine(
     let (start, events) = (*start, *events);
     let resource = format!("bench-{name}");
     // A lease whose resume point is the operator's `resumeAt`: the same start point.
-    store
-        .client()
-        .database(&leases.db)
-        .collection::<Document>(&leases.coll)
-        .insert_one(doc! {
-            "_id": &resource,
-            "listenerId": null,
-            "expiresAt": null,
-            "version": 0_i64,
-            "kind": "update",
-            "resumeToken": null,
-            "resumeAt": bson::Timestamp::from(start),
-        })
-        .await
-        .expect("insert the lease");
+    live::insert_lease_resuming_at(store, leases, &resource, start).await;
     let mut config = ListenerConfig::new(resource, "bench-listener", ns.clone());
     setup(&mut config);
     let (handled, mut seen) = watch::channel(0u64);

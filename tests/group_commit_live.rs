@@ -19,7 +19,7 @@ use bson::{doc, Document};
 use streamward::engine::{CommitPolicy, Handler, HandlerError, ListenerConfig, ListenerHandle};
 use streamward::model::Fence;
 use streamward::store::{ChangeEvent, ChangeFeed};
-use support::live::{live, LiveDb};
+use support::live::{insert_lease_resuming_at, live, token_data, LiveDb};
 
 const CHANGES: usize = 60;
 const BATCH: u32 = 5;
@@ -64,21 +64,12 @@ impl Handler for LeaseReader {
         tokio::time::sleep(CALL).await;
         let at_end = self.committed().await;
         self.calls.lock().unwrap().push(Call {
-            handed: events.iter().map(data).collect(),
+            handed: events.iter().map(token_data).collect(),
             at_start,
             at_end,
         });
         Ok(())
     }
-}
-
-fn data(event: &ChangeEvent) -> String {
-    event
-        .token
-        .as_document()
-        .get_str("_data")
-        .expect("a MongoDB token")
-        .to_string()
 }
 
 /// Inserts [`CHANGES`] documents, then runs a listener with `commit` over them from a
@@ -94,19 +85,8 @@ async fn run(
     let orders = database.collection::<Document>(&format!("orders_{resource}"));
     let documents: Vec<Document> = (0..CHANGES).map(|n| doc! {"_id": n as i64}).collect();
     orders.insert_many(documents).await.expect("insert");
+    insert_lease_resuming_at(&live.store, &live.ns("leases"), resource, start).await;
     let leases = database.collection::<Document>("leases");
-    leases
-        .insert_one(doc! {
-            "_id": resource,
-            "listenerId": null,
-            "expiresAt": null,
-            "version": 0_i64,
-            "kind": "update",
-            "resumeToken": null,
-            "resumeAt": bson::Timestamp::from(start),
-        })
-        .await
-        .expect("insert the lease");
     let reader = LeaseReader {
         leases,
         resource: resource.to_string(),

@@ -1019,6 +1019,19 @@ async fn a_swap_whose_reply_is_lost_is_sent_again_and_found_applied() {
     );
 }
 
+/// The audit record's only update is a step (`$push`): it is not finalized.
+fn assert_only_a_step_recorded(server: &WireServer) {
+    let update = server.commands_stripped("update").remove(0);
+    let u = update.get_array("updates").unwrap()[0]
+        .as_document()
+        .unwrap()
+        .get_document("u")
+        .unwrap()
+        .clone();
+    assert!(u.contains_key("$push"), "{u}");
+    assert!(!u.contains_key("$set"), "{u}");
+}
+
 /// Found by the simulation (seeds 7449, 8273): the first reply lost, the resend
 /// refused before it reached the lease. The first may have applied, so the outcome is
 /// unknown, never "not applied".
@@ -1045,15 +1058,7 @@ async fn a_swap_whose_reply_is_lost_and_whose_resend_is_refused_is_of_unknown_ou
     );
     assert!(error.to_string().contains("stays pending"), "{error}");
     // The record is not finalized as not applied: its only update is a step.
-    let update = server.commands_stripped("update").remove(0);
-    let u = update.get_array("updates").unwrap()[0]
-        .as_document()
-        .unwrap()
-        .get_document("u")
-        .unwrap()
-        .clone();
-    assert!(u.contains_key("$push"), "{u}");
-    assert!(!u.contains_key("$set"), "{u}");
+    assert_only_a_step_recorded(&server);
 }
 
 #[tokio::test]
@@ -1093,15 +1098,7 @@ async fn a_swap_whose_reply_is_lost_twice_leaves_the_record_pending_and_says_so(
         "sent twice, not more"
     );
     // The only audit update is a step: the record is not finalized.
-    let update = server.commands_stripped("update").remove(0);
-    let u = update.get_array("updates").unwrap()[0]
-        .as_document()
-        .unwrap()
-        .get_document("u")
-        .unwrap()
-        .clone();
-    assert!(u.contains_key("$push"), "{u}");
-    assert!(!u.contains_key("$set"), "{u}");
+    assert_only_a_step_recorded(&server);
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ use bson::{doc, Document};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle};
 use streamward::model::Fence;
 use streamward::store::{ChangeEvent, ChangeFeed};
-use support::live::live;
+use support::live::{insert_lease_resuming_at, live};
 
 const CHANGES: u64 = 6_000;
 const PAYLOAD: usize = 100 * 1024;
@@ -62,19 +62,7 @@ async fn a_slow_handler_catching_up_keeps_resident_memory_flat() {
                 .collect();
             events.insert_many(documents).await.expect("insert");
         }
-        database
-            .collection::<Document>("leases")
-            .insert_one(doc! {
-                "_id": "memory",
-                "listenerId": null,
-                "expiresAt": null,
-                "version": 0_i64,
-                "kind": "update",
-                "resumeToken": null,
-                "resumeAt": bson::Timestamp::from(start),
-            })
-            .await
-            .expect("insert the lease");
+        insert_lease_resuming_at(&live.store, &live.ns("leases"), "memory", start).await;
         let handled = Arc::new(AtomicU64::new(0));
         let mut config = ListenerConfig::new("memory", "listener-1", live.ns("events"));
         config.batch_size = 1000;

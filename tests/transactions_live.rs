@@ -16,7 +16,7 @@ use futures_util::StreamExt;
 use streamward::engine::{Bootstrap, Handler, HandlerError, ListenerConfig, ListenerHandle};
 use streamward::model::Fence;
 use streamward::store::ChangeEvent;
-use support::live::{live, LiveDb};
+use support::live::{live, token_data as data, LiveDb};
 
 const TRANSACTION: usize = 50;
 
@@ -74,15 +74,6 @@ async fn watch_commits(live: &LiveDb, resource: &str) -> Arc<Mutex<Vec<String>>>
         }
     });
     commits
-}
-
-fn data(event: &ChangeEvent) -> String {
-    event
-        .token
-        .as_document()
-        .get_str("_data")
-        .expect("a MongoDB token")
-        .to_string()
 }
 
 async fn until(what: &str, mut done: impl FnMut() -> bool) {

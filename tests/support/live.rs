@@ -4,8 +4,9 @@
 
 use std::future::Future;
 
+use streamward::model::ClusterTime;
 use streamward::store::mongo::{MongoSettings, MongoStore};
-use streamward::store::Namespace;
+use streamward::store::{ChangeEvent, Namespace};
 
 /// Where the live suites find their servers (set by `scripts/test.sh`).
 pub const URI_VAR: &str = "STREAMWARD_TEST_URI";
@@ -127,4 +128,39 @@ pub async fn run(mut cmd: assert_cmd::Command) -> (i32, String, String) {
         String::from_utf8_lossy(&output.stdout).into_owned(),
         String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+}
+
+/// Inserts lease `resource` into `leases`, free and resuming at `at` (`resumeAt`, as a
+/// rewind leaves it): a listener that acquires it reads from there.
+pub async fn insert_lease_resuming_at(
+    store: &MongoStore,
+    leases: &Namespace,
+    resource: &str,
+    at: ClusterTime,
+) {
+    store
+        .client()
+        .database(&leases.db)
+        .collection::<bson::Document>(&leases.coll)
+        .insert_one(bson::doc! {
+            "_id": resource,
+            "listenerId": null,
+            "expiresAt": null,
+            "version": 0_i64,
+            "kind": "update",
+            "resumeToken": null,
+            "resumeAt": bson::Timestamp::from(at),
+        })
+        .await
+        .expect("insert the lease");
+}
+
+/// The `_data` of a MongoDB change's resume token.
+pub fn token_data(event: &ChangeEvent) -> String {
+    event
+        .token
+        .as_document()
+        .get_str("_data")
+        .expect("a MongoDB token")
+        .to_string()
 }
