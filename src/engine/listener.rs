@@ -659,8 +659,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 || p.last_commit.elapsed() >= self.config.heartbeat;
             // The same token is no progress, whatever time is recorded beside either.
             batch.resume_token.filter(|t| {
-                heartbeat_due
-                    && p.newest().map(ResumeToken::as_document) != Some(t.as_document())
+                heartbeat_due && p.newest().map(ResumeToken::as_document) != Some(t.as_document())
             })
         };
         // A stream that hands over again what it delivered before (resumed from an
@@ -668,8 +667,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         // would move the lease's point back, and the next holder would handle committed
         // changes again. Where both times are known, the point only moves on.
         let to_commit = to_commit.filter(|token| !behind(token, p.newest()));
-        let to_commit =
-            to_commit.map(|token| self.timed(token, &batch.events, p.newest()));
+        let to_commit = to_commit.map(|token| self.timed(token, &batch.events, p.newest()));
         if let Some(token) = to_commit {
             let committed = &batch.events[..committed_prefix.min(count)];
             let past_failure = super::failing::passes(p.failure.as_ref(), committed);
@@ -1008,8 +1006,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         // transaction if it is in one, so the lease stops right before the failing
         // change and a skip steps over that change alone (the transaction reached the
         // handler apart anyway).
-        if let Some((token, before)) =
-            went_through.filter(|(token, _)| !behind(token, p.newest()))
+        if let Some((token, before)) = went_through.filter(|(token, _)| !behind(token, p.newest()))
         {
             let past = before.is_some_and(|e| {
                 super::failing::passes(p.failure.as_ref(), std::slice::from_ref(e))

@@ -27,6 +27,9 @@ use crate::model::ClusterTime;
 
 /// The most bytes of events read ahead and not yet taken by a batch.
 pub const READ_AHEAD_BYTES: usize = 16 * 1024 * 1024;
+/// The most reads waiting to be taken, whatever their size: empty getMores of a quiet
+/// stream whose handler is busy for long must not pile up either.
+const READ_AHEAD_READS: usize = 4096;
 
 /// What the task read.
 enum Read {
@@ -43,7 +46,7 @@ enum Read {
 
 /// The reading side of a stream read ahead.
 pub struct Prefetch {
-    reads: mpsc::UnboundedReceiver<Read>,
+    reads: mpsc::Receiver<Read>,
     /// The `$clusterTime` of the stream's latest reply (`ClusterTime::as_u64`; 0: none).
     cluster_time: Arc<AtomicU64>,
     /// As of the last empty read taken.
@@ -69,8 +72,8 @@ impl Prefetch {
         bound: Duration,
         action: String,
     ) -> Self {
-        // Unbounded in count, bounded in bytes by the budget's permits.
-        let (send, reads) = mpsc::unbounded_channel();
+        // Bounded in count, and in bytes by the budget's permits.
+        let (send, reads) = mpsc::channel(READ_AHEAD_READS);
         let budget = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
         let cluster_time = Arc::new(AtomicU64::new(0));
         let published = Arc::clone(&cluster_time);
@@ -101,7 +104,7 @@ impl Prefetch {
                     }
                     Err(e) => (Read::Failed(e), true),
                 };
-                if send.send(read).is_err() || last {
+                if send.send(read).await.is_err() || last {
                     return;
                 }
             }
