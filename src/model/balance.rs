@@ -29,6 +29,10 @@ pub struct LeaseHolding {
     pub holding: Holding,
     /// When the current tenure began; the most recent is handed over first.
     pub acquired_at: Option<DateTime<Utc>>,
+    /// The lease names a change its listeners keep failing on. Never handed over: it
+    /// does no work until its retry, and a new holder would wait out the same back-off
+    /// after one more acquire (docs/explanation/listener.md §13a).
+    pub failing: bool,
 }
 
 /// A live member and the resources it can run.
@@ -92,6 +96,7 @@ impl BalancePlan {
                     },
                 },
                 acquired_at: lease.acquired_at,
+                failing: lease.failure.is_some(),
             })
             .collect();
         Self::from_holdings(&runners, &holdings)
@@ -163,7 +168,7 @@ impl BalancePlan {
                     .then_with(|| a.resource.cmp(&b.resource))
             });
             let taker = candidates.iter().find_map(|lease| {
-                if handovers.contains_key(&lease.resource) {
+                if lease.failing || handovers.contains_key(&lease.resource) {
                     return None;
                 }
                 let runs = by_resource.get(&lease.resource)?;
@@ -305,6 +310,7 @@ mod tests {
                     .single()
                     .unwrap_or_default(),
             ),
+            failing: false,
         }
     }
 
@@ -341,6 +347,28 @@ mod tests {
     }
 
     #[test]
+    fn a_failing_lease_stays_and_the_holder_hands_over_another() {
+        let names = resources(4);
+        let runners = [runner("a", &names), runner("b", &names)];
+        let mut holdings: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, r)| held_by(r, Some("a"), i as u32))
+            .collect();
+        // r03, the newest, would go first; it names a failing change.
+        holdings[3].failing = true;
+        let plan = BalancePlan::from_holdings(&runners, &holdings);
+        let handed: Vec<&str> = plan.handovers.keys().map(String::as_str).collect();
+        assert_eq!(handed, ["r01", "r02"]);
+        // Nothing else a holds can go: it keeps more than its share, r03 stays.
+        holdings[0].failing = true;
+        holdings[1].failing = true;
+        holdings[2].failing = true;
+        let plan = BalancePlan::from_holdings(&runners, &holdings);
+        assert!(plan.handovers.is_empty(), "{plan:?}");
+    }
+
+    #[test]
     fn an_odd_lease_stays_with_whoever_holds_it() {
         let names = resources(13);
         let runners = [runner("a", &names), runner("b", &names)];
@@ -367,6 +395,7 @@ mod tests {
                 resource: "r03".into(),
                 holding: Holding::Outsider,
                 acquired_at: None,
+                failing: false,
             },
         ];
         let plan = BalancePlan::from_holdings(&runners, &holdings);
