@@ -2,12 +2,13 @@
 //! staged, for the next commit; at most one commit is in flight, on its own task, so
 //! its round trip overlaps the handling of the next batch.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::model::ResumeToken;
+use crate::model::{ClusterTime, ResumeToken};
 use crate::store::{ChangeEvent, StoreResult, TenureWrite};
 
 /// Handled and not committed yet: what one commit covers.
@@ -15,6 +16,9 @@ use crate::store::{ChangeEvent, StoreResult, TenureWrite};
 pub struct Staged {
     /// Where the commit puts the resume point: the newest handled, between transactions.
     pub token: ResumeToken,
+    /// The cluster time `token` tells, decoded once: every handout after it is checked
+    /// against it.
+    pub time: Option<ClusterTime>,
     /// Changes handled since the commit before (none for a heartbeat).
     pub count: usize,
     /// Handler calls they were handed in, and how many the newest of them had.
@@ -22,22 +26,27 @@ pub struct Staged {
     pub last_batch_size: usize,
     /// They got past the change the lease records as failing: the commit clears it.
     pub past_failure: bool,
-    /// The newest of them, for the console's last change.
-    pub last: Option<ChangeEvent>,
+    /// The newest of them, for the console's last change. Shared, as the status will
+    /// hold it: a change is hundreds of bytes, and a staged commit is moved several
+    /// times a change at batch size 1.
+    pub last: Option<Arc<ChangeEvent>>,
     /// Send it without waiting out the interval: the stream is caught up, the lease
     /// needs its refresh, or it clears a failure.
     pub urgent: bool,
 }
 
 impl Staged {
-    /// `count` changes handled in one handler call (none: a heartbeat), up to `token`.
+    /// `count` changes handled in one handler call (none: a heartbeat), up to `token`,
+    /// whose cluster time is `time` (decoded by the caller, who needed it first).
     pub fn handled(
         token: ResumeToken,
+        time: Option<ClusterTime>,
         count: usize,
         past_failure: bool,
-        last: Option<ChangeEvent>,
+        last: Option<Arc<ChangeEvent>>,
     ) -> Self {
         Self {
+            time,
             token,
             count,
             batches: usize::from(count > 0),
@@ -52,6 +61,7 @@ impl Staged {
     /// Adds what was handled after `self`: one commit then covers both.
     pub fn absorb(&mut self, newer: Staged) {
         self.token = newer.token;
+        self.time = newer.time;
         self.count += newer.count;
         if newer.batches > 0 {
             self.batches += newer.batches;
@@ -106,7 +116,7 @@ mod tests {
         let token = ResumeToken::encode(ClusterTime::new(100, inc), TokenKind::Event, 1);
         Staged {
             urgent,
-            ..Staged::handled(token, count, false, None)
+            ..Staged::handled(token, Some(ClusterTime::new(100, inc)), count, false, None)
         }
     }
 
@@ -119,7 +129,8 @@ mod tests {
         first.absorb(staged(3, 0, false));
         assert!(!first.urgent);
         let heartbeat = ResumeToken::encode(ClusterTime::new(100, 4), TokenKind::Event, 1);
-        first.absorb(Staged::handled(heartbeat, 0, false, None));
+        let at = Some(ClusterTime::new(100, 4));
+        first.absorb(Staged::handled(heartbeat, at, 0, false, None));
         assert_eq!(first.token.time(), Some(ClusterTime::new(100, 4)));
         assert_eq!(first.count, 5);
         assert_eq!(

@@ -69,6 +69,23 @@ impl Progress {
         let in_flight = self.in_flight.as_ref().map(|f| &f.staged.token);
         staged.or(in_flight).or(self.committed.as_ref())
     }
+
+    /// Adds `staged` to what waits for the next commit.
+    fn stage(&mut self, staged: Staged) {
+        match &mut self.staged {
+            Some(older) => older.absorb(staged),
+            None => self.staged = Some(staged),
+        }
+    }
+
+    /// The cluster time [`Self::newest`]'s token tells, decoded once when it was staged.
+    fn newest_time(&self) -> Option<ClusterTime> {
+        match (&self.staged, &self.in_flight) {
+            (Some(staged), _) => staged.time,
+            (None, Some(in_flight)) => in_flight.staged.time,
+            (None, None) => self.committed.as_ref().and_then(token_time),
+        }
+    }
 }
 
 /// How one tenure (holding one version of the lease) ended.
@@ -529,34 +546,45 @@ impl<S: Store, H: Handler> Listener<S, H> {
             // tenure that ends here drops it.
             let mut read = std::pin::pin!(stream.next_batch());
             let mut ahead = None;
-            let settled = if self.config.read_ahead {
-                let mut settle = std::pin::pin!(self.settle(&mut progress, current));
-                loop {
-                    // Biased: the two are polled in a fixed order. An unbiased select
-                    // draws from tokio's per-thread RNG, which is seeded at random, so
-                    // a run on a paused clock (the simulation) could not be replayed.
-                    tokio::select! {
-                        biased;
-                        settled = &mut settle => break settled,
-                        next = &mut read, if ahead.is_none() => ahead = Some(next),
+            // Settled one handout at a time, as the transaction cut gives them
+            // (not in a function of their own: each call would move its future).
+            let mut next = Some(progress.cut.take(current));
+            while let Some(mut handout) = next {
+                let handout = &mut handout;
+                let settled = if self.config.read_ahead {
+                    let mut settle = std::pin::pin!(self.settle_handout(&mut progress, handout));
+                    loop {
+                        // Biased: the two are polled in a fixed order. An unbiased
+                        // select draws from tokio's per-thread RNG, which is seeded at
+                        // random, so a run on a paused clock (the simulation) could not
+                        // be replayed.
+                        tokio::select! {
+                            biased;
+                            settled = &mut settle => break settled,
+                            next = &mut read, if ahead.is_none() => ahead = Some(next),
+                        }
                     }
+                } else {
+                    // Not polled until settled: the read starts after the commit.
+                    self.settle_handout(&mut progress, handout).await
+                };
+                if let Err(end) = settled {
+                    return end;
                 }
-            } else {
-                // Not polled until settled: the read starts after the commit.
-                self.settle(&mut progress, current).await
-            };
-            if let Err(end) = settled {
-                return end;
+                next = progress.cut.next_part();
             }
             if self.shutdown.is_cancelled() {
                 return self.shut_down(&mut progress).await;
             }
             batch = match ahead {
                 Some(next) => next,
+                // The read first: a stop was looked for just above, and a read that is
+                // ready at once (catching up) then never registers with the stop's
+                // notification, two lock round trips a batch.
                 None => tokio::select! {
                     biased;
-                    () = self.shutdown.cancelled() => return self.shut_down(&mut progress).await,
                     next = &mut read => next,
+                    () = self.shutdown.cancelled() => return self.shut_down(&mut progress).await,
                 },
             };
         }
@@ -570,35 +598,23 @@ impl<S: Store, H: Handler> Listener<S, H> {
         TenureEnd::Shutdown
     }
 
-    /// Hands what was read to the handler and commits it (or, for an empty read,
-    /// commits the post-batch token when a heartbeat is due), cut so that no commit
-    /// lands inside a transaction ([`TransactionCut`]), refreshes the lease when due
-    /// and rotates when the tenure is over. `Err` ends the tenure, lease already given
-    /// back where it was not lost.
-    async fn settle(&mut self, p: &mut Progress, read: ChangeBatch) -> Result<(), TenureEnd> {
-        // One await point for every handout: the future holds one settle_handout.
-        let mut next = Some(p.cut.take(read));
-        while let Some(handout) = next {
-            self.settle_handout(p, handout).await?;
-            next = p.cut.next_part();
-        }
-        Ok(())
-    }
-
-    /// [`Listener::settle`] for one handout of the transaction cut: its changes
-    /// handed, its commit (if any) made.
+    /// Hands one handout of what was read (the [`TransactionCut`] cuts a read so that
+    /// no commit lands inside a transaction) to the handler and commits it (or, for an
+    /// empty read, commits the post-batch token when a heartbeat is due), refreshes the
+    /// lease when due and rotates when the tenure is over. `Err` ends the tenure, lease
+    /// already given back where it was not lost.
+    ///
+    /// The handout is borrowed, and the commit staged in place, so that the future,
+    /// made anew for every handout, stays small: moving it costs a copy of its size.
     async fn settle_handout(
         &mut self,
         p: &mut Progress,
-        handout: Handout,
+        handout: &mut Handout,
     ) -> Result<(), TenureEnd> {
         let covers = handout.covers();
         let earlier_parts = handout.earlier_parts();
-        let Handout {
-            mut batch,
-            committed_prefix,
-            uncommitted_before,
-        } = handout;
+        let committed_prefix = handout.committed_prefix;
+        let batch = &mut handout.batch;
         let count = batch.events.len();
         // The fleet asks for this lease: commit where this batch got to, then release
         // (once a transaction handed in parts is committed).
@@ -610,7 +626,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let to_commit = if count > 0 {
             // Read, not handled yet: as far behind as the point handled before it (a
             // change that keeps failing keeps it there while the cluster moves on).
-            self.measure_lag(&batch, p.newest().and_then(ResumeToken::time));
+            self.measure_lag(batch, || p.newest().and_then(ResumeToken::time));
             // A commit in flight that lost the lease stops the listener before
             // anything more is handled.
             self.reap(p).await?;
@@ -628,7 +644,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                     let handed = Handed {
                         events: &batch.events,
                         committed_prefix,
-                        uncommitted_before,
+                        uncommitted_before: handout.uncommitted_before.take(),
                     };
                     // Boxed: the cold path would more than double the size of the
                     // settle future every batch carries (8 KB against 3.7 KB).
@@ -640,25 +656,24 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 Err(e @ HandlerError::Store(_)) => {
                     self.reap(p).await?;
                     p.in_flight = None;
-                    return Err(self
-                        .give_back(&p.tenure, TenureEnd::Failed(e.to_string()))
-                        .await);
+                    let end = TenureEnd::Failed(e.to_string());
+                    return Err(Box::pin(self.give_back(&p.tenure, end)).await);
                 }
             }
             if self.config.commit == CommitPolicy::Strict {
                 self.set_state(ListenerState::Committing);
             }
-            self.measure_lag(&batch, batch.reached());
-            batch.resume_token
+            self.measure_lag(batch, || batch.reached());
+            batch.resume_token.take()
         } else {
-            self.measure_lag(&batch, batch.reached());
+            self.measure_lag(batch, || batch.reached());
             // A transaction handed in parts that has ended is committed at once.
             let heartbeat_due = handing_over
                 || earlier_parts > 0
                 || p.newest().is_none()
                 || p.last_commit.elapsed() >= self.config.heartbeat;
             // The same token is no progress, whatever time is recorded beside either.
-            batch.resume_token.filter(|t| {
+            batch.resume_token.take().filter(|t| {
                 heartbeat_due && p.newest().map(ResumeToken::as_document) != Some(t.as_document())
             })
         };
@@ -666,14 +681,37 @@ impl<S: Store, H: Handler> Listener<S, H> {
         // older point) can end a batch behind the last commit: committing that token
         // would move the lease's point back, and the next holder would handle committed
         // changes again. Where both times are known, the point only moves on.
-        let to_commit = to_commit.filter(|token| !behind(token, p.newest()));
-        let to_commit = to_commit.map(|token| self.timed(token, &batch.events, p.newest()));
-        if let Some(token) = to_commit {
+        let to_commit = to_commit.and_then(|token| {
+            let time = token_time(&token);
+            if before(time, p.newest_time()) {
+                return None;
+            }
+            // One that tells its time needs none recorded beside it.
+            Some(match time {
+                Some(_) => (token, time),
+                None => (self.timed(token, &batch.events, p.newest()), None),
+            })
+        });
+        // One reading of the clock for what follows (each costs a system call's worth
+        // on some machines, and the handout is all that happened since).
+        let now = Instant::now();
+        if let Some((token, time)) = to_commit {
             let committed = &batch.events[..committed_prefix.min(count)];
             let past_failure = super::failing::passes(p.failure.as_ref(), committed);
             // Handled and about to be dropped: moved, not copied, into the snapshot.
-            let last = batch.events.pop();
-            self.commit(p, token, covers, past_failure, last).await?;
+            let last = batch.events.pop().map(std::sync::Arc::new);
+            let staged = Staged::handled(token, time, covers, past_failure, last);
+            match self.config.commit {
+                // The commit lands before anything more is handed.
+                CommitPolicy::Strict => Box::pin(self.commit_now(p, staged)).await?,
+                // Staged, with what was staged before and not sent yet, and sent when
+                // due: it lands while what follows is handled.
+                CommitPolicy::Group { every } => {
+                    p.stage(staged);
+                    self.reap(p).await?;
+                    self.send_if_due(p, every, now);
+                }
+            }
         }
         if let (0, CommitPolicy::Group { every }) = (count, self.config.commit) {
             // Caught up: what is staged goes now, not once the interval is over.
@@ -681,44 +719,20 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 staged.urgent = true;
             }
             self.reap(p).await?;
-            self.send_if_due(p, every);
+            self.send_if_due(p, every, now);
         }
-        self.after_commit(p, handing_over).await
+        self.after_commit(p, handing_over, now).await
     }
 
-    /// How far `position` is behind the cluster time `batch`'s reply carried.
-    fn measure_lag(&self, batch: &ChangeBatch, position: Option<ClusterTime>) {
-        if let (Some(metrics), Some(reply), Some(position)) =
-            (&self.metrics, batch.cluster_time, position)
-        {
+    /// How far `position` is behind the cluster time `batch`'s reply carried. The
+    /// position is read only where there are metrics: it decodes a token.
+    fn measure_lag(&self, batch: &ChangeBatch, position: impl FnOnce() -> Option<ClusterTime>) {
+        if let (Some(metrics), Some(reply)) = (&self.metrics, batch.cluster_time) {
+            let Some(position) = position() else {
+                return;
+            };
             metrics.lag(reply.saturating_since(position));
         }
-    }
-
-    /// Commits `token`, after `count` changes were handled (none for a heartbeat), the
-    /// last of them `last`; `past_failure`: they got past the change the lease records
-    /// as failing, whose record the commit removes. Under [`CommitPolicy::Strict`] the
-    /// commit lands before this returns; under group commits it is staged and sent
-    /// when due, and lands while what follows is handled. `Err` ends the tenure.
-    async fn commit(
-        &mut self,
-        p: &mut Progress,
-        token: ResumeToken,
-        count: usize,
-        past_failure: bool,
-        last: Option<ChangeEvent>,
-    ) -> Result<(), TenureEnd> {
-        let staged = Staged::handled(token, count, past_failure, last);
-        let CommitPolicy::Group { every } = self.config.commit else {
-            return self.commit_now(p, staged).await;
-        };
-        match &mut p.staged {
-            Some(older) => older.absorb(staged),
-            None => p.staged = Some(staged),
-        }
-        self.reap(p).await?;
-        self.send_if_due(p, every);
-        Ok(())
     }
 
     /// Writes `staged`'s commit and waits for it. `Err` ends the tenure.
@@ -738,9 +752,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             .await
     }
 
-    /// Sends what is staged, on its own task, when it is due and no commit is in flight.
-    fn send_if_due(&mut self, p: &mut Progress, every: Duration) {
-        let now = Instant::now();
+    /// Sends what is staged, on its own task, when it is due at `now` and no commit is
+    /// in flight.
+    fn send_if_due(&mut self, p: &mut Progress, every: Duration, now: Instant) {
         if p.in_flight.is_some()
             || !p
                 .staged
@@ -782,7 +796,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
             .as_ref()
             .is_some_and(|f| f.sent.elapsed() >= self.config.lease);
         if overdue || p.in_flight.as_ref().is_some_and(|f| f.task.finished()) {
-            self.land(p).await?;
+            // Boxed, like every await a handout makes but rarely: an async call moves
+            // its whole future, and the handout's would carry this one's every time
+            // (6 KB a change, most of the engine's cost at batch 1).
+            Box::pin(self.land(p)).await?;
         }
         Ok(())
     }
@@ -876,18 +893,19 @@ impl<S: Store, H: Handler> Listener<S, H> {
             s.last_committed = time;
             s.state = ListenerState::Streaming;
             if let Some(last) = last {
-                s.last_change = Some(std::sync::Arc::new(last));
+                s.last_change = Some(last);
             }
         });
         Ok(())
     }
 
-    /// After a batch: hands the lease over or rotates when asked or due, refreshes it
-    /// when due. `Err` ends the tenure.
+    /// After a batch, at `now`: hands the lease over or rotates when asked or due,
+    /// refreshes it when due. `Err` ends the tenure.
     async fn after_commit(
         &mut self,
         p: &mut Progress,
         handing_over: bool,
+        now: Instant,
     ) -> Result<(), TenureEnd> {
         // Handing over to balance the fleet and rotating end the same way: released at
         // this batch boundary, after the commit.
@@ -900,23 +918,23 @@ impl<S: Store, H: Handler> Listener<S, H> {
             if handing_over {
                 tracing::info!(resource = %p.tenure.resource, version = p.tenure.version, "handing the lease over to balance the fleet");
             }
-            self.flush(p).await?;
-            return Err(self.give_back(&p.tenure, TenureEnd::Rotated).await);
+            Box::pin(self.flush(p)).await?;
+            return Err(Box::pin(self.give_back(&p.tenure, TenureEnd::Rotated)).await);
         }
-        if Instant::now() < p.next_refresh {
+        if now < p.next_refresh {
             return Ok(());
         }
         // A commit refreshes the lease too: one staged goes now, one in flight will.
         if let CommitPolicy::Group { every } = self.config.commit {
             if let Some(staged) = &mut p.staged {
                 staged.urgent = true;
-                self.send_if_due(p, every);
+                self.send_if_due(p, every, now);
             }
             if p.in_flight.is_some() {
                 return Ok(());
             }
         }
-        self.refresh(&p.tenure).await?;
+        Box::pin(self.refresh(&p.tenure)).await?;
         p.next_refresh = Instant::now() + self.config.refresh_interval();
         Ok(())
     }
@@ -976,8 +994,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
                             continue;
                         }
                         let past = super::failing::passes(p.failure.as_ref(), one);
-                        let (token, last) = (event.token.clone(), Some(event.clone()));
-                        let staged = Staged::handled(token, uncommitted, past, last);
+                        let last = Some(std::sync::Arc::new(event.clone()));
+                        let token = event.token.clone();
+                        let time = token_time(&token);
+                        let staged = Staged::handled(token, time, uncommitted, past, last);
                         self.commit_now(p, staged).await?;
                         uncommitted = 0;
                         went_through = None;
@@ -1011,7 +1031,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             let past = before.is_some_and(|e| {
                 super::failing::passes(p.failure.as_ref(), std::slice::from_ref(e))
             });
-            let staged = Staged::handled(token, uncommitted, past, before.cloned());
+            let last = before.cloned().map(std::sync::Arc::new);
+            let time = token_time(&token);
+            let staged = Staged::handled(token, time, uncommitted, past, last);
             self.commit_now(p, staged).await?;
         }
         let previous = p.failure.clone();
@@ -1473,11 +1495,17 @@ fn version_went_back(resource: &str, seen: i64, found: Option<i64>) -> String {
 /// decoded from both (`false` where either has none: a capped collection's position
 /// or a time recorded beside the token is no order of the stream).
 fn behind(token: &ResumeToken, committed: Option<&ResumeToken>) -> bool {
-    let time = |t: &ResumeToken| t.decode().ok().map(|d| d.time);
-    match (time(token), committed.and_then(time)) {
-        (Some(token), Some(committed)) => token < committed,
-        _ => false,
-    }
+    before(token_time(token), committed.and_then(token_time))
+}
+
+/// [`behind`] on the times already decoded.
+fn before(time: Option<ClusterTime>, newest: Option<ClusterTime>) -> bool {
+    matches!((time, newest), (Some(time), Some(newest)) if time < newest)
+}
+
+/// The cluster time a change stream token tells by itself (not one recorded beside it).
+fn token_time(token: &ResumeToken) -> Option<ClusterTime> {
+    token.decode().ok().map(|d| d.time)
 }
 
 /// The date at `field` (a dotted path through embedded documents) of the event's
