@@ -3,7 +3,6 @@
 //! the last entry's `_id` — on the sandbox and on a real replica set, which is the
 //! judge (the sandbox must behave as it does).
 
-mod common;
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -112,7 +111,7 @@ impl Handler for Seen {
 }
 
 fn config(watch: Namespace, listener: &str) -> ListenerConfig {
-    let mut config = common::config(RESOURCE, listener, watch);
+    let mut config = support::sandbox::config(RESOURCE, listener, watch);
     config.source = SourceKind::Capped;
     config.batch_size = 4;
     config.max_batch_wait = Duration::from_millis(200);
@@ -139,14 +138,14 @@ async fn follows_in_order_across_restarts<S: EventStore>(store: S, ns: Namespace
     append_range(&store, &ns, 0..30).await;
     let seen = Seen::default();
     let first = ListenerHandle::spawn(store.clone(), config(ns.clone(), "first"), seen.clone());
-    common::eventually(PATIENCE, "30 entries", || seen.len() >= 30).await;
+    support::wait::eventually(PATIENCE, "30 entries", || seen.len() >= 30).await;
     first.stop().await;
     append_range(&store, &ns, 30..45).await;
     let second = ListenerHandle::spawn(store.clone(), config(ns.clone(), "second"), seen.clone());
-    common::eventually(PATIENCE, "45 entries", || seen.len() >= 45).await;
+    support::wait::eventually(PATIENCE, "45 entries", || seen.len() >= 45).await;
     let last = append_range(&store, &ns, 45..50).await;
-    common::eventually(PATIENCE, "50 entries", || seen.len() >= 50).await;
-    common::eventually(PATIENCE, "the last entry committed", || {
+    support::wait::eventually(PATIENCE, "50 entries", || seen.len() >= 50).await;
+    support::wait::eventually(PATIENCE, "the last entry committed", || {
         second.snapshot().commits > 0
     })
     .await;
@@ -172,13 +171,13 @@ async fn waits_on_an_empty_collection<S: EventStore>(store: S, ns: Namespace) {
     store.create(&ns, 1 << 20).await;
     let seen = Seen::default();
     let listener = ListenerHandle::spawn(store.clone(), config(ns.clone(), "early"), seen.clone());
-    common::eventually(PATIENCE, "streaming", || {
-        common::state(&listener) == ListenerState::Streaming
+    support::wait::eventually(PATIENCE, "streaming", || {
+        support::sandbox::state(&listener) == ListenerState::Streaming
     })
     .await;
     tokio::time::sleep(Duration::from_millis(700)).await;
     append_range(&store, &ns, 0..5).await;
-    common::eventually(PATIENCE, "5 entries", || seen.len() >= 5).await;
+    support::wait::eventually(PATIENCE, "5 entries", || seen.len() >= 5).await;
     listener.stop().await;
     assert_eq!(seen.all(), (0..5).collect::<Vec<_>>());
 }
@@ -200,7 +199,7 @@ async fn an_older_id_appended_later_is_not_missed<S: EventStore>(store: S, ns: N
         .await;
     let seen = Seen::default();
     let first = ListenerHandle::spawn(store.clone(), config(ns.clone(), "first"), seen.clone());
-    common::eventually(PATIENCE, "2 entries", || seen.len() >= 2).await;
+    support::wait::eventually(PATIENCE, "2 entries", || seen.len() >= 2).await;
     first.stop().await;
     // Appended after the position, with an _id 5 s older than it.
     store
@@ -210,7 +209,7 @@ async fn an_older_id_appended_later_is_not_missed<S: EventStore>(store: S, ns: N
         .append(&ns, doc! { "_id": at(1, 4), "n": 3_i64 })
         .await;
     let second = ListenerHandle::spawn(store.clone(), config(ns.clone(), "second"), seen.clone());
-    common::eventually(PATIENCE, "4 entries", || seen.len() >= 4).await;
+    support::wait::eventually(PATIENCE, "4 entries", || seen.len() >= 4).await;
     second.stop().await;
     assert_eq!(seen.all(), vec![0, 1, 2, 3]);
 }
@@ -223,8 +222,8 @@ async fn an_overwritten_position_is_lost<S: EventStore>(store: S, ns: Namespace)
     append_range(&store, &ns, 0..3).await;
     let seen = Seen::default();
     let first = ListenerHandle::spawn(store.clone(), config(ns.clone(), "first"), seen.clone());
-    common::eventually(PATIENCE, "3 entries", || seen.len() >= 3).await;
-    common::eventually(PATIENCE, "committed", || first.snapshot().commits > 0).await;
+    support::wait::eventually(PATIENCE, "3 entries", || seen.len() >= 3).await;
+    support::wait::eventually(PATIENCE, "committed", || first.snapshot().commits > 0).await;
     first.stop().await;
     for n in 3..200 {
         store
@@ -247,8 +246,8 @@ async fn an_overwritten_position_is_lost<S: EventStore>(store: S, ns: Namespace)
         "rolled over: {window:?} vs {position}"
     );
     let second = ListenerHandle::spawn(store.clone(), config(ns.clone(), "second"), seen.clone());
-    common::eventually(PATIENCE, "LOST", || {
-        common::state(&second) == ListenerState::HistoryLost
+    support::wait::eventually(PATIENCE, "LOST", || {
+        support::sandbox::state(&second) == ListenerState::HistoryLost
     })
     .await;
     let error = second.snapshot().last_error.unwrap_or_default();
@@ -337,14 +336,15 @@ async fn entries_appended_through_the_port_are_tailed<S: EventStore>(store: S, n
     assert_eq!((window.oldest, window.newest), (made, given));
     let seen = Seen::default();
     let listener = ListenerHandle::spawn(store.clone(), config(ns.clone(), "only"), seen.clone());
-    common::eventually(PATIENCE, "2 entries", || seen.len() >= 2).await;
+    support::wait::eventually(PATIENCE, "2 entries", || seen.len() >= 2).await;
     listener.stop().await;
     assert_eq!(seen.all(), vec![0, 1]);
 }
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_entries_appended_through_the_port_are_tailed() {
-    entries_appended_through_the_port_are_tailed(common::sandbox(10_000), sandbox_ns()).await;
+    entries_appended_through_the_port_are_tailed(support::sandbox::sandbox(10_000), sandbox_ns())
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -358,27 +358,27 @@ async fn live_entries_appended_through_the_port_are_tailed() {
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_follows_in_order_across_restarts() {
-    follows_in_order_across_restarts(common::sandbox(10_000), sandbox_ns()).await;
+    follows_in_order_across_restarts(support::sandbox::sandbox(10_000), sandbox_ns()).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_waits_on_an_empty_collection() {
-    waits_on_an_empty_collection(common::sandbox(10_000), sandbox_ns()).await;
+    waits_on_an_empty_collection(support::sandbox::sandbox(10_000), sandbox_ns()).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_an_older_id_appended_later_is_not_missed() {
-    an_older_id_appended_later_is_not_missed(common::sandbox(10_000), sandbox_ns()).await;
+    an_older_id_appended_later_is_not_missed(support::sandbox::sandbox(10_000), sandbox_ns()).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_an_overwritten_position_is_lost() {
-    an_overwritten_position_is_lost(common::sandbox(10_000), sandbox_ns()).await;
+    an_overwritten_position_is_lost(support::sandbox::sandbox(10_000), sandbox_ns()).await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_a_plain_collection_is_refused() {
-    a_plain_collection_is_refused(common::sandbox(10_000), sandbox_ns()).await;
+    a_plain_collection_is_refused(support::sandbox::sandbox(10_000), sandbox_ns()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -438,7 +438,7 @@ async fn live_a_killed_cursor_is_recreated() {
         let seen = Seen::default();
         let listener =
             ListenerHandle::spawn(store.clone(), config(ns.clone(), "only"), seen.clone());
-        common::eventually(PATIENCE, "10 entries", || seen.len() >= 10).await;
+        support::wait::eventually(PATIENCE, "10 entries", || seen.len() >= 10).await;
         let admin = store.client().database("admin");
         let mut killed = 0;
         let ops: Vec<Document> = admin
@@ -466,7 +466,7 @@ async fn live_a_killed_cursor_is_recreated() {
         }
         assert!(killed > 0, "found the tailable cursor: {ops:?}");
         append_range(&store, &ns, 10..20).await;
-        common::eventually(PATIENCE, "20 entries", || seen.len() >= 20).await;
+        support::wait::eventually(PATIENCE, "20 entries", || seen.len() >= 20).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         listener.stop().await;
         assert_eq!(
@@ -502,23 +502,23 @@ async fn live_resumes_after_a_long_seek_and_idles_without_error() {
         let mut first_config = config(ns.clone(), "first");
         first_config.batch_size = 1000;
         let first = ListenerHandle::spawn(store.clone(), first_config, seen.clone());
-        common::eventually(PATIENCE, "20,000 entries", || seen.len() >= 20_000).await;
+        support::wait::eventually(PATIENCE, "20,000 entries", || seen.len() >= 20_000).await;
         first.stop().await;
         let mut second_config = config(ns.clone(), "second");
         second_config.max_batch_wait = Duration::from_millis(50);
         let second = ListenerHandle::spawn(store.clone(), second_config, seen.clone());
-        common::eventually(PATIENCE, "streaming", || {
-            common::state(&second) == ListenerState::Streaming
+        support::wait::eventually(PATIENCE, "streaming", || {
+            support::sandbox::state(&second) == ListenerState::Streaming
         })
         .await;
         store.append(&ns, doc! { "n": 20_000_i64 }).await;
-        common::eventually(PATIENCE, "the new entry", || seen.len() >= 20_001).await;
+        support::wait::eventually(PATIENCE, "the new entry", || seen.len() >= 20_001).await;
         tokio::time::sleep(Duration::from_secs(12)).await;
         let snapshot = second.snapshot();
         assert_eq!(snapshot.state, ListenerState::Streaming);
         assert_eq!(snapshot.last_error, None, "idle for 12 s");
         store.append(&ns, doc! { "n": 20_001_i64 }).await;
-        common::eventually(PATIENCE, "one more", || seen.len() >= 20_002).await;
+        support::wait::eventually(PATIENCE, "one more", || seen.len() >= 20_002).await;
         second.stop().await;
         assert_eq!(
             seen.all(),
@@ -541,15 +541,15 @@ async fn live_an_entry_without_an_object_id_is_passed_over() {
         let mut started_now = config(ns.clone(), "now");
         started_now.bootstrap = streamward::engine::Bootstrap::Now;
         let listener = ListenerHandle::spawn(store.clone(), started_now, seen.clone());
-        common::eventually(PATIENCE, "streaming", || {
-            common::state(&listener) == ListenerState::Streaming
+        support::wait::eventually(PATIENCE, "streaming", || {
+            support::sandbox::state(&listener) == ListenerState::Streaming
         })
         .await;
         store
             .append(&ns, doc! { "_id": "not-an-oid", "n": -1_i64 })
             .await;
         store.append(&ns, doc! { "n": 0_i64 }).await;
-        common::eventually(PATIENCE, "the ObjectId entry", || seen.len() >= 1).await;
+        support::wait::eventually(PATIENCE, "the ObjectId entry", || seen.len() >= 1).await;
         tokio::time::sleep(Duration::from_millis(500)).await;
         let snapshot = listener.snapshot();
         listener.stop().await;

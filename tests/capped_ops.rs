@@ -3,7 +3,6 @@
 //! LOST once the collection rolled past a lease. On the sandbox and on a real replica
 //! set, through the ops API and through the binary.
 
-mod common;
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -83,7 +82,7 @@ impl Handler for Seen {
 }
 
 fn config(watch: Namespace, listener: &str) -> ListenerConfig {
-    let mut config = common::config(RESOURCE, listener, watch);
+    let mut config = support::sandbox::config(RESOURCE, listener, watch);
     config.source = SourceKind::Capped;
     config.batch_size = 4;
     config.max_batch_wait = Duration::from_millis(200);
@@ -114,12 +113,12 @@ async fn append_numbered<S: EventStore>(
 async fn listen<S: EventStore>(store: &S, ns: &Namespace, name: &str, count: usize) -> Vec<i64> {
     let seen = Seen::default();
     let listener = ListenerHandle::spawn(store.clone(), config(ns.clone(), name), seen.clone());
-    common::eventually(PATIENCE, &format!("{count} entries for {name}"), || {
+    support::wait::eventually(PATIENCE, &format!("{count} entries for {name}"), || {
         seen.len() >= count
     })
     .await;
     let before = listener.snapshot().commits;
-    common::eventually(PATIENCE, "committed", || {
+    support::wait::eventually(PATIENCE, "committed", || {
         listener.snapshot().commits > before || seen.len() >= count
     })
     .await;
@@ -289,7 +288,7 @@ async fn sandbox_counts_entries_by_span() {
 
 #[tokio::test(start_paused = true)]
 async fn sandbox_moves_and_undo() {
-    moves_and_undo(common::sandbox(10_000), sandbox_ns()).await;
+    moves_and_undo(support::sandbox::sandbox(10_000), sandbox_ns()).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -3,7 +3,6 @@
 //! and `rewind --to-checkpoint N` goes back to one — on the sandbox and on a real
 //! replica set.
 
-mod common;
 mod support;
 
 use std::time::Duration;
@@ -19,7 +18,7 @@ const RESOURCE: &str = "orders";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 fn config(watch: Namespace, listener: &str, every: Duration) -> ListenerConfig {
-    let mut config = common::config(RESOURCE, listener, watch);
+    let mut config = support::sandbox::config(RESOURCE, listener, watch);
     config.checkpoint_every = Some(every);
     config.checkpoints_kept = 3;
     config.heartbeat = Duration::from_millis(300);
@@ -50,7 +49,7 @@ async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, wa
             .expect("write");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    common::eventually(PATIENCE, "five commits", || first.snapshot().commits >= 5).await;
+    support::wait::eventually(PATIENCE, "five commits", || first.snapshot().commits >= 5).await;
     first.stop().await;
     let lease = store.get(RESOURCE).await.expect("read").expect("lease");
     // Checkpoints are written on their own task: the last commit's lands soon after.
@@ -96,7 +95,7 @@ async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, wa
             .expect("write");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    common::eventually(PATIENCE, "three commits", || second.snapshot().commits >= 3).await;
+    support::wait::eventually(PATIENCE, "three commits", || second.snapshot().commits >= 3).await;
     second.stop().await;
     let deadline = tokio::time::Instant::now() + PATIENCE;
     while checkpoints(&store).await[0].holder != "second" {
@@ -152,14 +151,14 @@ async fn a_late_checkpoint_of_an_ex_holder_sorts_below<S: CheckpointStore>(store
 
 #[tokio::test(start_paused = true)]
 async fn on_the_sandbox_a_late_checkpoint_of_an_ex_holder_sorts_below() {
-    a_late_checkpoint_of_an_ex_holder_sorts_below(&common::sandbox(100)).await;
+    a_late_checkpoint_of_an_ex_holder_sorts_below(&support::sandbox::sandbox(100)).await;
 }
 
 /// With an interval, one checkpoint per interval while commits go on; a listener that
 /// may not write its checkpoints streams on and says so.
 #[tokio::test(start_paused = true)]
 async fn one_per_interval_and_a_failed_one_does_not_stop_the_stream() {
-    let store = common::sandbox(10_000);
+    let store = support::sandbox::sandbox(10_000);
     let watch = Namespace::new("shop", "orders");
     let listener = ListenerHandle::spawn(
         store.clone(),
@@ -205,7 +204,7 @@ async fn one_per_interval_and_a_failed_one_does_not_stop_the_stream() {
             .expect("write");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    common::eventually(PATIENCE, "commits go on", || {
+    support::wait::eventually(PATIENCE, "commits go on", || {
         listener.snapshot().commits >= 5
     })
     .await;
@@ -222,7 +221,7 @@ async fn one_per_interval_and_a_failed_one_does_not_stop_the_stream() {
 
 #[tokio::test(start_paused = true)]
 async fn on_the_sandbox_the_newest_are_kept_one_per_interval() {
-    let store = common::sandbox(10_000);
+    let store = support::sandbox::sandbox(10_000);
     newest_kept_and_one_per_interval(store, Namespace::new("shop", "orders")).await;
 }
 

@@ -5,7 +5,6 @@
 //! per page, resume by token, no `local` database, no cluster time in replies).
 //! docs/cosmos.md describes the profile.
 
-mod common;
 mod support;
 
 use std::sync::{Arc, Mutex};
@@ -111,7 +110,7 @@ fn seconds_ago(seconds: i64) -> DateTime<Utc> {
 }
 
 async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    common::eventually(PATIENCE, what, check).await;
+    support::wait::eventually(PATIENCE, what, check).await;
 }
 
 /// The commits on the lease: `update` commands on the lease collection that set a token.

@@ -50,7 +50,7 @@
 //!   does not); no commit reports success; once the secondaries continue, those writes
 //!   become majority-committed and the listeners go on from there.
 
-#[path = "common/failpoint.rs"]
+#[path = "support/failpoint.rs"]
 mod failpoint;
 mod support;
 
@@ -222,19 +222,12 @@ where
     dropped.expect("drop the test database");
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
+async fn eventually<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait::eventually_async(PATIENCE, what, check).await;
 }
 
 // ---------------------------------------------------------------- what the listeners show

@@ -3,12 +3,11 @@
 //! the lease, and a fresh start once an operator moves the resume point. The same
 //! timeline on a real replica set is in `tests/mongo_live_scenarios.rs`.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bson::doc;
-use common::{config, eventually, sandbox, state, store_calls};
 use streamward::demo::orders::{orders_ns, outbox_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::engine::{ListenerExit, ListenerHandle, ListenerState};
 use streamward::model::{
@@ -20,6 +19,8 @@ use streamward::store::sandbox::{HistoryEntry, SandboxStore};
 use streamward::store::{
     AuditContext, ChangeFeed, DocumentStore, LeaseStore, Namespace, OperatorChange, ResumeChange,
 };
+use support::sandbox::{config, sandbox, state, store_calls};
+use support::wait::eventually;
 
 const SECOND: Duration = Duration::from_secs(1);
 

@@ -9,7 +9,6 @@
 //! The two tests at the end reproduce defects found while writing this suite
 //! (outbox ids keyed by cluster time; unbounded stream reads), now fixed.
 
-mod common;
 mod support;
 
 use std::collections::{HashMap, VecDeque};
@@ -293,7 +292,7 @@ fn spawn(store: &MongoStore) -> ListenerHandle {
 }
 
 async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    common::eventually(PATIENCE, what, check).await;
+    support::wait::eventually(PATIENCE, what, check).await;
 }
 
 /// Captures the `tracing` events of this thread: the listener's "lost the lease"

@@ -8,7 +8,6 @@
 //! a minute. History lost at the store level is in the store contract suite
 //! (`tests/contract_mongo.rs`, on the 1 MB oplog).
 
-mod common;
 mod support;
 
 use std::future::Future;
@@ -16,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use common::{state, DiesBeforeCommit, Paused};
 use streamward::demo::orders::message_id;
 use streamward::engine::fenced::{write_with_lease_fence, write_with_source_version, Applied};
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
@@ -31,6 +29,7 @@ use streamward::store::{
     LeaseStore, Namespace, OperationType, OperatorChange, ResumeChange,
 };
 use support::live::{live, LiveDb};
+use support::sandbox::{state, DiesBeforeCommit, Paused};
 use tokio::sync::{mpsc, Notify};
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -95,23 +94,16 @@ impl Live {
 }
 
 async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    common::eventually(PATIENCE, what, check).await;
+    support::wait::eventually(PATIENCE, what, check).await;
 }
 
 /// Like [`eventually`] for a condition that needs the store to check.
-async fn eventually_async<F, Fut>(what: &str, mut check: F)
+async fn eventually_async<F, Fut>(what: &str, check: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = bool>,
 {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait::eventually_async(PATIENCE, what, check).await;
 }
 
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {

@@ -8,7 +8,7 @@
 
 mod support;
 
-#[path = "common/failpoint.rs"]
+#[path = "support/failpoint.rs"]
 mod failpoint;
 
 use std::time::Duration;

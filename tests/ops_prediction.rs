@@ -4,17 +4,17 @@
 //! sandbox can run without listeners (the Mongo pipeline's documents are pinned in
 //! tests/ops_mongo.rs and tests/mongo_adapter.rs).
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
 use bson::doc;
-use common::sandbox;
 use streamward::model::{LockKind, ResumeToken, TokenKind};
 use streamward::ops::{self, ActionRequest, GatherOptions, ResetTarget, RewindTarget};
 use streamward::store::{
     AcquireRequest, ChangeFeed, DocumentStore, LeaseStore, Namespace, Tenure, TenureWrite,
 };
+use support::sandbox::sandbox;
 
 const RESOURCE: &str = "shop.orders";
 

@@ -1,13 +1,12 @@
 //! The guarded actions on the sandbox, with the demo application's listeners running
 //! and its workload writing, on a virtual clock (issue 5, proof a–g).
 
-mod common;
+mod support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{config, eventually, sandbox, state, Paused};
 use streamward::cli::guarded::{
     run_action, run_audit, run_rebuild, ActionOptions, ActionSettings, ProgressDisplay,
 };
@@ -30,6 +29,8 @@ use streamward::store::AuditLog;
 use streamward::store::{
     ChangeFeed, ChangeStream, DocumentStore, FeedOptions, LeaseStore, StartPoint,
 };
+use support::sandbox::{config, sandbox, state, Paused};
+use support::wait::eventually;
 use tokio::sync::{mpsc, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;

@@ -3,7 +3,6 @@
 //! and every listener of the lease retries it no more often than the back-off allows —
 //! on the sandbox's virtual clock and on a real replica set, which is the judge.
 
-mod common;
 mod support;
 
 use std::collections::BTreeSet;
@@ -263,7 +262,7 @@ async fn a_poison_change_is_named_retried_slowly_and_passed_once_fixed<S>(
 #[tokio::test(start_paused = true)]
 async fn sandbox_a_poison_change_is_named_retried_slowly_and_passed_once_fixed() {
     a_poison_change_is_named_retried_slowly_and_passed_once_fixed(
-        common::sandbox(1000),
+        support::sandbox::sandbox(1000),
         Namespace::new("zoo", "animals"),
         Duration::from_secs(1),
         Duration::from_secs(300),
@@ -388,7 +387,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn sandbox_a_skip_steps_over_the_failing_change_and_undo_brings_it_back() {
     a_skip_steps_over_the_failing_change_and_undo_brings_it_back(
-        common::sandbox(1000),
+        support::sandbox::sandbox(1000),
         Namespace::new("zoo", "animals"),
     )
     .await;
@@ -545,7 +544,7 @@ where
 #[tokio::test(start_paused = true)]
 async fn sandbox_a_listener_with_skip_after_steps_over_by_itself() {
     a_listener_with_skip_after_steps_over_by_itself(
-        common::sandbox(1000),
+        support::sandbox::sandbox(1000),
         Namespace::new("zoo", "animals"),
     )
     .await;

@@ -4,7 +4,6 @@
 //! resumes by itself when an operator resets the lease with the binary; it then handles
 //! every change after the reset point and none from before it.
 
-mod common;
 mod support;
 
 use std::collections::BTreeSet;
@@ -12,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bson::{doc, Bson};
-use common::state;
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle, ListenerState};
 use streamward::model::{ClusterTime, Fence};
 use streamward::store::{ChangeEvent, ChangeFeed, DocumentStore, LeaseStore, Namespace};
 use support::live::{live_small_oplog, LiveDb};
+use support::sandbox::state;
 
 const RESOURCE: &str = "orders";
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -59,15 +58,8 @@ fn config(live: &LiveDb) -> ListenerConfig {
     config
 }
 
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{what}: not within {PATIENCE:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+async fn eventually(what: &str, check: impl FnMut() -> bool) {
+    support::wait::eventually(PATIENCE, what, check).await;
 }
 
 /// Writes padding until the oplog's first entry is after `time`. The server truncates

@@ -1,13 +1,12 @@
 //! One test per timeline of the lease algorithm, on the sandbox and a virtual clock.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bson::{doc, Bson};
-use common::{config, eventually, sandbox, state, store_calls, DiesBeforeCommit, Paused};
 use streamward::demo::orders::{message_id, orders_ns, outbox_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::demo::pets::{
     animals_ns, expected_counts, read_animals, stored_counts, Animal, PetAggregates, PET_RESOURCE,
@@ -21,6 +20,8 @@ use streamward::store::{
     AcquireOutcome, AcquireRequest, AuditContext, ChangeFeed, ChangeStream, DocumentStore,
     FeedOptions, LeaseStore, OperatorChange, ResumeChange, StartPoint,
 };
+use support::sandbox::{config, sandbox, state, store_calls, DiesBeforeCommit, Paused};
+use support::wait::eventually;
 use tokio::sync::{mpsc, Notify};
 
 const SECOND: Duration = Duration::from_secs(1);

@@ -4,15 +4,15 @@
 //! where it was, and one that waits for a timer (a retry gap, a back-off, a refresh,
 //! a balancing round, the lease's expiry) moves it by that timer.
 
-mod common;
+mod support;
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use common::{config, sandbox};
 use streamward::engine::{Fleet, FleetConfig, ListenerHandle, ListenerState, NoopHandler};
 use streamward::store::sandbox::SandboxStore;
 use streamward::store::Namespace;
+use support::sandbox::{config, sandbox};
 use tokio::time::Instant;
 
 fn ns() -> Namespace {

@@ -4,6 +4,8 @@
 pub mod http;
 pub mod live;
 pub mod mini_mongo;
+pub mod sandbox;
+pub mod wait;
 pub mod wire;
 
 use std::time::Duration;

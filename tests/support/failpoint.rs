@@ -3,8 +3,8 @@
 //! stopped with SIGSTOP, continued on drop), and the server's `failCommand` fail point
 //! (members run with `enableTestCommands=1`, as `scripts/mongo-replset.sh` starts them).
 //!
-//! Kept apart from `common/mod.rs` so it is compiled only into the test crate that
-//! includes it (`#[path = "common/failpoint.rs"] mod failpoint;`).
+//! Not a module of `support/mod.rs`, so it is compiled only into the test crates that
+//! includes it (`#[path = "support/failpoint.rs"] mod failpoint;`).
 #![allow(dead_code)]
 
 use std::future::IntoFuture;

@@ -1,6 +1,4 @@
-//! Shared helpers for the sandbox-based integration tests.
-// Shared by several test crates, each of which uses only part of it.
-#![allow(dead_code)]
+//! Helpers for the sandbox-based integration tests.
 
 use std::time::Duration;
 
@@ -36,18 +34,6 @@ pub fn config(resource: &str, listener: &str, watch: Namespace) -> ListenerConfi
     config.max_batch_wait = Duration::from_millis(200);
     config.heartbeat = Duration::from_secs(2);
     config
-}
-
-/// Polls `check` on the (virtual) clock until it holds, or panics after `limit`.
-pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + limit;
-    while !check() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 pub fn state(handle: &ListenerHandle) -> ListenerState {
