@@ -32,14 +32,14 @@ pub async fn list(
     args: &CheckpointsArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let listing = store
         .checkpoints(&args.resource, args.limit)
         .await
         .with_context(|| format!("reading the checkpoints of {}", args.resource))?;
     match settings.output {
         OutputFormat::Table => {
-            super::guarded::warn_malformed("checkpoint", &listing.malformed);
+            super::output::warn_malformed("checkpoint", &listing.malformed);
             if listing.items.is_empty() {
                 writeln!(
                     out,

@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::exit::{OplogUnknown, Unhealthy, Unreachable};
+use super::common::connect::connect;
+use super::exit::{OplogUnknown, Unhealthy};
 use super::lease_table::{
     render_columns, render_failures, render_invalidations, render_leases, LeaseRow,
 };
@@ -57,26 +58,6 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
         return Err(format!("{text} is shorter than the least allowed, 100ms"));
     }
     Ok(interval)
-}
-
-/// Connects to the cluster of `settings`. An unreachable one is one sentence with the
-/// redacted address ([`Unreachable`]); the driver's account of it goes to the log.
-pub(super) async fn connect(settings: &Settings) -> anyhow::Result<MongoStore> {
-    let mongo = settings.mongo()?;
-    let shown = mongo.uri.redacted();
-    match MongoStore::connect(mongo).await {
-        Ok(store) => Ok(store),
-        Err(StoreError::Unreachable(detail)) => {
-            tracing::warn!(cluster = %shown, %detail, "cannot reach the cluster");
-            Err(Unreachable {
-                address: shown,
-                within: humantime::format_duration(settings.connect_timeout).to_string(),
-                why: StoreError::unreachable_reason(&detail).into(),
-            }
-            .into())
-        }
-        Err(e) => Err(anyhow::Error::new(e).context(format!("connecting to {shown}"))),
-    }
 }
 
 /// Everything one listing shows.
@@ -339,7 +320,7 @@ pub async fn leases(
     let all: Vec<&Lease> = snapshot.leases.iter().collect();
     match settings.output {
         OutputFormat::Table => {
-            super::guarded::warn_malformed("lease document", &snapshot.malformed);
+            super::output::warn_malformed("lease document", &snapshot.malformed);
             if all.is_empty() && snapshot.malformed.is_empty() {
                 writeln!(out, "no leases in {}", settings.leases)?;
                 return Ok(());
@@ -393,7 +374,7 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
             }
         }
         OutputFormat::Table => {
-            super::guarded::warn_malformed("lease document", &snapshot.malformed);
+            super::output::warn_malformed("lease document", &snapshot.malformed);
             if !problems.is_empty() {
                 write!(out, "{}", snapshot.table(&thresholds, &problems))?;
             }
@@ -500,7 +481,7 @@ async fn watch(
                     settings.leases,
                     snapshot.now.format("%Y-%m-%d %H:%M:%S UTC")
                 )?;
-                super::guarded::warn_malformed("lease document", &snapshot.malformed);
+                super::output::warn_malformed("lease document", &snapshot.malformed);
                 if all.is_empty() && snapshot.malformed.is_empty() {
                     writeln!(out, "no leases")?;
                 } else {

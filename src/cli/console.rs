@@ -88,7 +88,7 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
     }
     let theme = resolve_theme(&args.view, settings)?;
     require_terminal()?;
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let mode = if args.run {
         Mode::InProcess
     } else {
@@ -252,32 +252,10 @@ async fn drive(
     };
     let ended = tokio::select! {
         ended = app::run(&mut guard.terminal, &mut state, &mut context, EventStream::new(), data) => ended.map(|_| ()),
-        () = terminate_signal() => Ok(()),
+        () = super::common::signals::terminate_signal() => Ok(()),
     };
     drop(guard);
     ended.context("drawing the console")
-}
-
-/// SIGTERM or SIGHUP end the console like `q` does (Ctrl-C arrives as a key in raw mode).
-pub(super) async fn terminate_signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let (Ok(mut term), Ok(mut hup)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::hangup()),
-        ) else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = hup.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
 }
 
 pub struct ResolvedTheme {

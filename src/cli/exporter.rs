@@ -7,7 +7,8 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::{connect, Snapshot};
+use super::cluster::Snapshot;
+use super::common::connect::connect;
 use super::output::say;
 use super::settings::{ClusterArgs, ConfigArgs, Settings};
 use crate::console::probe::WriteRate;
@@ -83,7 +84,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
     let mut tracker = LossTracker::default();
     let ended = tokio::signal::ctrl_c();
     tokio::pin!(ended);
-    let terminated = super::console::terminate_signal();
+    let terminated = super::common::signals::terminate_signal();
     tokio::pin!(terminated);
     loop {
         tokio::select! {

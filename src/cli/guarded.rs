@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::exit;
 use super::lease_table::render_columns;
 use super::limits;
-use super::output::{print_json, say, tell_early_refusal};
+use super::output::{print_json, say, tell_early_refusal, warn_malformed};
 use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use std::collections::BTreeMap;
 
@@ -691,7 +691,7 @@ pub async fn action(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     refused_early(settings, &request, out)?;
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let mut action_settings = ActionSettings::from(settings);
     action_settings.gather.restart_hold = restart_hold;
     run_action(&store, request, &action_settings, options, out).await
@@ -709,7 +709,7 @@ pub async fn rebuild(
         },
         out,
     )?;
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let definition = settings.rebuilds.get(&args.name).map(|r| {
         (
             &r.definition,
@@ -747,7 +747,7 @@ pub async fn audit(
     args: &AuditArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
     run_audit(&store, limit, settings.output, out).await
 }
@@ -761,16 +761,6 @@ fn parse_hold(text: &str) -> Result<Duration, String> {
         return Err(format!("at most 30 days, got {text}"));
     }
     Ok(hold)
-}
-
-/// One warning line on stderr per document that could not be read; the rest are shown.
-pub(super) fn warn_malformed(what: &str, malformed: &[crate::store::MalformedDocument]) {
-    for document in malformed {
-        say(format_args!(
-            "warning: malformed {what} {} (not shown; fix or remove the document)",
-            escape_control(&document.to_string())
-        ));
-    }
 }
 
 #[cfg(test)]

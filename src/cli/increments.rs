@@ -104,7 +104,7 @@ pub async fn run(
     let IncrementsCommand::Fold(args) = &args.command;
     tell_early_refusal(refuse_read_only(settings.read_only), settings.output, out)?;
     let counter = args.counter()?;
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let fold = FoldSettings {
         operator: settings.operator.clone(),
         output: settings.output,

@@ -174,7 +174,7 @@ pub async fn export(
     args: &ExportArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let origin = origin_here(&store, settings).await?;
     let export = transfer::export(&store, origin)
         .await
@@ -232,7 +232,7 @@ pub async fn import(
         settings.output,
         out,
     )?;
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let here = origin_here(&store, settings).await?;
     run_import(
         &store,

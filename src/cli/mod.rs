@@ -6,6 +6,7 @@
 
 mod checkpoints;
 pub mod cluster;
+mod common;
 pub mod console;
 pub mod demo;
 pub mod exit;

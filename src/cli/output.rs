@@ -202,6 +202,16 @@ pub fn clap_failure(error: clap::Error, args: &[String]) -> ExitCode {
     ExitCode::from(exit::USAGE)
 }
 
+/// One warning line on stderr per document that could not be read; the rest are shown.
+pub fn warn_malformed(what: &str, malformed: &[crate::store::MalformedDocument]) {
+    for document in malformed {
+        say(format_args!(
+            "warning: malformed {what} {} (not shown; fix or remove the document)",
+            escape_control(&document.to_string())
+        ));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ pub struct ProcessesArgs {
 }
 
 pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
-    let store = super::cluster::connect(settings).await?;
+    let store = super::common::connect::connect(settings).await?;
     let processes = settings.mongo()?.processes();
     let members = store
         .list_members(MemberScope::All)
@@ -39,7 +39,7 @@ pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()
     let views = ProcessView::all(&members.items, &leases.items, now);
     match settings.output {
         OutputFormat::Table => {
-            super::guarded::warn_malformed("process document", &members.malformed);
+            super::output::warn_malformed("process document", &members.malformed);
             if views.is_empty() && members.malformed.is_empty() {
                 writeln!(
                     out,
