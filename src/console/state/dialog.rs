@@ -10,7 +10,7 @@
 use chrono::{DateTime, NaiveTime, Utc};
 use crossterm::event::KeyCode;
 
-use super::input::Effect;
+use super::effect::Effect;
 use crate::model::text::escape_control;
 use crate::model::Lease;
 use crate::ops::{

@@ -5,11 +5,12 @@ use crossterm::event::{
 };
 
 use super::dialog::{request_for, Ask, Dialog, DialogReply, KeyContext, Target};
+use super::effect::Effect;
 use super::table::{Column, Filter};
 use super::{ConsoleState, NoticeLevel, View};
 use crate::console::keymap::{self, KeyCommand, LineCommand, Scope};
 use crate::console::layout;
-use crate::ops::{ActionKind, ActionRequest, Plan};
+use crate::ops::{ActionKind, ActionRequest};
 
 /// Rows one wheel notch scrolls.
 const WHEEL_ROWS: isize = 3;
@@ -22,28 +23,6 @@ pub enum Input {
     Filter(String),
     /// `:` command line.
     CommandLine(String),
-}
-
-/// What the app must do for the state: things that need a terminal, a file or the store.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
-    Quit,
-    LoadTheme(String),
-    SetMouse(bool),
-    /// Read the facts and plan this action (the dialog waits for `Planned`).
-    Plan(ActionRequest),
-    /// The operator confirmed this plan: execute it (or run the rebuild), with the
-    /// reason typed in the dialog for the audit record.
-    Execute {
-        plan: Box<Plan>,
-        reason: Option<String>,
-    },
-    CancelRebuild,
-    /// Put this text on the operator's clipboard (OSC 52 through the terminal).
-    Copy {
-        what: &'static str,
-        text: String,
-    },
 }
 
 impl ConsoleState {

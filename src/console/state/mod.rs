@@ -3,6 +3,7 @@
 //! no network, no clock of its own: tests drive it directly.
 
 mod dialog;
+mod effect;
 mod hints;
 mod history;
 mod input;
@@ -19,9 +20,10 @@ pub use dialog::{
     skip_not_accepted, Ask, Dialog, Focus, KeyContext, Moved, RunningStage, Target,
     ACCEPT_SKIP_KEY, REPLAN_KEY,
 };
+pub use effect::Effect;
 pub use hints::Hint;
 pub use history::{OplogHistory, Series, LAG_SERIES_KEPT, SAMPLES_KEPT};
-pub use input::{Effect, Input};
+pub use input::Input;
 pub use lists::ListCursor;
 pub use table::{
     resource_label, visible_start, Column, Filter, HealthContext, HolderChange, LeaseEntry,
