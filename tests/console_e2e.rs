@@ -683,6 +683,19 @@ fn streaming_mailer_events(screen: &str) -> Option<u64> {
         .and_then(|cells| cells.get(5)?.parse().ok())
 }
 
+/// Each mailer listener on screen: its name as shown, the events it counted, and
+/// whether it streams.
+fn mailer_counts(screen: &str) -> Vec<(String, u64, bool)> {
+    listener_rows(screen, "shop.ma")
+        .iter()
+        .filter_map(|cells| {
+            let events = cells.get(5)?.parse().ok()?;
+            let streaming = cells.get(2).map(String::as_str) == Some("streaming");
+            Some((cells.get(1)?.clone(), events, streaming))
+        })
+        .collect()
+}
+
 /// The background colour of the cell where `text` starts on screen.
 fn background_at(session: &PtySession, text: &str) -> Option<vt100::Color> {
     let parser = session.parser.lock().unwrap();
@@ -846,9 +859,18 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
     session.wait_for_in_either_end("a mailer listener streaming", &sandbox, |screen| {
         streaming_mailer_events(screen).is_some()
     });
-    let counted = streaming_mailer_events(&session.contents()).unwrap_or(u64::MAX);
-    session.wait_for("its events counted rising", &sandbox, |screen| {
-        streaming_mailer_events(screen).is_some_and(|events| events > counted)
+    // The fleet may hand the lease to another process's mailer right after the reset
+    // (balancing), so each mailer is compared with the count it showed when first seen,
+    // on whichever end of the table it is.
+    let first_seen = std::cell::RefCell::new(std::collections::BTreeMap::new());
+    session.wait_for_in_either_end("a mailer's events counted rising", &sandbox, |screen| {
+        let mut first_seen = first_seen.borrow_mut();
+        mailer_counts(screen)
+            .into_iter()
+            .any(|(listener, events, streaming)| {
+                let first = *first_seen.entry(listener).or_insert(events);
+                streaming && events > first
+            })
     });
     session.send("4");
     session.wait_for("the audit record", &sandbox, |screen| {
