@@ -5,7 +5,9 @@
 //! dispatch and status publishing.
 //!
 //! `cargo bench --bench engine`; `STREAMWARD_BENCH_EVENTS` overrides the event count
-//! (default 1,000,000) and `STREAMWARD_BENCH_ROUNDS` the rounds per measurement (3).
+//! (default 1,000,000), `STREAMWARD_BENCH_ROUNDS` the rounds per measurement (3) and
+//! `STREAMWARD_BENCH_CASES` which cases run (a comma-separated list of `batch1000-group`,
+//! `batch1000-strict`, `batch1-group`, `batch1-strict`; all by default), to profile one.
 
 #[path = "support/env.rs"]
 mod env;
@@ -121,8 +123,16 @@ fn main() {
         fill_started.elapsed()
     );
     let mut lines = Vec::new();
+    let cases = std::env::var("STREAMWARD_BENCH_CASES").ok();
     for batch in [1000u32, 1] {
         for commit in [CommitPolicy::default(), CommitPolicy::Strict] {
+            let case = format!("batch{batch}-{}", name(commit));
+            if cases
+                .as_deref()
+                .is_some_and(|list| !list.split(',').any(|c| c.trim() == case))
+            {
+                continue;
+            }
             let mut best_engine = Duration::MAX;
             let mut best_baseline = Duration::MAX;
             // Interleaved rounds, best of each: both sides see the same machine conditions.

@@ -2,7 +2,6 @@
 //! staged, for the next commit; at most one commit is in flight, on its own task, so
 //! its round trip overlaps the handling of the next batch.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
@@ -26,10 +25,10 @@ pub struct Staged {
     pub last_batch_size: usize,
     /// They got past the change the lease records as failing: the commit clears it.
     pub past_failure: bool,
-    /// The newest of them, for the console's last change. Shared, as the status will
-    /// hold it: a change is hundreds of bytes, and a staged commit is moved several
-    /// times a change at batch size 1.
-    pub last: Option<Arc<ChangeEvent>>,
+    /// The newest of them, for the console's last change: the handout's own vector of
+    /// changes cut to its last ([`keep_last`]), so a handout allocates nothing for it;
+    /// made shared for the status once the commit lands. Empty for a heartbeat.
+    pub last: Vec<ChangeEvent>,
     /// Send it without waiting out the interval: the stream is caught up, the lease
     /// needs its refresh, or it clears a failure.
     pub urgent: bool,
@@ -43,7 +42,7 @@ impl Staged {
         time: Option<ClusterTime>,
         count: usize,
         past_failure: bool,
-        last: Option<Arc<ChangeEvent>>,
+        last: Vec<ChangeEvent>,
     ) -> Self {
         Self {
             time,
@@ -68,7 +67,7 @@ impl Staged {
             self.last_batch_size = newer.last_batch_size;
         }
         self.past_failure |= newer.past_failure;
-        if newer.last.is_some() {
+        if !newer.last.is_empty() {
             self.last = newer.last;
         }
         self.urgent |= newer.urgent;
@@ -78,6 +77,15 @@ impl Staged {
     pub fn due(&self, last_sent: Instant, now: Instant, every: Duration) -> bool {
         self.urgent || now.saturating_duration_since(last_sent) >= every
     }
+}
+
+/// Cuts `changes` to its last change, in place, and gives back the room the others
+/// took (a batch of a thousand would otherwise stay allocated until the commit lands).
+pub fn keep_last(changes: &mut Vec<ChangeEvent>) {
+    if changes.len() > 1 {
+        changes.drain(..changes.len() - 1);
+    }
+    changes.shrink_to_fit();
 }
 
 /// What a commit task answers: the store's reply and how long the write took.
@@ -116,7 +124,13 @@ mod tests {
         let token = ResumeToken::encode(ClusterTime::new(100, inc), TokenKind::Event, 1);
         Staged {
             urgent,
-            ..Staged::handled(token, Some(ClusterTime::new(100, inc)), count, false, None)
+            ..Staged::handled(
+                token,
+                Some(ClusterTime::new(100, inc)),
+                count,
+                false,
+                Vec::new(),
+            )
         }
     }
 
@@ -130,7 +144,7 @@ mod tests {
         assert!(!first.urgent);
         let heartbeat = ResumeToken::encode(ClusterTime::new(100, 4), TokenKind::Event, 1);
         let at = Some(ClusterTime::new(100, 4));
-        first.absorb(Staged::handled(heartbeat, at, 0, false, None));
+        first.absorb(Staged::handled(heartbeat, at, 0, false, Vec::new()));
         assert_eq!(first.token.time(), Some(ClusterTime::new(100, 4)));
         assert_eq!(first.count, 5);
         assert_eq!(

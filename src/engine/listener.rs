@@ -549,8 +549,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             // Settled one handout at a time, as the transaction cut gives them
             // (not in a function of their own: each call would move its future).
             let mut next = Some(progress.cut.take(current));
-            while let Some(mut handout) = next {
-                let handout = &mut handout;
+            while let Some(handout) = next.as_mut() {
                 let settled = if self.config.read_ahead {
                     let mut settle = std::pin::pin!(self.settle_handout(&mut progress, handout));
                     loop {
@@ -629,7 +628,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             self.measure_lag(batch, || p.newest().and_then(ResumeToken::time));
             // A commit in flight that lost the lease stops the listener before
             // anything more is handled.
-            self.reap(p).await?;
+            if self.landing_due(p) {
+                Box::pin(self.land(p)).await?;
+            }
             match self.handler.handle(&batch.events, &p.fence).await {
                 Ok(()) => {}
                 // A commit in flight is aborted (dropped with the tenure): it may
@@ -698,8 +699,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
         if let Some((token, time)) = to_commit {
             let committed = &batch.events[..committed_prefix.min(count)];
             let past_failure = super::failing::passes(p.failure.as_ref(), committed);
-            // Handled and about to be dropped: moved, not copied, into the snapshot.
-            let last = batch.events.pop().map(std::sync::Arc::new);
+            // Handled and about to be dropped: moved, not copied, towards the snapshot.
+            let mut last = std::mem::take(&mut batch.events);
+            super::commits::keep_last(&mut last);
             let staged = Staged::handled(token, time, covers, past_failure, last);
             match self.config.commit {
                 // The commit lands before anything more is handed.
@@ -708,7 +710,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 // due: it lands while what follows is handled.
                 CommitPolicy::Group { every } => {
                     p.stage(staged);
-                    self.reap(p).await?;
+                    if self.landing_due(p) {
+                        Box::pin(self.land(p)).await?;
+                    }
                     self.send_if_due(p, every, now);
                 }
             }
@@ -718,7 +722,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
             if let Some(staged) = &mut p.staged {
                 staged.urgent = true;
             }
-            self.reap(p).await?;
+            if self.landing_due(p) {
+                Box::pin(self.land(p)).await?;
+            }
             self.send_if_due(p, every, now);
         }
         self.after_commit(p, handing_over, now).await
@@ -789,19 +795,21 @@ impl<S: Store, H: Handler> Listener<S, H> {
     /// Takes in the commit in flight if it has landed. `Err` ends the tenure (a lost
     /// lock, a failed write): nothing more is handled.
     async fn reap(&mut self, p: &mut Progress) -> Result<(), TenureEnd> {
-        // One that has been out for longer than a lease is waited for: the lease may
-        // have expired meanwhile, and handing more under it would be wasted work.
-        let overdue = p
-            .in_flight
-            .as_ref()
-            .is_some_and(|f| f.sent.elapsed() >= self.config.lease);
-        if overdue || p.in_flight.as_ref().is_some_and(|f| f.task.finished()) {
-            // Boxed, like every await a handout makes but rarely: an async call moves
-            // its whole future, and the handout's would carry this one's every time
-            // (6 KB a change, most of the engine's cost at batch 1).
+        if self.landing_due(p) {
             Box::pin(self.land(p)).await?;
         }
         Ok(())
+    }
+
+    /// Whether the commit in flight is to be taken in now: it has landed, or has been
+    /// out for longer than a lease (the lease may have expired meanwhile, and handing
+    /// more under it would be wasted work, so it is waited for). Asked before every
+    /// handout, so not async: an async call moves its whole future, and the handout's
+    /// would carry [`Self::land`]'s every time (most of the engine's cost at batch 1).
+    fn landing_due(&self, p: &Progress) -> bool {
+        p.in_flight
+            .as_ref()
+            .is_some_and(|f| f.task.finished() || f.sent.elapsed() >= self.config.lease)
     }
 
     /// Waits for the commit in flight, if any, and takes it in. `Err` ends the tenure.
@@ -858,9 +866,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
             count,
             batches,
             last_batch_size,
-            last,
+            mut last,
             ..
         } = staged;
+        let last = last.pop().map(std::sync::Arc::new);
         let now = Instant::now();
         if let Some(metrics) = &self.metrics {
             metrics.committed(took);
@@ -994,7 +1003,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
                             continue;
                         }
                         let past = super::failing::passes(p.failure.as_ref(), one);
-                        let last = Some(std::sync::Arc::new(event.clone()));
+                        let last = vec![event.clone()];
                         let token = event.token.clone();
                         let time = token_time(&token);
                         let staged = Staged::handled(token, time, uncommitted, past, last);
@@ -1031,7 +1040,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
             let past = before.is_some_and(|e| {
                 super::failing::passes(p.failure.as_ref(), std::slice::from_ref(e))
             });
-            let last = before.cloned().map(std::sync::Arc::new);
+            let last = before.cloned().into_iter().collect();
             let time = token_time(&token);
             let staged = Staged::handled(token, time, uncommitted, past, last);
             self.commit_now(p, staged).await?;
