@@ -7,6 +7,7 @@ use std::path::Path;
 
 mod support;
 
+use streamward::engine::ListenerObserver;
 use streamward::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
 use streamward::model::{
     ClusterTime, Deployment, HealthThresholds, Lease, LossTime, OplogAccess, OplogStats,
@@ -128,7 +129,7 @@ fn every_series_the_rules_and_the_dashboard_name_is_exported() {
     let listener = engine.listener("r", "w");
     listener.acquired(1);
     listener.state(streamward::engine::ListenerState::Streaming);
-    listener.committed(std::time::Duration::from_millis(3));
+    listener.committed(std::time::Duration::from_millis(3), 0, 0);
     for registry in [cluster.registry(), engine.registry()] {
         exported.extend(registry.gather().iter().map(|f| f.name().to_string()));
     }

@@ -15,8 +15,9 @@ use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
 use clap::{CommandFactory, FromArgMatches};
-use streamward::cli::settings::{ConfigFile, GlobalArgs, OutputFormat, Settings};
+use streamward::cli::common::settings::{ConfigFile, GlobalArgs, OutputFormat, Settings};
 use streamward::cli::Cli;
+use streamward::engine::ListenerObserver;
 use streamward::metrics::{encode, ClusterMetrics, ClusterSample, EngineMetrics};
 use streamward::model::{
     ClusterTime, HealthThresholds, Lease, LossTime, OplogWindow, ResumeToken, TimeToLoss, TokenKind,
@@ -596,7 +597,7 @@ fn rendered_names(text: &str) -> BTreeSet<String> {
 fn registered_series() -> BTreeSet<String> {
     let engine = EngineMetrics::new().unwrap();
     let listener = engine.listener("shop.orders", "w1");
-    listener.committed(Duration::from_millis(3));
+    listener.committed(Duration::from_millis(3), 0, 0);
     listener.lag(Duration::from_secs(2));
     let mut names = rendered_names(&encode(engine.registry()).unwrap());
 

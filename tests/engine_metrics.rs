@@ -1,5 +1,5 @@
 //! The engine's series as a host application sees them: listeners spawned with
-//! `ListenerHandle::spawn_with_metrics` on the sandbox record what they do, and the
+//! `ListenerHandle::spawn_observed` (given `EngineMetrics::observer`) on the sandbox record what they do, and the
 //! counts match what happened (the changes written, the tenures held), not what the
 //! listener says of itself.
 
@@ -42,8 +42,9 @@ async fn a_listeners_events_commits_and_tenures_are_counted() {
         config.batch_size = 10;
         config
     };
+    let observer = |id: &str| metrics.observer(&config(id));
     let first =
-        ListenerHandle::spawn_with_metrics(store.clone(), config("w1"), NoopHandler, &metrics);
+        ListenerHandle::spawn_observed(store.clone(), config("w1"), NoopHandler, observer("w1"));
     until("w1 streams", || {
         first.snapshot().state == ListenerState::Streaming
     })
@@ -56,7 +57,7 @@ async fn a_listeners_events_commits_and_tenures_are_counted() {
     }
     until("25 events committed", || first.snapshot().events == 25).await;
     let standby =
-        ListenerHandle::spawn_with_metrics(store.clone(), config("w2"), NoopHandler, &metrics);
+        ListenerHandle::spawn_observed(store.clone(), config("w2"), NoopHandler, observer("w2"));
     until("w2 stands by", || {
         standby.snapshot().state == ListenerState::Standby
     })
@@ -239,11 +240,12 @@ fn spawn_failing(
     config.bootstrap = Bootstrap::Oldest;
     config.retry_backoff = retry_backoff;
     let broken = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let listener = ListenerHandle::spawn_with_metrics(
+    let observer = metrics.observer(&config);
+    let listener = ListenerHandle::spawn_observed(
         store.clone(),
         config,
         FailsOnPoison(broken.clone()),
-        metrics,
+        observer,
     );
     (listener, broken)
 }
@@ -331,7 +333,8 @@ async fn a_listener_behind_shows_its_lag<S: streamward::store::Store + DocumentS
         seen: Default::default(),
     };
     let seen = handler.seen.clone();
-    let listener = ListenerHandle::spawn_with_metrics(store.clone(), config, handler, &metrics);
+    let observer = metrics.observer(&config);
+    let listener = ListenerHandle::spawn_observed(store.clone(), config, handler, observer);
     let handled = || seen.lock().unwrap().iter().any(|(id, _)| *id == 2);
     for _ in 0..400 {
         if handled() {

@@ -62,7 +62,8 @@ fn spawn_listener<S: DemoStore, H: crate::engine::Handler>(
     config: ListenerConfig,
     handler: H,
 ) -> ListenerHandle {
-    ListenerHandle::spawn_with(store, config, handler, metrics, Some(fleet))
+    let observer = metrics.map(|m| m.observer(&config));
+    ListenerHandle::spawn_with(store, config, handler, observer, Some(fleet))
 }
 
 pub struct DemoRuntime<S = SandboxStore> {

@@ -4,8 +4,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Handler, Listener, ListenerConfig, ListenerExit, ListenerSnapshot};
-use crate::metrics::EngineMetrics;
+use std::sync::Arc;
+
+use super::{Handler, Listener, ListenerConfig, ListenerExit, ListenerObserver, ListenerSnapshot};
 use crate::store::Store;
 
 /// A listener running on its own task.
@@ -34,40 +35,39 @@ impl ListenerHandle {
         Self::spawn_with(store, config, handler, None, Some(fleet))
     }
 
-    /// [`ListenerHandle::spawn`], recording this listener's series into `metrics`
-    /// (labelled by its resource and id; docs/metrics.md).
-    pub fn spawn_with_metrics<S: Store, H: Handler>(
+    /// [`ListenerHandle::spawn`], telling `observer` what happens (for Prometheus
+    /// series: `metrics::EngineMetrics::observer`; docs/metrics.md).
+    pub fn spawn_observed<S: Store, H: Handler>(
         store: S,
         config: ListenerConfig,
         handler: H,
-        metrics: &EngineMetrics,
+        observer: Arc<dyn ListenerObserver>,
     ) -> Self {
-        Self::spawn_with(store, config, handler, Some(metrics), None)
+        Self::spawn_with(store, config, handler, Some(observer), None)
     }
 
-    /// [`ListenerHandle::spawn`], recording into `metrics` and as one of `fleet`'s
-    /// listeners, each where given.
+    /// [`ListenerHandle::spawn`], telling `observer` and as one of `fleet`'s listeners,
+    /// each where given.
     pub fn spawn_with<S: Store, H: Handler>(
         store: S,
         config: ListenerConfig,
         handler: H,
-        metrics: Option<&EngineMetrics>,
+        observer: Option<Arc<dyn ListenerObserver>>,
         fleet: Option<&super::Fleet>,
     ) -> Self {
-        let series = metrics.map(|m| m.listener(&config.resource, &config.listener_id));
         let shutdown = CancellationToken::new();
         let mut listener = Listener::new(store, config, handler, shutdown.clone());
         if let Some(fleet) = fleet {
             listener = listener.with_fleet(fleet);
         }
-        if let Some(series) = series {
-            listener = listener.with_metrics(series.clone());
-            // The state gauge follows the status the listener publishes.
+        if let Some(observer) = observer {
+            listener = listener.with_observer(Arc::clone(&observer));
+            // The state is told as the listener publishes it.
             let mut states = listener.subscribe();
             tokio::spawn(async move {
                 loop {
                     let state = states.borrow_and_update().state;
-                    series.state(state);
+                    observer.state(state);
                     if states.changed().await.is_err() {
                         break;
                     }

@@ -5,9 +5,10 @@
 //!
 //! [`EngineMetrics`] owns its series; [`EngineMetrics::register`] puts them into the
 //! host application's registry, or [`EngineMetrics::registry`] serves them alone. A
-//! listener given a [`ListenerMetrics`] (`ListenerHandle::spawn_with_metrics`) records
-//! into it as it goes.
+//! listener records into them through the observer [`EngineMetrics::observer`] makes
+//! for it (`ListenerHandle::spawn_observed`): the engine tells, this module counts.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::{
@@ -16,7 +17,7 @@ use prometheus::{
 };
 
 use super::MetricsError;
-use crate::engine::ListenerState;
+use crate::engine::{ListenerConfig, ListenerObserver, ListenerState};
 
 /// Every state a listener reports, for the `state` label.
 const STATES: [ListenerState; 11] = [
@@ -163,7 +164,13 @@ impl EngineMetrics {
         &self.registry
     }
 
-    /// The series of one listener, to give to it.
+    /// What to give the listener `config` describes (`ListenerHandle::spawn_observed`):
+    /// its series, labelled by its resource and id.
+    pub fn observer(&self, config: &ListenerConfig) -> Arc<dyn ListenerObserver> {
+        Arc::new(self.listener(&config.resource, &config.listener_id))
+    }
+
+    /// The series of one listener.
     pub fn listener(&self, resource: &str, listener: &str) -> ListenerMetrics {
         let labels = [resource, listener];
         ListenerMetrics {
@@ -213,54 +220,47 @@ pub struct ListenerMetrics {
     version: IntGauge,
 }
 
-impl ListenerMetrics {
-    /// `batches` handler calls of `events` changes in all, covered by one commit.
-    pub fn batches_committed(&self, batches: usize, events: usize) {
-        self.batches
-            .inc_by(u64::try_from(batches).unwrap_or(u64::MAX));
-        self.events
-            .inc_by(u64::try_from(events).unwrap_or(u64::MAX));
-    }
-
-    /// A commit (of a batch or a heartbeat) that took `took`.
-    pub fn committed(&self, took: Duration) {
+impl ListenerObserver for ListenerMetrics {
+    fn committed(&self, took: Duration, batches: usize, events: usize) {
         self.commits.inc();
         self.commit_seconds.observe(took.as_secs_f64());
+        if events > 0 {
+            self.batches
+                .inc_by(u64::try_from(batches).unwrap_or(u64::MAX));
+            self.events
+                .inc_by(u64::try_from(events).unwrap_or(u64::MAX));
+        }
     }
 
-    pub fn acquired(&self, version: i64) {
+    fn acquired(&self, version: i64) {
         self.acquires.inc();
         self.version.set(version);
     }
 
-    pub fn lost_lock(&self) {
+    fn lost_lock(&self) {
         self.lost_locks.inc();
     }
 
-    pub fn history_lost(&self) {
+    fn history_lost(&self) {
         self.history_lost.inc();
     }
 
-    /// This listener failed on a change and recorded it, `attempts` in all so far.
-    pub fn change_failed(&self, attempts: u32) {
+    fn change_failed(&self, attempts: u32) {
         self.change_failures.inc();
         self.failure_attempts.set(i64::from(attempts));
     }
 
-    /// The lease records a failing change after `attempts` (0: none, or it got past it).
-    pub fn failure_attempts(&self, attempts: u32) {
+    fn failure_attempts(&self, attempts: u32) {
         self.failure_attempts.set(i64::from(attempts));
     }
 
-    /// How far behind the cluster the stream was after the last batch handled
-    /// ([`crate::store::ChangeBatch::lag`]).
-    pub fn lag(&self, lag: Duration) {
+    fn lag(&self, lag: Duration) {
         self.lag
             .with_label_values(&self.label_refs())
             .set(lag.as_secs_f64());
     }
 
-    pub fn state(&self, state: ListenerState) {
+    fn state(&self, state: ListenerState) {
         for (s, gauge) in &self.states {
             gauge.set(i64::from(*s == state));
         }
@@ -273,7 +273,9 @@ impl ListenerMetrics {
             let _ = self.lag.remove_label_values(&self.label_refs());
         }
     }
+}
 
+impl ListenerMetrics {
     fn label_refs(&self) -> [&str; 2] {
         [self.labels[0].as_str(), self.labels[1].as_str()]
     }
@@ -290,8 +292,7 @@ mod tests {
         let one = metrics.listener("shop.orders", "w1");
         one.acquired(4);
         one.state(ListenerState::Streaming);
-        one.batches_committed(1, 3);
-        one.committed(Duration::from_millis(7));
+        one.committed(Duration::from_millis(7), 1, 3);
         one.lost_lock();
         let text = encode(metrics.registry()).unwrap();
         for line in [
@@ -317,7 +318,9 @@ mod tests {
         host.register(Box::new(own.clone())).unwrap();
         let metrics = EngineMetrics::new().unwrap();
         metrics.register(&host).unwrap();
-        metrics.listener("r", "w").batches_committed(1, 2);
+        metrics
+            .listener("r", "w")
+            .committed(Duration::from_millis(1), 1, 2);
         let text = encode(&host).unwrap();
         assert!(text.contains("app_requests_total 0"), "{text}");
         assert!(
