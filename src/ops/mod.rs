@@ -14,6 +14,7 @@
 //!
 //! Refused plans and dry runs write nothing, not even an audit record.
 
+mod audited;
 pub mod describe;
 mod error;
 mod execute;
@@ -21,6 +22,7 @@ mod facts;
 mod fold_increments;
 mod gather;
 pub mod lease_transfer;
+#[cfg(feature = "mongo")]
 mod pipeline;
 mod plan;
 mod rebuild;
@@ -31,8 +33,9 @@ mod skip;
 mod target;
 pub mod transaction;
 
+pub use audited::{apply_audited, audit_context, OperatorOutcome};
 pub use error::OpsError;
-pub use execute::{apply_audited, audit_context, execute, execute_as, Executed, OperatorOutcome};
+pub use execute::{execute, execute_as, Executed};
 pub use facts::{
     CappedHistory, ChangeCount, ChangeRange, GatherOptions, PlanFacts, RebuildTarget, SkippedEntry,
 };
@@ -40,6 +43,7 @@ pub use fold_increments::{
     fold_pending_increments, plan_fold, FoldError, FoldPlan, FoldReport, FoldedDocument,
 };
 pub use gather::gather;
+#[cfg(feature = "mongo")]
 pub use pipeline::PipelineRebuild;
 pub use plan::{
     plan, plan_restore, predict_after, refuse_before_reading, refuse_read_only, Captured, Plan,

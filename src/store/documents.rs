@@ -126,6 +126,7 @@ pub trait FencedMemberWrites: Send + Sync {
     ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
 }
 
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// The `_id` a document written to `ns` is replaced by, whatever the store: a
 /// document without one is refused before anything is written.
 pub(crate) fn id_to_write(ns: &Namespace, document: &Document) -> StoreResult<Bson> {
@@ -136,6 +137,7 @@ pub(crate) fn id_to_write(ns: &Namespace, document: &Document) -> StoreResult<Bs
     })
 }
 
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// Why a `delete_where` may not go ahead, whatever the store: `None` when it may.
 pub(crate) fn refuse_delete_where(field: &str, value: &Bson) -> Option<super::StoreError> {
     let operator = field.is_empty() || field.starts_with('$') || field.contains('.');
@@ -150,6 +152,7 @@ pub(crate) fn refuse_delete_where(field: &str, value: &Bson) -> Option<super::St
     })
 }
 
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// Why a rename may not go ahead, whatever the store: `None` when it may.
 pub(crate) fn refuse_rename(from: &Namespace, to: &Namespace) -> Option<super::StoreError> {
     if from.db != to.db {

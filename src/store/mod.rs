@@ -13,10 +13,12 @@ mod increments;
 mod leases;
 mod listing;
 mod membership;
+#[cfg(feature = "mongo")]
 pub mod mongo;
 mod namespace;
 mod oplog_figures;
 mod raw_event;
+#[cfg(feature = "sandbox")]
 pub mod sandbox;
 mod skipped;
 

@@ -16,6 +16,7 @@ use super::{ChangeEvent, OperationType, StoreError};
 pub struct RawEvent(Option<Arc<RawDocumentBuf>>);
 
 impl RawEvent {
+    #[cfg(feature = "mongo")]
     pub(crate) fn sent(raw: RawDocumentBuf) -> Self {
         Self(Some(Arc::new(raw)))
     }
