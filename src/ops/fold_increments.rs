@@ -224,7 +224,7 @@ async fn stopped<S: AuditLog>(
         after: None,
         outcome: format!("{}: {report}; {what}: {cause}", state.as_str()),
     };
-    let audit = super::execute::finish(store, audit_id, finish).await;
+    let audit = super::audited::finish(store, audit_id, finish).await;
     FoldError::Stopped {
         ns: plan.ns.clone(),
         report,

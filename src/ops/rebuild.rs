@@ -10,10 +10,11 @@ use chrono::Utc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::execute::{
+use super::audited::{
     audit_context, begin, changed, executable, finish, finish_changed, intent, left_by,
-    swap_failed, swap_resolved, Executed, Resolved,
+    swap_failed, swap_resolved, Resolved,
 };
+use super::execute::Executed;
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
 use crate::model::{AuditState, ClusterTime, Lease, LockKind};

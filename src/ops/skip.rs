@@ -5,7 +5,7 @@
 //! kept is not skipped: the record is finalized as not applied (records kept before
 //! the failure stay, under that record).
 
-use super::execute::{apply_begun, begin, finish, intent, OperatorOutcome};
+use super::audited::{apply_begun, begin, finish, intent, OperatorOutcome};
 use super::plan::Plan;
 use super::OpsError;
 use crate::model::{AuditState, Lease, ResumeToken};

@@ -1,3 +1,4 @@
+// Long: unit tests of planning, one per action and refusal, sharing their fixtures.
 //! Planning without I/O: every action, every refusal.
 
 use std::time::Duration;

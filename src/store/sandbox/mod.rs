@@ -6,6 +6,7 @@ mod catalog;
 mod change_log;
 mod checkpoints;
 mod clock;
+mod ddl;
 mod documents;
 mod feed;
 mod history;
