@@ -1,6 +1,7 @@
 use std::process::ExitCode;
 
-use streamward::cli::{self, exit, output};
+use streamward::cli;
+use streamward::cli::common::{exit, output};
 use streamward::model::text::escape_control;
 
 fn main() -> ExitCode {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bson::doc;
 use serde_json::Value;
-use streamward::cli::guarded::{run_action, ActionOptions, ActionSettings};
-use streamward::cli::lease_transfer::{run_import, ImportArgs};
-use streamward::cli::settings::{ActingArgs, OutputFormat};
+use streamward::cli::commands::actions::{run_action, ActionOptions, ActionSettings};
+use streamward::cli::commands::lease_transfer::{run_import, ImportArgs};
+use streamward::cli::common::settings::{ActingArgs, OutputFormat};
 use streamward::model::{LockKind, ResumeToken};
 use streamward::ops::lease_transfer::{self as transfer, ExportOrigin};
 use streamward::ops::{ActionRequest, GatherOptions, RewindTarget, TimeSpec};
@@ -256,5 +256,9 @@ async fn an_import_that_finds_a_lease_changed_midway_stops_and_names_what_moved(
         "{message}"
     );
     let error = anyhow::Error::new(*stopped);
-    assert_eq!(streamward::cli::exit::code_of(&error), 4, "changed: exit 4");
+    assert_eq!(
+        streamward::cli::common::exit::code_of(&error),
+        4,
+        "changed: exit 4"
+    );
 }

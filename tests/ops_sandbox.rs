@@ -7,10 +7,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use streamward::cli::guarded::{
-    run_action, run_audit, run_rebuild, ActionOptions, ActionSettings, ProgressDisplay,
-};
-use streamward::cli::settings::OutputFormat;
+use streamward::cli::commands::actions::{run_action, ActionOptions, ActionSettings};
+use streamward::cli::commands::audit::run_audit;
+use streamward::cli::commands::rebuild::{run_rebuild, ProgressDisplay};
+use streamward::cli::common::settings::OutputFormat;
 use streamward::demo::orders::{message_id, orders_ns, outbox_ns, OrderOutbox, ORDERS_RESOURCE};
 use streamward::demo::pets::{
     aggregates_ns, animals_ns, expected_counts, read_animals, stored_counts, PetAggregates,
@@ -594,7 +594,7 @@ async fn e_a_rebuild_failing_half_way_is_stuck_bulk_and_both_recoveries_work() {
             message.contains("streamward abort-bulk pet-aggregates --execute"),
             "{message}"
         );
-        assert_eq!(streamward::cli::exit::for_ops(&error), 1);
+        assert_eq!(streamward::cli::common::exit::for_ops(&error), 1);
         let stuck = lease(&store, PET_RESOURCE).await;
         assert_eq!(stuck.kind, LockKind::Bulk);
         assert_eq!(
@@ -869,7 +869,7 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
             other => panic!("{request:?}: expected a refusal, got {other:?}"),
         }
         assert_eq!(
-            streamward::cli::exit::code_for(&error),
+            streamward::cli::common::exit::code_for(&error),
             std::process::ExitCode::from(3)
         );
     }
@@ -922,7 +922,7 @@ async fn g_dry_runs_and_refusals_write_nothing_and_executions_one_record_each() 
     let moved_on = written(&store).await;
     let error = ops::execute(&store, &stale, None).await.unwrap_err();
     assert!(matches!(error, OpsError::Changed { .. }), "{error}");
-    assert_eq!(streamward::cli::exit::for_ops(&error), 4);
+    assert_eq!(streamward::cli::common::exit::for_ops(&error), 4);
     assert!(
         error
             .to_string()

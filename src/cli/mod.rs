@@ -4,21 +4,8 @@
 //! The same options typed before the command's name are accepted for every command, as
 //! settings for the whole run (like the config file's keys); typed after it they win.
 
-mod checkpoints;
-pub mod cluster;
-mod common;
-pub mod console;
-pub mod demo;
-pub mod exit;
-pub mod exporter;
-pub mod guarded;
-pub mod increments;
-pub mod lease_table;
-pub mod lease_transfer;
-pub mod limits;
-pub mod output;
-pub mod processes;
-pub mod settings;
+pub mod commands;
+pub mod common;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -27,8 +14,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-use output::Out;
-use settings::{
+use common::output::Out;
+use common::settings::{
     ActorArgs, ClusterArgs, ConfigArgs, GlobalArgs, OutputArgs, OutputFormat, ReaderArgs, Settings,
 };
 
@@ -67,39 +54,39 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the embedded sandbox with listeners and a workload, in the console.
-    Demo(demo::DemoArgs),
+    Demo(commands::demo::DemoArgs),
     /// Open the console on a cluster (--run also runs the demo listeners here).
-    Console(console::ConsoleArgs),
+    Console(commands::console::ConsoleArgs),
     /// List the leases of a cluster: holder, version, token time, lag, headroom, status;
     /// `leases export` / `leases import` save and restore their resume points.
-    Leases(cluster::LeasesArgs),
+    Leases(commands::leases::LeasesArgs),
     /// Show the oplog window, the cluster time and the replica set members.
     Oplog(OplogArgs),
     /// List the processes of a fleet: fair share, leases held, handing over, standby (reads only).
-    Processes(processes::ProcessesArgs),
+    Processes(commands::processes::ProcessesArgs),
     /// Serve the cluster's leases, lag, headroom and oplog window as Prometheus metrics (reads only).
-    Exporter(exporter::ExporterArgs),
+    Exporter(commands::exporter::ExporterArgs),
     /// Fence out a lease's holder: release it to any standby, hand it to one (--to), or hold it (--hold).
-    Takeover(guarded::TakeoverArgs),
+    Takeover(commands::actions::TakeoverArgs),
     /// Move a lease's resume point back to a time in the oplog window; the changes since are replayed.
-    Rewind(guarded::RewindArgs),
+    Rewind(commands::actions::RewindArgs),
     /// Restart a lease from the oldest oplog entry, or skip to now (--accept-skip).
-    Reset(guarded::ResetArgs),
+    Reset(commands::actions::ResetArgs),
     /// Recompute derived data under the bulk lock, then let listeners replay from its start.
-    Rebuild(guarded::RebuildArgs),
+    Rebuild(commands::rebuild::RebuildArgs),
     /// Step over the one change a lease's listeners fail on (FAILING): kept in the skipped
     /// collection, undone by `undo`.
-    Skip(guarded::SkipArgs),
+    Skip(commands::actions::SkipArgs),
     /// Give a bulk lease back without rebuilding (recovers STUCK BULK).
-    AbortBulk(guarded::AbortBulkArgs),
+    AbortBulk(commands::actions::AbortBulkArgs),
     /// Restore the resume point recorded before an audited action.
-    Undo(guarded::UndoArgs),
+    Undo(commands::actions::UndoArgs),
     /// List the most recent operator actions.
-    Audit(guarded::AuditArgs),
+    Audit(commands::audit::AuditArgs),
     /// List a resource's checkpoints: the resume points its listeners committed, newest first.
-    Checkpoints(checkpoints::CheckpointsArgs),
+    Checkpoints(commands::checkpoints::CheckpointsArgs),
     /// The two-step idempotent increment's cleanup (fold).
-    Increments(increments::IncrementsArgs),
+    Increments(commands::increments::IncrementsArgs),
     /// Print a shell completion script, e.g. `streamward completions bash > /etc/bash_completion.d/streamward`.
     Completions(CompletionsArgs),
     /// Print the manual page (roff), or write one per command into a directory (--dir).
@@ -156,10 +143,10 @@ impl Command {
             Command::Leases(args) => {
                 global.reader(&args.common);
                 match &args.action {
-                    Some(lease_transfer::LeasesAction::Export(export)) => {
+                    Some(commands::lease_transfer::LeasesAction::Export(export)) => {
                         global.reader(&export.common)
                     }
-                    Some(lease_transfer::LeasesAction::Import(import)) => {
+                    Some(commands::lease_transfer::LeasesAction::Import(import)) => {
                         global.acting(&import.common)
                     }
                     None => {}
@@ -216,7 +203,7 @@ pub fn parse() -> Result<Cli, ExitCode> {
         .and_then(|matches| Cli::from_arg_matches(&matches));
     let mut cli = match parsed {
         Ok(cli) => cli,
-        Err(error) => return Err(output::clap_failure(error, &args)),
+        Err(error) => return Err(common::output::clap_failure(error, &args)),
     };
     let mut global = GlobalArgs::default();
     global.cluster(&cli.cluster);
@@ -264,58 +251,61 @@ async fn dispatch(
     match command {
         Command::Demo(args) => {
             if global.uri_on_command_line {
-                return Err(anyhow::Error::new(exit::UsageError(
+                return Err(anyhow::Error::new(common::exit::UsageError(
                     "demo runs on its embedded sandbox and takes no --uri; to run the demo's \
                      listeners and workload on a cluster use `streamward --uri URI --leases DB.COLL \
                      console --run` (add --demo-db NAME to keep its collections in one database)"
                         .into(),
                 )));
             }
-            demo::run(args, settings, out).await
+            commands::demo::run(args, settings, out).await
         }
-        Command::Console(args) => console::run(args, settings).await,
+        Command::Console(args) => commands::console::run(args, settings).await,
         Command::Leases(args) => match &args.action {
-            Some(lease_transfer::LeasesAction::Export(export)) => {
-                lease_transfer::export(settings, export, out).await
+            Some(commands::lease_transfer::LeasesAction::Export(export)) => {
+                commands::lease_transfer::export(settings, export, out).await
             }
-            Some(lease_transfer::LeasesAction::Import(import)) => {
-                lease_transfer::import(settings, import, out).await
+            Some(commands::lease_transfer::LeasesAction::Import(import)) => {
+                commands::lease_transfer::import(settings, import, out).await
             }
-            None => cluster::leases(settings, &args, out).await,
+            None => commands::leases::leases(settings, &args, out).await,
         },
-        Command::Oplog(_) => cluster::oplog(settings, out).await,
-        Command::Processes(_) => processes::list(settings, out).await,
-        Command::Exporter(args) => exporter::run(&args, settings).await,
+        Command::Oplog(_) => commands::oplog::oplog(settings, out).await,
+        Command::Processes(_) => commands::processes::list(settings, out).await,
+        Command::Exporter(args) => commands::exporter::run(&args, settings).await,
         Command::Takeover(args) => {
-            guarded::action(settings, args.request(), &args.options, None, out).await
+            commands::actions::action(settings, args.request(), &args.options, None, out).await
         }
         Command::Rewind(args) => {
             let request = args.request()?;
-            guarded::action(settings, request, &args.options, args.restart.hold, out).await
+            commands::actions::action(settings, request, &args.options, args.restart.hold, out)
+                .await
         }
         Command::Reset(args) => {
             let request = args.request();
-            guarded::action(settings, request, &args.options, args.restart.hold, out).await
+            commands::actions::action(settings, request, &args.options, args.restart.hold, out)
+                .await
         }
-        Command::Rebuild(args) => guarded::rebuild(settings, &args, out).await,
+        Command::Rebuild(args) => commands::rebuild::rebuild(settings, &args, out).await,
         Command::Skip(args) => {
-            guarded::action(settings, args.request(), &args.options, None, out).await
+            commands::actions::action(settings, args.request(), &args.options, None, out).await
         }
         Command::AbortBulk(args) => {
             let request = crate::ops::ActionRequest::AbortBulk {
                 resource: args.resource.clone(),
             };
-            guarded::action(settings, request, &args.options, None, out).await
+            commands::actions::action(settings, request, &args.options, None, out).await
         }
         Command::Undo(args) => {
             let request = crate::ops::ActionRequest::Undo {
                 audit_id: args.audit_id.clone(),
             };
-            guarded::action(settings, request, &args.options, args.restart.hold, out).await
+            commands::actions::action(settings, request, &args.options, args.restart.hold, out)
+                .await
         }
-        Command::Audit(args) => guarded::audit(settings, &args, out).await,
-        Command::Checkpoints(args) => checkpoints::list(settings, &args, out).await,
-        Command::Increments(args) => increments::run(settings, &args, out).await,
+        Command::Audit(args) => commands::audit::audit(settings, &args, out).await,
+        Command::Checkpoints(args) => commands::checkpoints::list(settings, &args, out).await,
+        Command::Increments(args) => commands::increments::run(settings, &args, out).await,
         Command::Completions(_) | Command::Man(_) => Ok(()),
     }
 }

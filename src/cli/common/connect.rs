@@ -1,7 +1,7 @@
 //! Connecting to the cluster the settings name.
 
-use crate::cli::exit::Unreachable;
-use crate::cli::settings::Settings;
+use crate::cli::common::exit::Unreachable;
+use crate::cli::common::settings::Settings;
 use crate::store::mongo::MongoStore;
 use crate::store::StoreError;
 

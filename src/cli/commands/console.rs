@@ -10,7 +10,7 @@ use crossterm::event::EventStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::settings::{ActorArgs, ClusterArgs, ConfigArgs, Settings};
+use crate::cli::common::settings::{ActorArgs, ClusterArgs, ConfigArgs, Settings};
 use std::sync::Arc;
 
 use crate::console::action_runner::{ActionCommand, ActionRunner};
@@ -56,7 +56,7 @@ pub struct ConsoleArgs {
     pub metrics: Option<String>,
     /// With --run: once, this long after the start, write an animal the pets listeners
     /// can never process (its tags is a string), to practise `skip` and `undo`.
-    #[arg(long, requires = "run", value_name = "DURATION", value_parser = super::limits::poison_after)]
+    #[arg(long, requires = "run", value_name = "DURATION", value_parser = crate::cli::common::limits::poison_after)]
     pub poison_after: Option<std::time::Duration>,
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -82,13 +82,13 @@ const DATA_CHANNEL: usize = 1024;
 
 pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
     if args.run && settings.read_only {
-        return Err(anyhow::Error::new(super::exit::UsageError(
+        return Err(anyhow::Error::new(crate::cli::common::exit::UsageError(
             "--run writes (it runs listeners and a workload), but read-only mode is on: drop --run or --read-only".into(),
         )));
     }
     let theme = resolve_theme(&args.view, settings)?;
     require_terminal()?;
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let mode = if args.run {
         Mode::InProcess
     } else {
@@ -99,7 +99,8 @@ pub async fn run(args: ConsoleArgs, settings: &Settings) -> anyhow::Result<()> {
         None => DemoNamespaces::default(),
     };
     // Kept to the end: dropping it stops the endpoint.
-    let served = super::exporter::serve_engine_metrics(args.metrics.as_deref()).await?;
+    let served =
+        crate::cli::commands::exporter::serve_engine_metrics(args.metrics.as_deref()).await?;
     let demo = args.run.then(|| {
         DemoRuntime::start_on(
             store.clone(),
@@ -227,7 +228,7 @@ where
     // said is printed here, on the restored terminal.
     if let Some(task) = runner_task {
         if let Ok(Some(last_word)) = task.await {
-            super::output::say(escape_control(&last_word));
+            crate::cli::common::output::say(escape_control(&last_word));
         }
     }
     result
@@ -252,7 +253,7 @@ async fn drive(
     };
     let ended = tokio::select! {
         ended = app::run(&mut guard.terminal, &mut state, &mut context, EventStream::new(), data) => ended.map(|_| ()),
-        () = super::common::signals::terminate_signal() => Ok(()),
+        () = crate::cli::common::signals::terminate_signal() => Ok(()),
     };
     drop(guard);
     ended.context("drawing the console")

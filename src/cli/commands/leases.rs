@@ -1,4 +1,4 @@
-//! `streamward leases` and `streamward oplog`: what the cluster says, as a table or JSON.
+//! `streamward leases`: every lease and what it says, as a table or JSON.
 //! `leases --watch` prints again whenever a lease changes hands or status; `leases
 //! --check` is for cron and monitors: exit 6 when a lease needs attention.
 
@@ -10,24 +10,24 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::common::connect::connect;
-use super::exit::{OplogUnknown, Unhealthy};
-use super::lease_table::{
-    render_columns, render_failures, render_invalidations, render_leases, LeaseRow,
+use crate::cli::common::connect::connect;
+use crate::cli::common::exit::{OplogUnknown, Unhealthy};
+use crate::cli::common::lease_table::{
+    render_failures, render_invalidations, render_leases, LeaseRow,
 };
-use super::output::say;
-use super::settings::{OutputFormat, ReaderArgs, Settings};
-use crate::model::text::{escape_control, short_duration};
+use crate::cli::common::output::say;
+use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
+use crate::model::text::escape_control;
 use crate::model::{
-    capped_collection, vanished_leases, ClusterTime, Deployment, HealthThresholds, Lease,
-    LeaseHealth, LeaseStatus, LossTime, LossTracker, OplogAccess, OplogWindow, Pending,
-    SourceWindows, TimeToLoss, Topology, VanishedLease,
+    capped_collection, vanished_leases, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
+    LossTime, LossTracker, OplogWindow, Pending, SourceWindows, TimeToLoss, Topology,
+    VanishedLease,
 };
 use crate::ops::describe;
-use crate::store::mongo::{MemberState, MongoStore, ReplicaMember};
+use crate::store::mongo::MongoStore;
 use crate::store::{
-    read_capped_windows, read_time_to_loss, AuditLog, CappedReading, ChangeFeed, LeaseStore,
-    LossReading, MalformedDocument, StoreError,
+    read_capped_windows, read_time_to_loss, AuditLog, CappedReading, LeaseStore, LossReading,
+    MalformedDocument,
 };
 
 #[derive(Debug, Args)]
@@ -35,7 +35,7 @@ use crate::store::{
 pub struct LeasesArgs {
     /// Without one, list the leases.
     #[command(subcommand)]
-    pub action: Option<super::lease_transfer::LeasesAction>,
+    pub action: Option<crate::cli::commands::lease_transfer::LeasesAction>,
     /// Keep listing: print again whenever a lease changes holder, version, kind or
     /// status (with --output json: one JSON document per line). Ctrl-C stops.
     #[arg(long, conflicts_with = "check")]
@@ -53,7 +53,8 @@ pub struct LeasesArgs {
 
 /// At least 100 ms (a tighter loop only loads the cluster), at most a day.
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    let interval = super::limits::duration_at_most(text, Duration::from_secs(24 * 3600))?;
+    let interval =
+        crate::cli::common::limits::duration_at_most(text, Duration::from_secs(24 * 3600))?;
     if interval < Duration::from_millis(100) {
         return Err(format!("{text} is shorter than the least allowed, 100ms"));
     }
@@ -320,7 +321,7 @@ pub async fn leases(
     let all: Vec<&Lease> = snapshot.leases.iter().collect();
     match settings.output {
         OutputFormat::Table => {
-            super::output::warn_malformed("lease document", &snapshot.malformed);
+            crate::cli::common::output::warn_malformed("lease document", &snapshot.malformed);
             if all.is_empty() && snapshot.malformed.is_empty() {
                 writeln!(out, "no leases in {}", settings.leases)?;
                 return Ok(());
@@ -374,7 +375,7 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
             }
         }
         OutputFormat::Table => {
-            super::output::warn_malformed("lease document", &snapshot.malformed);
+            crate::cli::common::output::warn_malformed("lease document", &snapshot.malformed);
             if !problems.is_empty() {
                 write!(out, "{}", snapshot.table(&thresholds, &problems))?;
             }
@@ -439,7 +440,7 @@ async fn watch(
         let mut snapshot = match Snapshot::read(store, settings).await {
             Ok(snapshot) => snapshot,
             Err(error) => {
-                let message = super::output::error_message(&error);
+                let message = crate::cli::common::output::error_message(&error);
                 if failing.as_ref() != Some(&message) {
                     say(format_args!(
                         "warning: {}; trying again every {}",
@@ -481,7 +482,7 @@ async fn watch(
                     settings.leases,
                     snapshot.now.format("%Y-%m-%d %H:%M:%S UTC")
                 )?;
-                super::output::warn_malformed("lease document", &snapshot.malformed);
+                crate::cli::common::output::warn_malformed("lease document", &snapshot.malformed);
                 if all.is_empty() && snapshot.malformed.is_empty() {
                     writeln!(out, "no leases")?;
                 } else {
@@ -575,183 +576,6 @@ fn loss_json(loss: &TimeToLoss) -> Value {
     })
 }
 
-pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
-    let store = connect(settings).await?;
-    let (topology, window) = store
-        .topology()
-        .await
-        .context("reading what the cluster is")?;
-    let replica_set = matches!(topology.deployment, Deployment::ReplicaSet { .. });
-    let cluster_time = match store.cluster_time().await {
-        Ok(time) => Some(time),
-        // A standalone server keeps no cluster time; say what it is instead of failing.
-        Err(_) if !replica_set => None,
-        Err(e) => return Err(e).context("reading the cluster time"),
-    };
-    let members = if replica_set {
-        match store.members().await {
-            Ok(members) => members,
-            Err(e @ StoreError::NotPermitted { .. }) => {
-                say(format_args!("note: {e}; replica set members are not shown"));
-                Vec::new()
-            }
-            Err(e) => return Err(e).context("reading the replica set status"),
-        }
-    } else {
-        Vec::new()
-    };
-    match settings.output {
-        OutputFormat::Table => write!(
-            out,
-            "{}",
-            render_oplog(&topology, window.as_ref(), cluster_time, &members)
-        )?,
-        OutputFormat::Json => {
-            let value = json!({
-                "topology": topology_json(&topology),
-                "first": describe::time_json(window.map(|w| w.first)),
-                "last": describe::time_json(window.map(|w| w.last)),
-                "lengthSecs": window.map(|w| w.length().as_secs()),
-                "clusterTime": describe::time_json(cluster_time),
-                "members": members.iter().map(|m| json!({
-                    "name": m.name,
-                    "state": member_state(&m.state),
-                    "healthy": m.healthy,
-                    "optime": describe::time_json(m.optime),
-                    "lagSecs": m.lag.behind().map(|d| d.as_secs()),
-                })).collect::<Vec<_>>(),
-            });
-            writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
-        }
-    }
-    // What is known is shown; the window itself, what this command is for, is not.
-    if let OplogAccess::NotReadable(why) = &topology.oplog {
-        return Err(OplogUnknown(format!("the oplog window cannot be read: {why}")).into());
-    }
-    Ok(())
-}
-
-/// The topology in JSON: what it is, whether the oplog can be read (and why not), and
-/// what follows.
-fn topology_json(topology: &Topology) -> Value {
-    let deployment = match &topology.deployment {
-        Deployment::ReplicaSet { name } => json!({ "kind": "replicaSet", "setName": name }),
-        Deployment::Sharded => json!({ "kind": "sharded" }),
-        Deployment::CosmosDb => json!({ "kind": "cosmosDb" }),
-        Deployment::Standalone => json!({ "kind": "standalone" }),
-    };
-    let (readable, reason) = match &topology.oplog {
-        OplogAccess::Readable => (true, None),
-        OplogAccess::NotReadable(why) => (false, Some(why.as_str())),
-    };
-    let windows = topology.shard_windows();
-    let shards: Vec<Value> = topology
-        .shards
-        .iter()
-        .map(|shard| {
-            let window = shard.window.as_ref().ok();
-            json!({
-                "name": shard.name,
-                "hosts": shard.hosts,
-                "first": describe::time_json(window.map(|w| w.first)),
-                "last": describe::time_json(window.map(|w| w.last)),
-                "lengthSecs": window.map(|w| w.length().as_secs()),
-                "error": shard.window.as_ref().err(),
-                "limiting": windows.limiting().is_some_and(|l| l.name == shard.name),
-                "quietSecs": windows
-                    .quiet()
-                    .into_iter()
-                    .find(|(q, _)| q.name == shard.name)
-                    .map(|(_, behind)| behind.as_secs()),
-            })
-        })
-        .collect();
-    json!({
-        "deployment": deployment,
-        "oplogReadable": readable,
-        "reason": reason,
-        "consequence": topology.consequence(),
-        "shards": shards,
-    })
-}
-
-fn member_state(state: &MemberState) -> String {
-    escape_control(state.as_str())
-}
-
-pub fn render_oplog(
-    topology: &Topology,
-    window: Option<&OplogWindow>,
-    cluster_time: Option<ClusterTime>,
-    members: &[ReplicaMember],
-) -> String {
-    let mut out = format!("topology      {}\n", topology.deployment);
-    if !topology.is_complete() || !topology.shards.is_empty() {
-        out.push_str(&format!("              {}\n", topology.consequence()));
-    }
-    match window {
-        Some(window) => out.push_str(&format!(
-            "oplog window  {}\nfirst         {}\nlast          {}\n",
-            short_duration(window.length()),
-            window.first,
-            window.last,
-        )),
-        None => out.push_str("oplog window  unknown\n"),
-    }
-    if let Some(time) = cluster_time {
-        out.push_str(&format!("cluster time  {time}\n"));
-    }
-    if !topology.shards.is_empty() {
-        let shards = topology.shard_windows();
-        let rows: Vec<[String; 6]> = topology
-            .shards
-            .iter()
-            .map(|shard| {
-                let (first, last, length) = match &shard.window {
-                    Ok(w) => (
-                        w.first.to_string(),
-                        w.last.to_string(),
-                        short_duration(w.length()),
-                    ),
-                    Err(_) => ("-".into(), "-".into(), "-".into()),
-                };
-                [
-                    escape_control(&shard.name),
-                    escape_control(&shard.hosts),
-                    length,
-                    first,
-                    last,
-                    escape_control(&shards.notes(shard).join("; ")),
-                ]
-            })
-            .collect();
-        out.push('\n');
-        out.push_str(&render_columns(
-            ["SHARD", "HOSTS", "WINDOW", "FIRST", "LAST", "NOTE"],
-            &rows,
-        ));
-    }
-    if !members.is_empty() {
-        let rows: Vec<[String; 4]> = members
-            .iter()
-            .map(|m| {
-                [
-                    escape_control(&m.name),
-                    member_state(&m.state),
-                    if m.healthy { "yes" } else { "no" }.to_string(),
-                    m.lag.to_string(),
-                ]
-            })
-            .collect();
-        out.push('\n');
-        out.push_str(&render_columns(
-            ["MEMBER", "STATE", "HEALTHY", "LAG"],
-            &rows,
-        ));
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -763,33 +587,5 @@ mod tests {
         for status in NEEDS_ATTENTION {
             assert!(help.contains(status.label()), "{status:?} in {help}");
         }
-    }
-
-    /// An unreachable member has no lag: the LAG column says it is unreachable, and
-    /// a member with no optime to compare (an arbiter) shows none.
-    #[test]
-    fn the_oplog_view_says_a_member_is_unreachable_instead_of_a_lag() {
-        let topology = Topology::new(
-            Deployment::ReplicaSet { name: "rs0".into() },
-            OplogAccess::Readable,
-        );
-        let reply = bson::doc! { "members": [
-            { "name": "a:1", "health": 1.0, "stateStr": "PRIMARY",
-              "optime": { "ts": bson::Timestamp { time: 1_795_000_000, increment: 1 }, "t": 1_i64 },
-              "optimeDate": bson::DateTime::from_millis(1_795_000_000_000) },
-            { "name": "c:3", "health": 0.0, "stateStr": "(not reachable/healthy)",
-              "optime": { "ts": bson::Timestamp { time: 0, increment: 0 }, "t": -1_i64 },
-              "optimeDate": bson::DateTime::from_millis(0) },
-        ] };
-        let members = crate::store::mongo::parse_members(&reply).expect("parses");
-        let out = render_oplog(&topology, None, None, &members);
-        let row = |name: &str| {
-            out.lines()
-                .find(|l| l.starts_with(name))
-                .map(|l| l.split_whitespace().collect::<Vec<_>>())
-                .unwrap_or_default()
-        };
-        assert_eq!(row("a:1").last().copied(), Some("0s"), "{out}");
-        assert_eq!(row("c:3").last().copied(), Some("unreachable"), "{out}");
     }
 }

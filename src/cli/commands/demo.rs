@@ -6,9 +6,11 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::console::{interactive, listener_source, require_terminal, resolve_theme, ViewArgs};
-use super::lease_table::{render_failures, render_leases, render_listeners, LeaseRow};
-use super::settings::{ActorArgs, ConfigArgs, Settings};
+use crate::cli::commands::console::{
+    interactive, listener_source, require_terminal, resolve_theme, ViewArgs,
+};
+use crate::cli::common::lease_table::{render_failures, render_leases, render_listeners, LeaseRow};
+use crate::cli::common::settings::{ActorArgs, ConfigArgs, Settings};
 use crate::console::state::Mode;
 use crate::demo::events::DEMO_EVENTS_KIB;
 use crate::demo::rebuild::PetRebuild;
@@ -43,13 +45,13 @@ pub struct DemoArgs {
     /// How much the sandbox's oplog holds before its oldest changes fall off, like
     /// `--oplogSize` of mongod (e.g. 64MiB, 512KiB). A small one (1MiB) makes the window
     /// move so AT RISK, LOST and the time to loss show within a minute or two.
-    #[arg(long, default_value = format!("{DEMO_OPLOG_MIB}MiB"), value_name = "SIZE", value_parser = super::limits::oplog_size)]
+    #[arg(long, default_value = format!("{DEMO_OPLOG_MIB}MiB"), value_name = "SIZE", value_parser = crate::cli::common::limits::oplog_size)]
     pub oplog_size: u64,
     /// How much the shop.events capped collection (the event store the shop.events
     /// resource tails) holds before its oldest events are overwritten (e.g. 1MiB,
     /// 64KiB). At the default about seven events a second fill it in a few minutes; a
     /// small one (16KiB) moves its window by the second.
-    #[arg(long, default_value = format!("{DEMO_EVENTS_KIB}KiB"), value_name = "SIZE", value_parser = super::limits::events_size)]
+    #[arg(long, default_value = format!("{DEMO_EVENTS_KIB}KiB"), value_name = "SIZE", value_parser = crate::cli::common::limits::events_size)]
     pub events_size: u64,
     /// Each message of the shop.mailer resource takes this long. At the default it keeps
     /// up; at 1s it falls behind and, with a small --oplog-size, loses its history
@@ -59,7 +61,7 @@ pub struct DemoArgs {
     /// Once, this long after the start, write an animal the pets listeners can never
     /// process (its tags is a string): pet-aggregates goes FAILING, to practise `skip`
     /// (K in the console) and `undo`.
-    #[arg(long, value_name = "DURATION", value_parser = super::limits::poison_after)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::cli::common::limits::poison_after)]
     pub poison_after: Option<Duration>,
     /// Read-only removes the console's actions; the operator names you in the audit.
     #[command(flatten)]
@@ -67,7 +69,7 @@ pub struct DemoArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
     #[command(flatten)]
-    pub metrics: super::settings::MetricsArgs,
+    pub metrics: crate::cli::common::settings::MetricsArgs,
     /// Not offered: accepted only to say that the demo takes no cluster.
     #[arg(long, hide = true)]
     pub uri: Option<String>,
@@ -108,7 +110,9 @@ fn parse_rate(text: &str) -> Result<f64, String> {
 pub async fn run(args: DemoArgs, settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
     let mut config = args.config()?;
     // Kept to the end: dropping it stops the endpoint.
-    let served = super::exporter::serve_engine_metrics(args.metrics.metrics.as_deref()).await?;
+    let served =
+        crate::cli::commands::exporter::serve_engine_metrics(args.metrics.metrics.as_deref())
+            .await?;
     config.metrics = served.as_ref().map(|(metrics, _)| metrics.clone());
     if args.plain {
         return plain(args, &config, settings, out).await;

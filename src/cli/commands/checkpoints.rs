@@ -8,9 +8,9 @@ use anyhow::Context;
 use clap::Args;
 use serde_json::json;
 
-use super::lease_table::render_columns;
-use super::limits;
-use super::settings::{OutputFormat, ReaderArgs, Settings};
+use crate::cli::common::lease_table::render_columns;
+use crate::cli::common::limits;
+use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::Checkpoint;
 use crate::store::{CheckpointStore, CHECKPOINTS_KEPT};
@@ -32,14 +32,14 @@ pub async fn list(
     args: &CheckpointsArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let listing = store
         .checkpoints(&args.resource, args.limit)
         .await
         .with_context(|| format!("reading the checkpoints of {}", args.resource))?;
     match settings.output {
         OutputFormat::Table => {
-            super::output::warn_malformed("checkpoint", &listing.malformed);
+            crate::cli::common::output::warn_malformed("checkpoint", &listing.malformed);
             if listing.items.is_empty() {
                 writeln!(
                     out,

@@ -7,10 +7,10 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use super::cluster::Snapshot;
-use super::common::connect::connect;
-use super::output::say;
-use super::settings::{ClusterArgs, ConfigArgs, Settings};
+use crate::cli::commands::leases::Snapshot;
+use crate::cli::common::connect::connect;
+use crate::cli::common::output::say;
+use crate::cli::common::settings::{ClusterArgs, ConfigArgs, Settings};
 use crate::console::probe::WriteRate;
 use crate::metrics::serve::{serve, MetricsServer};
 use crate::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
@@ -48,7 +48,7 @@ pub async fn serve_engine_metrics(
         CancellationToken::new(),
     )
     .await
-    .map_err(|e| anyhow::Error::new(super::exit::UsageError(e.to_string())))?;
+    .map_err(|e| anyhow::Error::new(crate::cli::common::exit::UsageError(e.to_string())))?;
     tracing::info!(address = %server.address(), "serving the listeners' metrics");
     say(format_args!(
         "serving the listeners' metrics at http://{}/metrics",
@@ -58,7 +58,7 @@ pub async fn serve_engine_metrics(
 }
 
 fn parse_interval(text: &str) -> Result<Duration, String> {
-    let interval = super::limits::duration_at_most(text, Duration::from_secs(3600))?;
+    let interval = crate::cli::common::limits::duration_at_most(text, Duration::from_secs(3600))?;
     if interval < Duration::from_secs(1) {
         return Err(format!("{text} is shorter than the least allowed, 1s"));
     }
@@ -71,7 +71,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
     let stop = CancellationToken::new();
     let server = serve(&args.listen, vec![metrics.registry().clone()], stop.clone())
         .await
-        .map_err(|e| anyhow::Error::new(super::exit::UsageError(e.to_string())))?;
+        .map_err(|e| anyhow::Error::new(crate::cli::common::exit::UsageError(e.to_string())))?;
     say(format_args!(
         "serving the metrics of {} at http://{}/metrics, read every {}; Ctrl-C stops",
         store.redacted_uri(),
@@ -84,7 +84,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
     let mut tracker = LossTracker::default();
     let ended = tokio::signal::ctrl_c();
     tokio::pin!(ended);
-    let terminated = super::common::signals::terminate_signal();
+    let terminated = crate::cli::common::signals::terminate_signal();
     tokio::pin!(terminated);
     loop {
         tokio::select! {

@@ -10,12 +10,13 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
-use super::exit::UsageError;
-use super::guarded::{plan_json, ActionOptions, ActionSettings};
-use super::lease_table::render_columns;
-use super::limits;
-use super::output::{print_json, say, tell_early_refusal};
-use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
+use crate::cli::commands::actions::{ActionOptions, ActionSettings};
+use crate::cli::common::exit::UsageError;
+use crate::cli::common::lease_table::render_columns;
+use crate::cli::common::limits;
+use crate::cli::common::output::plan_json;
+use crate::cli::common::output::{print_json, say, tell_early_refusal};
+use crate::cli::common::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::Deployment;
 use crate::ops::lease_transfer::{
@@ -174,7 +175,7 @@ pub async fn export(
     args: &ExportArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let origin = origin_here(&store, settings).await?;
     let export = transfer::export(&store, origin)
         .await
@@ -232,7 +233,7 @@ pub async fn import(
         settings.output,
         out,
     )?;
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let here = origin_here(&store, settings).await?;
     run_import(
         &store,
@@ -466,12 +467,12 @@ pub fn import_plan_json(plan: &ImportPlan) -> Value {
                 ImportStep::Unchanged => (Value::Null, Value::Null),
                 ImportStep::Missing(refusal) => (
                     Value::Null,
-                    json!({ "kind": format!("{:?}", refusal.kind), "reason": refusal.reason, "exitCode": super::exit::for_refusal(refusal) }),
+                    json!({ "kind": format!("{:?}", refusal.kind), "reason": refusal.reason, "exitCode": crate::cli::common::exit::for_refusal(refusal) }),
                 ),
                 ImportStep::Move(p) => (
                     plan_json(p),
                     p.refusal.as_ref().map_or(Value::Null, |r| {
-                        json!({ "kind": format!("{:?}", r.kind), "reason": r.reason, "exitCode": super::exit::for_refusal(r) })
+                        json!({ "kind": format!("{:?}", r.kind), "reason": r.reason, "exitCode": crate::cli::common::exit::for_refusal(r) })
                     }),
                 ),
             };
@@ -493,7 +494,7 @@ pub fn import_plan_json(plan: &ImportPlan) -> Value {
             "replicaSet": plan.origin.replica_set,
         },
         "warnings": plan.warnings,
-        "refusal": plan.refusal.as_ref().map(|r| json!({ "kind": format!("{:?}", r.kind), "reason": r.reason, "exitCode": super::exit::for_refusal(r) })),
+        "refusal": plan.refusal.as_ref().map(|r| json!({ "kind": format!("{:?}", r.kind), "reason": r.reason, "exitCode": crate::cli::common::exit::for_refusal(r) })),
         "leases": items,
     })
 }

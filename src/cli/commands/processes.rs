@@ -9,8 +9,8 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{json, Value};
 
-use super::lease_table::render_columns;
-use super::settings::{OutputFormat, ReaderArgs, Settings};
+use crate::cli::common::lease_table::render_columns;
+use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, relative_time, resource_names as names};
 use crate::model::ProcessView;
 use crate::store::{LeaseStore, MemberScope, MembershipStore};
@@ -22,7 +22,7 @@ pub struct ProcessesArgs {
 }
 
 pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let processes = settings.mongo()?.processes();
     let members = store
         .list_members(MemberScope::All)
@@ -39,7 +39,7 @@ pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()
     let views = ProcessView::all(&members.items, &leases.items, now);
     match settings.output {
         OutputFormat::Table => {
-            super::output::warn_malformed("process document", &members.malformed);
+            crate::cli::common::output::warn_malformed("process document", &members.malformed);
             if views.is_empty() && members.malformed.is_empty() {
                 writeln!(
                     out,

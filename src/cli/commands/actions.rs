@@ -1,30 +1,25 @@
-//! The guarded actions on the command line: `takeover`, `rewind`, `reset`, `rebuild`,
-//! `abort-bulk`, `undo`, and `audit`. A dry run by default that prints the plan;
-//! `--execute` applies it. The command logic is generic over the store, so the same
+//! The guarded lease actions on the command line: `takeover`, `rewind`, `reset`,
+//! `skip`, `abort-bulk` and `undo` (`rebuild` and `audit` have files of their own). A
+//! dry run by default that prints the plan; `--execute` applies it. The command logic is generic over the store, so the same
 //! code runs against a cluster (`--uri`) and, in tests, against the sandbox.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{ArgGroup, Args};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
-use super::exit;
-use super::lease_table::render_columns;
-use super::limits;
-use super::output::{print_json, say, tell_early_refusal, warn_malformed};
-use super::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
-use std::collections::BTreeMap;
+use crate::cli::common::exit;
+use crate::cli::common::limits;
+use crate::cli::common::output::{plan_json, print_json, tell_early_refusal};
+use crate::cli::common::settings::{ActingArgs, OutputFormat, Settings};
 
-use crate::model::text::escape_control;
-use crate::model::{entry_token, AuditRecord, AuditState, Lease, PendingJudgment};
+use crate::model::entry_token;
 use crate::ops::{
-    self, describe, ActionRequest, GatherOptions, OpsError, Plan, Progress, RebuildDefinition,
-    RebuildProgress, RebuildTarget, ResetTarget, RewindTarget, TimeSpec,
+    self, describe, ActionRequest, GatherOptions, OpsError, Plan, ResetTarget, RewindTarget,
+    TimeSpec,
 };
-use crate::store::{AuditLog, LeaseStore, OperatorStore};
+use crate::store::{AuditLog, OperatorStore};
 
 /// What every action takes besides its target.
 #[derive(Debug, Clone, Args, Default)]
@@ -118,16 +113,6 @@ pub struct ResetArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct RebuildArgs {
-    /// The rebuild's name: a [rebuilds.NAME] table of the config file.
-    pub name: String,
-    #[command(flatten)]
-    pub options: ActionOptions,
-    #[command(flatten)]
-    pub common: ActingArgs,
-}
-
-#[derive(Debug, Args)]
 pub struct SkipArgs {
     /// The lease (resource) whose failing change to step over.
     #[arg(value_parser = limits::name)]
@@ -179,15 +164,6 @@ pub struct UndoArgs {
     pub options: ActionOptions,
     #[command(flatten)]
     pub common: ActingArgs,
-}
-
-#[derive(Debug, Args)]
-pub struct AuditArgs {
-    /// How many records, newest first (1 to 10,000).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=limits::AUDIT_LIMIT_MAX))]
-    pub limit: u64,
-    #[command(flatten)]
-    pub common: ReaderArgs,
 }
 
 impl TakeoverArgs {
@@ -253,26 +229,6 @@ impl ResetArgs {
     }
 }
 
-/// How a rebuild shows its progress.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProgressDisplay {
-    /// A progress bar on standard error (a terminal).
-    Bar,
-    /// One plain line per step on standard error (pipes, logs, CI).
-    Lines,
-    Off,
-}
-
-impl ProgressDisplay {
-    pub fn for_stderr() -> Self {
-        if std::io::stderr().is_terminal() {
-            ProgressDisplay::Bar
-        } else {
-            ProgressDisplay::Lines
-        }
-    }
-}
-
 /// What the command line knows that the store does not.
 #[derive(Debug, Clone)]
 pub struct ActionSettings {
@@ -295,7 +251,7 @@ impl ActionSettings {
 /// With `--output json`, what a failed `--execute` left: the plan, whether the lease was
 /// written (`null`: unknown) and the audit record (the error is merged in by the caller's
 /// `Out`). Returns the error to end the command with.
-fn print_failed(
+pub(super) fn print_failed(
     out: &mut dyn Write,
     plan: &Plan,
     output: OutputFormat,
@@ -314,23 +270,15 @@ fn print_failed(
     Ok(error.into())
 }
 
-fn print_plan(out: &mut dyn Write, plan: &Plan, output: OutputFormat) -> anyhow::Result<()> {
+pub(super) fn print_plan(
+    out: &mut dyn Write,
+    plan: &Plan,
+    output: OutputFormat,
+) -> anyhow::Result<()> {
     if output == OutputFormat::Table {
         write!(out, "{}", describe::plan_text(plan))?;
     }
     Ok(())
-}
-
-/// The plan as JSON, with the exit code its refusal (if any) means.
-pub(super) fn plan_json(plan: &Plan) -> serde_json::Value {
-    let mut json = describe::plan_json(plan);
-    if let (Some(refusal), Some(shown)) = (
-        &plan.refusal,
-        json.get_mut("refusal").and_then(|r| r.as_object_mut()),
-    ) {
-        shown.insert("exitCode".into(), exit::for_refusal(refusal).into());
-    }
-    json
 }
 
 /// Plans `request`; prints the plan; with `--execute` applies it. A refused plan is
@@ -387,267 +335,6 @@ pub async fn run_action<S: OperatorStore + AuditLog>(
     Ok(())
 }
 
-/// Plans a rebuild of `name` (`definition` is `None` when no such rebuild is defined:
-/// the plan is refused); with `--execute` runs it under the bulk lock, showing progress;
-/// Ctrl-C cancels it (the lease then stays STUCK BULK, and the error says how to recover).
-#[allow(clippy::too_many_arguments)]
-pub async fn run_rebuild<S, D>(
-    store: &S,
-    name: &str,
-    definition: Option<(&D, RebuildTarget)>,
-    settings: &ActionSettings,
-    options: &ActionOptions,
-    display: ProgressDisplay,
-    cancel: &CancellationToken,
-    out: &mut dyn Write,
-) -> anyhow::Result<()>
-where
-    S: OperatorStore + AuditLog,
-    D: RebuildDefinition<S>,
-{
-    let request = ActionRequest::Rebuild { name: name.into() };
-    let mut gather = settings.gather.clone();
-    gather.rebuild = definition.as_ref().map(|(_, target)| target.clone());
-    let facts = ops::gather(store, &request, &gather)
-        .await
-        .context("reading what the rebuild needs")?;
-    let plan = ops::plan(&request, &facts);
-    print_plan(out, &plan, settings.output)?;
-    let not_written = || serde_json::json!({ "plan": plan_json(&plan), "written": false });
-    if let Some(refusal) = &plan.refusal {
-        if settings.output == OutputFormat::Json {
-            print_json(out, not_written())?;
-        }
-        return Err(OpsError::Refused(refusal.clone()).into());
-    }
-    let Some((definition, _)) = definition else {
-        return Err(OpsError::WrongPlan(format!("no rebuild named {name}")).into());
-    };
-    if !options.execute {
-        match settings.output {
-            OutputFormat::Table => {
-                writeln!(out, "\nnothing written; re-run with --execute to apply")?
-            }
-            OutputFormat::Json => print_json(out, not_written())?,
-        }
-        return Ok(());
-    }
-    out.flush()?;
-    let (progress, receiver) = Progress::channel();
-    let shown = tokio::spawn(show_progress(receiver, display, name.to_string()));
-    let result = ops::rebuild(
-        store,
-        &plan,
-        definition,
-        &progress,
-        cancel,
-        options.reason.clone(),
-    )
-    .await;
-    drop(progress);
-    let _ = shown.await;
-    let done = match result {
-        Ok(done) => done,
-        Err(error) => return Err(print_failed(out, &plan, settings.output, error)?),
-    };
-    match settings.output {
-        OutputFormat::Table => write!(
-            out,
-            "\n{}rebuilt: {}; listeners replay from {}\n",
-            describe::executed_text(&done.executed),
-            escape_control(&done.report.summary),
-            done.t0
-        )?,
-        OutputFormat::Json => print_json(
-            out,
-            serde_json::json!({
-                "plan": plan_json(&plan),
-                "written": true,
-                "outcome": describe::executed_json(&done.executed),
-                "t0": { "t": done.t0.secs, "i": done.t0.inc },
-                "summary": done.report.summary,
-            }),
-        )?,
-    }
-    Ok(())
-}
-
-/// Draws progress until the sender is dropped.
-async fn show_progress(
-    mut receiver: watch::Receiver<RebuildProgress>,
-    display: ProgressDisplay,
-    name: String,
-) {
-    let bar = (display == ProgressDisplay::Bar).then(|| {
-        let bar = indicatif::ProgressBar::new(0);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
-                .progress_chars("=> "),
-        );
-        bar.set_prefix(format!("rebuild {}", escape_control(&name)));
-        bar
-    });
-    let mut last_line = String::new();
-    while receiver.changed().await.is_ok() {
-        let p = receiver.borrow_and_update().clone();
-        match (&bar, display) {
-            (Some(bar), _) => {
-                bar.set_length(p.total.unwrap_or(0));
-                bar.set_position(p.done);
-                bar.set_message(escape_control(&p.stage));
-            }
-            (None, ProgressDisplay::Lines) => {
-                let total = p.total.map_or_else(|| "?".into(), |t| t.to_string());
-                let line = format!(
-                    "rebuild {}: {}/{total} {}",
-                    escape_control(&name),
-                    p.done,
-                    escape_control(&p.stage)
-                );
-                if line != last_line {
-                    say(&line);
-                    last_line = line;
-                }
-            }
-            _ => {}
-        }
-    }
-    if let Some(bar) = bar {
-        bar.finish();
-    }
-}
-
-/// `audit`: the most recent records, newest first. A pending record (an action that
-/// has not said how it ended) is judged against its lease read now, with what to do.
-pub async fn run_audit<S: AuditLog + LeaseStore>(
-    store: &S,
-    limit: usize,
-    output: OutputFormat,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let listing = store
-        .audit_log(limit)
-        .await
-        .context("reading the audit log")?;
-    let records = listing.items;
-    let judged = judge_pending(store, &records).await?;
-    match output {
-        OutputFormat::Json => print_json(
-            out,
-            serde_json::Value::Array(
-                records
-                    .iter()
-                    .zip(&judged)
-                    .map(|(r, j)| describe::audit_json(r, j.as_ref()))
-                    .chain(listing.malformed.iter().map(describe::malformed_json))
-                    .collect(),
-            ),
-        ),
-        OutputFormat::Table => {
-            warn_malformed("audit record", &listing.malformed);
-            if records.is_empty() {
-                writeln!(out, "no audit records")?;
-                return Ok(());
-            }
-            let version = |l: &Option<crate::model::Lease>| {
-                l.as_ref()
-                    .map_or_else(|| "-".into(), |l| l.version.to_string())
-            };
-            let rows: Vec<[String; 9]> = records
-                .iter()
-                .map(|r| {
-                    [
-                        escape_control(&r.id),
-                        r.at.format("%Y-%m-%d %H:%M:%S").to_string(),
-                        escape_control(&r.operator),
-                        escape_control(&r.action),
-                        escape_control(&r.resource),
-                        r.state.as_str().to_uppercase(),
-                        match (&r.after, &r.intended) {
-                            // Not known yet: what it means to make, in brackets.
-                            (None, Some(intended)) => {
-                                format!("{} → ({})", version(&r.before), intended.version)
-                            }
-                            _ => format!("{} → {}", version(&r.before), version(&r.after)),
-                        },
-                        escape_control(&r.outcome),
-                        r.reason
-                            .as_deref()
-                            .map_or_else(|| "-".into(), escape_control),
-                    ]
-                })
-                .collect();
-            write!(
-                out,
-                "{}",
-                render_columns(
-                    [
-                        "ID", "AT", "OPERATOR", "ACTION", "RESOURCE", "STATE", "VERSION",
-                        "OUTCOME", "REASON"
-                    ],
-                    &rows
-                )
-            )?;
-            for (record, judgment) in records.iter().zip(&judged) {
-                if let Some(judgment) = judgment {
-                    writeln!(
-                        out,
-                        "pending {}: {} on {} by {} — {}",
-                        escape_control(&record.id),
-                        escape_control(&record.action),
-                        escape_control(&record.resource),
-                        escape_control(&record.operator),
-                        escape_control(&judgment.recovery)
-                    )?;
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
-/// Each pending record judged against its lease, read once per resource. A record
-/// that concerns no lease (a fold of increments) is judged without reading one.
-async fn judge_pending<S: LeaseStore>(
-    store: &S,
-    records: &[AuditRecord],
-) -> anyhow::Result<Vec<Option<PendingJudgment>>> {
-    let mut leases: BTreeMap<&str, Option<Lease>> = BTreeMap::new();
-    let pending: Vec<&AuditRecord> = records
-        .iter()
-        .filter(|r| r.state == AuditState::Pending && r.concerns_lease())
-        .collect();
-    // Whether a bulk lease has run out is the server's clock's call.
-    let at = if pending.is_empty() {
-        chrono::Utc::now()
-    } else {
-        store
-            .server_now()
-            .await
-            .context("reading the server's clock to judge pending audit records")?
-    };
-    for record in pending {
-        if !leases.contains_key(record.resource.as_str()) {
-            let lease = store.get(&record.resource).await.with_context(|| {
-                format!(
-                    "reading lease {} to judge pending audit record {}",
-                    escape_control(&record.resource),
-                    escape_control(&record.id)
-                )
-            })?;
-            leases.insert(&record.resource, lease);
-        }
-    }
-    Ok(records
-        .iter()
-        .map(|r| {
-            let now = leases.get(r.resource.as_str()).and_then(Option::as_ref);
-            r.judge_pending(now, at)
-        })
-        .collect())
-}
-
 // ---------------------------------------------------------------- against a cluster
 
 /// The guards that need nothing from the cluster, checked before connecting: read-only
@@ -668,7 +355,7 @@ pub fn refuse_before_connecting(
 
 /// [`refuse_before_connecting`], and with `--output json` the document a refused plan
 /// shows too: no plan (nothing was read), `written: false` (the error is merged in).
-fn refused_early(
+pub(super) fn refused_early(
     settings: &Settings,
     request: &ActionRequest,
     out: &mut dyn Write,
@@ -691,65 +378,10 @@ pub async fn action(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     refused_early(settings, &request, out)?;
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let mut action_settings = ActionSettings::from(settings);
     action_settings.gather.restart_hold = restart_hold;
     run_action(&store, request, &action_settings, options, out).await
-}
-
-pub async fn rebuild(
-    settings: &Settings,
-    args: &RebuildArgs,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    refused_early(
-        settings,
-        &ActionRequest::Rebuild {
-            name: args.name.clone(),
-        },
-        out,
-    )?;
-    let store = super::common::connect::connect(settings).await?;
-    let definition = settings.rebuilds.get(&args.name).map(|r| {
-        (
-            &r.definition,
-            RebuildTarget {
-                name: args.name.clone(),
-                resource: r.resource.clone(),
-                description: r.definition.describe(),
-            },
-        )
-    });
-    let cancel = CancellationToken::new();
-    let on_ctrl_c = cancel.clone();
-    let watcher = tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_ctrl_c.cancel();
-        }
-    });
-    let result = run_rebuild(
-        &store,
-        &args.name,
-        definition,
-        &ActionSettings::from(settings),
-        &args.options,
-        ProgressDisplay::for_stderr(),
-        &cancel,
-        out,
-    )
-    .await;
-    watcher.abort();
-    result
-}
-
-pub async fn audit(
-    settings: &Settings,
-    args: &AuditArgs,
-    out: &mut dyn Write,
-) -> anyhow::Result<()> {
-    let store = super::common::connect::connect(settings).await?;
-    let limit = usize::try_from(args.limit).unwrap_or(usize::MAX);
-    run_audit(&store, limit, settings.output, out).await
 }
 
 /// The longest `--hold`: long enough for any pause, far from date arithmetic limits.
@@ -768,8 +400,10 @@ mod tests {
     use chrono::{TimeDelta, Utc};
 
     use super::*;
+    use crate::model::Lease;
     use crate::model::{ClusterTime, LockKind, OplogWindow};
     use crate::ops::PlanFacts;
+    use crate::ops::RebuildTarget;
 
     /// Facts a plan could meet: no lease, a live one, a bulk one, with and without
     /// the oplog; read-only or not; the rebuild defined or not.
@@ -881,8 +515,9 @@ mod tests {
     #[test]
     fn read_only_an_unknown_rebuild_and_an_unaccepted_skip_refuse_before_connecting() {
         let settings = |read_only: bool| {
-            let mut settings = Settings::resolve(&super::super::settings::GlobalArgs::default())
-                .expect("defaults resolve");
+            let mut settings =
+                Settings::resolve(&crate::cli::common::settings::GlobalArgs::default())
+                    .expect("defaults resolve");
             settings.read_only = read_only;
             settings
         };

@@ -7,10 +7,10 @@ use std::io::Write;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use super::exit::UsageError;
-use super::lease_table::render_columns;
-use super::output::{print_json, tell_early_refusal};
-use super::settings::{ActingArgs, OutputFormat, Settings};
+use crate::cli::common::exit::UsageError;
+use crate::cli::common::lease_table::render_columns;
+use crate::cli::common::output::{print_json, tell_early_refusal};
+use crate::cli::common::settings::{ActingArgs, OutputFormat, Settings};
 use crate::model::text::escape_control;
 use crate::model::FOLD_INCREMENTS_ACTION;
 use crate::ops::{self, FoldError, FoldPlan, FoldReport, OpsError};
@@ -50,7 +50,7 @@ pub struct FoldArgs {
     #[arg(long)]
     pub execute: bool,
     /// Why, for the audit record (at most 1,024 characters).
-    #[arg(long, value_parser = super::limits::reason)]
+    #[arg(long, value_parser = crate::cli::common::limits::reason)]
     pub reason: Option<String>,
     #[command(flatten)]
     pub common: ActingArgs,
@@ -104,7 +104,7 @@ pub async fn run(
     let IncrementsCommand::Fold(args) = &args.command;
     tell_early_refusal(refuse_read_only(settings.read_only), settings.output, out)?;
     let counter = args.counter()?;
-    let store = super::common::connect::connect(settings).await?;
+    let store = crate::cli::common::connect::connect(settings).await?;
     let fold = FoldSettings {
         operator: settings.operator.clone(),
         output: settings.output,
@@ -357,7 +357,7 @@ mod tests {
         let (gets, clock) = (&store.calls().get, &store.calls().server_now);
         let before = (gets.load(Ordering::Relaxed), clock.load(Ordering::Relaxed));
         let mut out = Vec::new();
-        super::super::guarded::run_audit(&store, 5, OutputFormat::Json, &mut out)
+        crate::cli::commands::audit::run_audit(&store, 5, OutputFormat::Json, &mut out)
             .await
             .unwrap();
         let after = (gets.load(Ordering::Relaxed), clock.load(Ordering::Relaxed));
@@ -376,15 +376,15 @@ mod tests {
     fn read_only_refuses_and_bad_fields_are_usage_errors() {
         let refused = refuse_read_only(true).unwrap_err();
         assert_eq!(
-            super::super::exit::code_of(&refused),
-            super::super::exit::REFUSED
+            crate::cli::common::exit::code_of(&refused),
+            crate::cli::common::exit::REFUSED
         );
         let mut bad = args(false);
         bad.field = "a.b".into();
         let error = bad.counter().unwrap_err();
         assert_eq!(
-            super::super::exit::code_of(&error),
-            super::super::exit::USAGE
+            crate::cli::common::exit::code_of(&error),
+            crate::cli::common::exit::USAGE
         );
     }
 }

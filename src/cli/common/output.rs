@@ -16,8 +16,8 @@ use std::process::ExitCode;
 
 use serde_json::{json, Map, Value};
 
-use super::exit;
-use super::settings::OutputFormat;
+use crate::cli::common::exit;
+use crate::cli::common::settings::OutputFormat;
 use crate::model::text::escape_control;
 use crate::store::mongo::redact_message;
 
@@ -210,6 +210,18 @@ pub fn warn_malformed(what: &str, malformed: &[crate::store::MalformedDocument])
             escape_control(&document.to_string())
         ));
     }
+}
+
+/// The plan as JSON, with the exit code its refusal (if any) means.
+pub fn plan_json(plan: &crate::ops::Plan) -> serde_json::Value {
+    let mut json = crate::ops::describe::plan_json(plan);
+    if let (Some(refusal), Some(shown)) = (
+        &plan.refusal,
+        json.get_mut("refusal").and_then(|r| r.as_object_mut()),
+    ) {
+        shown.insert("exitCode".into(), exit::for_refusal(refusal).into());
+    }
+    json
 }
 
 #[cfg(test)]

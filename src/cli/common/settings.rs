@@ -7,8 +7,8 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
 
-use super::exit::{InvalidConfig, UsageError};
-use super::limits;
+use crate::cli::common::exit::{InvalidConfig, UsageError};
+use crate::cli::common::limits;
 use crate::model::text::escape_control;
 use crate::model::{HealthThresholds, StreamProfile};
 use crate::ops::PipelineRebuild;
