@@ -1,3 +1,5 @@
+// Long: one estimate; the model of how the oplog is truncated (below) and the bounds
+// drawn from it read best together.
 //! Time to loss: when a lease's resume point may leave the oplog, and when it surely has.
 //!
 //! # What makes history leave

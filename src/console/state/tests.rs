@@ -1,3 +1,4 @@
+// Long: unit tests of the console's state, one per key and event, sharing fixtures.
 use chrono::TimeZone;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers, MouseButton, MouseEvent, MouseEventKind};
 

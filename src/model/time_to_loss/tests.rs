@@ -1,3 +1,5 @@
+// Long: unit and property tests of the time to loss against a simulated oplog, one per
+// rule, sharing its fixtures.
 use std::time::Duration;
 
 use proptest::prelude::*;

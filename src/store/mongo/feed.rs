@@ -1,10 +1,11 @@
-//! `ChangeFeed` on MongoDB: change streams, the oplog window, the cluster time, and
-//! the replica set members for the console header.
+// Long: the change stream on the driver, from opening (resume, partitions, images) to
+// reading ahead and joining split events, and the oplog window it is judged against.
+//! `ChangeFeed` on MongoDB: change streams, the oplog window and the cluster time (the
+//! replica set's members are in `members.rs`).
 
 use std::time::Duration;
 
 use bson::{doc, Bson, Document, RawDocumentBuf};
-use chrono::{DateTime, Utc};
 use mongodb::change_stream::session::SessionChangeStream;
 use mongodb::options::FullDocumentType;
 use mongodb::{Client, ClientSession};
@@ -17,8 +18,8 @@ use super::read_pace::ReadPace;
 use super::split_event::Fragments;
 use super::MongoStore;
 use crate::model::{
-    ClusterTime, Deployment, MemberLag, OplogAccess, OplogWindow, Partition, ResumeToken,
-    ShardOplog, ShardWindows, StreamProfile, Topology, WatchedCollection,
+    ClusterTime, Deployment, OplogAccess, OplogWindow, Partition, ResumeToken, ShardOplog,
+    ShardWindows, StreamProfile, Topology, WatchedCollection,
 };
 use crate::store::{
     ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint,
@@ -29,39 +30,6 @@ pub(super) const OPLOG_HINT: &str =
     "the clusterMonitor role, or read on the local database (readAnyDatabase does not cover local)";
 const STREAM_HINT: &str =
     "find and changeStream on the watched collection (the built-in read role has both)";
-
-/// One member of the replica set, as `replSetGetStatus` reports it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ReplicaMember {
-    pub name: String,
-    pub state: MemberState,
-    pub healthy: bool,
-    pub optime: Option<ClusterTime>,
-    /// How far this member's last applied write is behind the primary's, or why that
-    /// is not known (unreachable, no optime).
-    pub lag: MemberLag,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemberState {
-    Primary,
-    Secondary,
-    Arbiter,
-    /// Any other `stateStr` (RECOVERING, STARTUP2, DOWN, …).
-    Other(String),
-}
-
-impl MemberState {
-    /// The server's `stateStr`.
-    pub fn as_str(&self) -> &str {
-        match self {
-            MemberState::Primary => "PRIMARY",
-            MemberState::Secondary => "SECONDARY",
-            MemberState::Arbiter => "ARBITER",
-            MemberState::Other(s) => s,
-        }
-    }
-}
 
 fn driver_token(token: &ResumeToken) -> StoreResult<mongodb::change_stream::event::ResumeToken> {
     bson::from_document(token.as_document().clone()).map_err(|e| {
@@ -142,18 +110,6 @@ impl MongoStore {
             },
             window,
         ))
-    }
-
-    /// `replSetGetStatus`: the members with state and replication lag behind the primary.
-    pub async fn members(&self) -> StoreResult<Vec<ReplicaMember>> {
-        let action = "read the replica set status";
-        let admin = self.client.database("admin");
-        let reply = with_one_retry(self.timeout(), action, || {
-            std::future::IntoFuture::into_future(admin.run_command(doc! { "replSetGetStatus": 1 }))
-        })
-        .await
-        .map_err(|e| e.into_store_hinted(action, "the clusterMonitor role"))?;
-        parse_members(&reply)
     }
 
     /// The first startable and the last entry of the oplog `client` reaches.
@@ -985,178 +941,5 @@ impl MongoChangeStream {
     }
 }
 
-/// The members of a `replSetGetStatus` reply, each with its replication lag behind the
-/// primary. A member that is not healthy (unreachable: `health: 0`, its `optimeDate`
-/// the epoch) has no lag to show, rather than decades of it.
-pub(crate) fn parse_members(reply: &Document) -> StoreResult<Vec<ReplicaMember>> {
-    let malformed = |detail: String| StoreError::Malformed {
-        what: "replSetGetStatus reply".into(),
-        detail,
-    };
-    let members = reply
-        .get_array("members")
-        .map_err(|e| malformed(format!("field members: {e}")))?;
-    let mut parsed = Vec::with_capacity(members.len());
-    for member in members {
-        let Bson::Document(member) = member else {
-            return Err(malformed(
-                "field members: an entry is not a document".into(),
-            ));
-        };
-        let name = member
-            .get_str("name")
-            .map_err(|e| malformed(format!("field members.name: {e}")))?
-            .to_string();
-        let state = match member.get_str("stateStr").unwrap_or("UNKNOWN") {
-            "PRIMARY" => MemberState::Primary,
-            "SECONDARY" => MemberState::Secondary,
-            "ARBITER" => MemberState::Arbiter,
-            other => MemberState::Other(other.to_string()),
-        };
-        let healthy = match member.get("health") {
-            Some(Bson::Double(h)) => *h > 0.0,
-            Some(Bson::Int32(h)) => *h > 0,
-            Some(Bson::Int64(h)) => *h > 0,
-            _ => false,
-        };
-        // An unreachable member's optime is `Timestamp(0, 0)`: none known, not 1970.
-        let optime = member
-            .get_document("optime")
-            .ok()
-            .and_then(|o| o.get_timestamp("ts").ok())
-            .filter(|ts| ts.time != 0 || ts.increment != 0)
-            .map(ClusterTime::from);
-        parsed.push((
-            ReplicaMember {
-                name,
-                state,
-                healthy,
-                optime,
-                lag: MemberLag::Unknown,
-            },
-            member
-                .get_datetime("optimeDate")
-                .ok()
-                .map(|d| d.to_chrono()),
-        ));
-    }
-    let primary_date: Option<DateTime<Utc>> = parsed
-        .iter()
-        .find(|(m, _)| m.state == MemberState::Primary)
-        .and_then(|(_, d)| *d);
-    Ok(parsed
-        .into_iter()
-        .map(|(mut member, date)| {
-            member.lag = MemberLag::of(member.healthy, date, primary_date);
-            member
-        })
-        .collect())
-}
-
 #[cfg(test)]
-mod member_tests {
-    use super::*;
-    use bson::Timestamp;
-
-    fn member(name: &str, health: f64, state: &str, secs: u32) -> Document {
-        doc! {
-            "name": name,
-            "health": health,
-            "stateStr": state,
-            "optime": {
-                "ts": Timestamp { time: secs, increment: u32::from(secs != 0) },
-                "t": 1_i64,
-            },
-            "optimeDate": bson::DateTime::from_millis(i64::from(secs) * 1000),
-        }
-    }
-
-    /// Each end of the window is its entry's `ts`; no entry, or one without a
-    /// timestamp, is the window unknown, with why.
-    #[test]
-    fn an_oplog_edge_is_its_entry_ts_or_why_the_window_is_unknown() {
-        let entry = doc! { "ts": Timestamp { time: 100, increment: 2 } };
-        assert_eq!(
-            edge_time(Some(&entry), "last"),
-            Ok(ClusterTime::new(100, 2))
-        );
-        let none = edge_time(None, "startable (op != \"n\")").unwrap_err();
-        assert!(
-            none.contains("shows this user no startable") && none.contains("Atlas shared tier"),
-            "{none}"
-        );
-        let wrong = edge_time(Some(&doc! { "ts": "yesterday" }), "last").unwrap_err();
-        assert!(
-            wrong.contains("last entry cannot be read") && wrong.contains("ts"),
-            "{wrong}"
-        );
-        let missing = edge_time(Some(&doc! {}), "last").unwrap_err();
-        assert!(missing.contains("missing"), "{missing}");
-    }
-
-    /// A server's refusal (other than a missing privilege) or an unreadable reply
-    /// leaves the window unknown; a missing privilege keeps naming its role, and a
-    /// failed connection stays a failure.
-    #[test]
-    fn an_oplog_read_the_server_answers_otherwise_leaves_the_window_unknown() {
-        let atlas = StoreError::Command {
-            code: 8000,
-            message: "user is not allowed to do action [find] on [local.oplog.rs]".into(),
-        };
-        assert!(
-            matches!(window_read_error(atlas), StoreError::OplogUnknown(why) if why.contains("8000"))
-        );
-        let garbled = StoreError::Malformed {
-            what: "server reply".into(),
-            detail: "missing field `cursor`".into(),
-        };
-        assert!(matches!(
-            window_read_error(garbled),
-            StoreError::OplogUnknown(why) if why.contains("cursor")
-        ));
-        let refused = StoreError::NotPermitted {
-            action: "read the oplog".into(),
-            detail: "not authorized".into(),
-            hint: OPLOG_HINT.into(),
-        };
-        assert!(matches!(
-            window_read_error(refused),
-            StoreError::NotPermitted { .. }
-        ));
-        let lost = StoreError::Network("reset".into());
-        assert!(matches!(window_read_error(lost), StoreError::Network(_)));
-        // A failover or a slow read is the read's failure, not an unknowable window.
-        for code in [10107, 189, 11602, 50] {
-            let transient = StoreError::Command {
-                code,
-                message: "not now".into(),
-            };
-            assert!(
-                matches!(window_read_error(transient), StoreError::Command { code: c, .. } if c == code),
-                "{code}"
-            );
-        }
-    }
-
-    /// Shaped as MongoDB 6.0.5 answers while one member of three is down: the down
-    /// member has `health: 0`, `stateStr: "(not reachable/healthy)"`, and an optime at
-    /// the epoch (`ts: Timestamp(0, 0)`, `optimeDate: 1970-01-01`).
-    #[test]
-    fn an_unreachable_member_has_no_lag_instead_of_decades() {
-        let reply = doc! { "members": [
-            member("a:1", 1.0, "PRIMARY", 1_795_000_000),
-            member("b:2", 1.0, "SECONDARY", 1_794_999_997),
-            member("c:3", 0.0, "(not reachable/healthy)", 0),
-        ] };
-        let members = parse_members(&reply).expect("parses");
-        assert_eq!(members[0].lag, MemberLag::Behind(Duration::ZERO));
-        assert_eq!(members[1].lag, MemberLag::Behind(Duration::from_secs(3)));
-        assert!(!members[2].healthy);
-        assert_eq!(members[2].lag, MemberLag::Unreachable, "{:?}", members[2]);
-        assert_eq!(members[2].optime, None, "no optime rather than the epoch");
-        assert_eq!(
-            members[2].state,
-            MemberState::Other("(not reachable/healthy)".into())
-        );
-    }
-}
+mod tests;

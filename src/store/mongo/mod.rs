@@ -21,6 +21,7 @@ mod increments;
 mod lease_hub;
 mod lease_write;
 mod leases;
+mod members;
 mod membership;
 mod oplog_stats;
 mod prefetch;
@@ -40,10 +41,11 @@ use mongodb::{Client, Collection};
 
 pub use capped::MongoTail;
 pub use connect::MongoSettings;
-#[cfg(test)]
-pub(crate) use feed::parse_members;
-pub use feed::{MemberState, MongoChangeStream, ReplicaMember};
+pub use feed::MongoChangeStream;
 pub use lease_hub::MongoLeaseWatch;
+#[cfg(test)]
+pub(crate) use members::parse_members;
+pub use members::{MemberState, ReplicaMember};
 pub use redact::{redact_message, redact_uri, ConnectionString};
 
 use crate::model::{Deployment, StreamProfile};
