@@ -11,5 +11,6 @@ pub mod engine;
 #[cfg(feature = "metrics")]
 pub mod metrics;
 pub mod model;
+pub mod observe;
 pub mod ops;
 pub mod store;

@@ -7,21 +7,24 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// Each top-level module and what it may import, lowest first.
-const LAYERS: [(&str, &[&str]); 8] = [
+const LAYERS: [(&str, &[&str]); 9] = [
     ("model", &[]),
     ("store", &["model"]),
     ("engine", &["model", "store"]),
     ("ops", &["model", "store"]),
+    ("observe", &["model", "store"]),
     ("metrics", &["model", "store", "engine"]),
     ("demo", &["model", "store", "engine", "ops", "metrics"]),
     (
         "console",
-        &["model", "store", "engine", "ops", "metrics", "demo"],
+        &[
+            "model", "store", "engine", "ops", "observe", "metrics", "demo",
+        ],
     ),
     (
         "cli",
         &[
-            "model", "store", "engine", "ops", "metrics", "demo", "console",
+            "model", "store", "engine", "ops", "observe", "metrics", "demo", "console",
         ],
     ),
 ];

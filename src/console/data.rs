@@ -96,11 +96,4 @@ impl DataSource {
     }
 }
 
-/// One replica-set member as the header shows it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct MemberRow {
-    pub name: String,
-    pub state: String,
-    pub healthy: bool,
-    pub lag: crate::model::MemberLag,
-}
+pub use crate::observe::MemberRow;

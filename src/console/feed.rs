@@ -12,9 +12,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::data::{DataEvent, DataSource};
-use super::probe::{ClusterProbe, WriteRate};
 use crate::engine::ListenerSnapshot;
 use crate::model::{Deployment, Lease, LossTracker, OplogAccess};
+use crate::observe::{ClusterProbe, WriteRate};
 use crate::store::{
     read_capped_windows, read_time_to_loss, AuditLog, CappedFeed, LeaseScope, LeaseStore,
     LeaseWatch, StoreError,

@@ -9,7 +9,6 @@ pub mod data;
 pub mod feed;
 pub mod keymap;
 pub mod layout;
-pub mod probe;
 pub mod state;
 pub mod terminal;
 pub mod theme;

@@ -17,7 +17,6 @@ use crate::console::action_runner::{ActionCommand, ActionRunner};
 use crate::console::app::{self, AppContext};
 use crate::console::data::DataEvent;
 use crate::console::feed::{self, FeedIntervals, ListenerSource};
-use crate::console::probe::ClusterProbe;
 use crate::console::state::{ConsoleSetup, ConsoleState, Mode};
 use crate::console::terminal::{self, TerminalGuard};
 use crate::console::theme::ThemeChoice;
@@ -25,6 +24,7 @@ use crate::demo::rebuild::PetRebuild;
 use crate::demo::runtime::{DemoConfig, DemoRuntime};
 use crate::demo::DemoNamespaces;
 use crate::model::text::escape_control;
+use crate::observe::ClusterProbe;
 use crate::ops::{GatherOptions, RebuildDefinition, RebuildTarget};
 
 /// How the interactive console looks and behaves.

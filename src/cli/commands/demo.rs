@@ -18,7 +18,7 @@ use crate::demo::runtime::{DemoConfig, DemoRuntime, DEMO_OPLOG_MIB};
 use crate::demo::workload::WorkloadConfig;
 use crate::model::text::short_duration;
 use crate::model::HealthThresholds;
-use crate::store::{ChangeFeed, LeaseStore};
+use crate::observe::ClusterSnapshot;
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -194,23 +194,14 @@ async fn render_frame(
     tracker: &mut crate::model::LossTracker,
 ) -> anyhow::Result<String> {
     let store = &demo.store;
-    let mut leases = store
-        .list()
+    // As `streamward leases` reads a cluster: the same snapshot, the same statuses.
+    let snapshot = ClusterSnapshot::read(store)
         .await
-        .context("listing the sandbox's leases")?
-        .items;
-    // As `streamward leases` lists them: partitions under their resource.
-    leases.sort_by(|a, b| crate::model::lease_order(&a.resource, &b.resource));
-    let window = store
-        .oplog_window()
-        .await
-        .context("reading the sandbox's change log window")?;
-    let now = store.clock().now();
-    let losses = crate::store::read_time_to_loss(store, tracker, now, &leases).await;
+        .context("reading the sandbox")?;
+    let losses = snapshot.time_to_loss(store, tracker).await;
     // shop.events is measured against its capped collection, the others the oplog.
-    let windows = crate::store::read_capped_windows(store, &leases)
-        .await
-        .source_windows(Some(window));
+    let windows = snapshot.windows();
+    let (leases, now) = (&snapshot.leases, snapshot.now);
     let rows: Vec<LeaseRow> = leases
         .iter()
         .map(|l| {
@@ -230,14 +221,20 @@ async fn render_frame(
         .headline(chrono::Utc::now())
         .map(|line| format!("! {line}\n"))
         .unwrap_or_default();
+    let window = match snapshot.window {
+        Some(window) => format!(
+            "window {} from {} to {}",
+            short_duration(window.length()),
+            window.first,
+            window.last
+        ),
+        None => "window unknown".to_string(),
+    };
     Ok(format!(
-        "streamward demo (embedded sandbox) — up {} — window {} from {} to {}\n{workload}\n{}{}\n{}",
+        "streamward demo (embedded sandbox) — up {} — {window}\n{workload}\n{}{}\n{}",
         short_duration(elapsed),
-        short_duration(window.length()),
-        window.first,
-        window.last,
         render_leases(&rows),
-        render_failures(&leases),
+        render_failures(leases),
         render_listeners(&snapshots)
     ))
 }

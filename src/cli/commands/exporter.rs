@@ -7,14 +7,14 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::commands::leases::Snapshot;
 use crate::cli::common::connect::connect;
 use crate::cli::common::output::say;
 use crate::cli::common::settings::{ClusterArgs, ConfigArgs, Settings};
-use crate::console::probe::WriteRate;
 use crate::metrics::serve::{serve, MetricsServer};
 use crate::metrics::{ClusterMetrics, ClusterSample, EngineMetrics};
+use crate::model::text::escape_control;
 use crate::model::LossTracker;
+use crate::observe::{ClusterSnapshot, WriteRate};
 
 /// Where the endpoint listens unless told otherwise: this host only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9716";
@@ -92,7 +92,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
             _ = &mut terminated => break,
             _ = ticker.tick() => {}
         }
-        match Snapshot::read(&store, settings).await {
+        match ClusterSnapshot::read(&store).await {
             Ok(snapshot) => {
                 // NaN, not the last figure, when the rate could not be counted this time.
                 let ops_per_sec = match snapshot.window {
@@ -106,15 +106,21 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
                     leases: &snapshot.leases,
                     malformed: snapshot.malformed.len(),
                     window: snapshot.window,
-                    topology: Some(&snapshot.topology),
+                    topology: snapshot.topology.as_ref(),
                     now: snapshot.now,
                     ops_per_sec,
                     thresholds: &settings.thresholds,
                 });
             }
             Err(error) => {
-                tracing::warn!(error = %format!("{error:#}"), "reading the cluster failed");
-                say(format_args!("warning: {error:#}"));
+                let error = anyhow::Error::new(error).context(format!(
+                    "reading the cluster (leases in {})",
+                    settings.leases
+                ));
+                // Redacted: a driver error may quote the connection string.
+                let message = crate::cli::common::output::error_message(&error);
+                tracing::warn!(error = %message, "reading the cluster failed");
+                say(format_args!("warning: {}", escape_control(&message)));
                 metrics.record_failure();
             }
         }

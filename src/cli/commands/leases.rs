@@ -20,15 +20,12 @@ use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::{
     capped_collection, vanished_leases, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
-    LossTime, LossTracker, OplogWindow, Pending, SourceWindows, TimeToLoss, Topology,
-    VanishedLease,
+    LossTime, LossTracker, OplogWindow, Pending, SourceWindows, TimeToLoss, VanishedLease,
 };
+use crate::observe::ClusterSnapshot;
 use crate::ops::describe;
 use crate::store::mongo::MongoStore;
-use crate::store::{
-    read_capped_windows, read_time_to_loss, AuditLog, CappedReading, LeaseStore, LossReading,
-    MalformedDocument,
-};
+use crate::store::{AuditLog, LossReading};
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -61,77 +58,39 @@ fn parse_interval(text: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
-/// Everything one listing shows.
+/// What `leases` shows: one read of the cluster, each lease's time to loss predicted from
+/// it, and the leases the audit log names that are gone.
 pub(super) struct Snapshot {
-    pub(super) leases: Vec<Lease>,
-    pub(super) malformed: Vec<MalformedDocument>,
-    /// `None` when the oplog cannot be read: headroom and history status unknown, lag by the clock.
-    pub(super) window: Option<OplogWindow>,
-    /// What the cluster is; says why the window is unknown when it is.
-    pub(super) topology: Topology,
-    /// The entries' windows of the capped collections capped leases tail, which those
-    /// leases are measured against instead of the oplog.
-    pub(super) capped: CappedReading,
+    pub(super) cluster: ClusterSnapshot,
     /// Each lease's time to loss, once predicted ([`Snapshot::predict_loss`]).
     pub(super) loss: LossReading,
     /// Leases the audit log names that the collection no longer holds (or holds at a
     /// lower version): dropped or deleted under their listeners.
     pub(super) vanished: Vec<VanishedLease>,
-    pub(super) now: DateTime<Utc>,
 }
 
 impl Snapshot {
     pub(super) async fn read(store: &MongoStore, settings: &Settings) -> anyhow::Result<Snapshot> {
-        let mut listing = store
-            .list()
+        let cluster = ClusterSnapshot::read(store)
             .await
-            .with_context(|| format!("listing leases in {}", settings.leases))?;
-        // A partitioned resource's leases together, under its own (docs/protocol.md,
-        // "Partitions"), in every view of the snapshot: `leases`, `--watch`, `--check`.
-        listing
-            .items
-            .sort_by(|a, b| crate::model::lease_order(&a.resource, &b.resource));
-        let (topology, window) = store
-            .topology()
-            .await
-            .context("reading what the cluster is and its oplog window")?;
-        let now = store
-            .server_now()
-            .await
-            .context("reading the server's clock")?;
-        let capped = read_capped_windows(store, &listing.items).await;
+            .with_context(|| format!("reading the cluster (leases in {})", settings.leases))?;
         Ok(Snapshot {
-            vanished: Vec::new(),
-            leases: listing.items,
-            malformed: listing.malformed,
-            window,
-            topology,
-            capped,
-            now,
+            cluster,
             loss: LossReading::default(),
+            vanished: Vec::new(),
         })
     }
 
     /// [`Snapshot::time_to_loss`], kept with the snapshot for its table and JSON.
     async fn predict_loss(&mut self, store: &MongoStore, tracker: &mut LossTracker) {
-        self.loss = self.time_to_loss(store, tracker).await;
-    }
-
-    /// Adds this read to `tracker` and predicts each lease's time to loss from it
-    /// ([`read_time_to_loss`]); nothing is predicted on the tracker's first read.
-    pub(super) async fn time_to_loss(
-        &self,
-        store: &MongoStore,
-        tracker: &mut LossTracker,
-    ) -> LossReading {
-        read_time_to_loss(store, tracker, self.now, &self.leases).await
+        self.loss = self.cluster.time_to_loss(store, tracker).await;
     }
 
     /// Finds the leases the audit log names that are gone or went back (for a one-shot
     /// listing and `--check`; `--watch` does not read the audit log at every tick).
     async fn find_vanished(&mut self, store: &MongoStore) {
         self.vanished = match store.audit_log(VANISHED_AUDIT_SCAN).await {
-            Ok(audit) => vanished_leases(&audit.items, &self.leases),
+            Ok(audit) => vanished_leases(&audit.items, &self.cluster.leases),
             // Without the audit log nothing can be said of what was there before.
             Err(error) => {
                 tracing::debug!(%error, "the audit log could not be read to find vanished leases");
@@ -150,10 +109,10 @@ impl Snapshot {
     /// Said on stderr when the oplog cannot be read: what the cluster is and what
     /// follows; and for each capped collection that could not be read, why.
     fn note_window_unknown(&self) {
-        if self.window.is_none() {
-            say(format_args!("note: {}", self.topology));
+        if let (None, Some(topology)) = (self.cluster.window, &self.cluster.topology) {
+            say(format_args!("note: {topology}"));
         }
-        for why in self.capped.unread.values() {
+        for why in self.cluster.capped.unread.values() {
             say(format_args!(
                 "note: {}; the headroom and history status of its leases are unknown",
                 escape_control(why)
@@ -161,16 +120,15 @@ impl Snapshot {
         }
     }
 
-    /// The history each lease is measured against: the oplog, or its capped collection.
-    pub(super) fn windows(&self) -> SourceWindows {
-        self.capped.source_windows(self.window)
+    fn windows(&self) -> SourceWindows {
+        self.cluster.windows()
     }
 
     fn health(&self, lease: &Lease, thresholds: &HealthThresholds) -> LeaseHealth {
         LeaseHealth::assess_with(
             lease,
             self.windows().for_lease(lease),
-            self.now,
+            self.cluster.now,
             thresholds,
             &self.loss.evidence(&lease.resource),
         )
@@ -184,16 +142,23 @@ impl Snapshot {
     ) -> Vec<Value> {
         let windows = self.windows();
         let shown = leases.iter().map(|l| {
-            let mut json = lease_json(l, windows.for_lease(l), self.now, thresholds, &self.loss);
+            let mut json = lease_json(
+                l,
+                windows.for_lease(l),
+                self.cluster.now,
+                thresholds,
+                &self.loss,
+            );
             if let (Some(name), Some(fields)) = (capped_collection(l), json.as_object_mut()) {
                 fields.insert(
                     "historyUnknown".into(),
-                    json!(self.capped.unread.get(&name)),
+                    json!(self.cluster.capped.unread.get(&name)),
                 );
             }
             json
         });
         let unreadable = self
+            .cluster
             .malformed
             .iter()
             .filter(|_| malformed)
@@ -209,7 +174,7 @@ impl Snapshot {
                 LeaseRow::new(
                     l,
                     windows.for_lease(l),
-                    self.now,
+                    self.cluster.now,
                     thresholds,
                     &self.loss.evidence(&l.resource),
                 )
@@ -228,13 +193,14 @@ impl Snapshot {
     /// not the token or the lag, which move with every commit.
     fn fingerprint(&self, thresholds: &HealthThresholds) -> Vec<String> {
         let mut seen: Vec<String> = self
+            .cluster
             .leases
             .iter()
             .map(|l| {
                 format!(
                     "{:?} {:?} {} {} {} {:?}",
                     l.resource,
-                    l.live_holder(self.now),
+                    l.live_holder(self.cluster.now),
                     l.version,
                     l.kind,
                     self.health(l, thresholds).status.label(),
@@ -242,7 +208,12 @@ impl Snapshot {
                 )
             })
             .collect();
-        seen.extend(self.malformed.iter().map(|m| format!("malformed {m}")));
+        seen.extend(
+            self.cluster
+                .malformed
+                .iter()
+                .map(|m| format!("malformed {m}")),
+        );
         seen
     }
 }
@@ -305,7 +276,7 @@ pub async fn leases(
         return watch(&store, settings, args.interval, out).await;
     }
     let mut snapshot = Snapshot::read(&store, settings).await?;
-    if snapshot.window.is_some() && !snapshot.leases.is_empty() {
+    if snapshot.cluster.window.is_some() && !snapshot.cluster.leases.is_empty() {
         // One read gives the oplog's average fill rate, so the time to loss (and with
         // it AT RISK) is known from it, `--check` included.
         let mut tracker = LossTracker::default();
@@ -318,11 +289,14 @@ pub async fn leases(
     snapshot.note_window_unknown();
     snapshot.warn_vanished();
     let thresholds = settings.thresholds;
-    let all: Vec<&Lease> = snapshot.leases.iter().collect();
+    let all: Vec<&Lease> = snapshot.cluster.leases.iter().collect();
     match settings.output {
         OutputFormat::Table => {
-            crate::cli::common::output::warn_malformed("lease document", &snapshot.malformed);
-            if all.is_empty() && snapshot.malformed.is_empty() {
+            crate::cli::common::output::warn_malformed(
+                "lease document",
+                &snapshot.cluster.malformed,
+            );
+            if all.is_empty() && snapshot.cluster.malformed.is_empty() {
                 writeln!(out, "no leases in {}", settings.leases)?;
                 return Ok(());
             }
@@ -340,6 +314,7 @@ pub async fn leases(
 fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()> {
     let thresholds = settings.thresholds;
     let problems: Vec<&Lease> = snapshot
+        .cluster
         .leases
         .iter()
         .filter(|l| NEEDS_ATTENTION.contains(&snapshot.health(l, &thresholds).status))
@@ -355,6 +330,7 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
         })
         .chain(
             snapshot
+                .cluster
                 .malformed
                 .iter()
                 .map(|m| format!("{} MALFORMED", escape_control(&m.to_string()))),
@@ -367,22 +343,26 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
         )
         .collect();
     snapshot.warn_vanished();
-    let total = snapshot.leases.len() + snapshot.malformed.len() + snapshot.vanished.len();
+    let total =
+        snapshot.cluster.leases.len() + snapshot.cluster.malformed.len() + snapshot.vanished.len();
     match settings.output {
         OutputFormat::Table if named.is_empty() => {
-            if snapshot.window.is_some() {
+            if snapshot.cluster.window.is_some() {
                 writeln!(out, "ok: {total} leases, none {}", needs_attention_list())?;
             }
         }
         OutputFormat::Table => {
-            crate::cli::common::output::warn_malformed("lease document", &snapshot.malformed);
+            crate::cli::common::output::warn_malformed(
+                "lease document",
+                &snapshot.cluster.malformed,
+            );
             if !problems.is_empty() {
                 write!(out, "{}", snapshot.table(&thresholds, &problems))?;
             }
         }
         OutputFormat::Json => {
             let document = json!({
-                "ok": named.is_empty() && snapshot.window.is_some(),
+                "ok": named.is_empty() && snapshot.cluster.window.is_some(),
                 "leases": total,
                 "problems": snapshot.json(&thresholds, &problems, true),
                 "vanished": snapshot.vanished.iter().map(|v| json!({
@@ -402,11 +382,14 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
         ))
         .into());
     }
-    if snapshot.window.is_none() {
+    if snapshot.cluster.window.is_none() {
         // AT RISK and LOST cannot be told without the oplog: not a pass.
+        let why = snapshot.cluster.topology.as_ref().map_or_else(
+            || "the oplog window is unknown".to_string(),
+            ToString::to_string,
+        );
         return Err(OplogUnknown(format!(
-            "cannot check for AT RISK and LOST leases without reading the oplog: {}",
-            snapshot.topology
+            "cannot check for AT RISK and LOST leases without reading the oplog: {why}"
         ))
         .into());
     }
@@ -464,7 +447,7 @@ async fn watch(
         if shown.as_ref() == Some(&fingerprint) {
             continue;
         }
-        let all: Vec<&Lease> = snapshot.leases.iter().collect();
+        let all: Vec<&Lease> = snapshot.cluster.leases.iter().collect();
         match settings.output {
             OutputFormat::Json => {
                 let items = snapshot.json(&thresholds, &all, true);
@@ -480,10 +463,13 @@ async fn watch(
                     out,
                     "leases in {} at {}",
                     settings.leases,
-                    snapshot.now.format("%Y-%m-%d %H:%M:%S UTC")
+                    snapshot.cluster.now.format("%Y-%m-%d %H:%M:%S UTC")
                 )?;
-                crate::cli::common::output::warn_malformed("lease document", &snapshot.malformed);
-                if all.is_empty() && snapshot.malformed.is_empty() {
+                crate::cli::common::output::warn_malformed(
+                    "lease document",
+                    &snapshot.cluster.malformed,
+                );
+                if all.is_empty() && snapshot.cluster.malformed.is_empty() {
                     writeln!(out, "no leases")?;
                 } else {
                     write!(out, "{}", snapshot.table(&thresholds, &all))?;

@@ -1,17 +1,27 @@
-//! What the console reads about a cluster beyond the store ports: who it is, its
-//! members, and how busy its oplog is.
+//! What the views read about a cluster beyond the store ports: who it is, its members,
+//! and how busy its oplog is.
 
 use std::future::Future;
 
-use super::data::MemberRow;
 use crate::model::{ClusterTime, OplogWindow, Topology};
+#[cfg(feature = "mongo")]
 use crate::store::mongo::MongoStore;
+#[cfg(feature = "sandbox")]
 use crate::store::sandbox::SandboxStore;
 use crate::store::{CheckpointStore, MembershipStore, OplogFigures, OpsStore, StoreResult};
 
 /// Entries counted per oplog read at most; beyond that the rate shows as a lower bound
 /// (a bound on the read's cost: the exporter reads every 15 s by default).
 pub const OPS_COUNT_LIMIT: u32 = 1_000_000;
+
+/// One replica-set member as the console's header shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberRow {
+    pub name: String,
+    pub state: String,
+    pub healthy: bool,
+    pub lag: crate::model::MemberLag,
+}
 
 pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore + MembershipStore {
     /// Where the console is connected, safe to print (no password).
@@ -58,6 +68,7 @@ impl WriteRate {
     }
 }
 
+#[cfg(feature = "sandbox")]
 impl ClusterProbe for SandboxStore {
     fn describe(&self) -> String {
         "embedded sandbox (in-process)".into()
@@ -85,6 +96,7 @@ impl ClusterProbe for SandboxStore {
     }
 }
 
+#[cfg(feature = "mongo")]
 impl ClusterProbe for MongoStore {
     fn describe(&self) -> String {
         self.redacted_uri()
