@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # The sets a user may build; the default (every feature) is linted by .ci/run itself.
-sets=("" "sandbox" "mongo" "mongo,metrics" "sandbox,metrics" "console")
+sets=("" "sandbox" "mongo" "metrics" "mongo,metrics" "sandbox,metrics" "console")
 for set in "${sets[@]}"; do
   echo "== cargo clippy --lib --no-default-features --features \"$set\""
   cargo clippy --locked --lib --no-default-features --features "$set" -- -D warnings
@@ -16,7 +16,10 @@ done
 
 echo "== dependencies of --no-default-features --features mongo"
 forbidden='^(ratatui|crossterm|clap|clap_complete|clap_mangen|hyper|hyper-util|prometheus|indicatif|anyhow) '
-found="$(cargo tree --locked -e normal,build --no-default-features --features mongo --prefix none | sort -u | grep -E "$forbidden" || true)"
+# On its own line, so that a failing `cargo tree` stops the script (set -e) instead of
+# reading as an empty tree.
+tree="$(cargo tree --locked -e normal,build --no-default-features --features mongo --prefix none)"
+found="$(printf '%s\n' "$tree" | sort -u | grep -E "$forbidden" || true)"
 if [ -n "$found" ]; then
   echo "the engine on MongoDB alone pulls in:" >&2
   echo "$found" >&2

@@ -29,6 +29,34 @@ const LAYERS: [(&str, &[&str]); 9] = [
     ),
 ];
 
+/// The circles between files of one module that are there today, each listed whole: the
+/// list may only shrink (a circle broken must leave it; a new one fails the test).
+const KNOWN_CIRCLES: [&[&str]; 7] = [
+    &["model::balance", "model::membership"],
+    &[
+        "model::failure",
+        "model::lease",
+        "model::resume_token",
+        "model::source",
+    ],
+    &["model::health", "model::time_to_loss"],
+    &[
+        "ops::audited",
+        "ops::describe",
+        "ops::execute",
+        "ops::plan",
+        "ops::skip",
+    ],
+    &["store::capped_loss", "store::oplog_figures"],
+    &["store::checkpoints", "store::leases", "store::skipped"],
+    &[
+        "store::error",
+        "store::event_details",
+        "store::feed",
+        "store::raw_event",
+    ],
+];
+
 /// A file over this many lines says why at its top (a line starting `// Long:`).
 const LONG_FILE: usize = 700;
 
@@ -189,8 +217,12 @@ fn each_top_level_module_imports_only_the_layers_below_it() {
             continue; // lib.rs and main.rs
         };
         let code = production_code(path);
-        for named in crate_paths(&code) {
-            let target = named[0].as_str();
+        let mut named_paths = crate_paths(&code);
+        named_paths.extend(super_paths(&module, &code));
+        for named in named_paths {
+            let Some(target) = named.first().map(String::as_str) else {
+                continue;
+            };
             if target != top && layers.contains_key(target) && !allowed.contains(&target) {
                 wrong.push(format!(
                     "{} imports crate::{}",
@@ -207,35 +239,79 @@ fn each_top_level_module_imports_only_the_layers_below_it() {
     );
 }
 
+/// What each module re-exports from its children (`pub use feed::ChangeEvent;` in
+/// `store/mod.rs`): `(["store"], "ChangeEvent")` → `["store", "feed"]`, so that a sibling
+/// naming `super::ChangeEvent` is counted as importing `feed`.
+fn re_exports(files: &[PathBuf]) -> BTreeMap<(Vec<String>, String), Vec<String>> {
+    let mut found = BTreeMap::new();
+    for path in files {
+        let module = module_path(path);
+        let code = production_code(path);
+        // Each statement whole, whatever lines it spans.
+        for statement in code.split(';') {
+            let statement = statement.trim_start();
+            let Some(rest) = ["pub use ", "pub(crate) use ", "pub(super) use "]
+                .iter()
+                .find_map(|prefix| statement.strip_prefix(prefix))
+            else {
+                continue;
+            };
+            if rest.starts_with("crate::") || rest.starts_with("super::") {
+                continue;
+            }
+            let rest: String = rest.split_whitespace().collect();
+            for used in use_tree(&rest) {
+                if let (Some(child), Some(name)) = (used.first(), used.last()) {
+                    let mut from = module.clone();
+                    from.push(child.clone());
+                    found.insert((module.clone(), name.clone()), from);
+                }
+            }
+        }
+    }
+    found
+}
+
 #[test]
 fn no_two_files_of_one_module_import_each_other() {
     let mut files = Vec::new();
     rust_files(&src(), &mut files);
     let modules: BTreeSet<Vec<String>> = files.iter().map(|p| module_path(p)).collect();
-    // Which sibling file (module) each file's code names.
+    let exported = re_exports(&files);
+    // Which sibling module each module's code names, counting a nested file's imports
+    // as its ancestors' (`ops/plan/skip.rs` naming `ops::describe` is `ops::plan`
+    // importing `ops::describe`).
     let mut edges: BTreeMap<Vec<String>, BTreeSet<Vec<String>>> = BTreeMap::new();
     for path in &files {
         let module = module_path(path);
-        if module.len() < 2 {
-            continue;
-        }
         let code = production_code(path);
         let mut named = crate_paths(&code);
         named.extend(super_paths(&module, &code));
-        for target in named {
-            // The longest module the path names, at the same depth as `module` and
-            // under the same parent: a sibling.
-            let parent = &module[..module.len() - 1];
-            if target.len() < module.len() || target[..parent.len()] != *parent {
-                continue;
+        for mut target in named {
+            // A name the target's parent re-exports from one of its children.
+            for depth in (1..target.len()).rev() {
+                let key = (target[..depth].to_vec(), target[depth].clone());
+                if !modules.contains(&target[..=depth]) {
+                    if let Some(child) = exported.get(&key) {
+                        let mut resolved = child.clone();
+                        resolved.extend(target[depth + 1..].iter().cloned());
+                        target = resolved;
+                        break;
+                    }
+                }
             }
-            let sibling = target[..module.len()].to_vec();
-            if sibling != module && modules.contains(&sibling) {
-                edges.entry(module.clone()).or_default().insert(sibling);
+            for level in 2..=module.len() {
+                if target.len() < level || target[..level - 1] != module[..level - 1] {
+                    continue;
+                }
+                let (from, to) = (module[..level].to_vec(), target[..level].to_vec());
+                if from != to && modules.contains(&to) {
+                    edges.entry(from).or_default().insert(to);
+                }
             }
         }
     }
-    // A circle: a file that reaches itself through its siblings' imports.
+    // A circle: the files that reach one another through their imports.
     let reaches = |from: &Vec<String>| {
         let mut seen = BTreeSet::new();
         let mut stack: Vec<&Vec<String>> = edges.get(from).into_iter().flatten().collect();
@@ -246,22 +322,30 @@ fn no_two_files_of_one_module_import_each_other() {
         }
         seen
     };
-    let mut circles = Vec::new();
+    let mut circles: BTreeSet<Vec<String>> = BTreeSet::new();
     for from in edges.keys() {
         let reached = reaches(from);
         if reached.contains(from) {
-            let through: Vec<String> = reached
+            let circle: Vec<String> = reached
                 .iter()
                 .filter(|other| reaches(other).contains(from))
                 .map(|m| m.join("::"))
                 .collect();
-            circles.push(format!("{}: {}", from.join("::"), through.join(", ")));
+            circles.insert(circle);
         }
     }
+    let known: BTreeSet<Vec<String>> = KNOWN_CIRCLES
+        .iter()
+        .map(|c| c.iter().map(|m| m.to_string()).collect())
+        .collect();
+    let new: Vec<String> = circles.difference(&known).map(|c| c.join(", ")).collect();
+    let gone: Vec<String> = known.difference(&circles).map(|c| c.join(", ")).collect();
     assert!(
-        circles.is_empty(),
-        "files of one module that import each other:\n{}",
-        circles.join("\n")
+        new.is_empty() && gone.is_empty(),
+        "files of one module that import each other, not in KNOWN_CIRCLES:\n{}\n\
+         in KNOWN_CIRCLES and no longer a circle (take them out):\n{}",
+        new.join("\n"),
+        gone.join("\n")
     );
 }
 

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use super::ListenerState;
 
-/// Told by one listener, from its own task, as things happen. Calls are cheap and never
-/// block: they are made between batches.
+/// Told by one listener as things happen: from its own task, between batches, except
+/// [`ListenerObserver::state`], told from a task `Listener::run` starts beside it. Calls
+/// must be cheap and never block.
 pub trait ListenerObserver: Send + Sync + 'static {
     /// It acquired its lease, at fencing `version`.
     fn acquired(&self, _version: i64) {}

@@ -61,18 +61,7 @@ impl ListenerHandle {
             listener = listener.with_fleet(fleet);
         }
         if let Some(observer) = observer {
-            listener = listener.with_observer(Arc::clone(&observer));
-            // The state is told as the listener publishes it.
-            let mut states = listener.subscribe();
-            tokio::spawn(async move {
-                loop {
-                    let state = states.borrow_and_update().state;
-                    observer.state(state);
-                    if states.changed().await.is_err() {
-                        break;
-                    }
-                }
-            });
+            listener = listener.with_observer(observer);
         }
         Self::start(listener, shutdown)
     }

@@ -110,15 +110,24 @@ mod tests {
 
         let snapshot = ClusterSnapshot::read(&store).await.expect("reads");
 
-        let ids: Vec<&str> = snapshot.leases.iter().map(|l| l.resource.as_str()).collect();
+        let ids: Vec<&str> = snapshot
+            .leases
+            .iter()
+            .map(|l| l.resource.as_str())
+            .collect();
         // By resource, its own lease first, then its partitions by count and index (not
         // by text: `r#0/3` after `r#1/2`).
         assert_eq!(ids, ["q", "r", "r#0/2", "r#1/2", "r#0/3"]);
         assert!(snapshot.malformed.is_empty());
         assert_eq!(snapshot.topology, None, "the sandbox names itself");
-        let window = snapshot.window.expect("the sandbox's change log has a window");
+        let window = snapshot
+            .window
+            .expect("the sandbox's change log has a window");
         assert!(window.first <= window.last);
         assert_eq!(snapshot.now, epoch + chrono::TimeDelta::seconds(5));
-        assert!(snapshot.capped.entries.is_empty(), "no capped lease, nothing read");
+        assert!(
+            snapshot.capped.entries.is_empty(),
+            "no capped lease, nothing read"
+        );
     }
 }

@@ -127,9 +127,9 @@ pub trait CappedFeed: Send + Sync {
     ) -> impl Future<Output = StoreResult<EntryBytes>> + Send;
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// Where a tail's next cursor starts: decided from a start point the same way by
 /// both stores ([`tail_position`]).
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum TailPosition {
     /// After this entry, in insertion order.
@@ -141,9 +141,9 @@ pub(crate) enum TailPosition {
     Everything,
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// Where a tail of `ns` from `start` begins; `newest` is the collection's newest entry,
 /// read by the caller for a start at now. `InvalidArgument` for a change stream's token.
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 pub(crate) fn tail_position(
     ns: &Namespace,
     start: StartPoint,
@@ -165,8 +165,8 @@ pub(crate) fn tail_position(
     })
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// A tail asked of a collection that exists and is not capped.
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 pub(crate) fn not_capped(ns: &Namespace) -> super::StoreError {
     super::StoreError::InvalidArgument(format!(
         "{ns} is not a capped collection: a capped source tails one (create it with \
@@ -174,9 +174,9 @@ pub(crate) fn not_capped(ns: &Namespace) -> super::StoreError {
     ))
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// The entry a tail resumes after is gone and `oldest` is newer: what followed it may be
 /// gone too (MongoDB's code for a tailable cursor's lost position, CappedPositionLost).
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 pub(crate) fn position_overwritten(
     ns: &Namespace,
     after: ObjectId,
@@ -207,8 +207,8 @@ pub struct EntryBytes {
 /// An upper bound above every `_id`: a span that ends with it has no upper end.
 pub(crate) const ABOVE_EVERY_ID: EntryStart = EntryStart::After(ObjectId::from_bytes([0xff; 12]));
 
-#[cfg(feature = "mongo")]
 /// The `_id` filter of the entries in `span`, as MongoDB's query language says it.
+#[cfg(feature = "mongo")]
 pub(crate) fn span_filter(span: &EntrySpan) -> bson::Document {
     let mut range = bson::Document::new();
     match span.from {

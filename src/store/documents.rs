@@ -126,9 +126,9 @@ pub trait FencedMemberWrites: Send + Sync {
     ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// The `_id` a document written to `ns` is replaced by, whatever the store: a
 /// document without one is refused before anything is written.
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 pub(crate) fn id_to_write(ns: &Namespace, document: &Document) -> StoreResult<Bson> {
     document.get("_id").cloned().ok_or_else(|| {
         super::StoreError::InvalidArgument(format!(
@@ -137,8 +137,8 @@ pub(crate) fn id_to_write(ns: &Namespace, document: &Document) -> StoreResult<Bs
     })
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// Why a `delete_where` may not go ahead, whatever the store: `None` when it may.
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 pub(crate) fn refuse_delete_where(field: &str, value: &Bson) -> Option<super::StoreError> {
     let operator = field.is_empty() || field.starts_with('$') || field.contains('.');
     let query = matches!(
@@ -152,8 +152,8 @@ pub(crate) fn refuse_delete_where(field: &str, value: &Bson) -> Option<super::St
     })
 }
 
-#[cfg(any(feature = "sandbox", feature = "mongo"))]
 /// Why a rename may not go ahead, whatever the store: `None` when it may.
+#[cfg(any(feature = "sandbox", feature = "mongo"))]
 pub(crate) fn refuse_rename(from: &Namespace, to: &Namespace) -> Option<super::StoreError> {
     if from.db != to.db {
         Some(super::StoreError::InvalidArgument(format!(

@@ -29,7 +29,7 @@ pub const USAGE: u8 = 2;
 pub const REFUSED: u8 = 3;
 pub const CHANGED: u8 = 4;
 pub const CANNOT_CONNECT: u8 = 5;
-/// `leases --check`: some lease needs attention (`cluster::NEEDS_ATTENTION`), or is unreadable.
+/// `leases --check`: some lease needs attention (`commands::leases::NEEDS_ATTENTION`), or is unreadable.
 pub const UNHEALTHY: u8 = 6;
 /// Standard output was closed early (`streamward … | head`): the code of a program
 /// stopped by SIGPIPE, with nothing said.

@@ -213,11 +213,26 @@ impl<S: Store, H: Handler> Listener<S, H> {
         self
     }
 
+    /// A live view of this listener's state and counters.
     pub fn subscribe(&self) -> watch::Receiver<ListenerSnapshot> {
         self.status.subscribe()
     }
 
     pub async fn run(mut self) -> ListenerExit {
+        if let Some(observer) = self.observer.clone() {
+            // Every state goes through the status channel: told from there, on a task
+            // of its own that ends when the listener is dropped.
+            let mut states = self.status.subscribe();
+            tokio::spawn(async move {
+                loop {
+                    let state = states.borrow_and_update().state;
+                    observer.state(state);
+                    if states.changed().await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
         // (Its fleet stops announcing it when it is dropped, right after: see `Drop`.)
         let exit = self.run_until_exit().await;
         self.status.send_modify(|s| {
