@@ -9,6 +9,8 @@
 //! - docs/reference/streamward.toml sets every key the config loader knows, to its
 //!   default where it has one, and loads.
 
+mod support;
+
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -31,23 +33,13 @@ fn root() -> PathBuf {
 
 /// README.md and every Markdown file under docs/, as paths relative to the root.
 fn doc_files() -> Vec<PathBuf> {
-    fn walk(dir: &Path, found: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|e| e.unwrap().path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, found);
-            } else if path.extension().is_some_and(|e| e == "md") {
-                found.push(path.strip_prefix(root()).unwrap().to_path_buf());
-            }
-        }
-    }
-    let mut files = vec![PathBuf::from("README.md")];
-    walk(&root().join("docs"), &mut files);
-    files
+    let docs = support::files::with_extension(&root().join("docs"), "md");
+    let relative = docs
+        .into_iter()
+        .map(|path| path.strip_prefix(root()).unwrap().to_path_buf());
+    std::iter::once(PathBuf::from("README.md"))
+        .chain(relative)
+        .collect()
 }
 
 fn read(path: &Path) -> String {

@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+mod support;
+
 /// Each top-level module and what it may import, lowest first.
 const LAYERS: [(&str, &[&str]); 9] = [
     ("model", &[]),
@@ -29,34 +31,6 @@ const LAYERS: [(&str, &[&str]); 9] = [
     ),
 ];
 
-/// The circles between files of one module that are there today, each listed whole: the
-/// list may only shrink (a circle broken must leave it; a new one fails the test).
-const KNOWN_CIRCLES: [&[&str]; 7] = [
-    &["model::balance", "model::membership"],
-    &[
-        "model::failure",
-        "model::lease",
-        "model::resume_token",
-        "model::source",
-    ],
-    &["model::health", "model::time_to_loss"],
-    &[
-        "ops::audited",
-        "ops::describe",
-        "ops::execute",
-        "ops::plan",
-        "ops::skip",
-    ],
-    &["store::capped_loss", "store::oplog_figures"],
-    &["store::checkpoints", "store::leases", "store::skipped"],
-    &[
-        "store::error",
-        "store::event_details",
-        "store::feed",
-        "store::raw_event",
-    ],
-];
-
 /// A file over this many lines says why at its top (a line starting `// Long:`).
 const LONG_FILE: usize = 700;
 
@@ -64,39 +38,51 @@ fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
 }
 
-fn rust_files(dir: &Path, found: &mut Vec<PathBuf>) {
-    let mut entries: Vec<_> = std::fs::read_dir(dir)
-        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
-        .map(|e| e.expect("a directory entry").path())
-        .collect();
-    entries.sort();
-    for path in entries {
-        if path.is_dir() {
-            rust_files(&path, found);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            found.push(path);
-        }
-    }
+/// Whether `line` is a `#[cfg(...)]` that holds only under test (`#[cfg(test)]`,
+/// `#[cfg(all(test, feature = "sandbox"))]`).
+fn is_test_cfg(line: &str) -> bool {
+    let line = line.trim_start();
+    line.starts_with("#[cfg(") && line.contains("test") && !line.contains("not(test")
 }
 
-/// The file's code as built outside tests: comments dropped, and everything from its
-/// unit-test module on (tests may use what the module may not).
+/// The module a `mod` line declares, if it is one.
+fn declared_module(line: &str) -> Option<&str> {
+    let line = line.trim_start();
+    let rest = ["mod ", "pub mod ", "pub(crate) mod ", "pub(super) mod "]
+        .iter()
+        .find_map(|prefix| line.strip_prefix(prefix))?;
+    Some(rest.trim_end_matches(|c: char| c == ';' || c == '{' || c.is_whitespace()))
+}
+
+/// The code of a file as built outside tests: comments dropped, and every module that
+/// exists only under test left out (an inline `mod tests { … }` here; one in a file of
+/// its own is left out by [`production_files`]).
 fn production_code(path: &Path) -> String {
     let text = std::fs::read_to_string(path).expect("a source file");
-    if path.file_name().is_some_and(|n| n == "tests.rs") {
-        return String::new();
-    }
     let mut code = String::new();
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
-        let trimmed = line.trim_start();
-        if trimmed.starts_with("#[cfg(test)]")
-            && lines
-                .peek()
-                .is_some_and(|next| next.trim_start().starts_with("mod tests"))
-        {
-            break;
+        if is_test_cfg(line) {
+            let Some(next) = lines.peek().copied() else {
+                break;
+            };
+            if declared_module(next).is_some() {
+                lines.next();
+                if next.trim_end().ends_with('{') {
+                    // Skip the inline module to its closing brace.
+                    let mut depth = 1i32;
+                    for inner in lines.by_ref() {
+                        depth += inner.matches('{').count() as i32;
+                        depth -= inner.matches('}').count() as i32;
+                        if depth <= 0 {
+                            break;
+                        }
+                    }
+                }
+                continue;
+            }
         }
+        let trimmed = line.trim_start();
         if trimmed.starts_with("//") {
             continue;
         }
@@ -104,6 +90,36 @@ fn production_code(path: &Path) -> String {
         code.push('\n');
     }
     code
+}
+
+/// Every source file that is built outside tests: not one a `#[cfg(test)] mod name;`
+/// declares, nor any file below such a module.
+fn production_files() -> Vec<PathBuf> {
+    let files = support::files::with_extension(&src(), "rs");
+    let mut test_only: BTreeSet<Vec<String>> = BTreeSet::new();
+    for path in &files {
+        let text = std::fs::read_to_string(path).expect("a source file");
+        let mut lines = text.lines().peekable();
+        while let Some(line) = lines.next() {
+            if !is_test_cfg(line) {
+                continue;
+            }
+            if let Some(name) = lines.peek().copied().and_then(declared_module) {
+                let mut module = module_path(path);
+                module.push(name.to_string());
+                test_only.insert(module);
+            }
+        }
+    }
+    files
+        .into_iter()
+        .filter(|path| {
+            let module = module_path(path);
+            !test_only
+                .iter()
+                .any(|test| module.len() >= test.len() && module[..test.len()] == test[..])
+        })
+        .collect()
 }
 
 /// The module path of a file under src/: `engine/listener.rs` is `["engine", "listener"]`,
@@ -207,8 +223,7 @@ fn super_paths(module: &[String], code: &str) -> Vec<Vec<String>> {
 #[test]
 fn each_top_level_module_imports_only_the_layers_below_it() {
     let layers: BTreeMap<&str, &[&str]> = LAYERS.into_iter().collect();
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    let files = production_files();
     let mut wrong = Vec::new();
     for path in &files {
         let module = module_path(path);
@@ -274,8 +289,7 @@ fn re_exports(files: &[PathBuf]) -> BTreeMap<(Vec<String>, String), Vec<String>>
 
 #[test]
 fn no_two_files_of_one_module_import_each_other() {
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    let files = production_files();
     let modules: BTreeSet<Vec<String>> = files.iter().map(|p| module_path(p)).collect();
     let exported = re_exports(&files);
     // Which sibling module each module's code names, counting a nested file's imports
@@ -334,25 +348,20 @@ fn no_two_files_of_one_module_import_each_other() {
             circles.insert(circle);
         }
     }
-    let known: BTreeSet<Vec<String>> = KNOWN_CIRCLES
-        .iter()
-        .map(|c| c.iter().map(|m| m.to_string()).collect())
-        .collect();
-    let new: Vec<String> = circles.difference(&known).map(|c| c.join(", ")).collect();
-    let gone: Vec<String> = known.difference(&circles).map(|c| c.join(", ")).collect();
     assert!(
-        new.is_empty() && gone.is_empty(),
-        "files of one module that import each other, not in KNOWN_CIRCLES:\n{}\n\
-         in KNOWN_CIRCLES and no longer a circle (take them out):\n{}",
-        new.join("\n"),
-        gone.join("\n")
+        circles.is_empty(),
+        "files of one module that import each other:\n{}",
+        circles
+            .iter()
+            .map(|c| c.join(", "))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
 #[test]
 fn a_long_file_says_why_at_its_top() {
-    let mut files = Vec::new();
-    rust_files(&src(), &mut files);
+    let files = support::files::with_extension(&src(), "rs");
     let mut unexplained = Vec::new();
     for path in &files {
         let text = std::fs::read_to_string(path).expect("a source file");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::text::clip;
+use super::text::{clip, escape_control};
 use super::{ClusterTime, ResumeToken};
 
 /// The most characters of a change's document key a failure keeps.
@@ -147,6 +147,22 @@ pub struct ChangeFailure {
 }
 
 impl ChangeFailure {
+    /// A failure in one line: the change, the attempts and the error, control characters
+    /// escaped.
+    pub fn summary(&self) -> String {
+        let at = self.at.map(|t| format!(" at {t}")).unwrap_or_default();
+        format!(
+            "{} {} {}{at}: {} attempt{} ({}): {}",
+            escape_control(&self.operation),
+            escape_control(&self.namespace),
+            escape_control(&self.document_key),
+            self.attempts,
+            if self.attempts == 1 { "" } else { "s" },
+            self.cause.as_str(),
+            escape_control(&self.error),
+        )
+    }
+
     /// The first failure on a change, at server time `now`; long texts clipped.
     #[allow(clippy::too_many_arguments)]
     pub fn first(

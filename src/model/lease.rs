@@ -130,7 +130,7 @@ impl ResumePoint {
     /// For people: "after token at 1700000000:4", "at …", "the oldest oplog entry".
     pub fn describe(&self) -> String {
         match self {
-            ResumePoint::Token(token) if super::source::token_entry(token).is_some() => {
+            ResumePoint::Token(token) if super::resume_token::token_entry(token).is_some() => {
                 format!("after entry {token}")
             }
             ResumePoint::Token(token) => match (token.decode(), token.recorded_time()) {

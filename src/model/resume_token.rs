@@ -128,7 +128,7 @@ impl ResumeToken {
     /// time recorded beside it, said as such ([`super::text::document_time`]); `None`
     /// when neither is known.
     pub fn time_text(&self) -> Option<String> {
-        if let Some(id) = super::source::token_entry(self) {
+        if let Some(id) = token_entry(self) {
             return Some(super::text::entry_time_text(&id));
         }
         match (self.decode(), self.recorded) {
@@ -142,8 +142,8 @@ impl ResumeToken {
     /// second, with increment 0: a document's time, not a cluster time), else none.
     /// A capped collection's position (`{_id: ObjectId}`) has its ObjectId's time.
     pub fn time(&self) -> Option<ClusterTime> {
-        if let Some(id) = super::source::token_entry(self) {
-            return Some(super::source::entry_time(&id));
+        if let Some(id) = token_entry(self) {
+            return Some(super::entry_id::entry_time(&id));
         }
         match self.decode() {
             Ok(decoded) => Some(decoded.time),
@@ -314,6 +314,21 @@ fn push_keystring_uint(out: &mut Vec<u8>, value: u64) {
     let significant = &be[first..];
     out.push(SMALL_INT - 1 + significant.len() as u8);
     out.extend_from_slice(significant);
+}
+
+/// The position token of a capped-collection resource: after the entry `id`.
+pub fn entry_token(id: bson::oid::ObjectId) -> ResumeToken {
+    ResumeToken::from_document(doc! { "_id": id })
+}
+
+/// The entry a capped-collection position token names: a document whose only field is
+/// an ObjectId `_id`. Anything else (a change stream's token) is `None`.
+pub fn token_entry(token: &ResumeToken) -> Option<bson::oid::ObjectId> {
+    let document = token.as_document();
+    match (document.len(), document.get("_id")) {
+        (1, Some(Bson::ObjectId(id))) => Some(*id),
+        _ => None,
+    }
 }
 
 #[cfg(test)]

@@ -4,53 +4,13 @@
 //! `resumeToken` as `{_id: ObjectId}`, and its time is the ObjectId's.
 
 use std::collections::HashMap;
-use std::fmt;
-use std::str::FromStr;
 
 use bson::oid::ObjectId;
-use bson::{doc, Bson};
-use chrono::{DateTime, Utc};
 
-use super::{ClusterTime, Lease, OplogWindow, ResumePoint, ResumeToken};
-
-/// How a resource's changes are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum SourceKind {
-    /// A change stream on the collection (the default).
-    #[default]
-    ChangeStream,
-    /// A capped collection's entries in insertion order, by a tailable cursor.
-    Capped,
-}
-
-impl SourceKind {
-    /// As stored in the lease's `watch.source` and shown by the console.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SourceKind::ChangeStream => "stream",
-            SourceKind::Capped => "capped",
-        }
-    }
-}
-
-impl fmt::Display for SourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SourceKind {
-    type Err = String;
-    fn from_str(text: &str) -> Result<Self, Self::Err> {
-        match text {
-            "stream" => Ok(SourceKind::ChangeStream),
-            "capped" => Ok(SourceKind::Capped),
-            other => Err(format!(
-                "unknown source {other:?}: expected \"stream\" or \"capped\""
-            )),
-        }
-    }
-}
+use super::entry_id::first_id_of;
+use super::resume_token::token_entry;
+use super::source_kind::SourceKind;
+use super::{Lease, OplogWindow, ResumePoint};
 
 /// The history each lease's position is measured against: the oplog for a change
 /// stream, its own capped collection's entries for a capped source. One rule for the
@@ -167,54 +127,12 @@ impl EntrySpan {
     }
 }
 
-/// The position token of a capped-collection resource: after the entry `id`.
-pub fn entry_token(id: ObjectId) -> ResumeToken {
-    ResumeToken::from_document(doc! { "_id": id })
-}
-
-/// The entry a capped-collection position token names: a document whose only field is
-/// an ObjectId `_id`. Anything else (a change stream's token) is `None`.
-pub fn token_entry(token: &ResumeToken) -> Option<ObjectId> {
-    let document = token.as_document();
-    match (document.len(), document.get("_id")) {
-        (1, Some(Bson::ObjectId(id))) => Some(*id),
-        _ => None,
-    }
-}
-
-/// The time an ObjectId carries (its first four bytes, whole seconds) as a cluster
-/// time, so a capped collection's positions and window compare like the oplog's.
-pub fn entry_time(id: &ObjectId) -> ClusterTime {
-    ClusterTime::new(u32::from_be_bytes(id_time_bytes(id)), 0)
-}
-
-fn id_time_bytes(id: &ObjectId) -> [u8; 4] {
-    let bytes = id.bytes();
-    [bytes[0], bytes[1], bytes[2], bytes[3]]
-}
-
-/// The smallest ObjectId of second `secs`: every entry whose `_id` was made in that
-/// second or later is at or above it.
-pub fn first_id_of(secs: u32) -> ObjectId {
-    let mut bytes = [0u8; 12];
-    bytes[..4].copy_from_slice(&secs.to_be_bytes());
-    ObjectId::from_bytes(bytes)
-}
-
-/// An ObjectId made at `at` by the source `source` (5 bytes) with `counter` (low 24
-/// bits), laid out as MongoDB's drivers lay theirs out.
-pub fn object_id_at(at: DateTime<Utc>, source: [u8; 5], counter: u32) -> ObjectId {
-    let secs = u32::try_from(at.timestamp().max(0)).unwrap_or(u32::MAX);
-    let mut bytes = [0u8; 12];
-    bytes[..4].copy_from_slice(&secs.to_be_bytes());
-    bytes[4..9].copy_from_slice(&source);
-    bytes[9..].copy_from_slice(&counter.to_be_bytes()[1..]);
-    ObjectId::from_bytes(bytes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{entry_time, entry_token, object_id_at, ClusterTime, ResumeToken};
+    use bson::doc;
+    use chrono::DateTime;
 
     #[test]
     fn an_entry_token_names_its_entry_and_tells_its_time() {

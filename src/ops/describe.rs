@@ -66,25 +66,9 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 12] {
             lease
                 .failure
                 .as_ref()
-                .map_or_else(|| "null".into(), failure_summary),
+                .map_or_else(|| "null".into(), |f| f.summary()),
         ),
     ]
-}
-
-/// A failure in one line: the change, the attempts and the error, control characters
-/// escaped.
-pub fn failure_summary(failure: &crate::model::ChangeFailure) -> String {
-    let at = failure.at.map(|t| format!(" at {t}")).unwrap_or_default();
-    format!(
-        "{} {} {}{at}: {} attempt{} ({}): {}",
-        escape_control(&failure.operation),
-        escape_control(&failure.namespace),
-        escape_control(&failure.document_key),
-        failure.attempts,
-        if failure.attempts == 1 { "" } else { "s" },
-        failure.cause.as_str(),
-        escape_control(&failure.error),
-    )
 }
 
 /// A failure in JSON (`leases --json` and every lease in a plan or audit record).

@@ -1,6 +1,8 @@
+use std::fmt;
+
 use thiserror::Error;
 
-use super::InvalidationCause;
+use super::Namespace;
 use crate::model::{ClusterTime, Invalidation};
 
 /// Server codes that mean "this node is not (or no longer) a writable primary": the
@@ -154,6 +156,81 @@ impl StoreError {
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
+
+/// What closed a change stream for good: the change the server's `invalidate` event
+/// follows on a collection stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InvalidationCause {
+    /// The watched collection was dropped (also by `dropDatabase`).
+    Dropped(Namespace),
+    /// The watched collection was renamed to `to`.
+    Renamed { from: Namespace, to: Namespace },
+    /// `from` was renamed onto the watched collection `to`, replacing it:
+    /// `renameCollection` with `dropTarget`, or an aggregation's `$out`.
+    Replaced { from: Namespace, to: Namespace },
+    /// The watched collection's database was dropped.
+    DatabaseDropped(String),
+    /// The stream was resumed from its own invalidate notification (server code 260):
+    /// what closed it is no longer known.
+    ResumedFromInvalidate,
+    /// An `invalidate` that no drop or rename of the watched collection preceded.
+    Unknown,
+    /// Azure Cosmos DB answered the stream with NamespaceNotFound, which it sends
+    /// instead of an `invalidate` event when the watched collection was dropped or
+    /// never existed (Microsoft's change stream documentation, "Error handling").
+    Missing(Namespace),
+}
+
+impl InvalidationCause {
+    /// Whether a change of kind `operation` on `ns` (renamed `to`, for a rename) closes
+    /// a stream on `watched`, and why. Collection streams see `drop` of their own
+    /// collection, `rename` away from it or onto it, then `invalidate`; `dropDatabase`
+    /// closes them too where the server sends it.
+    pub fn of_change(
+        watched: &Namespace,
+        operation: &str,
+        ns: &Namespace,
+        to: Option<&Namespace>,
+    ) -> Option<Self> {
+        match (operation, to) {
+            ("drop", _) if ns == watched => Some(Self::Dropped(ns.clone())),
+            ("rename", Some(to)) if ns == watched => Some(Self::Renamed {
+                from: ns.clone(),
+                to: to.clone(),
+            }),
+            ("rename", Some(to)) if to == watched => Some(Self::Replaced {
+                from: ns.clone(),
+                to: to.clone(),
+            }),
+            ("dropDatabase", _) if ns.db == watched.db => {
+                Some(Self::DatabaseDropped(ns.db.clone()))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for InvalidationCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Dropped(ns) => write!(f, "{ns} was dropped"),
+            Self::Renamed { from, to } => write!(f, "{from} was renamed to {to}"),
+            Self::Replaced { from, to } => write!(
+                f,
+                "{to} was replaced: {from} was renamed onto it ($out, or renameCollection with dropTarget)"
+            ),
+            Self::DatabaseDropped(db) => write!(f, "database {db} was dropped"),
+            Self::ResumedFromInvalidate => f.write_str(
+                "the stored resume token is the invalidate notification of a closed change stream",
+            ),
+            Self::Unknown => f.write_str("the server closed the change stream (invalidate)"),
+            Self::Missing(ns) => write!(
+                f,
+                "{ns} does not exist (NamespaceNotFound: dropped, or never created)"
+            ),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

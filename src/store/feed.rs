@@ -1,13 +1,11 @@
 //! The change-feed port: change streams and the oplog window.
 
-use std::borrow::Cow;
-use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use bson::{Document, RawDocument};
+use bson::Document;
 
-use super::{Namespace, StoreError, StoreResult};
+use super::{Namespace, StoreResult};
 use crate::model::{ClusterTime, OplogWindow, Partition, ResumeToken, StreamProfile};
 
 /// Where a stream opens: `resumeAfter`, `startAtOperationTime` (inclusive), or now.
@@ -151,19 +149,6 @@ impl ChangeEvent {
             .collection_uuid
             .or_else(|| self.token.collection_uuid())
     }
-
-    /// The whole event, every field the server sent, those this program does not read
-    /// included (a kind or field of a newer server). Borrowed: the server's own bytes.
-    /// Owned, for an event no server sent (the sandbox's, a capped collection's entry):
-    /// its fields laid out as MongoDB lays out a change event, when asked (see
-    /// docs/reference/change-events.md). Fails only for such an event holding a field
-    /// name with a NUL in it, which a server would not have stored.
-    pub fn raw(&self) -> Result<Cow<'_, RawDocument>, StoreError> {
-        match self.details.raw.as_sent() {
-            Some(raw) => Ok(Cow::Borrowed(raw)),
-            None => super::raw_event::lay_out(self).map(Cow::Owned),
-        }
-    }
 }
 
 /// What one round trip returned.
@@ -190,81 +175,6 @@ impl ChangeBatch {
         match self.events.last() {
             Some(last) => last.cluster_time.or_else(|| last.token.time()),
             None => self.resume_token.as_ref().and_then(ResumeToken::time),
-        }
-    }
-}
-
-/// What closed a change stream for good: the change the server's `invalidate` event
-/// follows on a collection stream.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InvalidationCause {
-    /// The watched collection was dropped (also by `dropDatabase`).
-    Dropped(Namespace),
-    /// The watched collection was renamed to `to`.
-    Renamed { from: Namespace, to: Namespace },
-    /// `from` was renamed onto the watched collection `to`, replacing it:
-    /// `renameCollection` with `dropTarget`, or an aggregation's `$out`.
-    Replaced { from: Namespace, to: Namespace },
-    /// The watched collection's database was dropped.
-    DatabaseDropped(String),
-    /// The stream was resumed from its own invalidate notification (server code 260):
-    /// what closed it is no longer known.
-    ResumedFromInvalidate,
-    /// An `invalidate` that no drop or rename of the watched collection preceded.
-    Unknown,
-    /// Azure Cosmos DB answered the stream with NamespaceNotFound, which it sends
-    /// instead of an `invalidate` event when the watched collection was dropped or
-    /// never existed (Microsoft's change stream documentation, "Error handling").
-    Missing(Namespace),
-}
-
-impl InvalidationCause {
-    /// Whether a change of kind `operation` on `ns` (renamed `to`, for a rename) closes
-    /// a stream on `watched`, and why. Collection streams see `drop` of their own
-    /// collection, `rename` away from it or onto it, then `invalidate`; `dropDatabase`
-    /// closes them too where the server sends it.
-    pub fn of_change(
-        watched: &Namespace,
-        operation: &str,
-        ns: &Namespace,
-        to: Option<&Namespace>,
-    ) -> Option<Self> {
-        match (operation, to) {
-            ("drop", _) if ns == watched => Some(Self::Dropped(ns.clone())),
-            ("rename", Some(to)) if ns == watched => Some(Self::Renamed {
-                from: ns.clone(),
-                to: to.clone(),
-            }),
-            ("rename", Some(to)) if to == watched => Some(Self::Replaced {
-                from: ns.clone(),
-                to: to.clone(),
-            }),
-            ("dropDatabase", _) if ns.db == watched.db => {
-                Some(Self::DatabaseDropped(ns.db.clone()))
-            }
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for InvalidationCause {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Dropped(ns) => write!(f, "{ns} was dropped"),
-            Self::Renamed { from, to } => write!(f, "{from} was renamed to {to}"),
-            Self::Replaced { from, to } => write!(
-                f,
-                "{to} was replaced: {from} was renamed onto it ($out, or renameCollection with dropTarget)"
-            ),
-            Self::DatabaseDropped(db) => write!(f, "database {db} was dropped"),
-            Self::ResumedFromInvalidate => f.write_str(
-                "the stored resume token is the invalidate notification of a closed change stream",
-            ),
-            Self::Unknown => f.write_str("the server closed the change stream (invalidate)"),
-            Self::Missing(ns) => write!(
-                f,
-                "{ns} does not exist (NamespaceNotFound: dropped, or never created)"
-            ),
         }
     }
 }

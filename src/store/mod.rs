@@ -8,6 +8,7 @@ mod checkpoints;
 mod documents;
 mod error;
 mod event_details;
+mod event_layout;
 mod feed;
 mod increments;
 mod leases;
@@ -21,6 +22,9 @@ mod raw_event;
 #[cfg(feature = "sandbox")]
 pub mod sandbox;
 mod skipped;
+mod skipped_entry;
+mod tenure;
+mod time_to_loss;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
 pub use capped::{
@@ -32,11 +36,11 @@ pub use documents::{
     DocumentStore, FencedMemberWrites, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
     SOURCE_VERSION_FIELD,
 };
-pub use error::{StoreError, StoreResult};
+pub use error::{InvalidationCause, StoreError, StoreResult};
 pub use event_details::{EventDetails, TransactionId, TruncatedArray, UpdateDescription};
 pub use feed::{
-    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, InvalidationCause,
-    OperationType, PostImage, PreImage, StartPoint,
+    ChangeBatch, ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, OperationType, PostImage,
+    PreImage, StartPoint,
 };
 pub use increments::{
     check_token, counted_since, Counter, FoldOutcome, IncrementStore, PendingDocument,
@@ -44,16 +48,17 @@ pub use increments::{
 };
 pub use leases::{
     AcquireOutcome, AcquireRequest, LeaseChange, LeaseScope, LeaseStore, LeaseWatch,
-    OperatorChange, OperatorStore, ResumeChange, SwapOutcome, Tenure, TenureWrite,
+    OperatorChange, OperatorStore, ResumeChange, SwapOutcome, TenureWrite,
 };
 pub use listing::{Listing, MalformedDocument};
 pub use membership::{MemberScope, MembershipStore};
 pub use namespace::Namespace;
-pub use oplog_figures::{
-    read_time_to_loss, LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT,
-};
+pub use oplog_figures::{LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT};
 pub use raw_event::RawEvent;
-pub use skipped::{skipped_entry, SkippedChange};
+pub use skipped::SkippedChange;
+pub use skipped_entry::skipped_entry;
+pub use tenure::Tenure;
+pub use time_to_loss::read_time_to_loss;
 
 /// Everything a listener needs from one database: its leases, a change feed, capped
 /// collections to tail, the checkpoints it leaves, and what stepping over a failing

@@ -108,27 +108,8 @@ impl LossReading {
 /// Changes counted per lease for what is left to process; past it, "at least".
 pub const PENDING_COUNT_LIMIT: u32 = 1_000;
 
-/// Adds this read (at `now`, the server's clock) to `tracker` and predicts each lease's
-/// time to loss: every oplog's window and figures first, then, once the tracker has
-/// rates (its second read), the history before each resume point in each oplog, read
-/// after the figures (counted from the newest end, the bytes written meanwhile make it
-/// err early, not late). Through a
-/// mongos a point is lost once it is lost on any shard ([`TimeToLoss::soonest`]).
-///
-/// A lease that tails a capped collection is predicted from its collection instead
-/// (`capped_loss`), with the same model.
-pub async fn read_time_to_loss<S: OplogFigures + super::CappedFeed>(
-    store: &S,
-    tracker: &mut LossTracker,
-    now: DateTime<Utc>,
-    leases: &[Lease],
-) -> LossReading {
-    let mut reading = read_oplog_time_to_loss(store, tracker, now, leases).await;
-    super::capped_loss::read_capped_time_to_loss(store, tracker, now, leases, &mut reading).await;
-    reading
-}
-
-async fn read_oplog_time_to_loss<S: OplogFigures>(
+/// The oplog's half of [`super::read_time_to_loss`].
+pub(super) async fn read_oplog_time_to_loss<S: OplogFigures>(
     store: &S,
     tracker: &mut LossTracker,
     now: DateTime<Utc>,

@@ -1,6 +1,7 @@
 // Shared by several test crates, each of which uses only part of it.
 #![allow(dead_code)]
 
+pub mod files;
 pub mod http;
 pub mod live;
 pub mod mini_mongo;

@@ -189,7 +189,7 @@ pub fn render_failures(leases: &[Lease]) -> String {
             Some(format!(
                 "{}: fails on {}\n",
                 escape_control(&lease.resource),
-                crate::ops::describe::failure_summary(failure)
+                failure.summary()
             ))
         })
         .collect()

@@ -7,7 +7,6 @@ use super::resume_moves::{describe_move, move_resume};
 use super::Decision;
 use crate::model::text::escape_control;
 use crate::model::{Lease, ResumeToken};
-use crate::ops::describe::failure_summary;
 use crate::ops::facts::PlanFacts;
 use crate::ops::facts::{ChangeCount, ChangeRange};
 use crate::ops::refusal::{Refusal, RefusalKind};
@@ -69,7 +68,7 @@ pub(super) fn skip(
     decision.effect.lines.insert(
         0,
         match failure {
-            Some(f) => format!("steps over one change: {}", failure_summary(f)),
+            Some(f) => format!("steps over one change: {}", f.summary()),
             None => format!("steps over the change with token {token}"),
         },
     );
