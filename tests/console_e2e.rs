@@ -675,14 +675,6 @@ fn listener_rows(screen: &str, prefix: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// The events counted by the streaming mailer listener, if one streams.
-fn streaming_mailer_events(screen: &str) -> Option<u64> {
-    listener_rows(screen, "shop.ma")
-        .iter()
-        .find(|cells| cells.get(2).map(String::as_str) == Some("streaming"))
-        .and_then(|cells| cells.get(5)?.parse().ok())
-}
-
 /// Each mailer listener on screen: its name as shown, the events it counted, and
 /// whether it streams.
 fn mailer_counts(screen: &str) -> Vec<(String, u64, bool)> {
@@ -857,7 +849,9 @@ fn a_lost_lease_is_reset_to_now_from_the_console_at_80x24_and_streams_again() {
     session.send("3");
     // Whichever process's mailer took the lease: the first rows or the last.
     session.wait_for_in_either_end("a mailer listener streaming", &sandbox, |screen| {
-        streaming_mailer_events(screen).is_some()
+        mailer_counts(screen)
+            .iter()
+            .any(|(_, _, streaming)| *streaming)
     });
     // The fleet may hand the lease to another process's mailer right after the reset
     // (balancing), so each mailer is compared with the count it showed when first seen,

@@ -448,3 +448,68 @@ async fn a_failing_change_shows_the_lag_growing_behind_it() {
     on_paused_clock("caught up", || read(&lag) == Some(0.0)).await;
     listener.stop().await;
 }
+
+/// What a service that counts its own way sees: a `ListenerObserver` of its own, on a
+/// `Listener` run by hand (no `ListenerHandle`), is told the acquire, the commits with
+/// the changes they cover, and every state the listener goes through.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_observer_of_ones_own_on_a_listener_run_by_hand_is_told_states_and_commits() {
+    use std::sync::{Arc, Mutex};
+    use streamward::engine::{Listener, ListenerObserver};
+    use tokio_util::sync::CancellationToken;
+
+    #[derive(Default)]
+    struct Seen {
+        states: Vec<ListenerState>,
+        acquired: Vec<i64>,
+        committed_events: usize,
+    }
+    struct Recorder(Arc<Mutex<Seen>>);
+    impl ListenerObserver for Recorder {
+        fn acquired(&self, version: i64) {
+            self.0.lock().unwrap().acquired.push(version);
+        }
+        fn committed(&self, _took: Duration, _batches: usize, events: usize) {
+            self.0.lock().unwrap().committed_events += events;
+        }
+        fn state(&self, state: ListenerState) {
+            self.0.lock().unwrap().states.push(state);
+        }
+    }
+
+    let store = SandboxStore::new(SandboxConfig::default(), Clock::System);
+    let orders = Namespace::new("shop", "orders");
+    let mut config = ListenerConfig::new("shop.orders", "own", orders.clone());
+    config.bootstrap = Bootstrap::Now;
+    config.max_batch_wait = Duration::from_millis(50);
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let shutdown = CancellationToken::new();
+    let listener = Listener::new(store.clone(), config, NoopHandler, shutdown.clone())
+        .with_observer(Arc::new(Recorder(seen.clone())));
+    let task = tokio::spawn(listener.run());
+    until("told it streams", || {
+        seen.lock()
+            .unwrap()
+            .states
+            .contains(&ListenerState::Streaming)
+    })
+    .await;
+    for i in 0..5 {
+        store
+            .put(&orders, doc! { "_id": i })
+            .await
+            .expect("write an order");
+    }
+    until("five changes told committed", || {
+        seen.lock().unwrap().committed_events == 5
+    })
+    .await;
+    shutdown.cancel();
+    task.await.expect("the listener returns");
+    until("told it stopped", || {
+        seen.lock().unwrap().states.last() == Some(&ListenerState::Stopped)
+    })
+    .await;
+    // One tenure, of a lease this listener created: version 0.
+    assert_eq!(seen.lock().unwrap().acquired, [0]);
+}

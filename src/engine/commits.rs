@@ -156,6 +156,41 @@ mod tests {
         assert!(first.urgent, "a heartbeat means caught up: send now");
     }
 
+    fn change(id: i32) -> ChangeEvent {
+        ChangeEvent {
+            token: ResumeToken::encode(ClusterTime::new(100, id as u32), TokenKind::Event, 1),
+            cluster_time: Some(ClusterTime::new(100, id as u32)),
+            operation: crate::store::OperationType::Insert,
+            ns: crate::store::Namespace::new("shop", "orders"),
+            document_key: bson::doc! { "_id": id },
+            full_document: None,
+            details: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_handout_keeps_only_its_last_change_and_gives_back_the_room() {
+        let mut handed: Vec<ChangeEvent> = Vec::with_capacity(1000);
+        handed.extend((1..=3).map(change));
+        keep_last(&mut handed);
+        let ids: Vec<_> = handed.iter().map(|e| e.document_key.clone()).collect();
+        assert_eq!(ids, [bson::doc! { "_id": 3 }]);
+        assert!(handed.capacity() < 1000, "capacity {}", handed.capacity());
+        let mut none: Vec<ChangeEvent> = Vec::new();
+        keep_last(&mut none);
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn a_newer_handout_replaces_the_last_change_and_a_heartbeat_keeps_it() {
+        let token = |inc| ResumeToken::encode(ClusterTime::new(100, inc), TokenKind::Event, 1);
+        let mut first = Staged::handled(token(1), None, 1, false, vec![change(1)]);
+        first.absorb(Staged::handled(token(2), None, 1, false, vec![change(2)]));
+        first.absorb(Staged::handled(token(3), None, 0, false, Vec::new()));
+        let last: Vec<_> = first.last.iter().map(|e| e.document_key.clone()).collect();
+        assert_eq!(last, [bson::doc! { "_id": 2 }]);
+    }
+
     #[test]
     fn a_commit_waits_out_the_interval_unless_urgent() {
         let sent = Instant::now();

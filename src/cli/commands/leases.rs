@@ -20,7 +20,7 @@ use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::{
     capped_collection, vanished_leases, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
-    LossTime, LossTracker, OplogWindow, Pending, SourceWindows, TimeToLoss, VanishedLease,
+    LossTime, LossTracker, OplogWindow, Pending, TimeToLoss, VanishedLease,
 };
 use crate::observe::ClusterSnapshot;
 use crate::ops::describe;
@@ -120,14 +120,10 @@ impl Snapshot {
         }
     }
 
-    fn windows(&self) -> SourceWindows {
-        self.cluster.windows()
-    }
-
     fn health(&self, lease: &Lease, thresholds: &HealthThresholds) -> LeaseHealth {
         LeaseHealth::assess_with(
             lease,
-            self.windows().for_lease(lease),
+            self.cluster.windows().for_lease(lease),
             self.cluster.now,
             thresholds,
             &self.loss.evidence(&lease.resource),
@@ -140,7 +136,7 @@ impl Snapshot {
         leases: &[&Lease],
         malformed: bool,
     ) -> Vec<Value> {
-        let windows = self.windows();
+        let windows = self.cluster.windows();
         let shown = leases.iter().map(|l| {
             let mut json = lease_json(
                 l,
@@ -167,7 +163,7 @@ impl Snapshot {
     }
 
     fn table(&self, thresholds: &HealthThresholds, leases: &[&Lease]) -> String {
-        let windows = self.windows();
+        let windows = self.cluster.windows();
         let rows: Vec<LeaseRow> = leases
             .iter()
             .map(|l| {

@@ -11,8 +11,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         staged: Staged,
     ) -> Result<(), TenureEnd> {
         let started = Instant::now();
-        let past_failure = staged.past_failure
-            || crate::engine::failing::passed_by(p.failure.as_ref(), &staged.token);
+        let past_failure = p.clears_failure(&staged);
         let written = write_commit(
             &self.store,
             &p.tenure,
@@ -39,8 +38,7 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let Some(staged) = p.staged.take() else {
             return;
         };
-        let past_failure = staged.past_failure
-            || crate::engine::failing::passed_by(p.failure.as_ref(), &staged.token);
+        let past_failure = p.clears_failure(&staged);
         let (store, tenure, token) = (self.store.clone(), p.tenure.clone(), staged.token.clone());
         let lease = self.config.lease;
         let task = tokio::spawn(async move {
@@ -59,20 +57,13 @@ impl<S: Store, H: Handler> Listener<S, H> {
         });
     }
 
-    /// Takes in the commit in flight if it has landed. `Err` ends the tenure (a lost
-    /// lock, a failed write): nothing more is handled.
-    pub(super) async fn reap(&mut self, p: &mut Progress) -> Result<(), TenureEnd> {
-        if self.landing_due(p) {
-            Box::pin(self.land(p)).await?;
-        }
-        Ok(())
-    }
-
-    /// Whether the commit in flight is to be taken in now: it has landed, or has been
-    /// out for longer than a lease (the lease may have expired meanwhile, and handing
-    /// more under it would be wasted work, so it is waited for). Asked before every
-    /// handout, so not async: an async call moves its whole future, and the handout's
-    /// would carry [`Self::land`]'s every time (most of the engine's cost at batch 1).
+    /// Whether the commit in flight is to be taken in now ([`Self::land`]): it has
+    /// landed, or has been out for longer than a lease (the lease may have expired
+    /// meanwhile, and handing more under it would be wasted work, so it is waited for).
+    /// `Err` from landing ends the tenure: nothing more is handled. Asked before every
+    /// handout, so not async, and the landing boxed at each call: an async call moves
+    /// its whole future, and the handout's would carry `land`'s every time (most of the
+    /// engine's cost at batch 1).
     pub(super) fn landing_due(&self, p: &Progress) -> bool {
         p.in_flight
             .as_ref()

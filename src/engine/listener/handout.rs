@@ -236,7 +236,9 @@ impl<S: Store, H: Handler> Listener<S, H> {
                 // in flight is taken in if it has landed (a lost lease is not given
                 // back), else aborted, so it cannot land after the release.
                 Err(e @ HandlerError::Store(_)) => {
-                    self.reap(p).await?;
+                    if self.landing_due(p) {
+                        Box::pin(self.land(p)).await?;
+                    }
                     p.in_flight = None;
                     let end = TenureEnd::Failed(e.to_string());
                     return Err(Box::pin(self.give_back(&p.tenure, end)).await);

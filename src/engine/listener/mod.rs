@@ -68,6 +68,13 @@ struct Progress {
 }
 
 impl Progress {
+    /// Whether `staged`'s commit clears the lease's record of a failing change: what it
+    /// covers got past that change.
+    fn clears_failure(&self, staged: &Staged) -> bool {
+        staged.past_failure
+            || crate::engine::failing::passed_by(self.failure.as_ref(), &staged.token)
+    }
+
     /// The newest point committed, in flight or staged: what the next commit must
     /// not go behind, and what the changes handed next follow.
     fn newest(&self) -> Option<&ResumeToken> {
