@@ -27,7 +27,7 @@ const RESOURCE: &str = "events";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// What the tests need beyond the ports: making and filling a capped collection.
-trait EventStore: Store {
+trait EventStore: Store + CappedFeed {
     async fn create(&self, ns: &Namespace, bytes: usize);
     async fn append(&self, ns: &Namespace, entry: Document) -> ObjectId;
     async fn create_plain(&self, ns: &Namespace);

@@ -19,14 +19,14 @@ use streamward::model::{
 use streamward::ops::{self, ActionRequest, GatherOptions, ResetTarget, RewindTarget};
 use streamward::store::mongo::MongoStore;
 use streamward::store::sandbox::SandboxStore;
-use streamward::store::{AuditLog, ChangeEvent, Namespace, Store};
+use streamward::store::{CappedFeed, ChangeEvent, Namespace, Store};
 use support::live::{live, run, streamward, LiveDb};
 
 const RESOURCE: &str = "events";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// Making and filling a capped collection.
-trait EventStore: Store + AuditLog + streamward::store::OperatorStore {
+trait EventStore: Store + CappedFeed + streamward::store::OperatorStore {
     async fn create(&self, ns: &Namespace, bytes: u64) {
         self.ensure_capped(ns, bytes).await.expect("create capped");
     }

@@ -36,7 +36,10 @@ async fn checkpoints<S: CheckpointStore>(store: &S) -> Vec<Checkpoint> {
 /// Every commit recorded (interval zero), three kept: the newest three, newest first,
 /// the newest the lease's committed token; then a new tenure with a long interval
 /// records its first commit only.
-async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, watch: Namespace) {
+async fn newest_kept_and_one_per_interval<S: Store + DocumentStore + CheckpointStore>(
+    store: S,
+    watch: Namespace,
+) {
     let first = ListenerHandle::spawn(
         store.clone(),
         config(watch.clone(), "first", Duration::ZERO),

@@ -19,7 +19,7 @@ use streamward::model::{
 };
 use streamward::ops::{self, ActionRequest, GatherOptions};
 use streamward::store::{
-    ChangeEvent, DocumentStore, LeaseStore, Namespace, OperatorStore, OpsStore, Store,
+    ChangeEvent, DocumentStore, LeaseStore, Namespace, OpsStore, SkippedLog, Store,
 };
 use support::live::{live, LiveDb};
 

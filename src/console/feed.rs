@@ -16,7 +16,7 @@ use crate::engine::ListenerSnapshot;
 use crate::model::{Deployment, Lease, LossTracker, OplogAccess};
 use crate::observe::{ClusterProbe, WriteRate};
 use crate::store::{
-    read_capped_windows, read_time_to_loss, AuditLog, CappedFeed, LeaseScope, LeaseStore,
+    read_capped_windows, read_time_to_loss, AuditLog, Capabilities, LeaseScope, LeaseStore,
     LeaseWatch, StoreError,
 };
 
@@ -315,7 +315,7 @@ async fn read_window<S: ClusterProbe>(
 /// Reads the window of each capped collection the known capped leases tail, as often as
 /// the oplog window: what those leases are measured against. Sends nothing while there
 /// are none (and once more when the last one goes, so none is kept).
-async fn read_capped<S: CappedFeed>(
+async fn read_capped<S: Capabilities>(
     store: S,
     intervals: FeedIntervals,
     events: mpsc::Sender<DataEvent>,

@@ -1,18 +1,28 @@
 //! The sample application and a workload that exercises it.
 
 pub mod events;
+mod fenced_members;
 pub mod orders;
 pub mod pets;
 pub mod rebuild;
 pub mod runtime;
 pub mod workload;
 
-use crate::store::{DocumentStore, FencedMemberWrites, MembershipStore, Namespace, Store};
+pub use fenced_members::FencedMemberWrites;
 
-/// What the demo needs from a store: the engine's ports for its listeners, and
-/// documents (with the tag aggregate's member upsert) for its handlers and workload.
-pub trait DemoStore: Store + DocumentStore + FencedMemberWrites + MembershipStore {}
-impl<T: Store + DocumentStore + FencedMemberWrites + MembershipStore> DemoStore for T {}
+use crate::store::{CappedFeed, CheckpointStore, DocumentStore, MembershipStore, Namespace, Store};
+
+/// What the demo needs from a store: the engine's ports for its listeners, documents
+/// (with the tag aggregate's member upsert) for its handlers and workload, and a capped
+/// event store with checkpoints, which the demo always has.
+pub trait DemoStore:
+    Store + DocumentStore + FencedMemberWrites + MembershipStore + CappedFeed + CheckpointStore
+{
+}
+impl<T> DemoStore for T where
+    T: Store + DocumentStore + FencedMemberWrites + MembershipStore + CappedFeed + CheckpointStore
+{
+}
 
 /// Where the demo's collections live. The default is the layout the console and
 /// documentation show (`demo.animals`, `demo.tag_locations`, `shop.orders`,

@@ -5,12 +5,10 @@ use std::collections::BTreeMap;
 
 use bson::{doc, Bson, Document};
 
-use super::DemoNamespaces;
+use super::{DemoNamespaces, FencedMemberWrites};
 use crate::engine::{Handler, HandlerError};
 use crate::model::Fence;
-use crate::store::{
-    ChangeEvent, DocumentStore, FencedMemberWrites, Namespace, StoreResult, WriteOutcome,
-};
+use crate::store::{ChangeEvent, DocumentStore, Namespace, StoreResult, WriteOutcome};
 
 pub const LOCATIONS: [&str; 3] = ["house", "backyard", "frontyard"];
 /// The tag vocabulary the aggregate counts. Other tags on an animal are not aggregated:

@@ -4,13 +4,13 @@
 
 use crate::model::{ClusterTime, Partition, SourceKind};
 use crate::store::{
-    CappedFeed, ChangeBatch, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint, Store,
-    StoreError, StoreResult,
+    no_capped_feed, Capabilities, CappedFeed, ChangeBatch, ChangeFeed, ChangeStream, FeedOptions,
+    Namespace, StartPoint, Store, StoreError, StoreResult,
 };
 
 pub(super) enum SourceStream<S: Store> {
     Changes(<S as ChangeFeed>::Stream),
-    Entries(<S as CappedFeed>::Tail),
+    Entries(<<S as Capabilities>::Capped as CappedFeed>::Tail),
 }
 
 impl<S: Store> ChangeStream for SourceStream<S> {
@@ -34,7 +34,12 @@ pub(super) async fn open<S: Store>(
         (SourceKind::ChangeStream, partition) => {
             SourceStream::Changes(store.open_partition(ns, partition, start, options).await?)
         }
-        (SourceKind::Capped, None) => SourceStream::Entries(store.tail(ns, start, options).await?),
+        (SourceKind::Capped, None) => {
+            let Some(feed) = store.capped_feed() else {
+                return Err(StoreError::InvalidArgument(no_capped_feed(ns)));
+            };
+            SourceStream::Entries(feed.tail(ns, start, options).await?)
+        }
         (SourceKind::Capped, Some(partition)) => {
             return Err(StoreError::InvalidArgument(capped_partition(ns, partition)))
         }

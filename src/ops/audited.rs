@@ -8,8 +8,8 @@ use super::plan::Plan;
 use super::OpsError;
 use crate::model::{AuditState, ClusterTime, Lease};
 use crate::store::{
-    AuditContext, AuditFinish, AuditIntent, AuditLog, OperatorChange, OperatorStore, StoreError,
-    SwapOutcome,
+    AuditContext, AuditFinish, AuditIntent, AuditLog, OperatorChange, OperatorStore, OpsStore,
+    StoreError, SwapOutcome,
 };
 
 /// Who acts and why, for the audit record.
@@ -245,7 +245,7 @@ pub enum OperatorOutcome {
 /// as applied or not applied. A swap whose outcome stays unknown leaves the record
 /// pending (`OutcomeUnknown`); `before` is the lease as planned against, kept in the
 /// record so that a pending one can be judged by reading the lease back.
-pub async fn apply_audited<S: OperatorStore + AuditLog>(
+pub async fn apply_audited<S: OpsStore>(
     store: &S,
     change: &OperatorChange,
     before: Option<&Lease>,
@@ -256,7 +256,7 @@ pub async fn apply_audited<S: OperatorStore + AuditLog>(
 }
 
 /// [`apply_audited`] after its pending record `audit_id` was written.
-pub(super) async fn apply_begun<S: OperatorStore + AuditLog>(
+pub(super) async fn apply_begun<S: OpsStore>(
     store: &S,
     audit_id: String,
     change: &OperatorChange,

@@ -4,7 +4,7 @@ use super::audited::{apply_audited, audit_context, changed, executable, Operator
 use super::plan::Plan;
 use super::{ActionKind, OpsError};
 use crate::model::{ClusterTime, Lease};
-use crate::store::{AuditLog, OperatorStore};
+use crate::store::OpsStore;
 
 /// An action that was applied.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,7 +28,7 @@ pub struct Executed {
 /// the version captured when it was planned, intent-first audited. A refused plan
 /// writes nothing (`Refused`); a lease that moved on is not written (`Changed`, exit 4).
 /// Rebuild plans go through [`super::rebuild`].
-pub async fn execute<S: OperatorStore + AuditLog>(
+pub async fn execute<S: OpsStore>(
     store: &S,
     plan: &Plan,
     reason: Option<String>,
@@ -38,7 +38,7 @@ pub async fn execute<S: OperatorStore + AuditLog>(
 
 /// [`execute`], with the audit record naming the action `action` (an import's moves
 /// are rewinds recorded as `import`); undo treats the record as any resume move's.
-pub async fn execute_as<S: OperatorStore + AuditLog>(
+pub async fn execute_as<S: OpsStore>(
     store: &S,
     plan: &Plan,
     reason: Option<String>,

@@ -5,13 +5,16 @@ use super::target::{affected_range, resume_target, skipped_token};
 use super::transaction::{self, TransactionMiss};
 use super::{ActionRequest, OpsError, RewindTarget};
 use crate::model::SourceKind;
-use crate::store::{skipped_entry, AuditLog, Namespace, OperatorStore, CHECKPOINTS_KEPT};
+use crate::store::{
+    no_capped_feed, skipped_entry, CappedFeed, CheckpointStore, Namespace, OpsStore, StoreError,
+    CHECKPOINTS_KEPT,
+};
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
 /// clock, the oplog window (absent when not permitted), a rewind's checkpoints and, for
 /// actions that move a resume point, a bounded count of the changes replayed or
 /// skipped. Reads only.
-pub async fn gather<S: OperatorStore + AuditLog>(
+pub async fn gather<S: OpsStore>(
     store: &S,
     request: &ActionRequest,
     options: &GatherOptions,
@@ -43,7 +46,10 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         .map(|watch| Namespace::new(watch.db.clone(), watch.coll.clone()));
     let (window, capped, window_unknown) = match capped_ns {
         Some(ns) => {
-            let entries = store.capped_window(&ns).await?;
+            let Some(feed) = store.capped_feed() else {
+                return Err(StoreError::InvalidArgument(no_capped_feed(&ns)).into());
+            };
+            let entries = feed.capped_window(&ns).await?;
             (
                 entries.map(|e| e.times()),
                 Some(CappedHistory { ns, entries }),
@@ -88,10 +94,13 @@ pub async fn gather<S: OperatorStore + AuditLog>(
         Some(_),
     ) = (request, &facts.lease)
     {
-        facts.checkpoints = store
-            .checkpoints(resource, CHECKPOINTS_KEPT * 10)
-            .await?
-            .items;
+        // A store that keeps no checkpoints has none to go back to.
+        if let Some(checkpoints) = store.checkpoint_store() {
+            facts.checkpoints = checkpoints
+                .checkpoints(resource, CHECKPOINTS_KEPT * 10)
+                .await?
+                .items;
+        }
     }
     if let (Some((to_token, whole)), Some(lease)) = (request.skip_target(), &facts.lease) {
         if let Ok(token) = skipped_token(lease, to_token) {
@@ -119,8 +128,10 @@ pub async fn gather<S: OperatorStore + AuditLog>(
     if let Some(range) = affected_range(request, &facts).filter(countable) {
         let limit = options.count_limit.max(1);
         // A capped lease's move is counted in entries of its collection, by `_id`.
-        let counted = match (range.entries, &facts.capped) {
-            (Some(span), Some(capped)) => store.count_entries(&capped.ns, span, limit).await,
+        let counted = match (range.entries, &facts.capped, store.capped_feed()) {
+            (Some(span), Some(capped), Some(feed)) => {
+                feed.count_entries(&capped.ns, span, limit).await
+            }
             _ => {
                 store
                     .count_changes(&range.on, range.from, range.to, limit)
@@ -145,7 +156,7 @@ pub async fn gather<S: OperatorStore + AuditLog>(
 
 /// What a skip reads of the change it steps over: its oplog entry and, for `skip
 /// --whole-transaction`, its transaction's changes as the lease sees them.
-async fn skipped<S: OperatorStore>(
+async fn skipped<S: OpsStore>(
     store: &S,
     lease: &crate::model::Lease,
     token: &crate::model::ResumeToken,

@@ -19,8 +19,7 @@ use super::plan::Plan;
 use super::{ActionKind, OpsError};
 use crate::model::{AuditState, ClusterTime, Lease, LockKind};
 use crate::store::{
-    AuditFinish, AuditLog, LeaseStore, OperatorChange, OperatorStore, ResumeChange, Tenure,
-    TenureWrite,
+    AuditFinish, AuditLog, LeaseStore, OperatorChange, OpsStore, ResumeChange, Tenure, TenureWrite,
 };
 
 /// How far a rebuild has got: `done` of `total` units (`total` unknown for a pipeline
@@ -121,7 +120,7 @@ pub async fn rebuild<S, D>(
     reason: Option<String>,
 ) -> Result<RebuildOutcome, OpsError>
 where
-    S: OperatorStore + AuditLog,
+    S: OpsStore,
     D: RebuildDefinition<S>,
 {
     let (change, planned) = executable(plan)?;
@@ -358,7 +357,7 @@ async fn taken_away<S: AuditLog>(
 
 /// Releases the bulk lease (STUCK BULK at once, not when it runs out) and finalizes the
 /// record as failed with the lease as it is then.
-async fn leave_stuck_bulk<S: OperatorStore + AuditLog>(
+async fn leave_stuck_bulk<S: OpsStore>(
     store: &S,
     bulk: &Lease,
     audit_id: &str,

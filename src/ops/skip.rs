@@ -10,11 +10,11 @@ use super::plan::Plan;
 use super::OpsError;
 use crate::model::{AuditState, Lease, ResumeToken};
 use crate::store::{
-    AuditContext, AuditFinish, AuditLog, OperatorChange, OperatorStore, ResumeChange,
-    SkippedChange, StoreError, StoreResult,
+    AuditContext, AuditFinish, OperatorChange, OpsStore, ResumeChange, SkippedChange, StoreError,
+    StoreResult,
 };
 
-pub(super) async fn apply_skip<S: OperatorStore + AuditLog>(
+pub(super) async fn apply_skip<S: OpsStore>(
     store: &S,
     plan: &Plan,
     change: &OperatorChange,
@@ -46,7 +46,7 @@ pub(super) async fn apply_skip<S: OperatorStore + AuditLog>(
 
 /// Keeps the change `change` steps over, under `audit_id`; for `skip
 /// --whole-transaction`, each of the changes the plan lists, in order, one record each.
-async fn keep<S: OperatorStore>(
+async fn keep<S: OpsStore>(
     store: &S,
     plan: &Plan,
     change: &OperatorChange,

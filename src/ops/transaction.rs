@@ -17,7 +17,7 @@ use bson::{Bson, Document};
 
 use crate::model::text::{clip, escape_control};
 use crate::model::{ClusterTime, Lease, OplogWindow, Partition, ResumePoint, ResumeToken};
-use crate::store::{ChangeEvent, ChangeStream, FeedOptions, Namespace, OperatorStore, StartPoint};
+use crate::store::{ChangeEvent, ChangeFeed, ChangeStream, FeedOptions, Namespace, StartPoint};
 
 /// How many oplog entries one transaction may be read back over, at most.
 const ENTRIES_MAX: usize = 1_000;
@@ -164,7 +164,7 @@ fn operation_id(operation: &Document) -> Option<&Bson> {
 /// The transaction of the change `token` names, whose oplog entry is `entry`, as the
 /// lease sees it: read back over its oplog entries, and its changes after the lease's
 /// resume point read from the lease's stream.
-pub async fn resolve<S: OperatorStore>(
+pub async fn resolve<S: ChangeFeed>(
     store: &S,
     lease: &Lease,
     entry: &Document,
@@ -222,7 +222,7 @@ pub async fn resolve<S: OperatorStore>(
 
 /// The transaction's entries, oldest first, from `last` back along `prevOpTime`;
 /// a commit entry (of a prepared transaction) holds no operations and is left out.
-async fn chain<S: OperatorStore>(
+async fn chain<S: ChangeFeed>(
     store: &S,
     last: &Document,
     id: &TransactionId,
@@ -269,7 +269,7 @@ async fn chain<S: OperatorStore>(
 /// Reads the lease's stream from its resume point: the changes of the transaction
 /// (cluster time `at`) it returns, matched against `mine` (their tail: those before
 /// were handled), and the first change of something else before them, if any.
-async fn read_stream<S: OperatorStore>(
+async fn read_stream<S: ChangeFeed>(
     store: &S,
     lease: &Lease,
     ns: &Namespace,

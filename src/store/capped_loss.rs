@@ -21,9 +21,10 @@ use crate::model::{
 /// The most entries summed as one read's appends; past it the read's rate is unknown.
 const APPENDED_COUNT_LIMIT: u64 = 1_000_000;
 
-/// Adds each capped lease's prediction (or why there is none) to `reading`.
+/// Adds each capped lease's prediction (or why there is none) to `reading`; `store`
+/// is `None` when the store offers no capped collections.
 pub(super) async fn read_capped_time_to_loss<S: CappedFeed>(
-    store: &S,
+    store: Option<&S>,
     tracker: &mut LossTracker,
     now: DateTime<Utc>,
     leases: &[Lease],
@@ -39,6 +40,15 @@ pub(super) async fn read_capped_time_to_loss<S: CappedFeed>(
             .filter(|l| capped_collection(l).as_deref() == Some(name.as_str()))
             .filter(|l| l.resume_point().time().is_some())
             .collect();
+        let Some(store) = store else {
+            for lease in &tailing {
+                reading.unpredicted.insert(
+                    lease.resource.clone(),
+                    super::capabilities::no_capped_feed(&ns),
+                );
+            }
+            continue;
+        };
         let figures = match read_figures(store, tracker, now, &ns).await {
             Ok(Some(figures)) => figures,
             Ok(None) => continue,

@@ -110,22 +110,6 @@ pub trait DocumentStore: Send + Sync {
     fn drop_database(&self, db: &str) -> impl Future<Output = StoreResult<()>> + Send;
 }
 
-/// The demo's tag aggregate: one document per tag whose members are the animals
-/// carrying it. Not needed by the engine; a store implements it to run the demo.
-pub trait FencedMemberWrites: Send + Sync {
-    /// Sets `members.<member> = {v: version, value}` in document `id` if the stored
-    /// member's `v` is below `version` (source-version fence per member), and
-    /// recomputes `counts` (value → number of members holding it) in the same write.
-    fn fenced_member_upsert(
-        &self,
-        ns: &Namespace,
-        id: &str,
-        member: &str,
-        version: i64,
-        value: Option<&str>,
-    ) -> impl Future<Output = StoreResult<WriteOutcome>> + Send;
-}
-
 /// The `_id` a document written to `ns` is replaced by, whatever the store: a
 /// document without one is refused before anything is written.
 #[cfg(any(feature = "sandbox", feature = "mongo"))]

@@ -230,4 +230,12 @@ pub trait ChangeFeed: Send + Sync {
 
     /// The latest cluster time the server reports.
     fn cluster_time(&self) -> impl Future<Output = StoreResult<ClusterTime>> + Send;
+
+    /// The oplog entry at cluster time `at` (through a mongos, the first shard's that
+    /// has one); `None` when none is there any more. `NotPermitted` without access to
+    /// the oplog.
+    fn oplog_entry(
+        &self,
+        at: ClusterTime,
+    ) -> impl Future<Output = StoreResult<Option<bson::Document>>> + Send;
 }

@@ -306,13 +306,12 @@ pub trait LeaseStore: Send + Sync {
     fn server_now(&self) -> impl Future<Output = StoreResult<DateTime<Utc>>> + Send;
 }
 
-/// What guarded operator actions need beyond the engine's [`LeaseStore`]: the
-/// compare-and-swap every action is made of, and how many changes a move of the
-/// resume point replays or skips. An action's audit record is written around it, first
-/// pending and then finalized ([`super::AuditLog`]), so no change exists without one.
-pub trait OperatorStore:
-    LeaseStore + super::ChangeFeed + super::CappedFeed + super::CheckpointStore
-{
+/// What guarded operator actions need beyond the listener's ports: the
+/// compare-and-swap every action is made of, how many changes a move of the resume
+/// point replays or skips, and the token that stands for a time. An action's audit
+/// record is written around it, first pending and then finalized ([`super::AuditLog`]),
+/// so no change exists without one.
+pub trait OperatorStore: Send + Sync {
     /// Compare-and-swap on `expected_version`: the change as [`OperatorChange::write`]
     /// describes it, and nothing else.
     fn operator_swap(
@@ -332,14 +331,6 @@ pub trait OperatorStore:
         limit: u64,
     ) -> impl Future<Output = StoreResult<u64>> + Send;
 
-    /// The oplog entry at cluster time `at` (through a mongos, the first shard's that
-    /// has one); `None` when none is there any more. `NotPermitted` without access to
-    /// the oplog.
-    fn oplog_entry(
-        &self,
-        at: ClusterTime,
-    ) -> impl Future<Output = StoreResult<Option<bson::Document>>> + Send;
-
     /// A resume token that stands for cluster time `at`: a stream resumed after it
     /// delivers every change at or after `at`, as a stream started at `at` would. For
     /// a lease whose listener reads only a token (a seed lease, docs/protocol.md
@@ -348,20 +339,4 @@ pub trait OperatorStore:
     /// opened at `at` with an empty first batch (a high-water-mark token, which names
     /// no collection, so any stream may resume after it).
     fn token_at(&self, at: ClusterTime) -> impl Future<Output = StoreResult<ResumeToken>> + Send;
-
-    /// Keeps a change an operator stepped over (`streamward skip`), majority, by its
-    /// audit record's id and the change's token (`skip --whole-transaction` keeps each
-    /// of its changes under one audit record): written again with the same two, it is
-    /// the same record.
-    fn keep_skipped(
-        &self,
-        skipped: &super::SkippedChange,
-    ) -> impl Future<Output = StoreResult<()>> + Send;
-
-    /// The changes stepped over on `resource`, newest first, at most `limit`.
-    fn skipped_changes(
-        &self,
-        resource: &str,
-        limit: usize,
-    ) -> impl Future<Output = StoreResult<Vec<super::SkippedChange>>> + Send;
 }

@@ -2,8 +2,10 @@
 //! their implementations: `sandbox` (in-process) and `mongo` (the official driver).
 
 mod audit;
+mod capabilities;
 mod capped;
 mod capped_loss;
+mod capped_reading;
 mod checkpoints;
 mod documents;
 mod error;
@@ -27,14 +29,13 @@ mod tenure;
 mod time_to_loss;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
-pub use capped::{
-    capped_namespaces, read_capped_windows, CappedFeed, CappedReading, CappedStats, CappedWindow,
-    EntryBytes, APPEND_SKEW,
-};
+pub(crate) use capabilities::no_capped_feed;
+pub use capabilities::{Capabilities, NotOffered};
+pub use capped::{CappedFeed, CappedStats, CappedWindow, EntryBytes, APPEND_SKEW};
+pub use capped_reading::{capped_namespaces, read_capped_windows, CappedReading};
 pub use checkpoints::{CheckpointStore, CHECKPOINTS_KEPT};
 pub use documents::{
-    DocumentStore, FencedMemberWrites, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
-    SOURCE_VERSION_FIELD,
+    DocumentStore, WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
 };
 pub use error::{InvalidationCause, StoreError, StoreResult};
 pub use event_details::{EventDetails, TransactionId, TruncatedArray, UpdateDescription};
@@ -55,20 +56,26 @@ pub use membership::{MemberScope, MembershipStore};
 pub use namespace::Namespace;
 pub use oplog_figures::{LossReading, OplogFigures, OplogPart, HISTORY_COUNT_LIMIT};
 pub use raw_event::RawEvent;
-pub use skipped::SkippedChange;
+pub use skipped::{SkippedChange, SkippedLog};
 pub use skipped_entry::skipped_entry;
 pub use tenure::Tenure;
 pub use time_to_loss::read_time_to_loss;
 
-/// Everything a listener needs from one database: its leases, a change feed, capped
-/// collections to tail, the checkpoints it leaves, and what stepping over a failing
-/// change by its own policy writes (the skipped change and its audit record:
-/// [`OperatorStore`], [`AuditLog`]). Handlers bring their own document access
+/// What a listener needs from one database: its leases, a change feed, and what
+/// stepping over a failing change by its own policy writes (the skipped change and its
+/// audit record). Capped collections to tail and checkpoints to record are
+/// [`Capabilities`] a store may offer. Handlers bring their own document access
 /// ([`DocumentStore`] or anything else).
-pub trait Store: OperatorStore + AuditLog + Clone + 'static {}
-impl<T: OperatorStore + AuditLog + Clone + 'static> Store for T {}
+pub trait Store:
+    LeaseStore + ChangeFeed + SkippedLog + AuditLog + Capabilities + Clone + 'static
+{
+}
+impl<T> Store for T where
+    T: LeaseStore + ChangeFeed + SkippedLog + AuditLog + Capabilities + Clone + 'static
+{
+}
 
-/// Everything guarded actions and the console need: the engine's ports, the operator's
-/// compare-and-swap and the audit log.
-pub trait OpsStore: OperatorStore + AuditLog + Clone + 'static {}
-impl<T: OperatorStore + AuditLog + Clone + 'static> OpsStore for T {}
+/// What guarded actions and the console need: a listener's ports and the operator's
+/// ([`OperatorStore`]).
+pub trait OpsStore: Store + OperatorStore {}
+impl<T: Store + OperatorStore> OpsStore for T {}

@@ -3,14 +3,14 @@
 
 use bson::Document;
 
-use super::{OperatorStore, SkippedChange};
+use super::{ChangeFeed, SkippedChange};
 use crate::model::{ChangeFailure, ResumeToken};
 
 impl SkippedChange {
     /// This record with the change's oplog entry read back, or why there is none (a
     /// failed read included: the entry is a copy kept for people, and what the lease
     /// recorded of the change is kept either way).
-    pub async fn with_entry<S: OperatorStore>(mut self, store: &S) -> Self {
+    pub async fn with_entry<S: ChangeFeed>(mut self, store: &S) -> Self {
         match skipped_entry(store, &self.token, self.failure.as_ref()).await {
             Ok(entry) => self.entry = Some(entry),
             Err(why) => self.entry_missing = Some(why),
@@ -21,7 +21,7 @@ impl SkippedChange {
 
 /// The oplog entry of the change `token` names (by its time, else the time `failure`
 /// recorded), or why it cannot be had.
-pub async fn skipped_entry<S: OperatorStore>(
+pub async fn skipped_entry<S: ChangeFeed>(
     store: &S,
     token: &ResumeToken,
     failure: Option<&ChangeFailure>,

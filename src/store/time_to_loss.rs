@@ -5,7 +5,7 @@ use chrono::{DateTime, Utc};
 
 use super::capped_loss::read_capped_time_to_loss;
 use super::oplog_figures::read_oplog_time_to_loss;
-use super::{CappedFeed, LossReading, OplogFigures};
+use super::{Capabilities, LossReading, OplogFigures};
 use crate::model::{Lease, LossTracker};
 
 /// Adds this read (at `now`, the server's clock) to `tracker` and predicts each lease's
@@ -17,13 +17,13 @@ use crate::model::{Lease, LossTracker};
 ///
 /// A lease that tails a capped collection is predicted from its collection instead
 /// (`capped_loss`), with the same model.
-pub async fn read_time_to_loss<S: OplogFigures + CappedFeed>(
+pub async fn read_time_to_loss<S: OplogFigures + Capabilities>(
     store: &S,
     tracker: &mut LossTracker,
     now: DateTime<Utc>,
     leases: &[Lease],
 ) -> LossReading {
     let mut reading = read_oplog_time_to_loss(store, tracker, now, leases).await;
-    read_capped_time_to_loss(store, tracker, now, leases, &mut reading).await;
+    read_capped_time_to_loss(store.capped_feed(), tracker, now, leases, &mut reading).await;
     reading
 }

@@ -102,16 +102,23 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use streamward::demo::FencedMemberWrites;
 use streamward::model::{ClusterTime, Lease, LockKind};
 use streamward::store::{
     AcquireOutcome, AcquireRequest, ChangeEvent, ChangeStream, FeedOptions, LeaseStore, Namespace,
     Store, StoreError,
 };
-use streamward::store::{DocumentStore, FencedMemberWrites, MembershipStore, OpsStore};
+use streamward::store::{CappedFeed, CheckpointStore, DocumentStore, MembershipStore, OpsStore};
 
 /// What a check needs from the store under test besides its ports.
 pub trait Harness: Send + Sync + 'static {
-    type Store: Store + DocumentStore + FencedMemberWrites + OpsStore + MembershipStore;
+    type Store: Store
+        + DocumentStore
+        + FencedMemberWrites
+        + OpsStore
+        + MembershipStore
+        + CappedFeed
+        + CheckpointStore;
 
     fn store(&self) -> &Self::Store;
 

@@ -10,7 +10,7 @@ use streamward::store::AuditLog;
 use streamward::store::OperatorStore;
 use streamward::store::{
     AuditContext, AuditFinish, AuditIntent, ChangeFeed, DocumentStore, LeaseStore, OperatorChange,
-    ResumeChange, SkippedChange, StartPoint, SwapOutcome, Tenure,
+    ResumeChange, SkippedChange, SkippedLog, StartPoint, SwapOutcome, Tenure,
 };
 
 use super::*;

@@ -41,7 +41,7 @@ use streamward::demo::orders::outbox_ns;
 use streamward::demo::pets::{self, expected_counts, read_animals, stored_counts, TAGS};
 use streamward::model::{AuditRecord, AuditState, ClusterTime, Lease, LockKind, ResumePoint};
 use streamward::store::sandbox::SandboxStore;
-use streamward::store::{AuditLog, DocumentStore, Namespace, OperatorStore, SkippedChange};
+use streamward::store::{AuditLog, DocumentStore, Namespace, SkippedChange, SkippedLog};
 
 use crate::trace::{
     opt, times, AcquireDone, Call, Entry, FenceKind, LeaseSeen, Obs, Resume, TenureDone, Trace,

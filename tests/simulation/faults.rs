@@ -36,17 +36,19 @@ use bson::{Bson, Document};
 use chrono::{DateTime, TimeDelta, Utc};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use streamward::demo::FencedMemberWrites;
 use streamward::model::{
     Announcement, AuditRecord, ChangeFailure, ClusterTime, Invalidation, Lease, Member,
     OplogWindow, Partition, ResumeToken,
 };
 use streamward::store::sandbox::{SandboxLeaseWatch, SandboxStore, SandboxStream};
 use streamward::store::{
-    AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, ChangeBatch, ChangeEvent,
-    ChangeFeed, ChangeStream, CheckpointStore, DocumentStore, FeedOptions, FencedMemberWrites,
+    AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, Capabilities, ChangeBatch,
+    ChangeEvent, ChangeFeed, ChangeStream, CheckpointStore, DocumentStore, FeedOptions,
     LeaseChange, LeaseScope, LeaseStore, LeaseWatch, Listing, MemberScope, MembershipStore,
-    Namespace, OperatorChange, OperatorStore, StartPoint, StoreError, StoreResult, SwapOutcome,
-    Tenure, TenureWrite, WriteFence, WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+    Namespace, OperatorChange, OperatorStore, SkippedLog, StartPoint, StoreError, StoreResult,
+    SwapOutcome, Tenure, TenureWrite, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
+    SOURCE_VERSION_FIELD,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -810,6 +812,11 @@ impl ChangeFeed for FaultyStore {
         self.plain("cluster_time", Kind::Read, self.inner.cluster_time())
             .await
     }
+
+    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<Document>> {
+        self.plain("oplog_entry", Kind::Read, self.inner.oplog_entry(at))
+            .await
+    }
 }
 
 /// Checkpoints pass through: a failed one is only logged by the listener, so it has no
@@ -871,16 +878,13 @@ impl OperatorStore for FaultyStore {
         .await
     }
 
-    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<Document>> {
-        self.plain("oplog_entry", Kind::Read, self.inner.oplog_entry(at))
-            .await
-    }
-
     async fn token_at(&self, at: ClusterTime) -> StoreResult<streamward::model::ResumeToken> {
         self.plain("token_at", Kind::Read, self.inner.token_at(at))
             .await
     }
+}
 
+impl SkippedLog for FaultyStore {
     async fn keep_skipped(&self, skipped: &streamward::store::SkippedChange) -> StoreResult<()> {
         self.plain(
             "keep_skipped",
@@ -901,6 +905,19 @@ impl OperatorStore for FaultyStore {
             self.inner.skipped_changes(resource, limit),
         )
         .await
+    }
+}
+
+impl Capabilities for FaultyStore {
+    type Capped = Self;
+    type Checkpoints = Self;
+
+    fn capped_feed(&self) -> Option<&Self> {
+        Some(self)
+    }
+
+    fn checkpoint_store(&self) -> Option<&Self> {
+        Some(self)
     }
 }
 

@@ -15,7 +15,7 @@ use streamward::engine::{CommitPolicy, ListenerConfig, ListenerHandle, ListenerS
 use streamward::model::{ClusterTime, Lease, LockKind};
 use streamward::ops::{ActionRequest, ResetTarget, RewindTarget, TimeSpec};
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use streamward::store::{ChangeFeed, LeaseStore, Namespace, OperatorStore, ResumeChange};
+use streamward::store::{ChangeFeed, LeaseStore, Namespace, ResumeChange, SkippedLog};
 
 use crate::checks::{self, failure_outlived, Checker, Downstream, Outcome, Violation};
 use crate::faults::{now_or_never, Cluster, FaultProfile, FaultyStore};

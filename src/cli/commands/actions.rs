@@ -19,7 +19,7 @@ use crate::ops::{
     self, describe, ActionRequest, GatherOptions, OpsError, Plan, ResetTarget, RewindTarget,
     TimeSpec,
 };
-use crate::store::{AuditLog, OperatorStore};
+use crate::store::OpsStore;
 
 /// What every action takes besides its target.
 #[derive(Debug, Clone, Args, Default)]
@@ -284,7 +284,7 @@ pub(super) fn print_plan(
 /// Plans `request`; prints the plan; with `--execute` applies it. A refused plan is
 /// printed and returned as `OpsError::Refused` (exit 3, or 5 when the oplog cannot
 /// be read) without writing anything.
-pub async fn run_action<S: OperatorStore + AuditLog>(
+pub async fn run_action<S: OpsStore>(
     store: &S,
     request: ActionRequest,
     settings: &ActionSettings,

@@ -24,7 +24,7 @@ use crate::ops::lease_transfer::{
     ImportStep, LeaseExport, MAX_FILE_BYTES,
 };
 use crate::ops::{describe, refuse_read_only, OpsError};
-use crate::store::{AuditLog, OperatorStore};
+use crate::store::OpsStore;
 
 #[derive(Debug, Subcommand)]
 pub enum LeasesAction {
@@ -248,7 +248,7 @@ pub async fn import(
 
 /// Plans the import of `file`; prints the plan; with `--execute` moves the leases. A
 /// refused plan (any lease refused, or another cluster's file) writes nothing: exit 3.
-pub async fn run_import<S: OperatorStore + AuditLog>(
+pub async fn run_import<S: OpsStore>(
     store: &S,
     file: &LeaseExport,
     here: &ExportOrigin,

@@ -18,7 +18,7 @@ use crate::ops::{
     self, describe, ActionRequest, OpsError, Progress, RebuildDefinition, RebuildProgress,
     RebuildTarget,
 };
-use crate::store::{AuditLog, OperatorStore};
+use crate::store::OpsStore;
 
 #[derive(Debug, Args)]
 pub struct RebuildArgs {
@@ -65,7 +65,7 @@ pub async fn run_rebuild<S, D>(
     out: &mut dyn Write,
 ) -> anyhow::Result<()>
 where
-    S: OperatorStore + AuditLog,
+    S: OpsStore,
     D: RebuildDefinition<S>,
 {
     let request = ActionRequest::Rebuild { name: name.into() };

@@ -2,6 +2,7 @@
 //! strict ones waited for), refreshing the lease, and recording checkpoints.
 
 use super::*;
+use crate::store::CheckpointStore;
 
 impl<S: Store, H: Handler> Listener<S, H> {
     /// Writes `staged`'s commit and waits for it. `Err` ends the tenure.
@@ -221,11 +222,15 @@ impl<S: Store, H: Handler> Listener<S, H> {
     /// Records `token`, just committed by `tenure`, as a checkpoint when the last one
     /// is at least [`ListenerConfig::checkpoint_every`] old and none is being written: on
     /// its own task, never part of the commit. A failed one is reported (the listener's
-    /// last error, and the log) when the next commit finds it finished.
+    /// last error, and the log) when the next commit finds it finished. A store that
+    /// keeps no checkpoints ([`crate::store::Capabilities`]) gets none.
     fn checkpoint(&mut self, tenure: &Tenure, token: &ResumeToken, now: Instant) {
         let Some(every) = self.config.checkpoint_every else {
             return;
         };
+        if self.store.checkpoint_store().is_none() {
+            return;
+        }
         if let Some(running) = self.checkpoints.running.take() {
             if !running.is_finished() {
                 self.checkpoints.running = Some(running);
@@ -252,7 +257,10 @@ impl<S: Store, H: Handler> Listener<S, H> {
         let (store, tenure, token) = (self.store.clone(), tenure.clone(), token.clone());
         let kept = self.config.checkpoints_kept;
         self.checkpoints.running = Some(tokio::spawn(async move {
-            store.record_checkpoint(&tenure, &token, kept).await
+            match store.checkpoint_store() {
+                Some(checkpoints) => checkpoints.record_checkpoint(&tenure, &token, kept).await,
+                None => Ok(()),
+            }
         }));
     }
 

@@ -8,7 +8,7 @@ use super::plan::{judge_origin, plan_item, restore_request, ImportOptions, Impor
 use super::IMPORT_ACTION;
 use crate::model::text::escape_control;
 use crate::ops::{execute_as, gather, Executed, GatherOptions, OpsError};
-use crate::store::{AuditLog, LeaseStore, OperatorStore, StoreError};
+use crate::store::{LeaseStore, OpsStore, StoreError};
 
 /// Every lease of `store`, read once, with the server's clock. Reads only.
 pub async fn export<S: LeaseStore>(
@@ -23,7 +23,7 @@ pub async fn export<S: LeaseStore>(
 
 /// Plans the import of `selected` (leases of `file`): each lease's facts read as for a
 /// rewind to its recorded point, then planned. Reads only.
-pub async fn plan_import<S: OperatorStore + AuditLog>(
+pub async fn plan_import<S: OpsStore>(
     store: &S,
     file: &LeaseExport,
     selected: &[&ExportedLease],
@@ -86,7 +86,7 @@ pub struct ImportStopped {
 /// Moves every lease the plan moves, one audited action each, in order; stops at the
 /// first that fails. The plan must not be refused (`OpsError::Refused` otherwise,
 /// nothing written).
-pub async fn execute_import<S: OperatorStore + AuditLog>(
+pub async fn execute_import<S: OpsStore>(
     store: &S,
     plan: &ImportPlan,
     reason: Option<String>,

@@ -9,8 +9,8 @@ use super::errors::{is_duplicate_key, with_one_retry, CallError};
 use super::MongoStore;
 use crate::store::documents::id_to_write;
 use crate::store::{
-    DocumentStore, FencedMemberWrites, Namespace, StoreError, StoreResult, WriteFence,
-    WriteOutcome, LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+    DocumentStore, Namespace, StoreError, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
+    SOURCE_VERSION_FIELD,
 };
 
 /// Filter and `$set` of a fenced upsert: the fence in the filter, the fence value
@@ -369,8 +369,12 @@ impl DocumentStore for MongoStore {
     }
 }
 
-impl FencedMemberWrites for MongoStore {
-    async fn fenced_member_upsert(
+impl MongoStore {
+    /// The demo's tag aggregate (`crate::demo`'s `FencedMemberWrites`): sets
+    /// `members.<member> = {v: version, value}` in document `id` if the stored
+    /// member's `v` is below `version` (source-version fence per member), and
+    /// recomputes `counts` (value → number of members holding it) in the same write.
+    pub async fn fenced_member_upsert(
         &self,
         ns: &Namespace,
         id: &str,

@@ -436,6 +436,10 @@ impl ChangeFeed for MongoStore {
             }),
         }
     }
+
+    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {
+        self.read_oplog_entry(at).await
+    }
 }
 
 /// The time of one end of the oplog window from what `find` returned for it, or why

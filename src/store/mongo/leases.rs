@@ -16,8 +16,9 @@ use super::MongoStore;
 use crate::model::lease_field as field;
 use crate::model::{ClusterTime, Invalidation, Lease, LeaseWrite};
 use crate::store::{
-    AcquireOutcome, AcquireRequest, LeaseScope, LeaseStore, Listing, OperatorChange, OperatorStore,
-    StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, Capabilities, LeaseScope, LeaseStore, Listing, OperatorChange,
+    OperatorStore, SkippedChange, SkippedLog, StoreError, StoreResult, SwapOutcome, Tenure,
+    TenureWrite,
 };
 
 /// The filter and pipeline of `acquire`: refresh, else take, chosen in the pipeline.
@@ -300,15 +301,13 @@ impl OperatorStore for MongoStore {
         self.count_oplog_changes(on, from, to, limit).await
     }
 
-    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {
-        self.read_oplog_entry(at).await
-    }
-
     async fn token_at(&self, at: ClusterTime) -> StoreResult<crate::model::ResumeToken> {
         self.high_water_token(at).await
     }
+}
 
-    async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
+impl SkippedLog for MongoStore {
+    async fn keep_skipped(&self, skipped: &SkippedChange) -> StoreResult<()> {
         self.write_skipped(skipped).await
     }
 
@@ -316,7 +315,20 @@ impl OperatorStore for MongoStore {
         &self,
         resource: &str,
         limit: usize,
-    ) -> StoreResult<Vec<crate::store::SkippedChange>> {
+    ) -> StoreResult<Vec<SkippedChange>> {
         self.read_skipped(resource, limit).await
+    }
+}
+
+impl Capabilities for MongoStore {
+    type Capped = Self;
+    type Checkpoints = Self;
+
+    fn capped_feed(&self) -> Option<&Self> {
+        Some(self)
+    }
+
+    fn checkpoint_store(&self) -> Option<&Self> {
+        Some(self)
     }
 }

@@ -11,8 +11,8 @@ use super::state::{id_key, State, WriteKind};
 use super::{count, SandboxStore};
 use crate::store::documents::id_to_write;
 use crate::store::{
-    DocumentStore, FencedMemberWrites, Namespace, StoreResult, WriteFence, WriteOutcome,
-    LEASE_FENCE_FIELD, SOURCE_VERSION_FIELD,
+    DocumentStore, Namespace, StoreResult, WriteFence, WriteOutcome, LEASE_FENCE_FIELD,
+    SOURCE_VERSION_FIELD,
 };
 
 /// Recounts `counts` from `members`: value → number of members holding it, as the
@@ -384,8 +384,12 @@ impl DocumentStore for SandboxStore {
     }
 }
 
-impl FencedMemberWrites for SandboxStore {
-    async fn fenced_member_upsert(
+impl SandboxStore {
+    /// The demo's tag aggregate (`crate::demo`'s `FencedMemberWrites`): sets
+    /// `members.<member> = {v: version, value}` in document `id` if the stored
+    /// member's `v` is below `version` (source-version fence per member), and
+    /// recomputes `counts` (value → number of members holding it) in the same write.
+    pub async fn fenced_member_upsert(
         &self,
         ns: &Namespace,
         id: &str,

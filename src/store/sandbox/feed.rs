@@ -92,6 +92,33 @@ impl ChangeFeed for SandboxStore {
             .last_time()
             .max(ClusterTime::new(wall_secs, 0)))
     }
+
+    /// The log entry at `at`, shaped as MongoDB's oplog shapes one (`ts`, `op`, `ns`,
+    /// `o`, `o2`).
+    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {
+        self.require_oplog()?;
+        let state = self.lock();
+        Ok(state.log.entry_at(at).map(|entry| {
+            let event = &entry.event;
+            let op = match event.operation.name() {
+                "insert" => "i",
+                "update" | "replace" => "u",
+                "delete" => "d",
+                _ => "c",
+            };
+            let object = event
+                .full_document
+                .clone()
+                .unwrap_or_else(|| event.document_key.clone());
+            bson::doc! {
+                "ts": bson::Timestamp::from(entry.time),
+                "op": op,
+                "ns": event.ns.to_string(),
+                "o": object,
+                "o2": event.document_key.clone(),
+            }
+        }))
+    }
 }
 
 impl SandboxStore {

@@ -14,9 +14,9 @@ use crate::model::{
     LeaseWrite, ResumeToken,
 };
 use crate::store::{
-    AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, LeaseChange, LeaseScope,
-    LeaseStore, LeaseWatch, Listing, OperatorChange, OperatorStore, StoreError, StoreResult,
-    SwapOutcome, Tenure, TenureWrite,
+    AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog, Capabilities, LeaseChange,
+    LeaseScope, LeaseStore, LeaseWatch, Listing, OperatorChange, OperatorStore, SkippedChange,
+    SkippedLog, StoreError, StoreResult, SwapOutcome, Tenure, TenureWrite,
 };
 
 impl SandboxStore {
@@ -207,33 +207,6 @@ impl OperatorStore for SandboxStore {
         self.count_log_changes(on, from, to, limit)
     }
 
-    /// The log entry at `at`, shaped as MongoDB's oplog shapes one (`ts`, `op`, `ns`,
-    /// `o`, `o2`).
-    async fn oplog_entry(&self, at: ClusterTime) -> StoreResult<Option<bson::Document>> {
-        self.require_oplog()?;
-        let state = self.lock();
-        Ok(state.log.entry_at(at).map(|entry| {
-            let event = &entry.event;
-            let op = match event.operation.name() {
-                "insert" => "i",
-                "update" | "replace" => "u",
-                "delete" => "d",
-                _ => "c",
-            };
-            let object = event
-                .full_document
-                .clone()
-                .unwrap_or_else(|| event.document_key.clone());
-            bson::doc! {
-                "ts": bson::Timestamp::from(entry.time),
-                "op": op,
-                "ns": event.ns.to_string(),
-                "o": object,
-                "o2": event.document_key.clone(),
-            }
-        }))
-    }
-
     /// A high-water-mark token just before `at`: the sandbox's streams resume after a
     /// token's time (exclusive, as after its own post-batch tokens), so a stream resumed
     /// after this one starts at `at`, inclusive, as MongoDB's does after its token.
@@ -244,8 +217,10 @@ impl OperatorStore for SandboxStore {
             0,
         ))
     }
+}
 
-    async fn keep_skipped(&self, skipped: &crate::store::SkippedChange) -> StoreResult<()> {
+impl SkippedLog for SandboxStore {
+    async fn keep_skipped(&self, skipped: &SkippedChange) -> StoreResult<()> {
         count(&self.inner.calls.audit_writes);
         let mut state = self.lock();
         // One record per change an action stepped over: its audit id and the token.
@@ -260,7 +235,7 @@ impl OperatorStore for SandboxStore {
         &self,
         resource: &str,
         limit: usize,
-    ) -> StoreResult<Vec<crate::store::SkippedChange>> {
+    ) -> StoreResult<Vec<SkippedChange>> {
         let state = self.lock();
         Ok(state
             .skipped
@@ -270,6 +245,19 @@ impl OperatorStore for SandboxStore {
             .take(limit)
             .cloned()
             .collect())
+    }
+}
+
+impl Capabilities for SandboxStore {
+    type Capped = Self;
+    type Checkpoints = Self;
+
+    fn capped_feed(&self) -> Option<&Self> {
+        Some(self)
+    }
+
+    fn checkpoint_store(&self) -> Option<&Self> {
+        Some(self)
     }
 }
 
