@@ -14,11 +14,8 @@ use tokio_util::sync::CancellationToken;
 use super::data::{DataEvent, DataSource};
 use crate::engine::ListenerSnapshot;
 use crate::model::{Deployment, Lease, LossTracker, OplogAccess};
-use crate::observe::{ClusterProbe, WriteRate};
-use crate::store::{
-    read_capped_windows, read_time_to_loss, AuditLog, Capabilities, LeaseScope, LeaseStore,
-    LeaseWatch, StoreError,
-};
+use crate::observe::{ClusterProbe, HistoryReading, WindowSource, WriteRate};
+use crate::store::{read_time_to_loss, AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
 
 /// How often each source is read, and how soon a failed one is retried.
 #[derive(Debug, Clone, Copy)]
@@ -80,11 +77,7 @@ pub fn spawn<S: ClusterProbe>(
         )),
         tokio::spawn(until_cancelled(
             cancel.clone(),
-            read_window(store.clone(), intervals, events.clone()),
-        )),
-        tokio::spawn(until_cancelled(
-            cancel.clone(),
-            read_capped(store.clone(), intervals, events.clone(), known.clone()),
+            read_cluster(store.clone(), intervals, events.clone(), known.clone()),
         )),
         tokio::spawn(until_cancelled(
             cancel.clone(),
@@ -227,10 +220,16 @@ async fn follow_leases<S: LeaseStore>(
     }
 }
 
-async fn read_window<S: ClusterProbe>(
+/// Every `intervals.window`: what the cluster is, its members and the fleet's processes
+/// (every `members_every` reads), then the histories and the clock
+/// ([`HistoryReading`]): the oplog window with the write rate, and the windows of the
+/// capped collections the known capped leases tail (sent while there are any, and
+/// once more when the last one goes, so none is kept).
+async fn read_cluster<S: ClusterProbe>(
     store: S,
     intervals: FeedIntervals,
     events: mpsc::Sender<DataEvent>,
+    known: KnownLeases,
 ) {
     let mut ticker = tokio::time::interval(intervals.window);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -238,6 +237,7 @@ async fn read_window<S: ClusterProbe>(
     let mut reads: u32 = 0;
     let mut oplog_readable = true;
     let mut router = false;
+    let mut capped_sent = false;
     loop {
         ticker.tick().await;
         // The window when the topology read it this tick: not read twice.
@@ -271,75 +271,53 @@ async fn read_window<S: ClusterProbe>(
             }
         }
         reads = reads.wrapping_add(1);
-        if !oplog_readable {
-            // The header says why from the topology; reading would only fail again. The
-            // server's clock still judges lag, EXPIRED and UNCLAIMED.
-            let sent = match store.server_now().await {
-                Ok(server_now) => send(&events, DataEvent::ServerClock(server_now)).await,
-                Err(error) => report(&events, DataSource::Oplog, &error).await,
-            };
-            if sent.is_err() {
-                return;
-            }
-            continue;
-        }
+        // Unreadable: the header says why from the topology; reading would only fail
+        // again. The server's clock still judges lag, EXPIRED and UNCLAIMED.
+        let source = match (oplog_readable, read_with_topology) {
+            (false, _) => WindowSource::Unreadable,
+            (true, Some(window)) => WindowSource::Known(window),
+            (true, None) => WindowSource::Read,
+        };
         let read = async {
-            let window = match read_with_topology {
-                Some(window) => window,
-                None => store.oplog_window().await?,
-            };
-            let server_now = store.server_now().await?;
-            let ops_per_sec = rate.sample(&store, window.last).await?;
-            Ok::<_, StoreError>((window, server_now, ops_per_sec))
-        };
-        let sent = match read.await {
-            Ok((window, server_now, ops_per_sec)) => {
-                send(
-                    &events,
-                    DataEvent::Window {
-                        window,
-                        server_now,
-                        ops_per_sec,
-                    },
-                )
+            let history = HistoryReading::read(&store, &known.all(), source)
                 .await
-            }
-            Err(error) => report(&events, DataSource::Oplog, &error).await,
+                .map_err(|e| e.store_error().clone())?;
+            let ops_per_sec = match history.window {
+                Some(window) => rate.sample(&store, window.last).await?,
+                None => None,
+            };
+            Ok::<_, StoreError>((history, ops_per_sec))
         };
-        if sent.is_err() {
+        let (history, ops_per_sec) = match read.await {
+            Ok(read) => read,
+            Err(error) => {
+                if report(&events, DataSource::Oplog, &error).await.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        let clock = match history.window {
+            Some(window) => DataEvent::Window {
+                window,
+                server_now: history.now,
+                ops_per_sec,
+            },
+            None => DataEvent::ServerClock(history.now),
+        };
+        if send(&events, clock).await.is_err() {
             return;
         }
-    }
-}
-
-/// Reads the window of each capped collection the known capped leases tail, as often as
-/// the oplog window: what those leases are measured against. Sends nothing while there
-/// are none (and once more when the last one goes, so none is kept).
-async fn read_capped<S: Capabilities>(
-    store: S,
-    intervals: FeedIntervals,
-    events: mpsc::Sender<DataEvent>,
-    known: KnownLeases,
-) {
-    let mut ticker = tokio::time::interval(intervals.window);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sent_any = false;
-    loop {
-        ticker.tick().await;
-        if events.is_closed() {
-            return;
-        }
-        let leases = known.all();
-        let reading = read_capped_windows(&store, &leases).await;
-        let any = !reading.entries.is_empty() || !reading.unread.is_empty();
-        if !any && !sent_any {
+        let capped = history.capped;
+        let any = !capped.entries.is_empty() || !capped.unread.is_empty();
+        if !any && !capped_sent {
             continue;
         }
-        for why in reading.unread.values() {
+        for why in capped.unread.values() {
             tracing::debug!(%why, "capped collection window not read");
         }
-        sent_any = any;
-        if send(&events, DataEvent::CappedWindows(reading))
+        capped_sent = any;
+        if send(&events, DataEvent::CappedWindows(capped))
             .await
             .is_err()
         {

@@ -42,31 +42,84 @@ pub enum ObserveError {
     Clock(#[source] StoreError),
 }
 
-impl ClusterSnapshot {
-    /// Reads the leases, what the cluster is and its window, the server's clock and the
-    /// capped collections' windows (a capped collection that cannot be read is named in
+impl ObserveError {
+    /// The store's error behind it.
+    pub fn store_error(&self) -> &StoreError {
+        match self {
+            ObserveError::Leases(e) | ObserveError::Cluster(e) | ObserveError::Clock(e) => e,
+        }
+    }
+}
+
+/// Where a read takes the oplog window from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum WindowSource {
+    /// Read it now.
+    Read,
+    /// The topology was just read and brought it.
+    Known(OplogWindow),
+    /// The topology says the oplog cannot be read: reading would only fail again.
+    Unreadable,
+}
+
+/// The histories leases are measured against and the clock they are judged by, as one
+/// read found them: the part of a [`ClusterSnapshot`] that the console reads on its
+/// own timer (its leases come from a change stream instead of a listing).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistoryReading {
+    /// `None` when the oplog cannot be read.
+    pub window: Option<OplogWindow>,
+    /// The server's clock, read after the window.
+    pub now: DateTime<Utc>,
+    /// The windows of the capped collections `leases` tail.
+    pub capped: CappedReading,
+}
+
+impl HistoryReading {
+    /// Reads the window (from `window`), then the server's clock, then the windows of
+    /// the capped collections `leases` tail (one that cannot be read is named in
     /// [`CappedReading::unread`], not an error).
+    pub async fn read<S: ClusterProbe>(
+        store: &S,
+        leases: &[Lease],
+        window: WindowSource,
+    ) -> Result<HistoryReading, ObserveError> {
+        let window = match window {
+            WindowSource::Read => Some(store.oplog_window().await.map_err(ObserveError::Cluster)?),
+            WindowSource::Known(window) => Some(window),
+            WindowSource::Unreadable => None,
+        };
+        let now = store.server_now().await.map_err(ObserveError::Clock)?;
+        let capped = read_capped_windows(store, leases).await;
+        Ok(HistoryReading {
+            window,
+            now,
+            capped,
+        })
+    }
+}
+
+impl ClusterSnapshot {
+    /// Reads the leases, what the cluster is, then its histories and clock
+    /// ([`HistoryReading::read`]).
     pub async fn read<S: ClusterProbe>(store: &S) -> Result<ClusterSnapshot, ObserveError> {
         let mut listing = store.list().await.map_err(ObserveError::Leases)?;
         listing
             .items
             .sort_by(|a, b| lease_order(&a.resource, &b.resource));
         let (topology, window) = match store.topology().await.map_err(ObserveError::Cluster)? {
-            Some((topology, window)) => (Some(topology), window),
-            None => {
-                let window = store.oplog_window().await.map_err(ObserveError::Cluster)?;
-                (None, Some(window))
-            }
+            Some((topology, Some(window))) => (Some(topology), WindowSource::Known(window)),
+            Some((topology, None)) => (Some(topology), WindowSource::Unreadable),
+            None => (None, WindowSource::Read),
         };
-        let now = store.server_now().await.map_err(ObserveError::Clock)?;
-        let capped = read_capped_windows(store, &listing.items).await;
+        let history = HistoryReading::read(store, &listing.items, window).await?;
         Ok(ClusterSnapshot {
             leases: listing.items,
             malformed: listing.malformed,
             topology,
-            window,
-            capped,
-            now,
+            window: history.window,
+            capped: history.capped,
+            now: history.now,
         })
     }
 
@@ -93,7 +146,7 @@ mod tests {
 
     use super::*;
     use crate::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-    use crate::store::{DocumentStore, Namespace};
+    use crate::store::{ChangeFeed, DocumentStore, Namespace};
 
     #[tokio::test(start_paused = true)]
     async fn a_snapshot_lists_partitions_under_their_resource_and_reads_the_servers_clock() {
@@ -129,5 +182,36 @@ mod tests {
             snapshot.capped.entries.is_empty(),
             "no capped lease, nothing read"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_history_read_takes_the_window_it_is_given_and_reads_the_clock_after() {
+        let epoch = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+        let store = SandboxStore::new(SandboxConfig::default(), Clock::virtual_from(epoch));
+        store
+            .put(&Namespace::new("shop", "orders"), doc! {"_id": 1})
+            .await
+            .expect("a write, so the change log has a window");
+        tokio::time::advance(std::time::Duration::from_secs(7)).await;
+        let read = store.oplog_window().await.expect("window");
+        let given = OplogWindow {
+            first: crate::model::ClusterTime::new(1, 0),
+            last: crate::model::ClusterTime::new(2, 0),
+        };
+        assert_ne!(given, read, "told apart from the one the store has");
+
+        let known = HistoryReading::read(&store, &[], WindowSource::Known(given))
+            .await
+            .expect("reads");
+        assert_eq!(known.window, Some(given), "not read again");
+        let unreadable = HistoryReading::read(&store, &[], WindowSource::Unreadable)
+            .await
+            .expect("reads the clock");
+        assert_eq!(unreadable.window, None);
+        assert_eq!(unreadable.now, epoch + chrono::TimeDelta::seconds(7));
+        let fresh = HistoryReading::read(&store, &[], WindowSource::Read)
+            .await
+            .expect("reads");
+        assert_eq!(fresh.window, Some(read));
     }
 }
