@@ -826,6 +826,18 @@ fn the_config_reference_loads_and_shows_the_defaults() {
             "rebuilds.{name}.timeout"
         );
     }
+    // Unset, the theme is `default` (monochrome under NO_COLOR) and the profile is told
+    // from the host names (MongoDB for any but Cosmos DB's): the reference shows those,
+    // and they are ones the console and the store take.
+    let theme = settings.theme.as_deref().expect("the reference sets theme");
+    assert_eq!(theme, "default", "theme");
+    streamward::console::theme::Theme::by_name(theme, None)
+        .unwrap_or_else(|e| panic!("theme {theme:?} is not a built-in: {e}"));
+    assert_eq!(
+        settings.profile,
+        Some(streamward::model::StreamProfile::MongoDb),
+        "profile"
+    );
 }
 
 // ---------------------------------------------------------------- statuses
