@@ -7,7 +7,7 @@ use anyhow::Context;
 use clap::Args;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::common::connect::connect;
+use crate::cli::common::connect::{connect, reading_the_cluster};
 use crate::cli::common::output::say;
 use crate::cli::common::settings::{ClusterArgs, ConfigArgs, Settings};
 use crate::metrics::serve::{serve, MetricsServer};
@@ -113,10 +113,7 @@ pub async fn run(args: &ExporterArgs, settings: &Settings) -> anyhow::Result<()>
                 });
             }
             Err(error) => {
-                let error = anyhow::Error::new(error).context(format!(
-                    "reading the cluster (leases in {})",
-                    settings.leases
-                ));
+                let error = anyhow::Error::new(error).context(reading_the_cluster(settings));
                 // Redacted: a driver error may quote the connection string.
                 let message = crate::cli::common::output::error_message(&error);
                 tracing::warn!(error = %message, "reading the cluster failed");

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use clap::Args;
 use serde_json::{json, Value};
 
-use crate::cli::common::connect::connect;
+use crate::cli::common::connect::{connect, reading_the_cluster};
 use crate::cli::common::exit::{OplogUnknown, Unhealthy};
 use crate::cli::common::lease_table::{
     render_failures, render_invalidations, render_leases, LeaseRow,
@@ -73,7 +73,7 @@ impl Snapshot {
     pub(super) async fn read(store: &MongoStore, settings: &Settings) -> anyhow::Result<Snapshot> {
         let cluster = ClusterSnapshot::read(store)
             .await
-            .with_context(|| format!("reading the cluster (leases in {})", settings.leases))?;
+            .with_context(|| reading_the_cluster(settings))?;
         Ok(Snapshot {
             cluster,
             loss: LossReading::default(),

@@ -24,3 +24,9 @@ pub(in crate::cli) async fn connect(settings: &Settings) -> anyhow::Result<Mongo
         Err(e) => Err(anyhow::Error::new(e).context(format!("connecting to {shown}"))),
     }
 }
+
+/// What a failed [`crate::observe::ClusterSnapshot::read`] was doing, for its context:
+/// `leases`, the exporter.
+pub(in crate::cli) fn reading_the_cluster(settings: &Settings) -> String {
+    format!("reading the cluster (leases in {})", settings.leases)
+}
