@@ -508,3 +508,80 @@ pub(super) fn say_unreadable(unreadable: &[String]) {
         ));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterTime, Lease, LockKind};
+    use crate::ops::lease_transfer::ExportedLease;
+    use crate::ops::{ActionKind, ActionRequest, Plan, Refusal, RefusalKind, RewindTarget};
+
+    /// The import's plan as `leases import --output json` prints it, pinned byte for
+    /// byte (key order included).
+    #[test]
+    fn an_import_plan_in_json() {
+        let at = ClusterTime::new(1_700_000_000, 1);
+        let exported_at = at.to_datetime().unwrap();
+        let mut lease = Lease::vacant("a");
+        lease.resume_at = Some(at);
+        lease.kind = LockKind::Bulk;
+        let exported = |resource: &str| {
+            let mut lease = lease.clone();
+            lease.resource = resource.into();
+            ExportedLease::of(&lease)
+        };
+        let refused = Refusal {
+            kind: RefusalKind::NoOplogAccess,
+            reason: "no oplog".into(),
+        };
+        let moving = Plan {
+            request: ActionRequest::Rewind {
+                resource: "c".into(),
+                to: RewindTarget::Time(crate::ops::TimeSpec::Cluster(at)),
+            },
+            action: ActionKind::Rewind,
+            resource: Some("c".into()),
+            operator: "ann".into(),
+            captured: None,
+            before: Some(lease.clone()),
+            after: None,
+            change: None,
+            effect: Default::default(),
+            warnings: vec!["careful".into()],
+            confirmation: None,
+            refusal: Some(refused.clone()),
+            planned_at: exported_at,
+        };
+        let plan = ImportPlan {
+            origin: ExportOrigin {
+                uri: Some("mongodb://h/".into()),
+                leases: "app.leases".into(),
+                replica_set: None,
+            },
+            exported_at,
+            refusal: Some(Refusal {
+                kind: RefusalKind::OtherCluster,
+                reason: "another cluster".into(),
+            }),
+            warnings: vec!["another collection".into()],
+            items: vec![
+                ImportItem {
+                    exported: exported("a"),
+                    current: Some(lease.clone()),
+                    step: ImportStep::Unchanged,
+                },
+                ImportItem {
+                    exported: exported("b"),
+                    current: None,
+                    step: ImportStep::Missing(refused),
+                },
+                ImportItem {
+                    exported: exported("c"),
+                    current: Some(lease.clone()),
+                    step: ImportStep::Move(moving),
+                },
+            ],
+        };
+        insta::assert_snapshot!(serde_json::to_string_pretty(&import_plan_json(&plan)).unwrap());
+    }
+}

@@ -561,6 +561,57 @@ fn loss_json(loss: &TimeToLoss) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{ClusterTime, Invalidation, LossTime, Pending, TimeToLoss, WatchTarget};
+
+    /// A lease row of `leases --output json`, pinned byte for byte (key order included).
+    #[test]
+    fn a_lease_row_in_json() {
+        let at = |secs: u32| ClusterTime::new(1_700_000_000 + secs, 1);
+        let now = at(3600).to_datetime().unwrap();
+        let mut lease = Lease::vacant("shop.orders");
+        lease.holder = Some("w1".into());
+        lease.version = 12;
+        lease.expires_at = Some(now + chrono::TimeDelta::seconds(8));
+        lease.resume_token = Some(crate::model::ResumeToken::encode(
+            at(3000),
+            crate::model::TokenKind::Event,
+            7,
+        ));
+        lease.watch = Some(WatchTarget {
+            db: "shop".into(),
+            coll: "orders".into(),
+            ..Default::default()
+        });
+        lease.invalidated = Some(Invalidation {
+            at: None,
+            reason: "dropped".into(),
+        });
+        let window = OplogWindow::new(at(0), at(3600));
+        let mut loss = LossReading::default();
+        loss.predicted.insert(
+            "shop.orders".into(),
+            TimeToLoss {
+                earliest: LossTime::In(Duration::from_secs(7200)),
+                latest: Some(LossTime::Never),
+                filling: false,
+                missing: Vec::new(),
+            },
+        );
+        loss.pending
+            .insert("shop.orders".into(), Pending::AtLeast(40));
+        let thresholds = HealthThresholds::default();
+        let row = lease_json(&lease, Some(&window), now, &thresholds, &loss);
+        insta::assert_snapshot!(serde_json::to_string_pretty(&row).unwrap());
+        let unpredicted = LossReading {
+            unknown: Some("measuring".into()),
+            ..LossReading::default()
+        };
+        let row = lease_json(&lease, None, now, &thresholds, &unpredicted);
+        insta::assert_snapshot!(
+            "a_lease_row_without_a_window_in_json",
+            serde_json::to_string_pretty(&row).unwrap()
+        );
+    }
 
     /// The help says what `--check` fails on from the one list it fails on.
     #[test]
