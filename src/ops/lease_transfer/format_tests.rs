@@ -3,6 +3,7 @@ use chrono::TimeZone;
 
 use super::*;
 use crate::model::{TokenKind, WatchTarget};
+use serde_json::json;
 
 fn at() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).single().unwrap()

@@ -12,12 +12,14 @@ use crate::model::{
     AuditRecord, AuditState, AuditStep, ChangeFailure, FailureCause, Invalidation, LeaseProtocol,
     PendingJudgment, PendingVerdict, SourceKind, WatchTarget,
 };
-use crate::ops::describe;
 use crate::ops::execute::Executed;
+use crate::ops::json::{
+    AuditJson, ClusterTimeJson, ExecutedJson, FailureJson, LeaseJson, MalformedJson, PlanJson,
+};
 use crate::ops::request::{ResetTarget, RewindTarget, TimeSpec};
 use crate::store::MalformedDocument;
 
-fn pretty(value: &serde_json::Value) -> String {
+fn pretty(value: &impl serde::Serialize) -> String {
     serde_json::to_string_pretty(value).expect("JSON")
 }
 
@@ -59,10 +61,10 @@ fn full_lease() -> Lease {
 
 #[test]
 fn a_lease_in_json() {
-    insta::assert_snapshot!(pretty(&describe::lease_json(&full_lease())));
+    insta::assert_snapshot!(pretty(&LeaseJson::of(&full_lease())));
     insta::assert_snapshot!(
         "a_seed_lease_in_json",
-        pretty(&describe::lease_json(&Lease::seed("legacy")))
+        pretty(&LeaseJson::of(&Lease::seed("legacy")))
     );
 }
 
@@ -82,7 +84,7 @@ fn a_takeover_plan_in_json() {
             key: r#"{"_id":2}"#.into(),
             entry: doc! {},
         });
-    insta::assert_snapshot!(pretty(&describe::plan_json(&plan)));
+    insta::assert_snapshot!(pretty(&PlanJson::of(&plan)));
 }
 
 #[test]
@@ -96,7 +98,7 @@ fn a_counted_rewind_plan_in_json() {
     if let Some(resume) = plan.effect.resume.as_mut() {
         resume.on = Some(crate::model::WatchedCollection::Collection([7; 16]));
     }
-    insta::assert_snapshot!(pretty(&describe::plan_json(&plan)));
+    insta::assert_snapshot!(pretty(&PlanJson::of(&plan)));
 }
 
 #[test]
@@ -114,7 +116,7 @@ fn seed_plans_in_json() {
     let plan_oldest = plan(&oldest, &facts(Some(seed.clone())));
     insta::assert_snapshot!(
         "a_seed_reset_to_oldest_in_json",
-        pretty(&describe::plan_json(&plan_oldest))
+        pretty(&PlanJson::of(&plan_oldest))
     );
     let rewind = ActionRequest::Rewind {
         resource: "shop.orders".into(),
@@ -123,7 +125,7 @@ fn seed_plans_in_json() {
     let plan_rewind = plan(&rewind, &facts(Some(seed)));
     insta::assert_snapshot!(
         "a_seed_rewind_to_a_token_in_json",
-        pretty(&describe::plan_json(&plan_rewind))
+        pretty(&PlanJson::of(&plan_rewind))
     );
 }
 
@@ -136,11 +138,11 @@ fn a_refused_plan_in_json() {
     };
     let plan = plan(&request, &facts(Some(live_lease())));
     assert!(plan.is_refused());
-    insta::assert_snapshot!(pretty(&describe::plan_json(&plan)));
+    insta::assert_snapshot!(pretty(&PlanJson::of(&plan)));
     let nothing = plan_for_missing_lease();
     insta::assert_snapshot!(
         "a_plan_for_no_lease_in_json",
-        pretty(&describe::plan_json(&nothing))
+        pretty(&PlanJson::of(&nothing))
     );
 }
 
@@ -167,7 +169,7 @@ fn an_executed_action_in_json() {
         operation_time: Some(at(3600)),
         remark: Some("the reply was lost; read back as applied".into()),
     };
-    insta::assert_snapshot!(pretty(&describe::executed_json(&done)));
+    insta::assert_snapshot!(pretty(&ExecutedJson::of(&done)));
     let plain = Executed {
         operation_time: None,
         remark: None,
@@ -175,7 +177,7 @@ fn an_executed_action_in_json() {
     };
     insta::assert_snapshot!(
         "an_executed_action_without_a_time_in_json",
-        pretty(&describe::executed_json(&plain))
+        pretty(&ExecutedJson::of(&plain))
     );
 }
 
@@ -205,7 +207,7 @@ fn audit_records_in_json() {
     };
     insta::assert_snapshot!(
         "a_pending_audit_record_in_json",
-        pretty(&describe::audit_json(&record, Some(&judged)))
+        pretty(&AuditJson::of(&record, Some(&judged)))
     );
     let mut finished = record;
     finished.state = AuditState::Applied;
@@ -219,7 +221,7 @@ fn audit_records_in_json() {
     finished.before = Some(seed);
     insta::assert_snapshot!(
         "a_finished_audit_record_in_json",
-        pretty(&describe::audit_json(&finished, None))
+        pretty(&AuditJson::of(&finished, None))
     );
 }
 
@@ -234,11 +236,11 @@ fn a_malformed_document_and_times_in_json() {
         problem: "field _id: missing".into(),
     };
     let shown = serde_json::json!([
-        describe::malformed_json(&malformed),
-        describe::malformed_json(&anonymous),
-        describe::time_json(Some(at(5))),
-        describe::time_json(None),
-        describe::failure_json(&ChangeFailure {
+        MalformedJson::of(&malformed),
+        MalformedJson::of(&anonymous),
+        ClusterTimeJson::of_optional(Some(at(5))),
+        ClusterTimeJson::of_optional(None),
+        FailureJson::of(&ChangeFailure {
             token: None,
             at: None,
             namespace: String::new(),
