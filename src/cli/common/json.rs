@@ -101,6 +101,6 @@ impl<'a> ErrorJson<'a> {
 
 /// A document that is only a failure: `{"error": …}`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FailureJson<'a> {
+pub struct ErrorDocumentJson<'a> {
     pub error: ErrorJson<'a>,
 }

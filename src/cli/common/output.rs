@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::cli::common::exit;
-use crate::cli::common::json::{ActionJson, ErrorJson, FailureJson};
+use crate::cli::common::json::{ActionJson, ErrorDocumentJson, ErrorJson};
 use crate::cli::common::settings::OutputFormat;
 use crate::model::text::escape_control;
 use crate::store::mongo::redact_message;
@@ -89,7 +89,7 @@ impl Out {
                     let document = merge_error(&held, &error);
                     serde_json::to_string_pretty(&document).unwrap_or_default()
                 }
-                None => serde_json::to_string(&FailureJson { error }).unwrap_or_default(),
+                None => serde_json::to_string(&ErrorDocumentJson { error }).unwrap_or_default(),
             };
             let _ = writeln!(self.stdout, "{text}").and_then(|()| self.stdout.flush());
         }
@@ -195,7 +195,7 @@ pub fn clap_failure(error: clap::Error, args: &[String]) -> ExitCode {
         .unwrap_or_default()
         .trim_start_matches("error: ")
         .to_string();
-    let document = FailureJson {
+    let document = ErrorDocumentJson {
         error: ErrorJson::new(&message, exit::USAGE),
     };
     let text = serde_json::to_string(&document).unwrap_or_default();
