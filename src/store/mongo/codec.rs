@@ -3,12 +3,12 @@
 //! are read through serde (`lease_document`, `audit_document`); change events field by
 //! field from their raw bytes, where only what a handler gets is decoded.
 
-use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocumentBuf};
-use chrono::{DateTime, Utc};
-
 mod audit_document;
 mod bson_type;
 mod lease_document;
+
+use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocumentBuf};
+use chrono::{DateTime, Utc};
 
 use audit_document::AuditDocument;
 use bson_type::decode;
