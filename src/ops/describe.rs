@@ -1,19 +1,14 @@
-//! Plans, outcomes and audit records for people (text) and programs (JSON). Strings from
-//! the database go through `escape_control` in text; JSON keeps them raw.
+//! Plans and outcomes for people, as text; strings from the database go through
+//! `escape_control`. Their JSON for programs is [`super::json`]'s, which keeps them raw.
 
 use std::fmt::Write;
 
-use chrono::{DateTime, Utc};
-use serde_json::{json, Value};
-
 use super::execute::Executed;
 use super::plan::Plan;
-use super::refusal::RefusalKind;
-use super::resume::Direction;
 use crate::model::lease_field as F;
 use crate::model::text::{clip, clock_and_relative, escape_control, pad_to, CELL_MAX_CHARS};
-use crate::model::{AuditRecord, ClusterTime, Lease, LeaseProtocol, PendingJudgment};
-use crate::store::ResumeChange;
+use crate::model::{Lease, LeaseProtocol};
+use chrono::{DateTime, Utc};
 
 /// One lease field before and after.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,30 +64,6 @@ fn fields(lease: &Lease, now: DateTime<Utc>) -> [(&'static str, String); 12] {
                 .map_or_else(|| "null".into(), |f| f.summary()),
         ),
     ]
-}
-
-/// A failure in JSON (`leases --json` and every lease in a plan or audit record).
-pub fn failure_json(failure: &crate::model::ChangeFailure) -> Value {
-    let (size, limit) = match failure.cause {
-        crate::model::FailureCause::TooLarge { size, limit } => (size, limit),
-        crate::model::FailureCause::Handler | crate::model::FailureCause::ImageMissing { .. } => {
-            (None, None)
-        }
-    };
-    json!({
-        "token": failure.token.as_ref().map(|t| t.to_string()),
-        "at": time_json(failure.at),
-        "ns": failure.namespace,
-        "op": failure.operation,
-        "key": failure.document_key,
-        "error": failure.error,
-        "cause": failure.cause.as_str(),
-        "size": size,
-        "limit": limit,
-        "attempts": failure.attempts,
-        "firstAt": failure.first_at.to_rfc3339(),
-        "lastAt": failure.last_at.to_rfc3339(),
-    })
 }
 
 /// Every field of the lease document, before and after, in the order the protocol
@@ -208,159 +179,6 @@ pub fn executed_text(done: &Executed) -> String {
         text.push_str(&format!("  note: {}\n", escape_control(remark)));
     }
     text
-}
-
-/// A cluster time in JSON: `{t, i, iso}`, or null.
-pub fn time_json(time: Option<ClusterTime>) -> Value {
-    time.map_or(
-        Value::Null,
-        |t| json!({ "t": t.secs, "i": t.inc, "iso": t.to_datetime().map(|d| d.to_rfc3339()) }),
-    )
-}
-
-/// A document that could not be read, in a JSON listing: `status` says so.
-pub fn malformed_json(document: &crate::store::MalformedDocument) -> Value {
-    json!({
-        "id": document.id,
-        "status": "MALFORMED",
-        "malformed": document.problem,
-    })
-}
-
-/// A lease in JSON, under its document's field names (plans, audit records, `leases`).
-pub fn lease_json(lease: &Lease) -> Value {
-    let date = |d: Option<DateTime<Utc>>| d.map(|d| d.to_rfc3339());
-    json!({
-        "resource": lease.resource,
-        (F::HOLDER): lease.holder,
-        (F::EXPIRES_AT): date(lease.expires_at),
-        (F::VERSION): lease.version,
-        (F::KIND): lease.kind.as_str(),
-        (F::RESUME_TOKEN): lease.resume_token.as_ref().map(|t| t.to_string()),
-        (F::RESUME_AT): time_json(lease.resume_at),
-        (F::ACQUIRED_AT): date(lease.acquired_at),
-        (F::RENEWED_AT): date(lease.renewed_at),
-        (F::COMMITTED_AT): date(lease.committed_at),
-        (F::NOTE): lease.note,
-        (F::INVALIDATED): lease.invalidated.as_ref().map(|i| json!({
-            "at": time_json(i.at),
-            "reason": i.reason,
-        })),
-        (F::FAILURE): lease.failure.as_ref().map(failure_json),
-        // "seed" for a lease written by another implementation (`LeaseProtocol`).
-        "protocol": lease.protocol.as_str(),
-    })
-}
-
-fn refusal_kind(kind: RefusalKind) -> String {
-    format!("{kind:?}")
-}
-
-pub fn plan_json(plan: &Plan) -> Value {
-    let change = plan.change.as_ref().map(|c| {
-        let seed = c.protocol.is_seed();
-        let resume = match &c.resume {
-            ResumeChange::Keep => Value::String("keep".into()),
-            // A seed lease's token is removed, not nulled, and its resumeAt removed.
-            ResumeChange::Set { token: None, .. } if seed => json!({
-                (F::RESUME_TOKEN): "removed",
-                (F::RESUME_AT): "removed",
-            }),
-            ResumeChange::Set { token, .. } if seed => json!({
-                (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
-                (F::RESUME_AT): "removed",
-            }),
-            ResumeChange::Set { token, at } => json!({
-                (F::RESUME_TOKEN): token.as_ref().map(|t| t.to_string()),
-                (F::RESUME_AT): time_json(*at),
-            }),
-        };
-        json!({
-            "filter": { (F::RESOURCE): c.resource, (F::VERSION): c.expected_version },
-            (F::HOLDER): c.holder,
-            "expiresInSecs": c.expires_in.as_secs_f64(),
-            // A seed lease's kind is not written.
-            (F::KIND): (!seed).then(|| c.kind.as_str()),
-            "protocol": c.protocol.as_str(),
-            (F::VERSION): c.expected_version + 1,
-            "resume": resume,
-            (F::NOTE): c.note,
-        })
-    });
-    let resume = plan.effect.resume.as_ref().map(|m| {
-        json!({
-            "direction": match m.direction { Direction::Replay => "replay", Direction::Skip => "skip" },
-            "ns": m.on.as_ref().and_then(|c| c.namespace()).map(|(db, coll)| format!("{db}.{coll}")),
-            "collectionUuid": match &m.on {
-                Some(crate::model::WatchedCollection::Collection(uuid)) => Some(hex::encode(uuid)),
-                _ => None,
-            },
-            "from": time_json(Some(m.from)),
-            "to": time_json(Some(m.to)),
-            "spanSecs": m.span.as_secs(),
-            "counted": m.count.as_ref().map(|c| c.counted),
-            "atLeast": m.count.as_ref().map(|c| c.at_least()),
-            "text": m.describe(),
-        })
-    });
-    json!({
-        "action": plan.action.name(),
-        "resource": plan.resource,
-        "operator": plan.operator,
-        "plannedAt": plan.planned_at.to_rfc3339(),
-        "captured": plan.captured.as_ref().map(|c| json!({ "holder": c.holder, "version": c.version })),
-        "before": plan.before.as_ref().map(lease_json),
-        "after": plan.after.as_ref().map(lease_json),
-        "change": change,
-        "effect": {
-            "fencesOut": plan.effect.fences_out,
-            "resume": resume,
-            "lines": plan.effect.lines,
-            "steppedOver": plan.effect.stepped_over.iter().map(|c| json!({
-                "token": c.token.to_string(),
-                "op": c.operation,
-                "key": c.key,
-            })).collect::<Vec<_>>(),
-        },
-        "warnings": plan.warnings,
-        "confirmation": plan.confirmation,
-        "refusal": plan.refusal.as_ref().map(|r| json!({
-            "kind": refusal_kind(r.kind),
-            "reason": r.reason,
-        })),
-    })
-}
-
-pub fn executed_json(done: &Executed) -> Value {
-    json!({
-        "action": done.action.name(),
-        "resource": done.resource,
-        "auditId": done.audit_id,
-        "operationTime": time_json(done.operation_time),
-        "remark": done.remark,
-        "before": lease_json(&done.before),
-        "after": lease_json(&done.after),
-    })
-}
-
-/// A record in JSON; a pending one with its judgment against the lease read now.
-pub fn audit_json(record: &AuditRecord, judged: Option<&PendingJudgment>) -> Value {
-    json!({
-        "id": record.id,
-        "at": record.at.to_rfc3339(),
-        "operator": record.operator,
-        "action": record.action,
-        "resource": record.resource,
-        "reason": record.reason,
-        "state": record.state.as_str(),
-        "finishedAt": record.finished_at.map(|t| t.to_rfc3339()),
-        "outcome": record.outcome,
-        "before": record.before.as_ref().map(lease_json),
-        "intended": record.intended.as_ref().map(lease_json),
-        "after": record.after.as_ref().map(lease_json),
-        "steps": record.steps.iter().map(|s| json!({ "at": s.at.to_rfc3339(), "what": s.what })).collect::<Vec<_>>(),
-        "pending": judged.map(|j| json!({ "verdict": j.verdict.as_str(), "recovery": j.recovery })),
-    })
 }
 
 #[cfg(test)]

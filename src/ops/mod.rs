@@ -7,7 +7,7 @@
 //!   it was planned, then appends its audit record (two steps, so what was written is
 //!   always known); [`rebuild`] runs a rebuild plan under the
 //!   bulk lock with progress and cancellation;
-//! - [`describe`] renders plans and outcomes as text and JSON.
+//! - [`describe`] renders plans and outcomes as text, [`json`] as the JSON printed.
 //!
 //! Underneath, `resume` is the resume-point arithmetic and `target` the resume point a
 //! request asks for, checked against the oplog window; planning and gathering share them.
@@ -21,6 +21,7 @@ mod execute;
 mod facts;
 mod fold_increments;
 mod gather;
+pub mod json;
 pub mod lease_transfer;
 #[cfg(feature = "mongo")]
 mod pipeline;

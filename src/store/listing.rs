@@ -9,7 +9,8 @@ pub struct MalformedDocument {
     /// Its `_id` as text (a string as is, anything else as extended JSON); `None`
     /// when it has none.
     pub id: Option<String>,
-    /// The field that is wrong and why: "field version: expected an integer, found string".
+    /// The field that is wrong and why: `field version: invalid type: string "seven",
+    /// expected an integer`.
     pub problem: String,
 }
 

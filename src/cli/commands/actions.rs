@@ -10,11 +10,13 @@ use anyhow::Context;
 use clap::{ArgGroup, Args};
 
 use crate::cli::common::exit;
+use crate::cli::common::json::ActionJson;
 use crate::cli::common::limits;
-use crate::cli::common::output::{plan_json, print_json, tell_early_refusal};
+use crate::cli::common::output::{print_json, tell_early_refusal};
 use crate::cli::common::settings::{ActingArgs, OutputFormat, Settings};
 
 use crate::model::entry_token;
+use crate::ops::json::ExecutedJson;
 use crate::ops::{
     self, describe, ActionRequest, GatherOptions, OpsError, Plan, ResetTarget, RewindTarget,
     TimeSpec,
@@ -260,11 +262,7 @@ pub(super) fn print_failed(
     if output == OutputFormat::Json {
         print_json(
             out,
-            serde_json::json!({
-                "plan": plan_json(plan),
-                "written": error.written(),
-                "auditId": error.audit_id(),
-            }),
+            ActionJson::failed(plan, error.written(), error.audit_id()),
         )?;
     }
     Ok(error.into())
@@ -298,10 +296,7 @@ pub async fn run_action<S: OpsStore>(
     print_plan(out, &plan, settings.output)?;
     if let Some(refusal) = &plan.refusal {
         if settings.output == OutputFormat::Json {
-            print_json(
-                out,
-                serde_json::json!({ "plan": plan_json(&plan), "written": false }),
-            )?;
+            print_json(out, ActionJson::not_written(&plan))?;
         }
         return Err(OpsError::Refused(refusal.clone()).into());
     }
@@ -310,10 +305,7 @@ pub async fn run_action<S: OpsStore>(
             OutputFormat::Table => {
                 writeln!(out, "\nnothing written; re-run with --execute to apply")?
             }
-            OutputFormat::Json => print_json(
-                out,
-                serde_json::json!({ "plan": plan_json(&plan), "written": false }),
-            )?,
+            OutputFormat::Json => print_json(out, ActionJson::not_written(&plan))?,
         }
         return Ok(());
     }
@@ -323,14 +315,7 @@ pub async fn run_action<S: OpsStore>(
     };
     match settings.output {
         OutputFormat::Table => write!(out, "\n{}", describe::executed_text(&done))?,
-        OutputFormat::Json => print_json(
-            out,
-            serde_json::json!({
-                "plan": plan_json(&plan),
-                "written": true,
-                "outcome": describe::executed_json(&done),
-            }),
-        )?,
+        OutputFormat::Json => print_json(out, ActionJson::applied(&plan, ExecutedJson::of(&done)))?,
     }
     Ok(())
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use crate::model::text::escape_control;
 use crate::model::{AuditRecord, AuditState, Lease, PendingJudgment};
-use crate::ops::describe;
+use crate::ops::json::{AuditJson, ListedJson, MalformedJson};
 use crate::store::{AuditLog, LeaseStore};
 
 #[derive(Debug, Args)]
@@ -43,14 +43,17 @@ pub async fn run_audit<S: AuditLog + LeaseStore>(
     match output {
         OutputFormat::Json => print_json(
             out,
-            serde_json::Value::Array(
-                records
-                    .iter()
-                    .zip(&judged)
-                    .map(|(r, j)| describe::audit_json(r, j.as_ref()))
-                    .chain(listing.malformed.iter().map(describe::malformed_json))
-                    .collect(),
-            ),
+            records
+                .iter()
+                .zip(&judged)
+                .map(|(r, j)| ListedJson::Read(AuditJson::of(r, j.as_ref())))
+                .chain(
+                    listing
+                        .malformed
+                        .iter()
+                        .map(|m| ListedJson::Malformed(MalformedJson::of(m))),
+                )
+                .collect::<Vec<_>>(),
         ),
         OutputFormat::Table => {
             warn_malformed("audit record", &listing.malformed);

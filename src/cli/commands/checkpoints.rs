@@ -6,13 +6,14 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::Args;
-use serde_json::json;
+use serde::Serialize;
 
 use crate::cli::common::lease_table::render_columns;
 use crate::cli::common::limits;
 use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::Checkpoint;
+use crate::ops::json::Rfc3339;
 use crate::store::{CheckpointStore, CHECKPOINTS_KEPT};
 
 #[derive(Debug, Args)]
@@ -55,7 +56,7 @@ pub async fn list(
                 .items
                 .iter()
                 .enumerate()
-                .map(|(i, c)| checkpoint_json(i + 1, c))
+                .map(|(i, c)| CheckpointJson::of(i + 1, c))
                 .collect();
             writeln!(out, "{}", serde_json::to_string_pretty(&shown)?)?;
         }
@@ -97,15 +98,33 @@ fn table(checkpoints: &[Checkpoint]) -> String {
     )
 }
 
-fn checkpoint_json(n: usize, checkpoint: &Checkpoint) -> serde_json::Value {
-    json!({
-        "n": n,
-        "resource": checkpoint.resource,
-        "recordedAt": checkpoint.at.to_rfc3339(),
-        "id": checkpoint.id,
-        "tokenTime": checkpoint.token.time_text(),
-        "version": checkpoint.version,
-        "holder": checkpoint.holder,
-        "token": checkpoint.token.to_string(),
-    })
+/// A checkpoint in `checkpoints --output json`, numbered as `rewind --to-checkpoint`
+/// takes it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct CheckpointJson<'a> {
+    n: usize,
+    resource: &'a str,
+    #[serde(rename = "recordedAt")]
+    recorded_at: Rfc3339,
+    id: &'a str,
+    #[serde(rename = "tokenTime")]
+    token_time: Option<String>,
+    version: i64,
+    holder: &'a str,
+    token: String,
+}
+
+impl<'a> CheckpointJson<'a> {
+    fn of(n: usize, checkpoint: &'a Checkpoint) -> Self {
+        Self {
+            n,
+            resource: &checkpoint.resource,
+            recorded_at: Rfc3339(checkpoint.at),
+            id: &checkpoint.id,
+            token_time: checkpoint.token.time_text(),
+            version: checkpoint.version,
+            holder: &checkpoint.holder,
+            token: checkpoint.token.to_string(),
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::io::Write;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use serde::Serialize;
 
 use crate::cli::common::exit::UsageError;
 use crate::cli::common::lease_table::render_columns;
@@ -116,36 +117,124 @@ fn shown_id(id: &bson::Bson) -> String {
     escape_control(&id.clone().into_relaxed_extjson().to_string())
 }
 
-/// A sum as JSON: a number while it fits one.
-fn json_sum(total: i128) -> serde_json::Value {
-    i64::try_from(total).map_or_else(|_| total.to_string().into(), Into::into)
+/// `increments fold --output json`: the plan, whether anything was written (null:
+/// unknown), and, once it ran, what it did (null when it did not get to say).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct FoldJson<'a> {
+    plan: FoldPlanJson<'a>,
+    written: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    outcome: Option<Option<FoldReportJson<'a>>>,
 }
 
-fn plan_json(plan: &FoldPlan) -> serde_json::Value {
-    serde_json::json!({
-        "ns": plan.ns.to_string(),
-        "field": plan.counter.field(),
-        "pendingField": plan.counter.pending_field(),
-        "appliedField": plan.counter.applied_field(),
-        "documents": plan.documents.iter().map(|d| serde_json::json!({
-            "_id": d.id.clone().into_relaxed_extjson(),
-            "tokens": d.pending.iter().map(|p| serde_json::json!({"t": p.token, "n": p.amount})).collect::<Vec<_>>(),
-            "total": d.total,
-        })).collect::<Vec<_>>(),
-        "tokens": plan.tokens(),
-        "total": json_sum(plan.total()),
-    })
+/// What a fold would add: per document its pending tokens and their sum.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct FoldPlanJson<'a> {
+    ns: String,
+    field: &'a str,
+    #[serde(rename = "pendingField")]
+    pending_field: &'a str,
+    #[serde(rename = "appliedField")]
+    applied_field: &'a str,
+    documents: Vec<PendingDocumentJson<'a>>,
+    tokens: usize,
+    total: SumJson,
 }
 
-fn report_json(report: &FoldReport) -> serde_json::Value {
-    let (documents, tokens, total) = report.folded();
-    serde_json::json!({
-        "folded": { "documents": documents, "tokens": tokens, "total": json_sum(total) },
-        "alreadyCounted": report.already_counted(),
-        "changed": report.changed(),
-        "summary": report.to_string(),
-        "auditId": report.audit_id,
-    })
+impl<'a> FoldPlanJson<'a> {
+    fn of(plan: &'a FoldPlan) -> Self {
+        Self {
+            ns: plan.ns.to_string(),
+            field: plan.counter.field(),
+            pending_field: plan.counter.pending_field(),
+            applied_field: plan.counter.applied_field(),
+            documents: plan
+                .documents
+                .iter()
+                .map(|d| PendingDocumentJson {
+                    id: d.id.clone().into_relaxed_extjson(),
+                    tokens: d
+                        .pending
+                        .iter()
+                        .map(|p| PendingTokenJson {
+                            t: &p.token,
+                            n: p.amount,
+                        })
+                        .collect(),
+                    total: d.total,
+                })
+                .collect(),
+            tokens: plan.tokens(),
+            total: SumJson::of(plan.total()),
+        }
+    }
+}
+
+/// A counted document's pending increments; `_id` as relaxed extended JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct PendingDocumentJson<'a> {
+    #[serde(rename = "_id")]
+    id: serde_json::Value,
+    tokens: Vec<PendingTokenJson<'a>>,
+    total: i64,
+}
+
+/// One pending increment: its token and amount.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct PendingTokenJson<'a> {
+    t: &'a str,
+    n: i64,
+}
+
+/// What a fold did.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct FoldReportJson<'a> {
+    folded: FoldedJson,
+    #[serde(rename = "alreadyCounted")]
+    already_counted: usize,
+    changed: usize,
+    summary: String,
+    #[serde(rename = "auditId")]
+    audit_id: Option<&'a str>,
+}
+
+impl<'a> FoldReportJson<'a> {
+    fn of(report: &'a FoldReport) -> Self {
+        let (documents, tokens, total) = report.folded();
+        Self {
+            folded: FoldedJson {
+                documents,
+                tokens,
+                total: SumJson::of(total),
+            },
+            already_counted: report.already_counted(),
+            changed: report.changed(),
+            summary: report.to_string(),
+            audit_id: report.audit_id.as_deref(),
+        }
+    }
+}
+
+/// What a fold added to counters.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct FoldedJson {
+    documents: usize,
+    tokens: usize,
+    total: SumJson,
+}
+
+/// A sum: a number while it fits an int64, else its digits as a string.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+enum SumJson {
+    Number(i64),
+    Digits(String),
+}
+
+impl SumJson {
+    fn of(total: i128) -> Self {
+        i64::try_from(total).map_or_else(|_| SumJson::Digits(total.to_string()), SumJson::Number)
+    }
 }
 
 fn print_plan(out: &mut dyn Write, plan: &FoldPlan) -> anyhow::Result<()> {
@@ -203,7 +292,11 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
         if json {
             print_json(
                 out,
-                serde_json::json!({ "plan": plan_json(&plan), "written": false }),
+                FoldJson {
+                    plan: FoldPlanJson::of(&plan),
+                    written: Some(false),
+                    outcome: None,
+                },
             )?;
         } else if !plan.documents.is_empty() {
             writeln!(out, "\nnothing written; re-run with --execute to fold")?;
@@ -220,11 +313,11 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
             if json {
                 print_json(
                     out,
-                    serde_json::json!({
-                        "plan": plan_json(&plan),
-                        "written": report.wrote(),
-                        "outcome": report_json(&report),
-                    }),
+                    FoldJson {
+                        plan: FoldPlanJson::of(&plan),
+                        written: Some(report.wrote()),
+                        outcome: Some(Some(FoldReportJson::of(&report))),
+                    },
                 )?;
             } else {
                 writeln!(
@@ -238,22 +331,22 @@ pub async fn run_fold<S: IncrementStore + AuditLog>(
         Err(error) => {
             if json {
                 let (written, outcome) = match &error {
-                    FoldError::NotStarted { .. } => (serde_json::json!(false), None),
+                    FoldError::NotStarted { .. } => (Some(false), None),
                     FoldError::Stopped { report, cause, .. } => (
-                        if cause.write_may_have_applied() {
-                            serde_json::Value::Null
-                        } else {
-                            report.wrote().into()
-                        },
-                        Some(report_json(report)),
+                        (!cause.write_may_have_applied()).then(|| report.wrote()),
+                        Some(FoldReportJson::of(report)),
                     ),
                     FoldError::AuditUnfinished { report, .. } => {
-                        (report.wrote().into(), Some(report_json(report)))
+                        (Some(report.wrote()), Some(FoldReportJson::of(report)))
                     }
                 };
                 print_json(
                     out,
-                    serde_json::json!({ "plan": plan_json(&plan), "written": written, "outcome": outcome }),
+                    FoldJson {
+                        plan: FoldPlanJson::of(&plan),
+                        written,
+                        outcome: Some(outcome),
+                    },
                 )?;
             }
             Err(error.into())

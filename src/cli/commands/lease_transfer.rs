@@ -8,22 +8,23 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::cli::commands::actions::{ActionOptions, ActionSettings};
 use crate::cli::common::exit::UsageError;
+use crate::cli::common::json::plan_json;
 use crate::cli::common::lease_table::render_columns;
 use crate::cli::common::limits;
-use crate::cli::common::output::plan_json;
 use crate::cli::common::output::{print_json, say, tell_early_refusal};
 use crate::cli::common::settings::{ActingArgs, OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::Deployment;
+use crate::ops::json::{PlanJson, RefusalJson, Rfc3339};
 use crate::ops::lease_transfer::{
-    self as transfer, ExportOrigin, ImportItem, ImportOptions, ImportPlan, ImportReport,
-    ImportStep, LeaseExport, MAX_FILE_BYTES,
+    self as transfer, ExportOrigin, ExportOriginJson, ImportItem, ImportOptions, ImportPlan,
+    ImportReport, ImportStep, LeaseExport, MAX_FILE_BYTES,
 };
-use crate::ops::{describe, refuse_read_only, OpsError};
+use crate::ops::{describe, refuse_read_only, Executed, OpsError, Refusal};
 use crate::store::OpsStore;
 
 #[derive(Debug, Subcommand)]
@@ -105,12 +106,12 @@ pub fn write_export(
         )?,
         OutputFormat::Json => print_json(
             out,
-            json!({
-                "file": path.display().to_string(),
-                "leases": export.leases.len(),
-                "unreadable": export.unreadable.len(),
-                "exportedAt": export.exported_at.to_rfc3339(),
-            }),
+            ExportWrittenJson {
+                file: path.display().to_string(),
+                leases: export.leases.len(),
+                unreadable: export.unreadable.len(),
+                exported_at: Rfc3339(export.exported_at),
+            },
         )?,
     }
     Ok(())
@@ -273,10 +274,7 @@ pub async fn run_import<S: OpsStore>(
     }
     if let Some(refusal) = plan.first_refusal() {
         if json_out {
-            print_json(
-                out,
-                json!({ "import": import_plan_json(&plan), "written": false }),
-            )?;
+            print_json(out, ImportJson::not_written(&plan, None))?;
         }
         return Err(OpsError::Refused(refusal).into());
     }
@@ -292,10 +290,9 @@ pub async fn run_import<S: OpsStore>(
                 "\nnothing written; re-run with --execute to move {moves} lease{}",
                 if moves == 1 { "" } else { "s" }
             )?,
-            OutputFormat::Json => print_json(
-                out,
-                json!({ "import": import_plan_json(&plan), "written": false, "moved": [] }),
-            )?,
+            OutputFormat::Json => {
+                print_json(out, ImportJson::not_written(&plan, Some(Vec::new())))?
+            }
         }
         return Ok(());
     }
@@ -305,12 +302,10 @@ pub async fn run_import<S: OpsStore>(
                 OutputFormat::Table => write!(out, "\n{}", report_text(&report))?,
                 OutputFormat::Json => print_json(
                     out,
-                    json!({
-                        "import": import_plan_json(&plan),
-                        "written": true,
-                        "moved": moved_json(&report),
-                        "unchanged": report.unchanged,
-                    }),
+                    ImportJson {
+                        unchanged: Some(&report.unchanged),
+                        ..ImportJson::moved(&plan, &report)
+                    },
                 )?,
             }
             Ok(())
@@ -320,13 +315,14 @@ pub async fn run_import<S: OpsStore>(
                 OutputFormat::Table => write!(out, "\n{}", report_text(&stopped.report))?,
                 OutputFormat::Json => print_json(
                     out,
-                    json!({
-                        "import": import_plan_json(&plan),
-                        "written": !stopped.report.moved.is_empty(),
-                        "moved": moved_json(&stopped.report),
-                        "notMoved": stopped.report.not_moved,
-                        "failed": { "resource": stopped.failed, "auditId": stopped.cause.audit_id() },
-                    }),
+                    ImportJson {
+                        not_moved: Some(&stopped.report.not_moved),
+                        failed: Some(FailedMoveJson {
+                            resource: &stopped.failed,
+                            audit_id: stopped.cause.audit_id(),
+                        }),
+                        ..ImportJson::moved(&plan, &stopped.report)
+                    },
                 )?,
             }
             Err(anyhow::Error::new(*stopped))
@@ -334,21 +330,83 @@ pub async fn run_import<S: OpsStore>(
     }
 }
 
-fn moved_json(report: &ImportReport) -> Value {
-    Value::Array(
-        report
-            .moved
-            .iter()
-            .map(|m| {
-                json!({
-                    "resource": m.resource,
-                    "auditId": m.audit_id,
-                    "version": m.after.version,
-                    "resumesFrom": m.after.resume_point().describe(),
-                })
-            })
-            .collect(),
-    )
+/// `leases export FILE --output json`: what was written where.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ExportWrittenJson {
+    file: String,
+    leases: usize,
+    unreadable: usize,
+    #[serde(rename = "exportedAt")]
+    exported_at: Rfc3339,
+}
+
+/// `leases import --output json`: the import's plan, whether anything was written, and
+/// as far as it got, what was moved and what not. Members it did not get to are left
+/// out.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportJson<'a> {
+    pub import: ImportPlanJson<'a>,
+    pub written: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moved: Option<Vec<MovedJson<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unchanged: Option<&'a [String]>,
+    #[serde(rename = "notMoved", skip_serializing_if = "Option::is_none")]
+    pub not_moved: Option<&'a [String]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<FailedMoveJson<'a>>,
+}
+
+impl<'a> ImportJson<'a> {
+    /// A refused import (`moved` left out) or a dry run (`moved: []`).
+    fn not_written(plan: &'a ImportPlan, moved: Option<Vec<MovedJson<'a>>>) -> Self {
+        Self {
+            import: ImportPlanJson::of(plan),
+            written: false,
+            moved,
+            unchanged: None,
+            not_moved: None,
+            failed: None,
+        }
+    }
+
+    /// An import that ran, with what it moved.
+    fn moved(plan: &'a ImportPlan, report: &'a ImportReport) -> Self {
+        Self {
+            written: !report.moved.is_empty(),
+            ..Self::not_written(plan, Some(report.moved.iter().map(MovedJson::of).collect()))
+        }
+    }
+}
+
+/// A lease an import moved: its audit record, new version and where it resumes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MovedJson<'a> {
+    pub resource: &'a str,
+    #[serde(rename = "auditId")]
+    pub audit_id: &'a str,
+    pub version: i64,
+    #[serde(rename = "resumesFrom")]
+    pub resumes_from: String,
+}
+
+impl<'a> MovedJson<'a> {
+    fn of(moved: &'a Executed) -> Self {
+        Self {
+            resource: &moved.resource,
+            audit_id: &moved.audit_id,
+            version: moved.after.version,
+            resumes_from: moved.after.resume_point().describe(),
+        }
+    }
+}
+
+/// The lease an import stopped at, and the audit record its attempt left.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FailedMoveJson<'a> {
+    pub resource: &'a str,
+    #[serde(rename = "auditId")]
+    pub audit_id: Option<&'a str>,
 }
 
 fn report_text(report: &ImportReport) -> String {
@@ -458,45 +516,62 @@ pub fn import_plan_text(plan: &ImportPlan) -> String {
 
 /// The import's plan as JSON: the file's origin and each lease's step with the plan
 /// a rewind would show.
-pub fn import_plan_json(plan: &ImportPlan) -> Value {
-    let items: Vec<Value> = plan
-        .items
-        .iter()
-        .map(|item| {
-            let (plan_value, refusal) = match &item.step {
-                ImportStep::Unchanged => (Value::Null, Value::Null),
-                ImportStep::Missing(refusal) => (
-                    Value::Null,
-                    json!({ "kind": format!("{:?}", refusal.kind), "reason": refusal.reason, "exitCode": crate::cli::common::exit::for_refusal(refusal) }),
-                ),
-                ImportStep::Move(p) => (
-                    plan_json(p),
-                    p.refusal.as_ref().map_or(Value::Null, |r| {
-                        json!({ "kind": format!("{:?}", r.kind), "reason": r.reason, "exitCode": crate::cli::common::exit::for_refusal(r) })
-                    }),
-                ),
-            };
-            json!({
-                "resource": item.resource(),
-                "step": step_name(item).to_lowercase(),
-                "resumesNowFrom": item.current.as_ref().map(|l| l.resume_point().describe()),
-                "filesResumePoint": item.exported.point().describe(),
-                "plan": plan_value,
-                "refusal": refusal,
-            })
-        })
-        .collect();
-    json!({
-        "exportedAt": plan.exported_at.to_rfc3339(),
-        "cluster": {
-            "uri": plan.origin.uri,
-            "leases": plan.origin.leases,
-            "replicaSet": plan.origin.replica_set,
-        },
-        "warnings": plan.warnings,
-        "refusal": plan.refusal.as_ref().map(|r| json!({ "kind": format!("{:?}", r.kind), "reason": r.reason, "exitCode": crate::cli::common::exit::for_refusal(r) })),
-        "leases": items,
-    })
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportPlanJson<'a> {
+    #[serde(rename = "exportedAt")]
+    pub exported_at: Rfc3339,
+    pub cluster: ExportOriginJson<'a>,
+    pub warnings: &'a [String],
+    pub refusal: Option<RefusalJson<'a>>,
+    pub leases: Vec<ImportItemJson<'a>>,
+}
+
+impl<'a> ImportPlanJson<'a> {
+    pub fn of(plan: &'a ImportPlan) -> Self {
+        Self {
+            exported_at: Rfc3339(plan.exported_at),
+            cluster: ExportOriginJson::of(&plan.origin),
+            warnings: &plan.warnings,
+            refusal: plan.refusal.as_ref().map(refusal_json),
+            leases: plan.items.iter().map(ImportItemJson::of).collect(),
+        }
+    }
+}
+
+/// One lease of the file: what the import does to it, and the plan that does it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportItemJson<'a> {
+    pub resource: &'a str,
+    /// `unchanged`, `move` or `refused`.
+    pub step: String,
+    #[serde(rename = "resumesNowFrom")]
+    pub resumes_now_from: Option<String>,
+    #[serde(rename = "filesResumePoint")]
+    pub files_resume_point: String,
+    pub plan: Option<PlanJson<'a>>,
+    pub refusal: Option<RefusalJson<'a>>,
+}
+
+impl<'a> ImportItemJson<'a> {
+    fn of(item: &'a ImportItem) -> Self {
+        let (plan, refusal) = match &item.step {
+            ImportStep::Unchanged => (None, None),
+            ImportStep::Missing(refusal) => (None, Some(refusal_json(refusal))),
+            ImportStep::Move(p) => (Some(plan_json(p)), p.refusal.as_ref().map(refusal_json)),
+        };
+        Self {
+            resource: item.resource(),
+            step: step_name(item).to_lowercase(),
+            resumes_now_from: item.current.as_ref().map(|l| l.resume_point().describe()),
+            files_resume_point: item.exported.point().describe(),
+            plan,
+            refusal,
+        }
+    }
+}
+
+fn refusal_json(refusal: &Refusal) -> RefusalJson<'_> {
+    RefusalJson::of(refusal).with_exit_code(crate::cli::common::exit::for_refusal)
 }
 
 /// The warning lines for lease documents an export could not read.
@@ -506,5 +581,82 @@ pub(super) fn say_unreadable(unreadable: &[String]) {
             "warning: malformed lease {} (not exported; fix or remove the document)",
             escape_control(document)
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{ClusterTime, Lease, LockKind};
+    use crate::ops::lease_transfer::ExportedLease;
+    use crate::ops::{ActionKind, ActionRequest, Plan, Refusal, RefusalKind, RewindTarget};
+
+    /// The import's plan as `leases import --output json` prints it, pinned byte for
+    /// byte (key order included).
+    #[test]
+    fn an_import_plan_in_json() {
+        let at = ClusterTime::new(1_700_000_000, 1);
+        let exported_at = at.to_datetime().unwrap();
+        let mut lease = Lease::vacant("a");
+        lease.resume_at = Some(at);
+        lease.kind = LockKind::Bulk;
+        let exported = |resource: &str| {
+            let mut lease = lease.clone();
+            lease.resource = resource.into();
+            ExportedLease::of(&lease)
+        };
+        let refused = Refusal {
+            kind: RefusalKind::NoOplogAccess,
+            reason: "no oplog".into(),
+        };
+        let moving = Plan {
+            request: ActionRequest::Rewind {
+                resource: "c".into(),
+                to: RewindTarget::Time(crate::ops::TimeSpec::Cluster(at)),
+            },
+            action: ActionKind::Rewind,
+            resource: Some("c".into()),
+            operator: "ann".into(),
+            captured: None,
+            before: Some(lease.clone()),
+            after: None,
+            change: None,
+            effect: Default::default(),
+            warnings: vec!["careful".into()],
+            confirmation: None,
+            refusal: Some(refused.clone()),
+            planned_at: exported_at,
+        };
+        let plan = ImportPlan {
+            origin: ExportOrigin {
+                uri: Some("mongodb://h/".into()),
+                leases: "app.leases".into(),
+                replica_set: None,
+            },
+            exported_at,
+            refusal: Some(Refusal {
+                kind: RefusalKind::OtherCluster,
+                reason: "another cluster".into(),
+            }),
+            warnings: vec!["another collection".into()],
+            items: vec![
+                ImportItem {
+                    exported: exported("a"),
+                    current: Some(lease.clone()),
+                    step: ImportStep::Unchanged,
+                },
+                ImportItem {
+                    exported: exported("b"),
+                    current: None,
+                    step: ImportStep::Missing(refused),
+                },
+                ImportItem {
+                    exported: exported("c"),
+                    current: Some(lease.clone()),
+                    step: ImportStep::Move(moving),
+                },
+            ],
+        };
+        insta::assert_snapshot!(serde_json::to_string_pretty(&ImportPlanJson::of(&plan)).unwrap());
     }
 }

@@ -6,12 +6,12 @@ use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use anyhow::Context;
-use chrono::{DateTime, Utc};
 use clap::Args;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::cli::common::connect::{connect, reading_the_cluster};
 use crate::cli::common::exit::{OplogUnknown, Unhealthy};
+use crate::cli::common::lease_json::LeaseRowJson;
 use crate::cli::common::lease_table::{
     render_failures, render_invalidations, render_leases, LeaseRow,
 };
@@ -20,10 +20,10 @@ use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::escape_control;
 use crate::model::{
     capped_collection, vanished_leases, HealthThresholds, Lease, LeaseHealth, LeaseStatus,
-    LossTime, LossTracker, OplogWindow, Pending, TimeToLoss, VanishedLease,
+    LossTracker, VanishedLease,
 };
 use crate::observe::ClusterSnapshot;
-use crate::ops::describe;
+use crate::ops::json::{ListedJson, MalformedJson};
 use crate::store::mongo::MongoStore;
 use crate::store::{AuditLog, LossReading};
 
@@ -130,35 +130,35 @@ impl Snapshot {
         )
     }
 
-    fn json(
-        &self,
+    /// The rows of `--output json`: each lease with its status, then (with `malformed`)
+    /// each document that could not be read.
+    fn json<'a>(
+        &'a self,
         thresholds: &HealthThresholds,
-        leases: &[&Lease],
+        leases: &[&'a Lease],
         malformed: bool,
-    ) -> Vec<Value> {
+    ) -> Vec<ListedJson<'a, LeaseRowJson<'a>>> {
         let windows = self.cluster.windows();
         let shown = leases.iter().map(|l| {
-            let mut json = lease_json(
+            let mut row = LeaseRowJson::of(
                 l,
                 windows.for_lease(l),
                 self.cluster.now,
                 thresholds,
                 &self.loss,
             );
-            if let (Some(name), Some(fields)) = (capped_collection(l), json.as_object_mut()) {
-                fields.insert(
-                    "historyUnknown".into(),
-                    json!(self.cluster.capped.unread.get(&name)),
-                );
+            if let Some(name) = capped_collection(l) {
+                row.history_unknown =
+                    Some(self.cluster.capped.unread.get(&name).map(String::as_str));
             }
-            json
+            ListedJson::Read(row)
         });
         let unreadable = self
             .cluster
             .malformed
             .iter()
             .filter(|_| malformed)
-            .map(describe::malformed_json);
+            .map(|m| ListedJson::Malformed(MalformedJson::of(m)));
         shown.chain(unreadable).collect()
     }
 
@@ -357,16 +357,12 @@ fn check(snapshot: &Snapshot, settings: &Settings, out: &mut dyn Write) -> anyho
             }
         }
         OutputFormat::Json => {
-            let document = json!({
-                "ok": named.is_empty() && snapshot.cluster.window.is_some(),
-                "leases": total,
-                "problems": snapshot.json(&thresholds, &problems, true),
-                "vanished": snapshot.vanished.iter().map(|v| json!({
-                    "resource": v.resource,
-                    "seenVersion": v.seen_version,
-                    "foundVersion": v.found_version,
-                })).collect::<Vec<_>>(),
-            });
+            let document = CheckJson {
+                ok: named.is_empty() && snapshot.cluster.window.is_some(),
+                leases: total,
+                problems: snapshot.json(&thresholds, &problems, true),
+                vanished: snapshot.vanished.iter().map(VanishedJson::of).collect(),
+            };
             writeln!(out, "{}", serde_json::to_string_pretty(&document)?)?;
         }
     }
@@ -477,91 +473,39 @@ async fn watch(
     }
 }
 
-/// A lease as `leases --output json` shows it: the document's fields
-/// (`describe::lease_json`) and what the status rules make of them.
-fn lease_json(
-    lease: &Lease,
-    window: Option<&OplogWindow>,
-    now: DateTime<Utc>,
-    thresholds: &HealthThresholds,
-    loss: &LossReading,
-) -> Value {
-    let predicted = loss.predicted.get(&lease.resource);
-    // Why there is none, where a lease with a resume point was not predicted.
-    let unknown = match predicted {
-        Some(_) => None,
-        None => loss
-            .unpredicted
-            .get(&lease.resource)
-            .or(loss.unknown.as_ref())
-            .filter(|_| lease.resume_point().time().is_some()),
-    };
-    let health = LeaseHealth::assess_with(
-        lease,
-        window,
-        now,
-        thresholds,
-        &loss.evidence(&lease.resource),
-    );
-    let mut json = describe::lease_json(lease);
-    if let Some(fields) = json.as_object_mut() {
-        for (key, value) in [
-            ("holder", json!(lease.holder)),
-            ("liveHolder", json!(lease.live_holder(now))),
-            // "stream" or "capped" as its listener recorded it; null before one has.
-            ("source", json!(lease.source().map(|s| s.as_str()))),
-            ("tokenTime", describe::time_json(health.token_time)),
-            ("lagSecs", json!(health.lag.map(|d| d.as_secs()))),
-            ("pending", pending_json(health.pending)),
-            (
-                "pendingUnknown",
-                json!(loss.pending_unknown.get(&lease.resource)),
-            ),
-            ("risk", json!(health.risk.map(|r| r.label()))),
-            ("headroomSecs", json!(health.headroom.map(|d| d.as_secs()))),
-            ("headroomShare", json!(health.headroom_share)),
-            ("status", json!(health.status.label())),
-            ("timeToLoss", predicted.map_or(Value::Null, loss_json)),
-            ("timeToLossUnknown", json!(unknown)),
-        ] {
-            fields.insert(key.into(), value);
+/// `leases --check --output json`: whether all is well, how many leases were read, and
+/// those that need attention.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct CheckJson<'a> {
+    ok: bool,
+    leases: usize,
+    problems: Vec<ListedJson<'a, LeaseRowJson<'a>>>,
+    vanished: Vec<VanishedJson<'a>>,
+}
+
+/// A lease the audit log names that the collection no longer holds (or holds lower).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct VanishedJson<'a> {
+    resource: &'a str,
+    #[serde(rename = "seenVersion")]
+    seen_version: i64,
+    #[serde(rename = "foundVersion")]
+    found_version: Option<i64>,
+}
+
+impl<'a> VanishedJson<'a> {
+    fn of(gone: &'a VanishedLease) -> Self {
+        Self {
+            resource: &gone.resource,
+            seen_version: gone.seen_version,
+            found_version: gone.found_version,
         }
     }
-    json
-}
-
-/// What is left to process in JSON: `{count, bound}` with bound `exact`, `atLeast`
-/// (the count stopped at its limit) or `atMost` (a pipeline or partition may filter
-/// some out); `null` where it was not counted.
-fn pending_json(pending: Option<Pending>) -> Value {
-    match pending {
-        None => Value::Null,
-        Some(Pending::Counted(n)) => json!({"count": n, "bound": "exact"}),
-        Some(Pending::AtLeast(n)) => json!({"count": n, "bound": "atLeast"}),
-        Some(Pending::AtMost(n)) => json!({"count": n, "bound": "atMost"}),
-    }
-}
-
-/// A time to loss in JSON: its text, each estimate in seconds (0: lost; `null` latest:
-/// unknown; `"never"`), and the inputs that were missing with what that did.
-fn loss_json(loss: &TimeToLoss) -> Value {
-    let secs = |at: LossTime| match at {
-        LossTime::AlreadyLost => json!(0),
-        LossTime::In(after) => json!(after.as_secs()),
-        LossTime::Never => json!("never"),
-    };
-    json!({
-        "text": loss.to_string(),
-        "earliestSecs": secs(loss.earliest),
-        "latestSecs": loss.latest.map_or(Value::Null, secs),
-        "missing": loss.missing.iter().map(ToString::to_string).collect::<Vec<_>>(),
-    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
     /// The help says what `--check` fails on from the one list it fails on.
     #[test]
     fn the_check_help_names_every_status_it_fails_on() {

@@ -4,7 +4,7 @@
 use std::io::Write;
 
 use anyhow::Context;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::cli::common::connect::connect;
 use crate::cli::common::exit::OplogUnknown;
@@ -13,7 +13,7 @@ use crate::cli::common::output::say;
 use crate::cli::common::settings::{OutputFormat, Settings};
 use crate::model::text::{escape_control, short_duration};
 use crate::model::{ClusterTime, Deployment, OplogAccess, OplogWindow, Topology};
-use crate::ops::describe;
+use crate::ops::json::ClusterTimeJson;
 use crate::store::mongo::{MemberState, ReplicaMember};
 use crate::store::{ChangeFeed, StoreError};
 
@@ -49,21 +49,15 @@ pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<(
             render_oplog(&topology, window.as_ref(), cluster_time, &members)
         )?,
         OutputFormat::Json => {
-            let value = json!({
-                "topology": topology_json(&topology),
-                "first": describe::time_json(window.map(|w| w.first)),
-                "last": describe::time_json(window.map(|w| w.last)),
-                "lengthSecs": window.map(|w| w.length().as_secs()),
-                "clusterTime": describe::time_json(cluster_time),
-                "members": members.iter().map(|m| json!({
-                    "name": m.name,
-                    "state": member_state(&m.state),
-                    "healthy": m.healthy,
-                    "optime": describe::time_json(m.optime),
-                    "lagSecs": m.lag.behind().map(|d| d.as_secs()),
-                })).collect::<Vec<_>>(),
-            });
-            writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+            let shown = OplogJson {
+                topology: TopologyJson::of(&topology),
+                first: ClusterTimeJson::of_optional(window.map(|w| w.first)),
+                last: ClusterTimeJson::of_optional(window.map(|w| w.last)),
+                length_secs: window.map(|w| w.length().as_secs()),
+                cluster_time: ClusterTimeJson::of_optional(cluster_time),
+                members: members.iter().map(MemberJson::of).collect(),
+            };
+            writeln!(out, "{}", serde_json::to_string_pretty(&shown)?)?;
         }
     }
     // What is known is shown; the window itself, what this command is for, is not.
@@ -73,48 +67,129 @@ pub async fn oplog(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<(
     Ok(())
 }
 
-/// The topology in JSON: what it is, whether the oplog can be read (and why not), and
-/// what follows.
-fn topology_json(topology: &Topology) -> Value {
-    let deployment = match &topology.deployment {
-        Deployment::ReplicaSet { name } => json!({ "kind": "replicaSet", "setName": name }),
-        Deployment::Sharded => json!({ "kind": "sharded" }),
-        Deployment::CosmosDb => json!({ "kind": "cosmosDb" }),
-        Deployment::Standalone => json!({ "kind": "standalone" }),
-    };
-    let (readable, reason) = match &topology.oplog {
-        OplogAccess::Readable => (true, None),
-        OplogAccess::NotReadable(why) => (false, Some(why.as_str())),
-    };
-    let windows = topology.shard_windows();
-    let shards: Vec<Value> = topology
-        .shards
-        .iter()
-        .map(|shard| {
-            let window = shard.window.as_ref().ok();
-            json!({
-                "name": shard.name,
-                "hosts": shard.hosts,
-                "first": describe::time_json(window.map(|w| w.first)),
-                "last": describe::time_json(window.map(|w| w.last)),
-                "lengthSecs": window.map(|w| w.length().as_secs()),
-                "error": shard.window.as_ref().err(),
-                "limiting": windows.limiting().is_some_and(|l| l.name == shard.name),
-                "quietSecs": windows
-                    .quiet()
-                    .into_iter()
-                    .find(|(q, _)| q.name == shard.name)
-                    .map(|(_, behind)| behind.as_secs()),
+/// `oplog --output json`: what the cluster is, its oplog window and its members.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct OplogJson<'a> {
+    topology: TopologyJson<'a>,
+    first: Option<ClusterTimeJson>,
+    last: Option<ClusterTimeJson>,
+    #[serde(rename = "lengthSecs")]
+    length_secs: Option<u64>,
+    #[serde(rename = "clusterTime")]
+    cluster_time: Option<ClusterTimeJson>,
+    members: Vec<MemberJson<'a>>,
+}
+
+/// A replica set member and how far behind the primary it is.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct MemberJson<'a> {
+    name: &'a str,
+    state: String,
+    healthy: bool,
+    optime: Option<ClusterTimeJson>,
+    #[serde(rename = "lagSecs")]
+    lag_secs: Option<u64>,
+}
+
+impl<'a> MemberJson<'a> {
+    fn of(member: &'a ReplicaMember) -> Self {
+        Self {
+            name: &member.name,
+            state: member_state(&member.state),
+            healthy: member.healthy,
+            optime: ClusterTimeJson::of_optional(member.optime),
+            lag_secs: member.lag.behind().map(|d| d.as_secs()),
+        }
+    }
+}
+
+/// The topology: what it is, whether the oplog can be read (and why not), and what
+/// follows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct TopologyJson<'a> {
+    deployment: DeploymentJson<'a>,
+    #[serde(rename = "oplogReadable")]
+    oplog_readable: bool,
+    reason: Option<&'a str>,
+    consequence: String,
+    shards: Vec<ShardJson<'a>>,
+}
+
+impl<'a> TopologyJson<'a> {
+    fn of(topology: &'a Topology) -> Self {
+        let (oplog_readable, reason) = match &topology.oplog {
+            OplogAccess::Readable => (true, None),
+            OplogAccess::NotReadable(why) => (false, Some(why.as_str())),
+        };
+        let windows = topology.shard_windows();
+        let shards = topology
+            .shards
+            .iter()
+            .map(|shard| {
+                let window = shard.window.as_ref().ok();
+                ShardJson {
+                    name: &shard.name,
+                    hosts: &shard.hosts,
+                    first: ClusterTimeJson::of_optional(window.map(|w| w.first)),
+                    last: ClusterTimeJson::of_optional(window.map(|w| w.last)),
+                    length_secs: window.map(|w| w.length().as_secs()),
+                    error: shard.window.as_ref().err().map(String::as_str),
+                    limiting: windows.limiting().is_some_and(|l| l.name == shard.name),
+                    quiet_secs: windows
+                        .quiet()
+                        .into_iter()
+                        .find(|(q, _)| q.name == shard.name)
+                        .map(|(_, behind)| behind.as_secs()),
+                }
             })
-        })
-        .collect();
-    json!({
-        "deployment": deployment,
-        "oplogReadable": readable,
-        "reason": reason,
-        "consequence": topology.consequence(),
-        "shards": shards,
-    })
+            .collect();
+        Self {
+            deployment: DeploymentJson::of(&topology.deployment),
+            oplog_readable,
+            reason,
+            consequence: topology.consequence(),
+            shards,
+        }
+    }
+}
+
+/// `{"kind": "replicaSet", "setName"}`, `{"kind": "sharded"}`, ….
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum DeploymentJson<'a> {
+    ReplicaSet {
+        #[serde(rename = "setName")]
+        set_name: &'a str,
+    },
+    Sharded,
+    CosmosDb,
+    Standalone,
+}
+
+impl<'a> DeploymentJson<'a> {
+    fn of(deployment: &'a Deployment) -> Self {
+        match deployment {
+            Deployment::ReplicaSet { name } => DeploymentJson::ReplicaSet { set_name: name },
+            Deployment::Sharded => DeploymentJson::Sharded,
+            Deployment::CosmosDb => DeploymentJson::CosmosDb,
+            Deployment::Standalone => DeploymentJson::Standalone,
+        }
+    }
+}
+
+/// One shard's oplog window, or why it could not be read.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ShardJson<'a> {
+    name: &'a str,
+    hosts: &'a str,
+    first: Option<ClusterTimeJson>,
+    last: Option<ClusterTimeJson>,
+    #[serde(rename = "lengthSecs")]
+    length_secs: Option<u64>,
+    error: Option<&'a str>,
+    limiting: bool,
+    #[serde(rename = "quietSecs")]
+    quiet_secs: Option<u64>,
 }
 
 fn member_state(state: &MemberState) -> String {

@@ -7,12 +7,13 @@ use std::io::Write;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use clap::Args;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::cli::common::lease_table::render_columns;
 use crate::cli::common::settings::{OutputFormat, ReaderArgs, Settings};
 use crate::model::text::{escape_control, relative_time, resource_names as names};
 use crate::model::ProcessView;
+use crate::ops::json::{ListedJson, MalformedJson, Rfc3339};
 use crate::store::{LeaseStore, MemberScope, MembershipStore};
 
 #[derive(Debug, Args)]
@@ -51,14 +52,14 @@ pub async fn list(settings: &Settings, out: &mut dyn Write) -> anyhow::Result<()
         }
         OutputFormat::Json => {
             // A document that cannot be read is listed as one, as `leases` does.
-            let items: Vec<Value> = views
+            let items: Vec<_> = views
                 .iter()
-                .map(process_json)
+                .map(|v| ListedJson::Read(ProcessJson::of(v)))
                 .chain(
                     members
                         .malformed
                         .iter()
-                        .map(crate::ops::describe::malformed_json),
+                        .map(|m| ListedJson::Malformed(MalformedJson::of(m))),
                 )
                 .collect();
             writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
@@ -102,22 +103,58 @@ pub fn table(views: &[ProcessView], now: DateTime<Utc>) -> String {
     )
 }
 
-fn process_json(view: &ProcessView) -> Value {
-    json!({
-        "process": view.member.process,
-        "host": view.member.host,
-        "pid": view.member.pid,
-        "live": view.live,
-        "startedAt": view.member.started_at.to_rfc3339(),
-        "renewedAt": view.member.renewed_at.to_rfc3339(),
-        "expiresAt": view.member.expires_at.to_rfc3339(),
-        "share": view.share,
-        "holds": view.holds,
-        "handingOver": view.handing_over,
-        "standby": view.standby,
-        "listeners": view.member.listeners.iter().map(|l| json!({
-            "resource": l.resource,
-            "listenerId": l.listener,
-        })).collect::<Vec<_>>(),
-    })
+/// A process in `processes --output json`: its membership, share and leases.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ProcessJson<'a> {
+    process: &'a str,
+    host: &'a str,
+    pid: u32,
+    live: bool,
+    #[serde(rename = "startedAt")]
+    started_at: Rfc3339,
+    #[serde(rename = "renewedAt")]
+    renewed_at: Rfc3339,
+    #[serde(rename = "expiresAt")]
+    expires_at: Rfc3339,
+    share: Option<u32>,
+    holds: &'a [String],
+    #[serde(rename = "handingOver")]
+    handing_over: &'a [String],
+    standby: &'a [String],
+    listeners: Vec<ListenerJson<'a>>,
+}
+
+impl<'a> ProcessJson<'a> {
+    fn of(view: &'a ProcessView) -> Self {
+        let member = &view.member;
+        Self {
+            process: &member.process,
+            host: &member.host,
+            pid: member.pid,
+            live: view.live,
+            started_at: Rfc3339(member.started_at),
+            renewed_at: Rfc3339(member.renewed_at),
+            expires_at: Rfc3339(member.expires_at),
+            share: view.share,
+            holds: &view.holds,
+            handing_over: &view.handing_over,
+            standby: &view.standby,
+            listeners: member
+                .listeners
+                .iter()
+                .map(|l| ListenerJson {
+                    resource: &l.resource,
+                    listener_id: &l.listener,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// A listener a process runs, and the resource it listens for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+struct ListenerJson<'a> {
+    resource: &'a str,
+    #[serde(rename = "listenerId")]
+    listener_id: &'a str,
 }

@@ -9,11 +9,13 @@ use clap::Args;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::common::output::{plan_json, print_json, say};
+use crate::cli::common::json::ActionJson;
+use crate::cli::common::output::{print_json, say};
 use crate::cli::common::settings::{ActingArgs, OutputFormat, Settings};
 
 use super::actions::{print_failed, print_plan, refused_early, ActionOptions, ActionSettings};
 use crate::model::text::escape_control;
+use crate::ops::json::ExecutedJson;
 use crate::ops::{
     self, describe, ActionRequest, OpsError, Progress, RebuildDefinition, RebuildProgress,
     RebuildTarget,
@@ -76,10 +78,9 @@ where
         .context("reading what the rebuild needs")?;
     let plan = ops::plan(&request, &facts);
     print_plan(out, &plan, settings.output)?;
-    let not_written = || serde_json::json!({ "plan": plan_json(&plan), "written": false });
     if let Some(refusal) = &plan.refusal {
         if settings.output == OutputFormat::Json {
-            print_json(out, not_written())?;
+            print_json(out, ActionJson::not_written(&plan))?;
         }
         return Err(OpsError::Refused(refusal.clone()).into());
     }
@@ -91,7 +92,7 @@ where
             OutputFormat::Table => {
                 writeln!(out, "\nnothing written; re-run with --execute to apply")?
             }
-            OutputFormat::Json => print_json(out, not_written())?,
+            OutputFormat::Json => print_json(out, ActionJson::not_written(&plan))?,
         }
         return Ok(());
     }
@@ -123,13 +124,8 @@ where
         )?,
         OutputFormat::Json => print_json(
             out,
-            serde_json::json!({
-                "plan": plan_json(&plan),
-                "written": true,
-                "outcome": describe::executed_json(&done.executed),
-                "t0": { "t": done.t0.secs, "i": done.t0.inc },
-                "summary": done.report.summary,
-            }),
+            ActionJson::applied(&plan, ExecutedJson::of(&done.executed))
+                .rebuilt(done.t0, &done.report.summary),
         )?,
     }
     Ok(())

@@ -4,6 +4,8 @@
 
 pub mod connect;
 pub mod exit;
+pub mod json;
+pub mod lease_json;
 pub mod lease_table;
 pub mod limits;
 pub mod output;

@@ -14,9 +14,11 @@
 use std::io::{self, Write};
 use std::process::ExitCode;
 
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::cli::common::exit;
+use crate::cli::common::json::{ActionJson, ErrorDocumentJson, ErrorJson};
 use crate::cli::common::settings::OutputFormat;
 use crate::model::text::escape_control;
 use crate::store::mongo::redact_message;
@@ -81,17 +83,13 @@ impl Out {
         };
         say(format_args!("error: {shown}"));
         if self.format == OutputFormat::Json {
-            let error = json!({
-                "message": message,
-                "exit": code,
-                "kind": exit::kind_of(code),
-            });
+            let error = ErrorJson::new(&message, code);
             let text = match self.held.take() {
                 Some(held) => {
-                    let document = merge_error(&held, error);
+                    let document = merge_error(&held, &error);
                     serde_json::to_string_pretty(&document).unwrap_or_default()
                 }
-                None => json!({ "error": error }).to_string(),
+                None => serde_json::to_string(&ErrorDocumentJson { error }).unwrap_or_default(),
             };
             let _ = writeln!(self.stdout, "{text}").and_then(|()| self.stdout.flush());
         }
@@ -116,7 +114,7 @@ impl Write for Out {
 }
 
 /// One JSON document, pretty-printed, on a line of its own.
-pub fn print_json(out: &mut dyn Write, value: Value) -> anyhow::Result<()> {
+pub fn print_json(out: &mut dyn Write, value: impl Serialize) -> anyhow::Result<()> {
     writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
     Ok(())
 }
@@ -130,14 +128,14 @@ pub fn tell_early_refusal(
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     if refused.is_err() && output == OutputFormat::Json {
-        print_json(out, json!({ "plan": null, "written": false }))?;
+        print_json(out, ActionJson::refused_early())?;
     }
     refused
 }
 
 /// The document held so far with `error` added: into it when it is an object (a
 /// refused plan, a failed check), beside it otherwise.
-fn merge_error(held: &[u8], error: Value) -> Value {
+fn merge_error(held: &[u8], error: &ErrorJson) -> Value {
     let shown = if held.iter().all(u8::is_ascii_whitespace) {
         None
     } else {
@@ -148,7 +146,10 @@ fn merge_error(held: &[u8], error: Value) -> Value {
         Some(other) => Map::from_iter([("output".to_string(), other)]),
         None => Map::new(),
     };
-    document.insert("error".into(), error);
+    document.insert(
+        "error".into(),
+        serde_json::to_value(error).unwrap_or_default(),
+    );
     Value::Object(document)
 }
 
@@ -194,11 +195,12 @@ pub fn clap_failure(error: clap::Error, args: &[String]) -> ExitCode {
         .unwrap_or_default()
         .trim_start_matches("error: ")
         .to_string();
-    let document = json!({
-        "error": { "message": message, "exit": exit::USAGE, "kind": exit::kind_of(exit::USAGE) }
-    });
+    let document = ErrorDocumentJson {
+        error: ErrorJson::new(&message, exit::USAGE),
+    };
+    let text = serde_json::to_string(&document).unwrap_or_default();
     let mut stdout = io::stdout();
-    let _ = writeln!(stdout, "{document}").and_then(|()| stdout.flush());
+    let _ = writeln!(stdout, "{text}").and_then(|()| stdout.flush());
     ExitCode::from(exit::USAGE)
 }
 
@@ -212,34 +214,25 @@ pub fn warn_malformed(what: &str, malformed: &[crate::store::MalformedDocument])
     }
 }
 
-/// The plan as JSON, with the exit code its refusal (if any) means.
-pub fn plan_json(plan: &crate::ops::Plan) -> serde_json::Value {
-    let mut json = crate::ops::describe::plan_json(plan);
-    if let (Some(refusal), Some(shown)) = (
-        &plan.refusal,
-        json.get_mut("refusal").and_then(|r| r.as_object_mut()),
-    ) {
-        shown.insert("exitCode".into(), exit::for_refusal(refusal).into());
-    }
-    json
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    use serde_json::json;
+
     #[test]
     fn an_error_merges_into_the_document_held() {
-        let error = json!({"message": "m", "exit": 3, "kind": "refused"});
+        let error = ErrorJson::new("m", exit::REFUSED);
+        let shown = json!({"message": "m", "exit": 3, "kind": "refused"});
         let plan = br#"{"plan": {"action": "reset"}, "written": false}"#;
-        let merged = merge_error(plan, error.clone());
+        let merged = merge_error(plan, &error);
         assert_eq!(merged["plan"]["action"], "reset");
         assert_eq!(merged["written"], false);
         assert_eq!(merged["error"]["exit"], 3);
-        assert_eq!(merge_error(b"", error.clone()), json!({ "error": error }));
-        let list = merge_error(b"[1, 2]", error.clone());
+        assert_eq!(merge_error(b"", &error), json!({ "error": shown }));
+        let list = merge_error(b"[1, 2]", &error);
         assert_eq!(list["output"], json!([1, 2]));
-        assert_eq!(list["error"], error);
+        assert_eq!(list["error"], shown);
     }
 
     #[test]

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use bson::{Bson, Document};
 use chrono::{DateTime, Utc};
-use serde_json::{json, Map, Value};
+use serde::Serialize;
+use serde_json::Value;
 use thiserror::Error;
 
 use crate::model::{ClusterTime, Lease, LockKind, ResumePoint, ResumeToken, SourceKind};
@@ -120,28 +121,15 @@ impl LeaseExport {
     }
 
     /// The file's JSON.
-    pub fn to_json(&self) -> Value {
-        let origin = &self.origin;
-        let mut doc = Map::new();
-        doc.insert("format".into(), FORMAT.into());
-        doc.insert("version".into(), FORMAT_VERSION.into());
-        doc.insert("exportedAt".into(), rfc3339(self.exported_at).into());
-        doc.insert(
-            "cluster".into(),
-            json!({
-                "uri": origin.uri,
-                "leases": origin.leases,
-                "replicaSet": origin.replica_set,
-            }),
-        );
-        doc.insert(
-            "leases".into(),
-            Value::Array(self.leases.iter().map(lease_json).collect()),
-        );
-        if !self.unreadable.is_empty() {
-            doc.insert("unreadable".into(), json!(self.unreadable));
+    pub fn to_json(&self) -> ExportFileJson<'_> {
+        ExportFileJson {
+            format: FORMAT,
+            version: FORMAT_VERSION,
+            exported_at: FileTime(self.exported_at),
+            cluster: ExportOriginJson::of(&self.origin),
+            leases: self.leases.iter().map(ExportedLeaseJson::of).collect(),
+            unreadable: &self.unreadable,
         }
-        Value::Object(doc)
     }
 
     /// The file's text: pretty JSON ending in a newline.
@@ -152,42 +140,110 @@ impl LeaseExport {
     }
 }
 
-fn rfc3339(at: DateTime<Utc>) -> String {
-    at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+/// The export file as written: `{format, version, exportedAt, cluster, leases,
+/// unreadable}`, `unreadable` only when a lease could not be read. [`parse_export`]
+/// reads it back, field by field, so that a bad file names its field.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportFileJson<'a> {
+    pub format: &'static str,
+    pub version: u64,
+    #[serde(rename = "exportedAt")]
+    pub exported_at: FileTime,
+    pub cluster: ExportOriginJson<'a>,
+    pub leases: Vec<ExportedLeaseJson<'a>>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    pub unreadable: &'a [String],
 }
 
-fn lease_json(lease: &ExportedLease) -> Value {
-    let token = lease
-        .resume_token
-        .as_ref()
-        .map(|t| Bson::Document(t.as_document().clone()).into_canonical_extjson());
-    let recorded = lease
-        .resume_token
-        .as_ref()
-        .and_then(ResumeToken::recorded_time);
-    let resume_at = lease
-        .resume_at
-        .map(|t| Bson::Timestamp(t.into()).into_canonical_extjson());
-    let mut row = Map::new();
-    row.insert("resource".into(), lease.resource.clone().into());
-    row.insert("resumeToken".into(), token.unwrap_or(Value::Null));
-    if let Some(at) = recorded {
-        row.insert("recordedTokenTime".into(), rfc3339(at).into());
+/// Where an export came from: `{uri, leases, replicaSet}` (the import's plan shows the
+/// same).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportOriginJson<'a> {
+    pub uri: Option<&'a str>,
+    pub leases: &'a str,
+    #[serde(rename = "replicaSet")]
+    pub replica_set: Option<&'a str>,
+}
+
+impl<'a> ExportOriginJson<'a> {
+    pub fn of(origin: &'a ExportOrigin) -> Self {
+        Self {
+            uri: origin.uri.as_deref(),
+            leases: &origin.leases,
+            replica_set: origin.replica_set.as_deref(),
+        }
     }
-    row.insert("resumeAt".into(), resume_at.unwrap_or(Value::Null));
-    // For people: not read back.
-    row.insert("resumesFrom".into(), lease.point().describe().into());
-    row.insert("version".into(), lease.version.into());
-    row.insert("holder".into(), json!(lease.holder));
-    row.insert("kind".into(), lease.kind.as_str().into());
-    row.insert(
-        "watch".into(),
-        lease.watch.as_ref().map_or(
-            Value::Null,
-            |w| json!({ "db": w.db, "coll": w.coll, "source": w.source.as_str() }),
-        ),
-    );
-    Value::Object(row)
+}
+
+/// One lease of the file. Not the lease as `leases` prints it
+/// ([`crate::ops::json::LeaseJson`]), for a reason: what the import reads back must
+/// come back byte for byte, so the token and `resumeAt` are canonical extended JSON
+/// (a binary Cosmos DB token, an int32 that must not become a double) where printing
+/// shows a token as its text; and the file carries the resume point, not the tenure.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExportedLeaseJson<'a> {
+    pub resource: &'a str,
+    #[serde(rename = "resumeToken")]
+    pub resume_token: Option<Value>,
+    /// Beside a token that cannot tell its own time (Cosmos DB's) only.
+    #[serde(rename = "recordedTokenTime", skip_serializing_if = "Option::is_none")]
+    pub recorded_token_time: Option<FileTime>,
+    #[serde(rename = "resumeAt")]
+    pub resume_at: Option<Value>,
+    /// For people: not read back.
+    #[serde(rename = "resumesFrom")]
+    pub resumes_from: String,
+    pub version: i64,
+    pub holder: Option<&'a str>,
+    pub kind: LockKind,
+    pub watch: Option<WatchedNamespaceJson<'a>>,
+}
+
+impl<'a> ExportedLeaseJson<'a> {
+    pub fn of(lease: &'a ExportedLease) -> Self {
+        Self {
+            resource: &lease.resource,
+            resume_token: lease
+                .resume_token
+                .as_ref()
+                .map(|t| Bson::Document(t.as_document().clone()).into_canonical_extjson()),
+            recorded_token_time: lease
+                .resume_token
+                .as_ref()
+                .and_then(ResumeToken::recorded_time)
+                .map(FileTime),
+            resume_at: lease
+                .resume_at
+                .map(|t| Bson::Timestamp(t.into()).into_canonical_extjson()),
+            resumes_from: lease.point().describe(),
+            version: lease.version,
+            holder: lease.holder.as_deref(),
+            kind: lease.kind,
+            watch: lease.watch.as_ref().map(|w| WatchedNamespaceJson {
+                db: &w.db,
+                coll: &w.coll,
+                source: w.source.as_str(),
+            }),
+        }
+    }
+}
+
+/// The collection a lease watched: `{db, coll, source}`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WatchedNamespaceJson<'a> {
+    pub db: &'a str,
+    pub coll: &'a str,
+    pub source: &'static str,
+}
+
+/// A time in the file: RFC 3339 in UTC, `Z`, with as many fractional digits as it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileTime(pub DateTime<Utc>);
+
+impl Serialize for FileTime {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+    }
 }
 
 /// Why a file cannot be imported. Names the lease (by position and resource) and the

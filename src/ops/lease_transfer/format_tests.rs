@@ -3,6 +3,7 @@ use chrono::TimeZone;
 
 use super::*;
 use crate::model::{TokenKind, WatchTarget};
+use serde_json::json;
 
 fn at() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 1, 2, 3, 4, 5).single().unwrap()
@@ -222,4 +223,16 @@ fn duplicates_and_too_many_leases_are_refused() {
     })
     .to_string();
     assert!(error_of(&text).contains("more than the 100000"));
+}
+
+/// The file's bytes, pinned: files written before must still import, and other tools
+/// may read them.
+#[test]
+fn an_export_file_is_pinned_byte_for_byte() {
+    let unreadable = vec!["kind-shouted: field kind: unknown lock kind \"BULK\"".to_string()];
+    insta::assert_snapshot!(LeaseExport::new(at(), origin(), &leases(), unreadable).to_text());
+    insta::assert_snapshot!(
+        "an_export_file_without_unreadable_leases",
+        LeaseExport::new(at(), ExportOrigin::default(), &leases()[..1], Vec::new()).to_text()
+    );
 }

@@ -11,8 +11,9 @@ pub mod plan;
 pub mod run;
 
 pub use format::{
-    parse_export, ExportOrigin, ExportedLease, LeaseExport, TransferFileError, WatchedNamespace,
-    FORMAT, FORMAT_VERSION, MAX_FILE_BYTES,
+    parse_export, ExportFileJson, ExportOrigin, ExportOriginJson, ExportedLease, ExportedLeaseJson,
+    FileTime, LeaseExport, TransferFileError, WatchedNamespace, WatchedNamespaceJson, FORMAT,
+    FORMAT_VERSION, MAX_FILE_BYTES,
 };
 pub use plan::{
     at_point, judge_origin, plan_item, restore_request, select, ImportItem, ImportOptions,

@@ -278,6 +278,8 @@ pub fn predict_after(lease: &Lease, change: &OperatorChange, now: DateTime<Utc>)
 #[cfg(test)]
 mod capped_tests;
 #[cfg(test)]
+mod json_tests;
+#[cfg(test)]
 mod seed_tests;
 #[cfg(test)]
 mod skip_tests;

@@ -111,7 +111,7 @@ fn reset_to_oldest_removes_the_token() {
     let after = plan.after.as_ref().expect("after");
     assert_eq!(after.resume_point(), ResumePoint::Oldest);
     assert!(text(&plan).contains("resumeToken is removed"));
-    let json = crate::ops::describe::plan_json(&plan);
+    let json = serde_json::to_value(crate::ops::json::PlanJson::of(&plan)).unwrap();
     assert_eq!(json["change"]["resume"]["resumeToken"], "removed", "{json}");
     assert_eq!(
         json["change"]["kind"],

@@ -295,7 +295,7 @@ fn a_whole_transaction_skip_steps_over_its_changes_not_yet_handled_and_lists_the
     );
     assert!(p.confirmation.is_some());
     assert_eq!(p.effect.fences_out.as_deref(), Some("w1"));
-    let json = crate::ops::describe::plan_json(&p);
+    let json = serde_json::to_value(crate::ops::json::PlanJson::of(&p)).unwrap();
     assert_eq!(
         json["effect"]["steppedOver"].as_array().map(Vec::len),
         Some(2)

@@ -1,15 +1,23 @@
-// Long: the lease, audit record and change event codecs, field by field, so that a
-// malformed document names its field.
 //! Lease, audit record and change event <-> BSON. Reading never panics: a field of
-//! the wrong type is `StoreError::Malformed` naming the field.
+//! the wrong type is `StoreError::Malformed` naming the field. Leases and audit records
+//! are read through serde (`lease_document`, `audit_document`); change events field by
+//! field from their raw bytes, where only what a handler gets is decoded.
+
+mod audit_document;
+mod bson_type;
+mod lease_document;
 
 use bson::{doc, Bson, DateTime as BsonDateTime, Document, RawBsonRef, RawDocumentBuf};
 use chrono::{DateTime, Utc};
 
+use audit_document::AuditDocument;
+use bson_type::decode;
+use lease_document::{FailureDocument, LeaseDocument};
+
 use crate::model::lease_field as F;
 use crate::model::{
-    AuditRecord, AuditState, AuditStep, ChangeFailure, ClusterTime, FailureCause, Invalidation,
-    Lease, LeaseProtocol, LockKind, ResumeToken, SourceKind, StreamProfile, WatchTarget,
+    AuditRecord, AuditStep, ChangeFailure, ClusterTime, FailureCause, Invalidation, Lease,
+    ResumeToken, SourceKind, StreamProfile, WatchTarget,
 };
 use crate::store::{
     ChangeEvent, InvalidationCause, Listing, MalformedDocument, Namespace, OperationType,
@@ -246,55 +254,12 @@ pub fn failure_to_document(failure: &ChangeFailure) -> Document {
     document
 }
 
+/// A `failure` field (of a lease or a skipped change) read on its own, its fields
+/// named under `failure`.
 pub(super) fn failure_from_document(what: &str, f: &Document) -> Result<ChangeFailure, StoreError> {
-    let field = |name: &str| format!("{}.{name}", F::FAILURE);
-    let required_date = |name: &str| {
-        opt_date(what, f, name)?.ok_or_else(|| malformed(what, &field(name), "missing"))
-    };
-    let count = |name: &str| -> Result<Option<u64>, StoreError> {
-        match optional(f, name) {
-            None => Ok(None),
-            Some(v) => {
-                let n = integer(what, v, &field(name))?;
-                u64::try_from(n)
-                    .map(Some)
-                    .map_err(|_| malformed(what, &field(name), format!("negative: {n}")))
-            }
-        }
-    };
-    let cause = match opt_string(what, f, "cause")?.as_deref() {
-        None => FailureCause::Handler,
-        Some(name) => match FailureCause::parse(name) {
-            Some(FailureCause::TooLarge { .. }) => FailureCause::TooLarge {
-                size: count("size")?,
-                limit: count("limit")?,
-            },
-            Some(cause) => cause,
-            None => {
-                return Err(malformed(
-                    what,
-                    &field("cause"),
-                    format!(
-                        "unknown cause {name:?}: expected \"handler\", \"too large\", \
-                         \"pre-image missing\" or \"post-image missing\""
-                    ),
-                ))
-            }
-        },
-    };
-    let attempts = count("attempts")?.unwrap_or(1);
-    Ok(ChangeFailure {
-        token: opt_document(what, f, "token")?.map(|t| ResumeToken::from_document(t.clone())),
-        at: opt_timestamp(what, f, "at")?,
-        namespace: opt_string(what, f, "ns")?.unwrap_or_default(),
-        operation: opt_string(what, f, "op")?.unwrap_or_default(),
-        document_key: opt_string(what, f, "key")?.unwrap_or_default(),
-        error: opt_string(what, f, "error")?.unwrap_or_default(),
-        cause,
-        attempts: u32::try_from(attempts).unwrap_or(u32::MAX),
-        first_at: required_date("firstAt")?,
-        last_at: required_date("lastAt")?,
-    })
+    decode::<FailureDocument>(what, Some(F::FAILURE), f)?
+        .into_failure()
+        .map_err(|e| e.under(F::FAILURE).into_malformed(what))
 }
 
 /// `source` is written only for a capped collection: a lease without it (every lease
@@ -307,98 +272,22 @@ pub fn watch_to_document(watch: &WatchTarget) -> Document {
     document
 }
 
-/// Reads a lease document. Missing optional fields are `None`; a missing `version`
-/// is 0 and a missing `kind` is `update` (documents written by the original algorithm).
+/// Reads a lease document ([`LeaseDocument`]). Errors name the lease by its `_id` when
+/// it has one.
 pub(super) fn lease_from_document(document: &Document) -> Result<Lease, StoreError> {
     const WHAT: &str = "lease document";
-    let resource = match document.get(F::RESOURCE) {
-        Some(Bson::String(s)) => s.clone(),
-        Some(other) => {
-            return Err(malformed(
-                WHAT,
-                F::RESOURCE,
-                format!("expected a string, found {}", type_name(other)),
-            ))
-        }
-        None => return Err(malformed(WHAT, F::RESOURCE, "missing")),
-    };
-    // Errors name the lease; the name is only formatted when something is wrong.
-    lease_fields(document, resource.clone()).map_err(|e| match e {
-        StoreError::Malformed { detail, .. } => StoreError::Malformed {
-            what: format!("{WHAT} {resource:?}"),
-            detail,
-        },
-        other => other,
-    })
-}
-
-fn lease_fields(document: &Document, resource: String) -> Result<Lease, StoreError> {
-    let what = "lease document";
-    let version = match optional(document, F::VERSION) {
-        None => 0,
-        Some(v) => integer(what, v, F::VERSION)?,
-    };
-    let kind = match opt_string(what, document, F::KIND)? {
-        None => LockKind::Update,
-        Some(k) => k
-            .parse::<LockKind>()
-            .map_err(|e| malformed(what, F::KIND, e))?,
-    };
-    let watch = match opt_document(what, document, F::WATCH)? {
-        None => None,
-        Some(w) => Some(WatchTarget {
-            db: opt_string(what, w, "db")?.unwrap_or_default(),
-            coll: opt_string(what, w, "coll")?.unwrap_or_default(),
-            pipeline: match optional(w, "pipeline") {
-                None => String::new(),
-                Some(Bson::String(s)) => s.clone(),
-                // A pipeline stored as an array is summarised as its JSON text.
-                Some(other) => other.clone().into_relaxed_extjson().to_string(),
-            },
-            source: match opt_string(what, w, "source")? {
-                None => SourceKind::ChangeStream,
-                Some(source) => source
-                    .parse()
-                    .map_err(|e| malformed(what, "watch.source", e))?,
-            },
-        }),
-    };
-    Ok(Lease {
-        holder: opt_string(what, document, F::HOLDER)?,
-        expires_at: opt_date(what, document, F::EXPIRES_AT)?,
-        version,
-        resume_token: match opt_document(what, document, F::RESUME_TOKEN)? {
-            Some(token) => Some(
-                ResumeToken::from_document(token.clone()).with_recorded_time(opt_date(
-                    what,
-                    document,
-                    F::TOKEN_TIME,
-                )?),
-            ),
-            None => None,
-        },
-        kind,
-        resume_at: opt_timestamp(what, document, F::RESUME_AT)?,
-        acquired_at: opt_date(what, document, F::ACQUIRED_AT)?,
-        renewed_at: opt_date(what, document, F::RENEWED_AT)?,
-        committed_at: opt_date(what, document, F::COMMITTED_AT)?,
-        watch,
-        note: opt_string(what, document, F::NOTE)?,
-        invalidated: match opt_document(what, document, F::INVALIDATED)? {
-            None => None,
-            Some(i) => Some(Invalidation {
-                at: opt_timestamp(what, i, "at")?,
-                reason: opt_string(what, i, "reason")?.unwrap_or_default(),
-            }),
-        },
-        failure: opt_document(what, document, F::FAILURE)?
-            .map(|f| failure_from_document(what, f))
-            .transpose()?,
-        protocol: LeaseProtocol::of_document(|name| {
-            document.get(name).is_some_and(|v| *v != Bson::Null)
-        }),
-        resource,
-    })
+    decode::<LeaseDocument>(WHAT, None, document)
+        .and_then(|lease| lease.into_lease().map_err(|e| e.into_malformed(WHAT)))
+        .map_err(|e| match (e, document.get(F::RESOURCE)) {
+            // The name is only formatted when something is wrong.
+            (StoreError::Malformed { detail, .. }, Some(Bson::String(resource))) => {
+                StoreError::Malformed {
+                    what: format!("{WHAT} {resource:?}"),
+                    detail,
+                }
+            }
+            (other, _) => other,
+        })
 }
 
 pub fn audit_to_document(record: &AuditRecord, id: Bson) -> Document {
@@ -424,86 +313,12 @@ pub fn audit_step_document(step: &AuditStep) -> Document {
     doc! { "at": date(step.at), "what": &step.what }
 }
 
+/// Reads an audit record ([`AuditDocument`]).
 pub fn audit_from_document(document: &Document) -> Result<AuditRecord, StoreError> {
     const WHAT: &str = "audit record";
-    let id = match document.get("_id") {
-        Some(Bson::ObjectId(oid)) => oid.to_hex(),
-        Some(Bson::String(s)) => s.clone(),
-        Some(other) => other.to_string(),
-        None => return Err(malformed(WHAT, "_id", "missing")),
-    };
-    let lease = |field: &str| -> Result<Option<Lease>, StoreError> {
-        opt_document(WHAT, document, field)?
-            .map(lease_from_document)
-            .transpose()
-    };
-    let required = |field: &str| -> Result<String, StoreError> {
-        opt_string(WHAT, document, field)?.ok_or_else(|| malformed(WHAT, field, "missing"))
-    };
-    // Read in the order of the document, so the first field in error is named.
-    let operator = required("operator")?;
-    let at = opt_date(WHAT, document, "at")?.ok_or_else(|| malformed(WHAT, "at", "missing"))?;
-    let action = required("action")?;
-    let resource = required("resource")?;
-    let outcome = required("outcome")?;
-    // Records from before intent-first auditing have no state: their outcome says it.
-    let state = match opt_string(WHAT, document, "state")? {
-        Some(text) => AuditState::parse(&text).ok_or_else(|| {
-            malformed(
-                WHAT,
-                "state",
-                format!("unknown state {text:?}: expected pending, applied, not applied or failed"),
-            )
-        })?,
-        None if outcome.starts_with("applied") => AuditState::Applied,
-        None => AuditState::Failed,
-    };
-    Ok(AuditRecord {
-        operator,
-        at,
-        action,
-        resource,
-        state,
-        before: lease("before")?,
-        intended: lease("intended")?,
-        after: lease("after")?,
-        steps: audit_steps(document)?,
-        reason: opt_string(WHAT, document, "reason")?,
-        outcome,
-        finished_at: opt_date(WHAT, document, "finishedAt")?,
-        id,
-    })
-}
-
-fn audit_steps(document: &Document) -> Result<Vec<AuditStep>, StoreError> {
-    const WHAT: &str = "audit record";
-    let steps = match optional(document, "steps") {
-        None => return Ok(Vec::new()),
-        Some(Bson::Array(steps)) => steps,
-        Some(other) => {
-            return Err(malformed(
-                WHAT,
-                "steps",
-                format!("expected an array, found {}", type_name(other)),
-            ))
-        }
-    };
-    steps
-        .iter()
-        .enumerate()
-        .map(|(n, step)| {
-            let field = format!("steps.{n}");
-            let Bson::Document(step) = step else {
-                return Err(malformed(WHAT, &field, "expected a document"));
-            };
-            Ok(AuditStep {
-                at: opt_date(WHAT, step, "at")?
-                    .ok_or_else(|| malformed(WHAT, &format!("{field}.at"), "missing"))?,
-                what: opt_string(WHAT, step, "what")?
-                    .ok_or_else(|| malformed(WHAT, &format!("{field}.what"), "missing"))?,
-            })
-        })
-        .collect()
+    decode::<AuditDocument>(WHAT, None, document)?
+        .into_record()
+        .map_err(|e| e.into_malformed(WHAT))
 }
 
 /// A change stream document, by what it means for the stream on `watched`.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::model::{AuditState, LeaseProtocol, LockKind};
 use chrono::TimeZone;
 
 fn full_lease() -> Lease {
