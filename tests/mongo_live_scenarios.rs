@@ -193,7 +193,7 @@ impl Handler for Outbox {
 async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
     live("race", |live| async move {
         // The bare race on the port is a store contract check
-        // (tests/contract: racing_listeners_exactly_one_acquires); this is the race
+        // (streamward::contract::leases::racing_inserts_leave_exactly_one_holder); this is the race
         // between two running listeners.
         let a = live.spawn("a", live.outbox_handler("a"));
         let b = live.spawn("b", live.outbox_handler("b"));
