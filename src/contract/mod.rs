@@ -25,6 +25,7 @@
 //! | [`feed`] | `ChangeFeed`, `DocumentStore`, `OperatorStore` | events, post-images, transactions, opening by token, time and oldest entry, post-batch tokens, the oplog window, change counts |
 //! | [`expanded`] | `ChangeFeed` + [`DataDefinition`] | expanded events and the server's codes for data definition |
 //! | [`history`] | `ChangeFeed` + [`RollingHistory`] | history lost on open and mid-stream |
+//! | [`invalidation`] | `ChangeFeed`, `DocumentStore` | drop, rename, rename onto and dropDatabase end a stream |
 //!
 //! [`checks!`] lists every check of the groups it is given, so that each becomes a
 //! test of its own, named `group::check`: a failure names the check, and its message
@@ -88,7 +89,7 @@
 //!     };
 //! }
 //!
-//! contract::checks!(on_my_store; leases, membership, documents, feed);
+//! contract::checks!(on_my_store; leases, membership, documents, feed, invalidation);
 //!
 //! // A check is a plain async fn, and can be called on its own too.
 //! # fn main() {
@@ -113,6 +114,7 @@ pub mod documents;
 pub mod expanded;
 pub mod feed;
 pub mod history;
+pub mod invalidation;
 pub mod leases;
 pub mod member_writes;
 pub mod membership;
@@ -213,6 +215,13 @@ macro_rules! __contract_checks {
             a_resume_point_that_fell_off_is_lost_on_open,
             a_stream_whose_position_fell_off_is_lost_on_its_next_read,
             the_first_entry_of_a_rolled_history_can_be_opened,
+        );
+    };
+    (@group $run:ident invalidation) => {
+        $run!(invalidation;
+            drop_ends_the_stream_after_the_changes_before_it,
+            renames_away_and_onto_end_the_stream,
+            drop_database_ends_a_collection_stream_with_its_drop,
         );
     };
     (@group $run:ident $unknown:ident) => {
