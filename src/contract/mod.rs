@@ -26,6 +26,7 @@
 //! | [`expanded`] | `ChangeFeed` + [`DataDefinition`] | expanded events and the server's codes for data definition |
 //! | [`history`] | `ChangeFeed` + [`RollingHistory`] | history lost on open and mid-stream |
 //! | [`invalidation`] | `ChangeFeed`, `DocumentStore` | drop, rename, rename onto and dropDatabase end a stream |
+//! | [`partitions`] | `ChangeFeed`, `DocumentStore` | a partition's stream holds the changes its hash names |
 //!
 //! [`checks!`] lists every check of the groups it is given, so that each becomes a
 //! test of its own, named `group::check`: a failure names the check, and its message
@@ -89,7 +90,7 @@
 //!     };
 //! }
 //!
-//! contract::checks!(on_my_store; leases, membership, documents, feed, invalidation);
+//! contract::checks!(on_my_store; leases, membership, documents, feed, invalidation, partitions);
 //!
 //! // A check is a plain async fn, and can be called on its own too.
 //! # fn main() {
@@ -119,6 +120,7 @@ pub mod leases;
 pub mod member_writes;
 pub mod membership;
 pub mod operator;
+pub mod partitions;
 
 pub use harness::{DataDefinition, Ddl, Harness, RollingHistory};
 
@@ -222,6 +224,11 @@ macro_rules! __contract_checks {
             drop_ends_the_stream_after_the_changes_before_it,
             renames_away_and_onto_end_the_stream,
             drop_database_ends_a_collection_stream_with_its_drop,
+        );
+    };
+    (@group $run:ident partitions) => {
+        $run!(partitions;
+            each_change_reaches_the_partition_its_hash_names_and_a_drop_reaches_all,
         );
     };
     (@group $run:ident $unknown:ident) => {
