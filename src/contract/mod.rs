@@ -12,8 +12,8 @@
 //!
 //! The checks come in groups, one module per port or capability; each check is a
 //! `pub async fn(&impl Harness)` whose bounds name the ports it needs, so a store that
-//! does not offer a capability (the demo's member writes) simply does not run that
-//! group:
+//! does not offer a capability (capped collections, the demo's member writes) simply
+//! does not run that group:
 //!
 //! | group | ports | what it holds |
 //! |---|---|---|
@@ -27,6 +27,7 @@
 //! | [`history`] | `ChangeFeed` + [`RollingHistory`] | history lost on open and mid-stream |
 //! | [`invalidation`] | `ChangeFeed`, `DocumentStore` | drop, rename, rename onto and dropDatabase end a stream |
 //! | [`partitions`] | `ChangeFeed`, `DocumentStore` | a partition's stream holds the changes its hash names |
+//! | [`capped`] | `CappedFeed` | capped collections: create, append, window, tail, counts |
 //!
 //! [`checks!`] lists every check of the groups it is given, so that each becomes a
 //! test of its own, named `group::check`: a failure names the check, and its message
@@ -111,6 +112,7 @@ mod audited;
 mod harness;
 mod support;
 
+pub mod capped;
 pub mod documents;
 pub mod expanded;
 pub mod feed;
@@ -229,6 +231,17 @@ macro_rules! __contract_checks {
     (@group $run:ident partitions) => {
         $run!(partitions;
             each_change_reaches_the_partition_its_hash_names_and_a_drop_reaches_all,
+        );
+    };
+    (@group $run:ident capped) => {
+        $run!(capped;
+            entries_appended_through_the_port_are_tailed,
+            ensure_capped_keeps_an_existing_capped_collection,
+            a_plain_collection_is_neither_made_capped_nor_tailed,
+            a_tail_resumes_after_its_entry_in_insertion_order,
+            a_tail_after_an_overwritten_entry_is_history_lost,
+            an_empty_collection_is_tailed_until_entries_come,
+            count_entries_counts_by_span_up_to_a_limit,
         );
     };
     (@group $run:ident $unknown:ident) => {
