@@ -12,8 +12,8 @@
 //!
 //! The checks come in groups, one module per port or capability; each check is a
 //! `pub async fn(&impl Harness)` whose bounds name the ports it needs, so a store that
-//! does not offer a capability (capped collections, the demo's member writes) simply
-//! does not run that group:
+//! does not offer a capability (capped collections, checkpoints, the demo's member
+//! writes) simply does not run that group:
 //!
 //! | group | ports | what it holds |
 //! |---|---|---|
@@ -28,6 +28,7 @@
 //! | [`invalidation`] | `ChangeFeed`, `DocumentStore` | drop, rename, rename onto and dropDatabase end a stream |
 //! | [`partitions`] | `ChangeFeed`, `DocumentStore` | a partition's stream holds the changes its hash names |
 //! | [`capped`] | `CappedFeed` | capped collections: create, append, window, tail, counts |
+//! | [`checkpoints`] | `CheckpointStore` | the checkpoint history of a resource |
 //!
 //! [`checks!`] lists every check of the groups it is given, so that each becomes a
 //! test of its own, named `group::check`: a failure names the check, and its message
@@ -113,6 +114,7 @@ mod harness;
 mod support;
 
 pub mod capped;
+pub mod checkpoints;
 pub mod documents;
 pub mod expanded;
 pub mod feed;
@@ -242,6 +244,12 @@ macro_rules! __contract_checks {
             a_tail_after_an_overwritten_entry_is_history_lost,
             an_empty_collection_is_tailed_until_entries_come,
             count_entries_counts_by_span_up_to_a_limit,
+        );
+    };
+    (@group $run:ident checkpoints) => {
+        $run!(checkpoints;
+            the_newest_kept_are_listed_newest_first,
+            a_late_checkpoint_of_an_ex_holder_sorts_below,
         );
     };
     (@group $run:ident $unknown:ident) => {
