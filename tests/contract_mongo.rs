@@ -141,7 +141,7 @@ macro_rules! on_mongo {
 
 contract::checks!(on_mongo;
     leases, membership, operator, documents, member_writes, feed, expanded, history,
-    invalidation, partitions, capped, checkpoints,
+    invalidation, partitions, capped, checkpoints, increments,
 );
 
 /// Not part of the contract (the sandbox's clock is virtual on purpose): on a real

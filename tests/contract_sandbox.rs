@@ -106,7 +106,7 @@ macro_rules! on_the_sandbox {
 
 contract::checks!(on_the_sandbox;
     leases, membership, operator, documents, member_writes, feed, expanded, history,
-    invalidation, partitions, capped, checkpoints,
+    invalidation, partitions, capped, checkpoints, increments,
 );
 
 /// Every check of the contract is listed by `checks!`: one left out would never run.

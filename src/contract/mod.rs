@@ -12,8 +12,8 @@
 //!
 //! The checks come in groups, one module per port or capability; each check is a
 //! `pub async fn(&impl Harness)` whose bounds name the ports it needs, so a store that
-//! does not offer a capability (capped collections, checkpoints, the demo's member
-//! writes) simply does not run that group:
+//! does not offer a capability (capped collections, checkpoints, the two-step
+//! increment, the demo's member writes) simply does not run that group:
 //!
 //! | group | ports | what it holds |
 //! |---|---|---|
@@ -29,6 +29,7 @@
 //! | [`partitions`] | `ChangeFeed`, `DocumentStore` | a partition's stream holds the changes its hash names |
 //! | [`capped`] | `CappedFeed` | capped collections: create, append, window, tail, counts |
 //! | [`checkpoints`] | `CheckpointStore` | the checkpoint history of a resource |
+//! | [`increments`] | `IncrementStore`, `DocumentStore` | the two steps of the idempotent increment and the fold |
 //!
 //! [`checks!`] lists every check of the groups it is given, so that each becomes a
 //! test of its own, named `group::check`: a failure names the check, and its message
@@ -119,6 +120,7 @@ pub mod documents;
 pub mod expanded;
 pub mod feed;
 pub mod history;
+pub mod increments;
 pub mod invalidation;
 pub mod leases;
 pub mod member_writes;
@@ -250,6 +252,16 @@ macro_rules! __contract_checks {
         $run!(checkpoints;
             the_newest_kept_are_listed_newest_first,
             a_late_checkpoint_of_an_ex_holder_sorts_below,
+        );
+    };
+    (@group $run:ident increments) => {
+        $run!(increments;
+            each_step_sent_again_changes_nothing,
+            only_the_last_remembered_tokens_are_kept,
+            a_counter_of_another_type_is_refused_and_left_alone,
+            a_token_out_of_bounds_is_refused_before_anything_is_written,
+            pending_increments_are_read_by_id_and_a_malformed_field_is_named,
+            a_fold_of_a_document_changed_since_it_was_read_counts_nothing_twice,
         );
     };
     (@group $run:ident $unknown:ident) => {
