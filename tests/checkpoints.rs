@@ -55,19 +55,13 @@ async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, wa
     let lease = store.get(RESOURCE).await.expect("read").expect("lease");
     // Checkpoints are written on their own task: the last commit's lands soon after.
     let committed = lease.resume_token.clone().expect("committed");
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while checkpoints(&store)
-        .await
-        .first()
-        .map(|c| c.token.as_document())
-        != Some(committed.as_document())
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the last commit's checkpoint"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait::eventually_async(PATIENCE, "the last commit's checkpoint", || async {
+        checkpoints(&store)
+            .await
+            .first()
+            .is_some_and(|c| c.token.as_document() == committed.as_document())
+    })
+    .await;
     let kept = checkpoints(&store).await;
     assert_eq!(kept.len(), 3, "the newest three are kept: {kept:?}");
     assert!(kept.windows(2).all(|w| w[0].at >= w[1].at), "newest first");
@@ -98,14 +92,10 @@ async fn newest_kept_and_one_per_interval<S: Store + DocumentStore>(store: S, wa
     }
     support::wait::eventually(PATIENCE, "three commits", || second.snapshot().commits >= 3).await;
     second.stop().await;
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while checkpoints(&store).await[0].holder != "second" {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the second's checkpoint"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait::eventually_async(PATIENCE, "the second's checkpoint", || async {
+        checkpoints(&store).await[0].holder == "second"
+    })
+    .await;
     let kept = checkpoints(&store).await;
     let by_second: Vec<&Checkpoint> = kept.iter().filter(|c| c.holder == "second").collect();
     assert_eq!(by_second.len(), 1, "one per interval: {kept:?}");
