@@ -21,13 +21,13 @@
 //! | [`membership`] | `MembershipStore` | announce, expiry and leave of a fleet's processes |
 //! | [`operator`] | `OperatorStore`, `AuditLog`, `DocumentStore` | the compare-and-swap, the audit log, skipped changes |
 //! | [`documents`] | `DocumentStore`, `ChangeFeed` | both fenced-write patterns, plain writes and deletes |
-//! | [`member_writes`] | `FencedMemberWrites` | the demo's per-member fenced upsert |
-//! | [`feed`] | `ChangeFeed`, `DocumentStore`, `OperatorStore` | events, post-images, transactions, opening by token, time and oldest entry, post-batch tokens, the oplog window, change counts |
+//! | [`member_writes`] | `FencedMemberWrites`, `DocumentStore`, `ChangeFeed` | the demo's per-member fenced upsert |
+//! | [`feed`] | `ChangeFeed`, `DocumentStore` (`OperatorStore` for change counts) | events, post-images, transactions, opening by token, time and oldest entry, post-batch tokens, the oplog window, change counts |
 //! | [`expanded`] | `ChangeFeed` + [`DataDefinition`] | expanded events and the server's codes for data definition |
 //! | [`history`] | `ChangeFeed` + [`RollingHistory`] | history lost on open and mid-stream |
 //! | [`invalidation`] | `ChangeFeed`, `DocumentStore` | drop, rename, rename onto and dropDatabase end a stream |
 //! | [`partitions`] | `ChangeFeed`, `DocumentStore` | a partition's stream holds the changes its hash names |
-//! | [`capped`] | `CappedFeed` | capped collections: create, append, window, tail, counts |
+//! | [`capped`] | `CappedFeed` (`DocumentStore` for a plain collection) | capped collections: create, append, window, tail, counts |
 //! | [`checkpoints`] | `CheckpointStore` | the checkpoint history of a resource |
 //! | [`increments`] | `IncrementStore`, `DocumentStore` | the two steps of the idempotent increment and the fold |
 //!
@@ -93,7 +93,11 @@
 //!     };
 //! }
 //!
-//! contract::checks!(on_my_store; leases, membership, documents, feed, invalidation, partitions);
+//! // The groups this store offers: here no checkpoints, and no demo member writes.
+//! contract::checks!(on_my_store;
+//!     leases, membership, operator, documents, feed, invalidation, partitions, capped,
+//!     increments,
+//! );
 //!
 //! // A check is a plain async fn, and can be called on its own too.
 //! # fn main() {
