@@ -84,10 +84,7 @@ async fn append_range(
 
 /// Every entry once, in insertion order, across a stop and a restart; the lease says
 /// it is a capped source and its token names the last entry.
-async fn follows_in_order_across_restarts<S: Store + CappedFeed + DocumentStore>(
-    store: S,
-    ns: Namespace,
-) {
+async fn follows_in_order_across_restarts<S: Store + CappedFeed>(store: S, ns: Namespace) {
     create(&store, &ns, 1 << 20).await;
     append_range(&store, &ns, 0..30).await;
     let seen = Seen::default();
@@ -121,10 +118,7 @@ async fn follows_in_order_across_restarts<S: Store + CappedFeed + DocumentStore>
 
 /// A tailable cursor on an empty collection is closed at once: the listener polls
 /// until entries come, and misses none of them.
-async fn waits_on_an_empty_collection<S: Store + CappedFeed + DocumentStore>(
-    store: S,
-    ns: Namespace,
-) {
+async fn waits_on_an_empty_collection<S: Store + CappedFeed>(store: S, ns: Namespace) {
     create(&store, &ns, 1 << 20).await;
     let seen = Seen::default();
     let listener = ListenerHandle::spawn(store.clone(), config(ns.clone(), "early"), seen.clone());
@@ -142,10 +136,7 @@ async fn waits_on_an_empty_collection<S: Store + CappedFeed + DocumentStore>(
 /// Resuming after an entry goes on in insertion order: an entry appended after it
 /// with an older `_id` (another appender's slower clock, within the allowed skew) is
 /// still handed over, which an `_id > position` query alone would skip.
-async fn an_older_id_appended_later_is_not_missed<S: Store + CappedFeed + DocumentStore>(
-    store: S,
-    ns: Namespace,
-) {
+async fn an_older_id_appended_later_is_not_missed<S: Store + CappedFeed>(store: S, ns: Namespace) {
     create(&store, &ns, 1 << 20).await;
     let now = chrono::Utc::now();
     let at = |secs: i64, counter: u32| {
@@ -169,10 +160,7 @@ async fn an_older_id_appended_later_is_not_missed<S: Store + CappedFeed + Docume
 /// A position whose entry was overwritten while no listener ran is lost: the next
 /// holder stops and waits for an operator, naming the capped collection, and the
 /// lease's health against the collection's window says LOST.
-async fn an_overwritten_position_is_lost<S: Store + CappedFeed + DocumentStore>(
-    store: S,
-    ns: Namespace,
-) {
+async fn an_overwritten_position_is_lost<S: Store + CappedFeed>(store: S, ns: Namespace) {
     create(&store, &ns, 4096).await;
     append_range(&store, &ns, 0..3).await;
     let seen = Seen::default();
