@@ -5,7 +5,9 @@
 # mongos lists as its shards (tests/sharded_live.rs), runs `cargo test` against them with
 # STREAMWARD_TEST_URI / STREAMWARD_TEST_URI_SMALL_OPLOG / STREAMWARD_TEST_URI_RS3 /
 # STREAMWARD_TEST_URI_SHARD_A / STREAMWARD_TEST_URI_SHARD_B set,
-# and stops them however it ends. Extra arguments go to `cargo test`
+# and stops them however it ends. `--features contract` builds the store contract,
+# which tests/contract_sandbox.rs and tests/contract_mongo.rs run (Cargo.toml: their
+# required features). Extra arguments go to `cargo test`
 # (e.g. `scripts/test.sh --test contract_mongo`).
 # mongod is fetched on first use and cached (see scripts/mongo-replset.sh).
 set -euo pipefail
@@ -42,6 +44,6 @@ echo "   $STREAMWARD_TEST_URI_SMALL_OPLOG (1 MB oplog)"
 echo "   $STREAMWARD_TEST_URI_RS3 (three members)"
 echo "   $STREAMWARD_TEST_URI_SHARD_A, $STREAMWARD_TEST_URI_SHARD_B (shards)"
 
-echo "== cargo test"
+echo "== cargo test --features contract"
 # Every test binary runs even after one fails, so one CI run shows every failure.
-cargo test --locked --no-fail-fast "$@"
+cargo test --locked --no-fail-fast --features contract "$@"

@@ -5,6 +5,8 @@
 pub mod cli;
 #[cfg(feature = "console")]
 pub mod console;
+#[cfg(feature = "contract")]
+pub mod contract;
 #[cfg(feature = "console")]
 pub mod demo;
 pub mod engine;

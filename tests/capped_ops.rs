@@ -13,41 +13,26 @@ use bson::{doc, Document};
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::Value;
 use streamward::engine::{Handler, HandlerError, ListenerConfig, ListenerHandle};
-use streamward::model::{
-    entry_token, first_id_of, object_id_at, token_entry, EntrySpan, EntryStart, Fence, SourceKind,
-};
+use streamward::model::{entry_token, object_id_at, token_entry, Fence, SourceKind};
 use streamward::ops::{self, ActionRequest, GatherOptions, ResetTarget, RewindTarget};
-use streamward::store::mongo::MongoStore;
-use streamward::store::sandbox::SandboxStore;
-use streamward::store::{CappedFeed, ChangeEvent, Namespace, Store};
+use streamward::store::{AuditLog, CappedFeed, ChangeEvent, Namespace, OperatorStore, Store};
 use support::live::{live, run, streamward, LiveDb};
 
 const RESOURCE: &str = "events";
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Making and filling a capped collection.
-trait EventStore: Store + CappedFeed + streamward::store::OperatorStore {
-    async fn create(&self, ns: &Namespace, bytes: u64) {
-        self.ensure_capped(ns, bytes).await.expect("create capped");
-    }
-    async fn append(&self, ns: &Namespace, entry: Document);
+/// A store a capped lease can be acted on in: the operator's ports, capped collections
+/// among them.
+trait CappedOpsStore: Store + AuditLog + OperatorStore + CappedFeed {}
+impl<S: Store + AuditLog + OperatorStore + CappedFeed> CappedOpsStore for S {}
+
+/// Creates capped collection `ns` holding at most `bytes`.
+async fn create(store: &impl CappedFeed, ns: &Namespace, bytes: u64) {
+    store.ensure_capped(ns, bytes).await.expect("create capped");
 }
 
-impl EventStore for SandboxStore {
-    async fn append(&self, ns: &Namespace, entry: Document) {
-        SandboxStore::append(self, ns, entry).expect("append");
-    }
-}
-
-impl EventStore for MongoStore {
-    async fn append(&self, ns: &Namespace, entry: Document) {
-        self.client()
-            .database(&ns.db)
-            .collection::<Document>(&ns.coll)
-            .insert_one(entry)
-            .await
-            .expect("append");
-    }
+async fn append(store: &impl CappedFeed, ns: &Namespace, entry: Document) {
+    store.append_entry(ns, entry).await.expect("append");
 }
 
 /// Records the `n` of every entry it is handed.
@@ -95,22 +80,25 @@ fn id_of(base: DateTime<Utc>, n: i64) -> ObjectId {
     object_id_at(base + TimeDelta::seconds(n), [7; 5], n as u32)
 }
 
-async fn append_numbered<S: EventStore>(
+async fn append_numbered<S: CappedOpsStore>(
     store: &S,
     ns: &Namespace,
     base: DateTime<Utc>,
     range: std::ops::Range<i64>,
 ) {
     for n in range {
-        store
-            .append(ns, doc! { "_id": id_of(base, n), "n": n })
-            .await;
+        append(store, ns, doc! { "_id": id_of(base, n), "n": n }).await;
     }
 }
 
 /// Runs a listener until it has handed over `count` entries (and committed the last),
 /// then stops it; returns what it handed over.
-async fn listen<S: EventStore>(store: &S, ns: &Namespace, name: &str, count: usize) -> Vec<i64> {
+async fn listen<S: CappedOpsStore>(
+    store: &S,
+    ns: &Namespace,
+    name: &str,
+    count: usize,
+) -> Vec<i64> {
     let seen = Seen::default();
     let listener = ListenerHandle::spawn(store.clone(), config(ns.clone(), name), seen.clone());
     support::wait::eventually(PATIENCE, &format!("{count} entries for {name}"), || {
@@ -130,52 +118,15 @@ async fn listen<S: EventStore>(store: &S, ns: &Namespace, name: &str, count: usi
     all
 }
 
-async fn position<S: EventStore>(store: &S) -> Option<ObjectId> {
+async fn position<S: CappedOpsStore>(store: &S) -> Option<ObjectId> {
     let lease = store.get(RESOURCE).await.expect("read").expect("lease");
     lease.resume_token.as_ref().and_then(token_entry)
 }
 
-/// `count_entries` counts by `_id` span, up to a limit; a missing collection has none.
-async fn counts_entries_by_span<S: EventStore>(store: S, ns: Namespace) {
-    let base = Utc::now() - TimeDelta::seconds(100);
-    store.create(&ns, 1 << 20).await;
-    append_numbered(&store, &ns, base, 0..10).await;
-    let count = |from, until, limit| {
-        let store = store.clone();
-        let ns = ns.clone();
-        async move {
-            store
-                .count_entries(&ns, EntrySpan { from, until }, limit)
-                .await
-                .expect("count")
-        }
-    };
-    let after = |n| EntryStart::After(id_of(base, n));
-    assert_eq!(count(after(2), after(6), 100).await, 4, "3, 4, 5 and 6");
-    assert_eq!(count(EntryStart::Oldest, after(6), 100).await, 7);
-    let from_second_5 = EntryStart::From(first_id_of(
-        u32::try_from((base + TimeDelta::seconds(5)).timestamp()).unwrap(),
-    ));
-    assert_eq!(count(from_second_5, after(9), 100).await, 5, "5 to 9");
-    assert_eq!(count(EntryStart::Oldest, after(9), 3).await, 3, "the limit");
-    assert_eq!(count(after(4), after(4), 100).await, 0, "an empty span");
-    assert_eq!(
-        store
-            .count_entries(
-                &Namespace::new(ns.db.clone(), "missing"),
-                EntrySpan {
-                    from: EntryStart::Oldest,
-                    until: after(9),
-                },
-                100,
-            )
-            .await
-            .expect("count"),
-        0
-    );
-}
-
-async fn act<S: EventStore>(store: &S, request: ActionRequest) -> Result<ops::Executed, String> {
+async fn act<S: CappedOpsStore>(
+    store: &S,
+    request: ActionRequest,
+) -> Result<ops::Executed, String> {
     let facts = ops::gather(store, &request, &GatherOptions::new("oncall@test"))
         .await
         .map_err(|e| e.to_string())?;
@@ -191,9 +142,9 @@ async fn act<S: EventStore>(store: &S, request: ActionRequest) -> Result<ops::Ex
 /// Rewind to an entry, reset to now and undo move a capped lease's position, and the
 /// listener then hands over exactly the entries the plan said; a position outside the
 /// collection's entries and a change stream's token are refused.
-async fn moves_and_undo<S: EventStore>(store: S, ns: Namespace) {
+async fn moves_and_undo<S: CappedOpsStore>(store: S, ns: Namespace) {
     let base = Utc::now() - TimeDelta::seconds(100);
-    store.create(&ns, 1 << 20).await;
+    create(&store, &ns, 1 << 20).await;
     append_numbered(&store, &ns, base, 0..10).await;
     assert_eq!(
         listen(&store, &ns, "a", 10).await,
@@ -277,27 +228,9 @@ fn sandbox_ns() -> Namespace {
     Namespace::new("app", "events")
 }
 
-#[tokio::test]
-async fn sandbox_counts_entries_by_span() {
-    let store = SandboxStore::new(
-        streamward::store::sandbox::SandboxConfig::default(),
-        streamward::store::sandbox::Clock::System,
-    );
-    counts_entries_by_span(store, sandbox_ns()).await;
-}
-
 #[tokio::test(start_paused = true)]
 async fn sandbox_moves_and_undo() {
     moves_and_undo(support::sandbox::sandbox(10_000), sandbox_ns()).await;
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn live_counts_entries_by_span() {
-    live("capops_count", |db: LiveDb| async move {
-        let ns = db.ns("events");
-        counts_entries_by_span(db.store, ns).await;
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -332,9 +265,9 @@ async fn live_leases_shows_a_rolled_over_lease_lost() {
     live("capops_lost", |db: LiveDb| async move {
         let ns = db.ns("events");
         let store = db.store.clone();
-        store.create(&ns, 4096).await;
+        create(&store, &ns, 4096).await;
         for n in 0..3_i64 {
-            store.append(&ns, doc! { "n": n }).await;
+            append(&store, &ns, doc! { "n": n }).await;
         }
         assert_eq!(listen(&store, &ns, "a", 3).await, vec![0, 1, 2]);
         let row = listed(&db).await;
@@ -342,9 +275,7 @@ async fn live_leases_shows_a_rolled_over_lease_lost() {
         // The next entries a second later at least: the window's times are seconds.
         tokio::time::sleep(Duration::from_millis(1100)).await;
         for n in 3..200_i64 {
-            store
-                .append(&ns, doc! { "n": n, "pad": "x".repeat(60) })
-                .await;
+            append(&store, &ns, doc! { "n": n, "pad": "x".repeat(60) }).await;
         }
         let row = listed(&db).await;
         assert_eq!(row["status"], "LOST", "{row}");
@@ -370,7 +301,7 @@ async fn live_cli_moves_a_capped_lease() {
         let ns = db.ns("events");
         let store = db.store.clone();
         let base = Utc::now() - TimeDelta::seconds(100);
-        store.create(&ns, 1 << 20).await;
+        create(&store, &ns, 1 << 20).await;
         append_numbered(&store, &ns, base, 0..10).await;
         assert_eq!(
             listen(&store, &ns, "a", 10).await,

@@ -1,14 +1,13 @@
-//! The store contract (`tests/contract/`) on `MongoStore` against a real replica set:
-//! `STREAMWARD_TEST_URI` for every check, and `STREAMWARD_TEST_URI_SMALL_OPLOG` (a 1 MB
-//! oplog that really rolls over) for the history-lost ones. Each check runs in a fresh
-//! database (leases and audit in it too) that is dropped afterwards. Without the
+//! The store contract (`streamward::contract`) on `MongoStore` against a real replica
+//! set: `STREAMWARD_TEST_URI` for every check, and `STREAMWARD_TEST_URI_SMALL_OPLOG` (a
+//! 1 MB oplog that really rolls over) for the history-lost ones. Each check runs in a
+//! fresh database (leases and audit in it too) that is dropped afterwards. Without the
 //! variables each test says it is skipped (and fails under `scripts/test.sh` or CI).
 
-mod contract;
 mod support;
 
 use bson::doc;
-use contract::Harness;
+use streamward::contract::{self, DataDefinition, Ddl, Harness, RollingHistory};
 use streamward::model::ClusterTime;
 use streamward::store::mongo::MongoStore;
 use streamward::store::{DocumentStore, Namespace};
@@ -23,6 +22,14 @@ struct MongoHarness {
 impl Harness for MongoHarness {
     type Store = MongoStore;
 
+    fn store(&self) -> &MongoStore {
+        &self.live.store
+    }
+
+    fn ns(&self, coll: &str) -> Namespace {
+        self.live.ns(coll)
+    }
+
     async fn set_version_by_hand(&self, resource: &str, version: i64) {
         self.store()
             .client()
@@ -36,9 +43,10 @@ impl Harness for MongoHarness {
             .await
             .unwrap();
     }
+}
 
-    async fn ddl(&self, ns: &Namespace, command: contract::Ddl) -> Result<(), i32> {
-        use contract::Ddl;
+impl DataDefinition for MongoHarness {
+    async fn ddl(&self, ns: &Namespace, command: Ddl) -> Result<(), i32> {
         use mongodb::options::IndexOptions;
         let database = self.store().client().database(&ns.db);
         let collection = database.collection::<bson::Document>(&ns.coll);
@@ -63,15 +71,9 @@ impl Harness for MongoHarness {
             _ => panic!("{command:?} on {ns}: {e}"),
         })
     }
+}
 
-    fn store(&self) -> &MongoStore {
-        &self.live.store
-    }
-
-    fn ns(&self, coll: &str) -> Namespace {
-        self.live.ns(coll)
-    }
-
+impl RollingHistory for MongoHarness {
     /// Writes about 100 KB documents until the oplog's first entry, no-ops included
     /// (what the server checks a resume point against), has passed `time`.
     async fn roll_history_past(&self, time: ClusterTime) {
@@ -110,29 +112,50 @@ impl Harness for MongoHarness {
 /// would otherwise roll another's fresh position off before it is read.
 static SMALL_OPLOG: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Each check a test of its own, `group::check`, in a fresh database: the history
+/// group's on the small-oplog replica set, one at a time, the others' on the shared one.
 macro_rules! on_mongo {
-    ($with:ident, $small:expr; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $check() {
-                let _alone = if $small { Some(SMALL_OPLOG.lock().await) } else { None };
-                $with(stringify!($check), |live| async move {
-                    let harness = MongoHarness { live, small_oplog: $small };
-                    contract::$check(&harness).await;
-                })
-                .await;
-            }
-        )*
+    (history; $($check:ident),* $(,)?) => {
+        on_mongo!(@group history, live_small_oplog, true; $($check),*);
+    };
+    ($group:ident; $($check:ident),* $(,)?) => {
+        on_mongo!(@group $group, live, false; $($check),*);
+    };
+    (@group $group:ident, $with:ident, $small:expr; $($check:ident),*) => {
+        mod $group {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $check() {
+                    let _alone = if $small { Some(SMALL_OPLOG.lock().await) } else { None };
+                    $with(stringify!($check), |live| async move {
+                        let harness = MongoHarness { live, small_oplog: $small };
+                        crate::checks::$group::$check(&harness).await;
+                    })
+                    .await;
+                }
+            )*
+        }
     };
 }
 
-/// The steady checks on the shared replica set, the rolling ones on the small-oplog set.
-macro_rules! on_mongo_sets {
-    (steady; $($check:ident),* $(,)?) => { on_mongo!(live, false; $($check),*); };
-    (rolling; $($check:ident),* $(,)?) => { on_mongo!(live_small_oplog, true; $($check),*); };
+contract::checks!(on_mongo;
+    leases, membership, operator, documents, feed, expanded, history,
+    invalidation, partitions, capped, checkpoints, increments,
+);
+
+/// The contract's groups, and beside them the demo's member writes: not a store port,
+/// held to the same checks on both stores.
+mod checks {
+    pub use streamward::contract::*;
+    pub use streamward::demo::member_writes_checks as member_writes;
 }
 
-contract::every_check!(on_mongo_sets);
+on_mongo!(member_writes;
+    member_upserts_fence_each_member_and_recount,
+    member_fences_stored_by_other_clients_compare_like_mongodb,
+    member_upserts_reach_the_feed_as_an_insert_then_a_change,
+);
 
 /// Not part of the contract (the sandbox's clock is virtual on purpose): on a real
 /// server, `server_now` is the server's wall clock, which on one machine is ours.

@@ -1,12 +1,12 @@
-//! The store contract (`tests/contract/`) on the sandbox store, on a virtual clock
+//! The store contract (`streamward::contract`) on the sandbox store, on a virtual clock
 //! whose epoch is years away from the machine's, so that any time a store took from
 //! the client's clock instead of its own server clock would show.
 
-mod contract;
+mod support;
 
 use bson::doc;
 use chrono::{TimeZone, Utc};
-use contract::Harness;
+use streamward::contract::{self, DataDefinition, Ddl, Harness, RollingHistory};
 use streamward::model::ClusterTime;
 use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
 use streamward::store::LeaseStore;
@@ -47,20 +47,6 @@ impl Harness for SandboxHarness {
         Namespace::new("contract", coll)
     }
 
-    async fn roll_history_past(&self, time: ClusterTime) {
-        let filler = self.ns("filler");
-        for i in 0..4 * CAPACITY {
-            if self.store.oplog_window().await.unwrap().first > time {
-                return;
-            }
-            self.store
-                .put(&filler, doc! {"_id": format!("filler-{i}")})
-                .await
-                .unwrap();
-        }
-        panic!("the change log did not roll over past {time:?}");
-    }
-
     async fn set_version_by_hand(&self, resource: &str, version: i64) {
         let mut lease = self
             .store
@@ -71,9 +57,10 @@ impl Harness for SandboxHarness {
         lease.version = version;
         self.store.put_lease_by_hand(lease);
     }
+}
 
-    async fn ddl(&self, ns: &Namespace, command: contract::Ddl) -> Result<(), i32> {
-        use contract::Ddl;
+impl DataDefinition for SandboxHarness {
+    async fn ddl(&self, ns: &Namespace, command: Ddl) -> Result<(), i32> {
         let done = match command.clone() {
             Ddl::Create => self.store.create_collection(ns),
             Ddl::CreateIndex(name, keys) => self.store.create_index(ns, name, keys),
@@ -87,15 +74,78 @@ impl Harness for SandboxHarness {
     }
 }
 
-macro_rules! on_the_sandbox {
-    ($_history:ident; $($check:ident),* $(,)?) => {
-        $(
-            #[tokio::test(start_paused = true)]
-            async fn $check() {
-                contract::$check(&SandboxHarness::new()).await;
+impl RollingHistory for SandboxHarness {
+    async fn roll_history_past(&self, time: ClusterTime) {
+        let filler = self.ns("filler");
+        for i in 0..4 * CAPACITY {
+            if self.store.oplog_window().await.unwrap().first > time {
+                return;
             }
-        )*
+            self.store
+                .put(&filler, doc! {"_id": format!("filler-{i}")})
+                .await
+                .unwrap();
+        }
+        panic!("the change log did not roll over past {time:?}");
+    }
+}
+
+/// Each check a test of its own, `group::check`, on a fresh sandbox.
+macro_rules! on_the_sandbox {
+    ($group:ident; $($check:ident),* $(,)?) => {
+        mod $group {
+            $(
+                #[tokio::test(start_paused = true)]
+                async fn $check() {
+                    crate::checks::$group::$check(&super::SandboxHarness::new()).await;
+                }
+            )*
+        }
     };
 }
 
-contract::every_check!(on_the_sandbox);
+contract::checks!(on_the_sandbox;
+    leases, membership, operator, documents, feed, expanded, history,
+    invalidation, partitions, capped, checkpoints, increments,
+);
+
+/// The contract's groups, and beside them the demo's member writes: not a store port,
+/// held to the same checks on both stores.
+mod checks {
+    pub use streamward::contract::*;
+    pub use streamward::demo::member_writes_checks as member_writes;
+}
+
+on_the_sandbox!(member_writes;
+    member_upserts_fence_each_member_and_recount,
+    member_fences_stored_by_other_clients_compare_like_mongodb,
+    member_upserts_reach_the_feed_as_an_insert_then_a_change,
+);
+
+/// Every check of the contract is listed by `checks!`: one left out would never run.
+#[test]
+fn every_check_is_listed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/contract");
+    let mut written = Vec::new();
+    for path in support::files::with_extension(&root, "rs") {
+        let text = std::fs::read_to_string(&path).expect("a source file");
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("pub async fn ") {
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                written.push(name);
+            }
+        }
+    }
+    let listed = std::fs::read_to_string(root.join("mod.rs")).expect("mod.rs");
+    let missing: Vec<&String> = written
+        .iter()
+        .filter(|name| !listed.contains(&format!("{name},")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "checks that `checks!` does not list: {missing:?}"
+    );
+}

@@ -109,10 +109,6 @@ fn seconds_ago(seconds: i64) -> DateTime<Utc> {
     DateTime::from_timestamp(now - seconds, 0).unwrap()
 }
 
-async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    support::wait::eventually(PATIENCE, what, check).await;
-}
-
 /// The commits on the lease: `update` commands on the lease collection that set a token.
 fn commits(server: &WireServer) -> Vec<Document> {
     server
@@ -134,7 +130,10 @@ async fn a_listener_streams_a_page_commits_its_token_with_the_document_time_and_
     let (server, cosmos, store) = cosmos().await;
     let recorder = Recorder::default();
     let first = ListenerHandle::spawn(store.clone(), config("listener-a"), recorder.clone());
-    eventually("the stream is open", || cosmos.streams_opened().len() == 1).await;
+    support::wait::eventually(PATIENCE, "the stream is open", || {
+        cosmos.streams_opened().len() == 1
+    })
+    .await;
     // Opened at now: no token, and never a time.
     let opened = &cosmos.streams_opened()[0];
     assert_eq!(opened, &doc! { "fullDocument": "updateLookup" }, "{opened}");
@@ -150,7 +149,7 @@ async fn a_listener_streams_a_page_commits_its_token_with_the_document_time_and_
             order("o3", "paid", t2),
         ],
     );
-    eventually("the page is handled and committed", || {
+    support::wait::eventually(PATIENCE, "the page is handled and committed", || {
         recorder.events().len() == 3 && !commits(&server).is_empty()
     })
     .await;
@@ -243,7 +242,8 @@ async fn a_listener_streams_a_page_commits_its_token_with_the_document_time_and_
     let second_recorder = Recorder::default();
     let second =
         ListenerHandle::spawn(store.clone(), config("listener-b"), second_recorder.clone());
-    eventually(
+    support::wait::eventually(
+        PATIENCE,
         "the second listener handles the change made meanwhile",
         || !second_recorder.events().is_empty(),
     )
@@ -339,7 +339,7 @@ async fn bootstrap_from_the_oldest_entry_is_refused_before_anything_is_written()
     let mut config = config("listener-a");
     config.bootstrap = Bootstrap::Oldest;
     let listener = ListenerHandle::spawn(store, config, Recorder::default());
-    eventually("the listener refuses", || {
+    support::wait::eventually(PATIENCE, "the listener refuses", || {
         listener.snapshot().state == ListenerState::Refused
     })
     .await;
@@ -373,9 +373,12 @@ async fn without_a_document_time_the_lag_is_unknown_and_a_missing_one_is_reporte
     let mut no_field = config("listener-a");
     no_field.document_time_field = None;
     let listener = ListenerHandle::spawn(store.clone(), no_field, recorder.clone());
-    eventually("the stream is open", || cosmos.streams_opened().len() == 1).await;
+    support::wait::eventually(PATIENCE, "the stream is open", || {
+        cosmos.streams_opened().len() == 1
+    })
+    .await;
     cosmos.write(ORDERS, order("o1", "placed", seconds_ago(30)));
-    eventually("committed", || {
+    support::wait::eventually(PATIENCE, "committed", || {
         cosmos
             .document(LEASES, RESOURCE)
             .is_some_and(|l| l.get_document("resumeToken").is_ok())
@@ -401,7 +404,7 @@ async fn without_a_document_time_the_lag_is_unknown_and_a_missing_one_is_reporte
 
     // The field configured, but a document keeps its time as text: reported, no time.
     let listener = ListenerHandle::spawn(store.clone(), config("listener-b"), recorder.clone());
-    eventually("the stream is open again", || {
+    support::wait::eventually(PATIENCE, "the stream is open again", || {
         cosmos.streams_opened().len() == 2
     })
     .await;
@@ -409,8 +412,11 @@ async fn without_a_document_time_the_lag_is_unknown_and_a_missing_one_is_reporte
         ORDERS,
         doc! { "_id": "o2", "updatedAt": "2024-05-01T12:00:00Z" },
     );
-    eventually("the change is handled", || recorder.events().len() == 2).await;
-    eventually("the problem is reported", || {
+    support::wait::eventually(PATIENCE, "the change is handled", || {
+        recorder.events().len() == 2
+    })
+    .await;
+    support::wait::eventually(PATIENCE, "the problem is reported", || {
         listener.snapshot().last_error.is_some()
     })
     .await;
@@ -422,7 +428,7 @@ async fn without_a_document_time_the_lag_is_unknown_and_a_missing_one_is_reporte
             && message.contains("unknown"),
         "{message}"
     );
-    eventually("committed without a time", || {
+    support::wait::eventually(PATIENCE, "committed without a time", || {
         cosmos.document(LEASES, RESOURCE).is_some_and(|l| {
             l.get_document("resumeToken").ok()
                 != lease.resume_token.as_ref().map(|t| t.as_document())
@@ -439,13 +445,22 @@ async fn deletes_are_invisible_and_a_soft_delete_marker_is_seen() {
     let (_server, cosmos, store) = cosmos().await;
     let recorder = Recorder::default();
     let listener = ListenerHandle::spawn(store, config("listener-a"), recorder.clone());
-    eventually("the stream is open", || cosmos.streams_opened().len() == 1).await;
+    support::wait::eventually(PATIENCE, "the stream is open", || {
+        cosmos.streams_opened().len() == 1
+    })
+    .await;
     cosmos.write(ORDERS, order("o1", "placed", seconds_ago(3)));
-    eventually("the insert is seen", || recorder.events().len() == 1).await;
+    support::wait::eventually(PATIENCE, "the insert is seen", || {
+        recorder.events().len() == 1
+    })
+    .await;
     // A delete: Cosmos DB's change streams carry none.
     cosmos.delete(ORDERS, "o1");
     cosmos.write(ORDERS, order("o2", "placed", seconds_ago(2)));
-    eventually("the next change is seen", || recorder.events().len() == 2).await;
+    support::wait::eventually(PATIENCE, "the next change is seen", || {
+        recorder.events().len() == 2
+    })
+    .await;
     assert_eq!(
         recorder.keys(),
         ["o1", "o2"],
@@ -456,7 +471,10 @@ async fn deletes_are_invisible_and_a_soft_delete_marker_is_seen() {
     let mut marked = order("o2", "placed", seconds_ago(1));
     marked.insert("deleted", true);
     cosmos.write(ORDERS, marked.clone());
-    eventually("the soft delete is seen", || recorder.events().len() == 3).await;
+    support::wait::eventually(PATIENCE, "the soft delete is seen", || {
+        recorder.events().len() == 3
+    })
+    .await;
     let last = recorder.events().pop().unwrap();
     assert_eq!(last.full_document, Some(marked));
     assert_eq!(last.operation, OperationType::Upsert);
@@ -468,12 +486,18 @@ async fn a_dropped_collection_leaves_the_listener_invalidated() {
     let (_server, cosmos, store) = cosmos().await;
     let recorder = Recorder::default();
     let listener = ListenerHandle::spawn(store.clone(), config("listener-a"), recorder.clone());
-    eventually("the stream is open", || cosmos.streams_opened().len() == 1).await;
+    support::wait::eventually(PATIENCE, "the stream is open", || {
+        cosmos.streams_opened().len() == 1
+    })
+    .await;
     cosmos.write(ORDERS, order("o1", "placed", seconds_ago(3)));
-    eventually("the change is seen", || recorder.events().len() == 1).await;
+    support::wait::eventually(PATIENCE, "the change is seen", || {
+        recorder.events().len() == 1
+    })
+    .await;
     // Cosmos DB answers NamespaceNotFound where MongoDB sends an invalidate event.
     cosmos.drop_collection(ORDERS);
-    eventually("the listener is invalidated", || {
+    support::wait::eventually(PATIENCE, "the listener is invalidated", || {
         listener.snapshot().state == ListenerState::Invalidated
     })
     .await;
@@ -607,12 +631,12 @@ async fn a_standby_waits_on_the_lease_through_a_cosmos_change_stream_and_takes_o
     let (server, cosmos, store) = cosmos().await;
     let first_recorder = Recorder::default();
     let first = ListenerHandle::spawn(store.clone(), config("listener-a"), first_recorder.clone());
-    eventually("the first listener streams", || {
+    support::wait::eventually(PATIENCE, "the first listener streams", || {
         first.snapshot().state == ListenerState::Streaming
     })
     .await;
     let standby = ListenerHandle::spawn(store.clone(), config("listener-b"), Recorder::default());
-    eventually("the second stands by, watching the lease", || {
+    support::wait::eventually(PATIENCE, "the second stands by, watching the lease", || {
         standby.snapshot().state == ListenerState::Standby
             && server
                 .commands("aggregate")
@@ -640,7 +664,7 @@ async fn a_standby_waits_on_the_lease_through_a_cosmos_change_stream_and_takes_o
         ]
     );
     first.stop().await;
-    eventually("the standby takes over", || {
+    support::wait::eventually(PATIENCE, "the standby takes over", || {
         standby.snapshot().state == ListenerState::Streaming
     })
     .await;
@@ -659,7 +683,7 @@ async fn a_standby_waits_on_the_lease_through_a_cosmos_change_stream_and_takes_o
 async fn leases_oplog_and_a_takeover_work_on_cosmos_with_the_limits_stated() {
     let (server, _cosmos, store) = cosmos().await;
     let listener = ListenerHandle::spawn(store.clone(), config("listener-a"), Recorder::default());
-    eventually("the listener streams", || {
+    support::wait::eventually(PATIENCE, "the listener streams", || {
         listener.snapshot().state == ListenerState::Streaming
     })
     .await;

@@ -53,25 +53,6 @@ async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("timed out after {PATIENCE:?} waiting for: {what}"))
 }
 
-/// Polls `check` until it returns `Some`, or panics after [`PATIENCE`].
-async fn until<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {PATIENCE:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// The demo's order outbox handler, holding its first batch until released.
 struct PausedMidBatch {
     inner: OrderOutbox<MongoStore>,
@@ -204,13 +185,17 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
         let sampler = sample_leases(store.clone(), sampling.clone());
 
         // 1. Holders acquire and rotate: several holders per lease, versions moving up.
-        until("both leases changed holder three times", || async {
-            let leases = store.list().await.ok()?.items;
-            let moved = [PET_RESOURCE, ORDERS_RESOURCE]
-                .iter()
-                .all(|r| leases.iter().any(|l| l.resource == *r && l.version >= 3));
-            moved.then_some(())
-        })
+        support::wait::until(
+            PATIENCE,
+            "both leases changed holder three times",
+            || async {
+                let leases = store.list().await.ok()?.items;
+                let moved = [PET_RESOURCE, ORDERS_RESOURCE]
+                    .iter()
+                    .all(|r| leases.iter().any(|l| l.resource == *r && l.version >= 3));
+                moved.then_some(())
+            },
+        )
         .await;
 
         // 2. An operator hands the orders lease to a listener that pauses in its first batch.
@@ -289,7 +274,8 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
         }
         // A standby takes over and handles the paused batch again, under a newer fence.
         let ids: Vec<Bson> = batch.iter().map(|e| Bson::String(message_id(e))).collect();
-        let rewritten = until(
+        let rewritten = support::wait::until(
+            PATIENCE,
             "a newer holder rewrote the paused batch's messages",
             || async {
                 let mut messages = Vec::new();
@@ -308,12 +294,16 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
 
         // 4. The paused holder wakes: its late write is refused and it stops that tenure.
         gate.notify_one();
-        until("the paused listener reports its fenced write", || async {
-            paused
-                .snapshot()
-                .last_error
-                .filter(|e| e.starts_with("stale fenced write"))
-        })
+        support::wait::until(
+            PATIENCE,
+            "the paused listener reports its fenced write",
+            || async {
+                paused
+                    .snapshot()
+                    .last_error
+                    .filter(|e| e.starts_with("stale fenced write"))
+            },
+        )
         .await;
         let mut after = Vec::new();
         for id in &ids {
@@ -342,19 +332,23 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
         assert!(writes > 100, "{writes} writes");
         let last_animal = last_change_on(&store, &ns.animals).await;
         let last_order = last_change_on(&store, &ns.orders).await;
-        until("both listeners committed past the last change", || async {
-            let caught_up = |resource: &str, last: ClusterTime| {
-                let store = store.clone();
-                let resource = resource.to_string();
-                async move {
-                    let lease = store.get(&resource).await.ok()??;
-                    let time = lease.resume_token.as_ref()?.time()?;
-                    (time >= last).then_some(())
-                }
-            };
-            caught_up(PET_RESOURCE, last_animal).await?;
-            caught_up(ORDERS_RESOURCE, last_order).await
-        })
+        support::wait::until(
+            PATIENCE,
+            "both listeners committed past the last change",
+            || async {
+                let caught_up = |resource: &str, last: ClusterTime| {
+                    let store = store.clone();
+                    let resource = resource.to_string();
+                    async move {
+                        let lease = store.get(&resource).await.ok()??;
+                        let time = lease.resume_token.as_ref()?.time()?;
+                        (time >= last).then_some(())
+                    }
+                };
+                caught_up(PET_RESOURCE, last_animal).await?;
+                caught_up(ORDERS_RESOURCE, last_order).await
+            },
+        )
         .await;
 
         let animals = read_animals_in(&store, &ns.animals).await.unwrap();
@@ -369,7 +363,8 @@ async fn the_demo_rotates_fences_out_a_paused_holder_and_converges_on_a_real_rep
         // token only on a heartbeat, longer than these tenures), so it is awaited by
         // what it wrote: its two partitions together equal the recomputation too.
         let want = expected_counts(&animals);
-        until(
+        support::wait::until(
+            PATIENCE,
             "the partitioned census equals the recomputation",
             || async {
                 let census = stored_counts_in(&store, &ns.census).await.ok()?;
@@ -505,7 +500,8 @@ async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
                 ..DemoConfig::default()
             },
         );
-        let moved = until(
+        let moved = support::wait::until(
+            PATIENCE,
             "the event store's lease changed holder three times",
             || async {
                 let lease = store.get(EVENTS_RESOURCE).await.ok()??;
@@ -515,21 +511,29 @@ async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
         .await;
         // Holders rotate every 2 s: between two tenures nobody holds it, so wait for one.
         let listeners = &demo.listeners;
-        let holder = until("a listener holds the event store", || async move {
-            listeners.iter().position(|l| {
-                let snapshot = l.snapshot();
-                snapshot.resource == EVENTS_RESOURCE && snapshot.version.is_some()
-            })
-        })
+        let holder = support::wait::until(
+            PATIENCE,
+            "a listener holds the event store",
+            || async move {
+                listeners.iter().position(|l| {
+                    let snapshot = l.snapshot();
+                    snapshot.resource == EVENTS_RESOURCE && snapshot.version.is_some()
+                })
+            },
+        )
         .await;
         let crashed = demo.listeners.swap_remove(holder);
         let crashed_id = crashed.snapshot().listener_id;
         crashed.crash();
-        until("a standby took over from the crashed holder", || async {
-            let lease = store.get(EVENTS_RESOURCE).await.ok()??;
-            (lease.version > moved + 1 && lease.holder.as_deref() != Some(crashed_id.as_str()))
-                .then_some(())
-        })
+        support::wait::until(
+            PATIENCE,
+            "a standby took over from the crashed holder",
+            || async {
+                let lease = store.get(EVENTS_RESOURCE).await.ok()??;
+                (lease.version > moved + 1 && lease.holder.as_deref() != Some(crashed_id.as_str()))
+                    .then_some(())
+            },
+        )
         .await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let writes = demo
@@ -545,10 +549,14 @@ async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
             expected.counts.len() == 4,
             "placed, paid, shipped and retired: {expected:?}"
         );
-        let stored = until("the counts caught up with the event store", || async {
-            let stored = stored_tally(&store, &ns.event_counts).await.ok()?;
-            (stored.total >= expected.total).then_some(stored)
-        })
+        let stored = support::wait::until(
+            PATIENCE,
+            "the counts caught up with the event store",
+            || async {
+                let stored = stored_tally(&store, &ns.event_counts).await.ok()?;
+                (stored.total >= expected.total).then_some(stored)
+            },
+        )
         .await;
         assert_eq!(stored.counts, expected.counts, "each entry counted once");
         assert_eq!(stored.total, expected.total);
@@ -557,7 +565,7 @@ async fn the_demo_event_store_counts_every_entry_once_on_a_real_replica_set() {
             .await
             .expect("window")
             .expect("entries");
-        let newest = until("the last entry committed", || async {
+        let newest = support::wait::until(PATIENCE, "the last entry committed", || async {
             let lease = store.get(EVENTS_RESOURCE).await.ok()??;
             let position = lease.resume_token.as_ref().and_then(token_entry)?;
             (position == window.newest).then_some(lease)

@@ -7,7 +7,9 @@
 //! - docs/reference/cli.md is what the clap definitions generate
 //!   (`STREAMWARD_BLESS=1 cargo test --test docs_drift` rewrites it);
 //! - docs/reference/streamward.toml sets every key the config loader knows, to its
-//!   default where it has one, and loads.
+//!   default where it has one, and loads;
+//! - the README's test command (scripts/test.sh) asks for every feature a test crate
+//!   requires, so "the whole test suite" builds them all.
 
 mod support;
 
@@ -516,8 +518,16 @@ fn path_exists(pattern: &str) -> bool {
 }
 
 /// The modules under src/ the docs name without the `src/` prefix (`store/mongo/feed.rs`).
-const MODULES: [&str; 8] = [
-    "model/", "store/", "engine/", "ops/", "cli/", "console/", "demo/", "metrics/",
+const MODULES: [&str; 9] = [
+    "model/",
+    "store/",
+    "engine/",
+    "ops/",
+    "cli/",
+    "console/",
+    "demo/",
+    "metrics/",
+    "contract/",
 ];
 
 /// Paths named relative to src/: a word starting with one of [`MODULES`] that names a
@@ -879,4 +889,60 @@ fn the_entry_pages_stay_short() {
              belongs on (docs/README.md) and link to it"
         );
     }
+}
+
+/// The README calls `bash scripts/test.sh` the whole test suite: a test crate that
+/// needs a feature outside the default (its `required-features` in Cargo.toml) is
+/// built only when the script's `cargo test` asks for that feature, so it must.
+#[test]
+fn the_test_command_builds_every_test_crate() {
+    let manifest: toml::Table = read(Path::new("Cargo.toml")).parse().expect("Cargo.toml");
+    let list = |value: Option<&toml::Value>| -> Vec<String> {
+        value
+            .and_then(toml::Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|i| i.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let features = manifest["features"].as_table().expect("[features]");
+    let default = list(features.get("default"));
+    let script = read(Path::new("scripts/test.sh"));
+    let command = script
+        .lines()
+        .map(str::trim_start)
+        .find(|l| l.starts_with("cargo test"))
+        .expect("scripts/test.sh runs cargo test");
+    let words: Vec<&str> = command.split_whitespace().collect();
+    let asked: Vec<&str> = words
+        .windows(2)
+        .filter(|w| w[0] == "--features")
+        .flat_map(|w| w[1].split(','))
+        .collect();
+    let every = words.contains(&"--all-features");
+    let tests = manifest
+        .get("test")
+        .and_then(toml::Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut left_out = Vec::new();
+    for test in &tests {
+        let name = test
+            .get("name")
+            .and_then(toml::Value::as_str)
+            .unwrap_or("?");
+        for feature in list(test.get("required-features")) {
+            if !every && !default.contains(&feature) && !asked.contains(&feature.as_str()) {
+                left_out.push(format!("{name} needs `{feature}`"));
+            }
+        }
+    }
+    assert!(
+        left_out.is_empty(),
+        "scripts/test.sh ({command}) does not build: {}",
+        left_out.join(", ")
+    );
 }

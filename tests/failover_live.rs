@@ -165,7 +165,7 @@ impl Rig {
             sink.handler(self, name, None).await,
         );
         timeline.follow(&listener);
-        eventually(&format!("{name} is {state:?}"), || async {
+        support::wait::eventually_async(PATIENCE, &format!("{name} is {state:?}"), || async {
             listener.snapshot().state == state
         })
         .await;
@@ -220,14 +220,6 @@ where
         std::panic::resume_unwind(failure.into_panic());
     }
     dropped.expect("drop the test database");
-}
-
-async fn eventually<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    support::wait::eventually_async(PATIENCE, what, check).await;
 }
 
 // ---------------------------------------------------------------- what the listeners show
@@ -561,7 +553,7 @@ async fn a_stepped_down_primary_loses_no_change_and_applies_none_twice() {
                 }
             })
         };
-        eventually("the first orders are handled", || async {
+        support::wait::eventually_async(PATIENCE, "the first orders are handled", || async {
             sink.has_all(&rig, &orders[..10]).await
         })
         .await;
@@ -596,7 +588,7 @@ async fn a_stepped_down_primary_loses_no_change_and_applies_none_twice() {
 
         writer.await.unwrap();
         timeline.note("the application inserted every order");
-        eventually("every order is handled", || async {
+        support::wait::eventually_async(PATIENCE, "every order is handled", || async {
             sink.has_all(&rig, &orders).await
         })
         .await;
@@ -647,7 +639,7 @@ async fn a_primary_that_stops_answering_is_replaced_and_nothing_is_lost_or_appli
                 }
             })
         };
-        eventually("the first orders are handled", || async {
+        support::wait::eventually_async(PATIENCE, "the first orders are handled", || async {
             sink.has_all(&rig, &orders[..10]).await
         })
         .await;
@@ -672,7 +664,7 @@ async fn a_primary_that_stops_answering_is_replaced_and_nothing_is_lost_or_appli
 
         writer.await.unwrap();
         timeline.note("the application inserted every order");
-        eventually("every order is handled", || async {
+        support::wait::eventually_async(PATIENCE, "every order is handled", || async {
             sink.has_all(&rig, &orders).await
         })
         .await;
@@ -744,7 +736,7 @@ async fn without_a_majority_no_commit_succeeds_and_nothing_is_lost_or_applied_tw
             sink.handler(&rig, "a", Some(hook.clone())).await,
         );
         timeline.follow(&a);
-        eventually("a streams", || async {
+        support::wait::eventually_async(PATIENCE, "a streams", || async {
             a.snapshot().state == ListenerState::Streaming
         })
         .await;
@@ -754,7 +746,7 @@ async fn without_a_majority_no_commit_succeeds_and_nothing_is_lost_or_applied_tw
             sink.handler(&rig, "b", Some(hook)).await,
         );
         timeline.follow(&b);
-        eventually("b stands by", || async {
+        support::wait::eventually_async(PATIENCE, "b stands by", || async {
             b.snapshot().state == ListenerState::Standby
         })
         .await;
@@ -763,9 +755,11 @@ async fn without_a_majority_no_commit_succeeds_and_nothing_is_lost_or_applied_tw
         for id in &orders[..5] {
             rig.insert("orders", id, Acknowledgment::Majority).await;
         }
-        eventually("the secondaries are stopped after o005", || async {
-            stopped.lock().unwrap().is_some()
-        })
+        support::wait::eventually_async(
+            PATIENCE,
+            "the secondaries are stopped after o005",
+            || async { stopped.lock().unwrap().is_some() },
+        )
         .await;
         let outage = Instant::now();
         timeline.note(format!(
@@ -853,7 +847,7 @@ async fn without_a_majority_no_commit_succeeds_and_nothing_is_lost_or_applied_tw
         for id in &orders[6..] {
             rig.insert("orders", id, Acknowledgment::Majority).await;
         }
-        eventually("every order is handled", || async {
+        support::wait::eventually_async(PATIENCE, "every order is handled", || async {
             sink.has_all(&rig, &orders).await
         })
         .await;
@@ -994,14 +988,14 @@ async fn fail_points_on_the_acquire_neither_lose_nor_double_apply_a_change() {
             let orders = order_ids(&format!("{resource}-o"), 1..=2);
             rig.insert(&resource, &orders[0], Acknowledgment::Majority)
                 .await;
-            eventually("the first order is handled", || async {
+            support::wait::eventually_async(PATIENCE, "the first order is handled", || async {
                 sink.has_all(&rig, &orders[..1]).await
             })
             .await;
             let fired = fail_point.off(&rig.set).await;
             rig.insert(&resource, &orders[1], Acknowledgment::Majority)
                 .await;
-            eventually("every order is handled", || async {
+            support::wait::eventually_async(PATIENCE, "every order is handled", || async {
                 sink.has_all(&rig, &orders).await
             })
             .await;
@@ -1051,9 +1045,13 @@ async fn fail_points_on_the_commit_neither_lose_nor_double_apply_a_change() {
             let orders = order_ids(&format!("{resource}-o"), 1..=2);
             rig.insert(&resource, &orders[0], Acknowledgment::Majority)
                 .await;
-            eventually("the first order is handled and committed", || async {
-                sink.has_all(&rig, &orders[..1]).await && listener.snapshot().events == 1
-            })
+            support::wait::eventually_async(
+                PATIENCE,
+                "the first order is handled and committed",
+                || async {
+                    sink.has_all(&rig, &orders[..1]).await && listener.snapshot().events == 1
+                },
+            )
             .await;
             let fail_point = arm(&rig, &fault, "update", &rig.app_name(&app)).await;
             timeline.note(format!("armed {} on update", fault.name));
@@ -1071,15 +1069,19 @@ async fn fail_points_on_the_commit_neither_lose_nor_double_apply_a_change() {
                 }
             };
             // Handled, its token committed, and the listener streaming again.
-            eventually("the second order is handled and committed", || async {
-                let Some(message) = last() else { return false };
-                let token = message.split_once('@').map(|(_, t)| t.to_string());
-                let lease = rig.check.get(&resource).await.ok().flatten();
-                lease.is_some_and(|l| {
-                    l.resume_token.map(|t| t.to_string()) == token
-                        && l.holder.as_deref() == Some("a")
-                }) && listener.snapshot().state == ListenerState::Streaming
-            })
+            support::wait::eventually_async(
+                PATIENCE,
+                "the second order is handled and committed",
+                || async {
+                    let Some(message) = last() else { return false };
+                    let token = message.split_once('@').map(|(_, t)| t.to_string());
+                    let lease = rig.check.get(&resource).await.ok().flatten();
+                    lease.is_some_and(|l| {
+                        l.resume_token.map(|t| t.to_string()) == token
+                            && l.holder.as_deref() == Some("a")
+                    }) && listener.snapshot().state == ListenerState::Streaming
+                },
+            )
             .await;
             let fired = fail_point.off(&rig.set).await;
             let lease = rig.lease(&resource).await;
@@ -1150,7 +1152,7 @@ async fn fail_points_on_the_change_stream_neither_lose_nor_double_apply_a_change
             };
             let listener = ListenerHandle::spawn(store, config, sink.handler(&rig, "a", None).await);
             timeline.follow(&listener);
-            eventually("the first order is handled", || async {
+            support::wait::eventually_async(PATIENCE, "the first order is handled", || async {
                 sink.has_all(&rig, &orders[..1]).await
                     && listener.snapshot().state == ListenerState::Streaming
             })
@@ -1166,7 +1168,7 @@ async fn fail_points_on_the_change_stream_neither_lose_nor_double_apply_a_change
             // Let the fail point meet the next read, then write.
             tokio::time::sleep(Duration::from_millis(600)).await;
             rig.insert(&resource, &orders[1], Acknowledgment::Majority).await;
-            eventually("every order is handled", || async {
+            support::wait::eventually_async(PATIENCE, "every order is handled", || async {
                 sink.has_all(&rig, &orders).await
                     && listener.snapshot().state == ListenerState::Streaming
             })
@@ -1325,7 +1327,7 @@ async fn an_operator_swap_caught_in_a_step_down_is_told_and_audited_truthfully()
             "appName": rig.app_name("op"),
             "command.findAndModify": { "$exists": true },
         };
-        eventually("the swap is held on the primary", || async {
+        support::wait::eventually_async(PATIENCE, "the swap is held on the primary", || async {
             rig.set
                 .admin(primary, held_there.clone())
                 .await

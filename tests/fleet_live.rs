@@ -1,7 +1,8 @@
-//! Membership and balancing (`tests/fleet/`) on a real replica set named by
+//! Membership and balancing (`tests/support/fleet.rs`) on a real replica set named by
 //! `STREAMWARD_TEST_URI`, each process on its own client; skipped without it (fails
 //! instead under `STREAMWARD_REQUIRE_LIVE=1` or CI).
 
+#[path = "support/fleet.rs"]
 mod fleet;
 mod support;
 

@@ -1,5 +1,7 @@
-//! Membership and balancing (`tests/fleet/`) on the sandbox store, on a virtual clock.
+//! Membership and balancing (`tests/support/fleet.rs`) on the sandbox store, on a
+//! virtual clock.
 
+#[path = "support/fleet.rs"]
 mod fleet;
 
 use std::time::Duration;

@@ -9,14 +9,18 @@ use std::path::{Path, PathBuf};
 mod support;
 
 /// Each top-level module and what it may import, lowest first.
-const LAYERS: [(&str, &[&str]); 9] = [
+const LAYERS: [(&str, &[&str]); 10] = [
     ("model", &[]),
     ("store", &["model"]),
+    ("contract", &["model", "store"]),
     ("engine", &["model", "store"]),
     ("ops", &["model", "store"]),
     ("observe", &["model", "store"]),
     ("metrics", &["model", "store", "engine"]),
-    ("demo", &["model", "store", "engine", "ops", "metrics"]),
+    (
+        "demo",
+        &["model", "store", "engine", "ops", "metrics", "contract"],
+    ),
     (
         "console",
         &[

@@ -291,10 +291,6 @@ fn spawn(store: &MongoStore) -> ListenerHandle {
     ListenerHandle::spawn(store.clone(), config(), OrderOutbox::new(store.clone()))
 }
 
-async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    support::wait::eventually(PATIENCE, what, check).await;
-}
-
 /// Captures the `tracing` events of this thread: the listener's "lost the lease"
 /// warning is how it reports a lost lock at the moment it happens (the snapshot's
 /// `lost-lock` state is overwritten by `acquiring` in the same step, see
@@ -424,10 +420,14 @@ async fn a_commit_matching_nothing_is_a_lost_lock_and_the_listener_stands_by() {
 
     let store = connect(&server).await;
     let listener = spawn(&store);
-    eventually("the listener stands by after losing the lease", || {
-        listener.snapshot().state == ListenerState::Standby
-            && routes.trace().iter().any(|r| r == "find leases")
-    })
+    support::wait::eventually(
+        PATIENCE,
+        "the listener stands by after losing the lease",
+        || {
+            listener.snapshot().state == ListenerState::Standby
+                && routes.trace().iter().any(|r| r == "find leases")
+        },
+    )
     .await;
 
     assert_eq!(
@@ -566,7 +566,7 @@ async fn a_fenced_write_refused_with_11000_is_a_lost_lock_without_a_commit() {
 
     let store = connect(&server).await;
     let listener = spawn(&store);
-    eventually("the fenced-out listener stands by", || {
+    support::wait::eventually(PATIENCE, "the fenced-out listener stands by", || {
         listener.snapshot().state == ListenerState::Standby
             && routes.trace().iter().any(|r| r == "find leases")
     })
@@ -637,10 +637,14 @@ async fn after_a_lost_lock_the_next_tenure_resumes_after_the_committed_token() {
 
     let store = connect(&server).await;
     let listener = spawn(&store);
-    eventually("the new tenure committed the re-delivered change", || {
-        let s = listener.snapshot();
-        s.version == Some(2) && s.commits == 2
-    })
+    support::wait::eventually(
+        PATIENCE,
+        "the new tenure committed the re-delivered change",
+        || {
+            let s = listener.snapshot();
+            s.version == Some(2) && s.commits == 2
+        },
+    )
     .await;
     assert_eq!(listener.snapshot().state, ListenerState::Streaming);
     assert_eq!(
@@ -740,7 +744,7 @@ async fn changes_sharing_a_cluster_time_get_distinct_outbox_messages() {
     routes.then("update leases", [matched(1), matched(1)]);
     let store = connect(&server).await;
     let listener = spawn(&store);
-    eventually("both changes committed", || {
+    support::wait::eventually(PATIENCE, "both changes committed", || {
         listener.snapshot().commits == 2
     })
     .await;
@@ -794,7 +798,7 @@ async fn an_event_split_into_fragments_is_handled_once_and_committed_after_its_l
     routes.then("update leases", [matched(1)]);
     let store = connect(&server).await;
     let listener = spawn(&store);
-    eventually("the split change committed", || {
+    support::wait::eventually(PATIENCE, "the split change committed", || {
         listener.snapshot().commits == 1
     })
     .await;
@@ -842,7 +846,8 @@ async fn a_stalled_stream_read_ends_within_the_operation_timeout() {
     routes.then("update leases", [matched(1)]);
     let store = connect(&server).await; // operation timeout: 5 s
     let listener = spawn(&store);
-    eventually(
+    support::wait::eventually(
+        PATIENCE,
         "the stalled read ends the tenure and the lease is given back",
         || routes.trace().iter().any(|r| r == "update leases"),
     )
@@ -907,7 +912,7 @@ async fn reading_ahead_hands_a_batch_over_only_after_the_previous_commit_landed(
     );
     let store = connect(&server).await;
     let listener = spawn_reading_ahead(&store);
-    eventually("both changes committed", || {
+    support::wait::eventually(PATIENCE, "both changes committed", || {
         listener.snapshot().commits == 2
     })
     .await;
@@ -965,10 +970,14 @@ async fn a_batch_read_ahead_is_dropped_unhandled_when_the_commit_before_it_is_lo
     script_standby(&routes);
     let store = connect(&server).await;
     let listener = spawn_reading_ahead(&store);
-    eventually("the listener stands by after losing the lease", || {
-        listener.snapshot().state == ListenerState::Standby
-            && routes.trace().iter().any(|r| r == "find leases")
-    })
+    support::wait::eventually(
+        PATIENCE,
+        "the listener stands by after losing the lease",
+        || {
+            listener.snapshot().state == ListenerState::Standby
+                && routes.trace().iter().any(|r| r == "find leases")
+        },
+    )
     .await;
     let trace = routes.trace();
     assert_eq!(

@@ -93,19 +93,6 @@ impl Live {
     }
 }
 
-async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    support::wait::eventually(PATIENCE, what, check).await;
-}
-
-/// Like [`eventually`] for a condition that needs the store to check.
-async fn eventually_async<F, Fut>(what: &str, check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    support::wait::eventually_async(PATIENCE, what, check).await;
-}
-
 async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(PATIENCE, future)
         .await
@@ -193,11 +180,11 @@ impl Handler for Outbox {
 async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
     live("race", |live| async move {
         // The bare race on the port is a store contract check
-        // (tests/contract: racing_listeners_exactly_one_acquires); this is the race
+        // (streamward::contract::leases::racing_inserts_leave_exactly_one_holder); this is the race
         // between two running listeners.
         let a = live.spawn("a", live.outbox_handler("a"));
         let b = live.spawn("b", live.outbox_handler("b"));
-        eventually("one streaming, one standby", || {
+        support::wait::eventually(PATIENCE, "one streaming, one standby", || {
             let states = [state(&a), state(&b)];
             states.contains(&ListenerState::Streaming) && states.contains(&ListenerState::Standby)
         })
@@ -221,9 +208,11 @@ async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
         let acquired_at = lease.acquired_at.expect("acquiredAt is set on acquire");
         let held =
             chrono::TimeDelta::from_std(LEASE * 2).unwrap() + chrono::TimeDelta::milliseconds(500);
-        eventually_async("the holder held for over two lease lengths", || async {
-            live.store.server_now().await.unwrap() > acquired_at + held
-        })
+        support::wait::eventually_async(
+            PATIENCE,
+            "the holder held for over two lease lengths",
+            || async { live.store.server_now().await.unwrap() > acquired_at + held },
+        )
         .await;
         let lease = live.lease().await;
         assert_eq!(
@@ -242,7 +231,7 @@ async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
 
         // A graceful stop releases; the standby takes over with the next version.
         holder.stop().await;
-        eventually("the standby took over", || {
+        support::wait::eventually(PATIENCE, "the standby took over", || {
             standby.snapshot().version == Some(1) && state(&standby) == ListenerState::Streaming
         })
         .await;
@@ -275,25 +264,28 @@ async fn a_paused_holder_is_fenced_out_after_a_takeover() {
         // handles o1 and a newer change.
         let b_outbox = live.outbox_handler("b");
         let b = live.spawn("b", b_outbox.clone());
-        eventually("b took over", || {
+        support::wait::eventually(PATIENCE, "b took over", || {
             b.snapshot().version == Some(1) && state(&b) == ListenerState::Streaming
         })
         .await;
         live.put_order("o1", "paid", 2).await;
-        eventually("b handled both changes", || b.snapshot().events == 2).await;
+        support::wait::eventually(PATIENCE, "b handled both changes", || {
+            b.snapshot().events == 2
+        })
+        .await;
         let before = live.messages().await;
         assert_eq!(before.len(), 2);
 
         // a wakes and writes o1's first message under version 0: refused.
         gate.notify_one();
-        eventually("a reports the stale fenced write", || {
+        support::wait::eventually(PATIENCE, "a reports the stale fenced write", || {
             a.snapshot()
                 .last_error
                 .as_deref()
                 .is_some_and(|e| e.starts_with("stale fenced write"))
         })
         .await;
-        eventually("a stopped processing and stands by", || {
+        support::wait::eventually(PATIENCE, "a stopped processing and stands by", || {
             state(&a) == ListenerState::Standby
         })
         .await;
@@ -345,7 +337,7 @@ async fn bootstrap_without_a_token_handles_writes_made_before_any_listener() {
         assert_eq!(live.store.get(ORDERS).await.unwrap(), None, "no lease yet");
 
         let a = live.spawn("a", live.outbox_handler("a"));
-        eventually("all three handled", || a.snapshot().events == 3).await;
+        support::wait::eventually(PATIENCE, "all three handled", || a.snapshot().events == 3).await;
         let messages = live.messages().await;
         let mut orders: Vec<&str> = messages
             .iter()
@@ -388,7 +380,7 @@ async fn a_crash_between_handling_and_commit_redelivers_and_applies_once() {
         // b waits out a's lease, resumes from a's last commit (before o1) and gets o1 again.
         let b_outbox = live.outbox_handler("b");
         let b = live.spawn("b", b_outbox.clone());
-        eventually("b re-delivered o1 and committed it", || {
+        support::wait::eventually(PATIENCE, "b re-delivered o1 and committed it", || {
             b.snapshot().events == 1
         })
         .await;
@@ -424,7 +416,10 @@ async fn a_crash_between_handling_and_commit_redelivers_and_applies_once() {
 async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
     live("bulk", |live| async move {
         let a = live.spawn("a", live.outbox_handler("a"));
-        eventually("a streaming", || state(&a) == ListenerState::Streaming).await;
+        support::wait::eventually(PATIENCE, "a streaming", || {
+            state(&a) == ListenerState::Streaming
+        })
+        .await;
         let lease = live.lease().await;
         let bulk = OperatorChange {
             resource: ORDERS.into(),
@@ -452,7 +447,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
         );
 
         // a finds out at its next commit or refresh and stands by.
-        eventually("the fenced-out holder stands by", || {
+        support::wait::eventually(PATIENCE, "the fenced-out holder stands by", || {
             let s = a.snapshot();
             s.state == ListenerState::Standby
                 && s.last_error
@@ -464,7 +459,7 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
 
         // Wait, on the server's clock, until the bulk lease has expired.
         let expiry = after.expires_at.expect("the bulk lease has an expiry");
-        eventually_async("the bulk lease expired", || async {
+        support::wait::eventually_async(PATIENCE, "the bulk lease expired", || async {
             live.store.server_now().await.unwrap() > expiry + chrono::TimeDelta::seconds(1)
         })
         .await;
@@ -508,11 +503,11 @@ async fn a_bulk_lease_excludes_update_listeners_even_after_it_expires() {
                 .unwrap(),
             OperatorOutcome::Applied { .. }
         ));
-        eventually("a took over", || {
+        support::wait::eventually(PATIENCE, "a took over", || {
             a.snapshot().version == Some(after.version + 2)
         })
         .await;
-        eventually("a handled the change made meanwhile", || {
+        support::wait::eventually(PATIENCE, "a handled the change made meanwhile", || {
             a.snapshot().events == 1
         })
         .await;
@@ -532,10 +527,13 @@ async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_
         let a = live.spawn("a", live.outbox_handler("a"));
         live.put_order("o1", "placed", 1).await;
         live.put_order("o2", "placed", 1).await;
-        eventually("o1 and o2 handled", || a.snapshot().events == 2).await;
+        support::wait::eventually(PATIENCE, "o1 and o2 handled", || a.snapshot().events == 2).await;
 
         live.store.drop_collection(&live.orders()).await.unwrap();
-        eventually("invalidated", || state(&a) == ListenerState::Invalidated).await;
+        support::wait::eventually(PATIENCE, "invalidated", || {
+            state(&a) == ListenerState::Invalidated
+        })
+        .await;
         let message = a.snapshot().last_error.unwrap_or_default();
         assert!(
             message.contains(&format!("{}.orders was dropped", live.db)),
@@ -599,11 +597,11 @@ async fn a_dropped_collection_leaves_the_listener_invalidated_until_an_operator_
         assert_eq!(live.lease().await.invalidated, None, "on the server too");
 
         live.put_order("o4", "placed", 1).await;
-        eventually("streaming again, o3 and o4 handled", || {
+        support::wait::eventually(PATIENCE, "streaming again, o3 and o4 handled", || {
             state(&a) == ListenerState::Streaming && a.snapshot().events == 4
         })
         .await;
-        eventually_async("o4 published", || async {
+        support::wait::eventually_async(PATIENCE, "o4 published", || async {
             live.messages()
                 .await
                 .iter()
@@ -661,7 +659,10 @@ async fn a_lease_holding_an_invalidate_token_is_invalidated_at_once_not_retried(
             .unwrap();
 
         let a = live.spawn("a", live.outbox_handler("a"));
-        eventually("invalidated", || state(&a) == ListenerState::Invalidated).await;
+        support::wait::eventually(PATIENCE, "invalidated", || {
+            state(&a) == ListenerState::Invalidated
+        })
+        .await;
         let message = a.snapshot().last_error.unwrap_or_default();
         assert!(message.contains("invalidate notification"), "{message}");
         let stuck = live.lease().await;
@@ -691,19 +692,25 @@ async fn a_lease_holding_an_invalidate_token_is_invalidated_at_once_not_retried(
 async fn a_dropped_lease_collection_is_not_recreated_at_version_zero() {
     live("lease_dropped", |live| async move {
         let a = live.spawn("a", live.outbox_handler("a"));
-        eventually("a holds version 0", || {
+        support::wait::eventually(PATIENCE, "a holds version 0", || {
             a.snapshot().version == Some(0) && state(&a) == ListenerState::Streaming
         })
         .await;
         let b = live.spawn("b", live.outbox_handler("b"));
-        eventually("b stands by", || state(&b) == ListenerState::Standby).await;
+        support::wait::eventually(PATIENCE, "b stands by", || {
+            state(&b) == ListenerState::Standby
+        })
+        .await;
         within("a stops", a.stop()).await;
-        eventually("b took over at version 1", || {
+        support::wait::eventually(PATIENCE, "b took over at version 1", || {
             b.snapshot().version == Some(1) && state(&b) == ListenerState::Streaming
         })
         .await;
         let c = live.spawn("c", live.outbox_handler("c"));
-        eventually("c stands by", || state(&c) == ListenerState::Standby).await;
+        support::wait::eventually(PATIENCE, "c stands by", || {
+            state(&c) == ListenerState::Standby
+        })
+        .await;
 
         live.store
             .client()
@@ -712,7 +719,7 @@ async fn a_dropped_lease_collection_is_not_recreated_at_version_zero() {
             .drop()
             .await
             .unwrap();
-        eventually("the holder and the standby stop", || {
+        support::wait::eventually(PATIENCE, "the holder and the standby stop", || {
             state(&b) == ListenerState::Refused && state(&c) == ListenerState::Refused
         })
         .await;

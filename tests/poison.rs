@@ -136,19 +136,11 @@ async fn wait_for_lease<S: Store>(
     what: &str,
     check: impl Fn(&Lease) -> bool,
 ) -> Lease {
-    let deadline = tokio::time::Instant::now() + limit;
-    loop {
-        if let Ok(Some(lease)) = store.get("animals").await {
-            if check(&lease) {
-                return lease;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {limit:?} waiting for: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    support::wait::until(limit, what, || async {
+        let lease = store.get("animals").await.ok().flatten()?;
+        check(&lease).then_some(lease)
+    })
+    .await
 }
 
 /// Five changes, the third poisoned, watched by two listeners of one lease; after

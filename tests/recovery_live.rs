@@ -58,10 +58,6 @@ fn config(live: &LiveDb) -> ListenerConfig {
     config
 }
 
-async fn eventually(what: &str, check: impl FnMut() -> bool) {
-    support::wait::eventually(PATIENCE, what, check).await;
-}
-
 /// Writes padding until the oplog's first entry is after `time`. The server truncates
 /// its oplog at checkpoints (every second on this set), not at each write: keep
 /// writing a little, and wait.
@@ -97,7 +93,7 @@ async fn a_lost_listener_waits_alive_and_resumes_after_a_reset_with_nothing_miss
             .put(&orders, doc! {"_id": "o1", "status": "placed"})
             .await
             .unwrap();
-        eventually("o1 handled", || seen.ids().contains("o1")).await;
+        support::wait::eventually(PATIENCE, "o1 handled", || seen.ids().contains("o1")).await;
         first.stop().await;
         let committed = live.store.get(RESOURCE).await.unwrap().unwrap();
         let token_time = committed
@@ -114,7 +110,7 @@ async fn a_lost_listener_waits_alive_and_resumes_after_a_reset_with_nothing_miss
         roll_the_oplog_past(&live, token_time).await;
 
         let listener = ListenerHandle::spawn(live.store.clone(), config(&live), seen.clone());
-        eventually("history lost", || {
+        support::wait::eventually(PATIENCE, "history lost", || {
             state(&listener) == ListenerState::HistoryLost
         })
         .await;
@@ -144,7 +140,7 @@ async fn a_lost_listener_waits_alive_and_resumes_after_a_reset_with_nothing_miss
             .replace_one(doc! {"_id": RESOURCE}, corrupt)
             .await
             .unwrap();
-        eventually("the listener names the malformed lease", || {
+        support::wait::eventually(PATIENCE, "the listener names the malformed lease", || {
             listener
                 .snapshot()
                 .last_error
@@ -205,7 +201,7 @@ async fn a_lost_listener_waits_alive_and_resumes_after_a_reset_with_nothing_miss
                 .await
                 .unwrap();
         }
-        eventually("every order after the reset handled", || {
+        support::wait::eventually(PATIENCE, "every order after the reset handled", || {
             after.iter().all(|id| seen.ids().contains(id))
         })
         .await;

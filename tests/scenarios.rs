@@ -93,7 +93,7 @@ fn acquisitions(store: &SandboxStore, resource: &str) -> Vec<(String, i64)> {
 #[tokio::test(start_paused = true)]
 async fn two_listeners_racing_for_a_new_lease_exactly_one_wins() {
     // The bare race on the port is a store contract check
-    // (tests/contract: racing_listeners_exactly_one_acquires); this is the race
+    // (streamward::contract::leases::racing_inserts_leave_exactly_one_holder); this is the race
     // between two running listeners.
     let store = sandbox(1000);
     let a = spawn_pets(&store, "a");

@@ -2,6 +2,8 @@
 
 pub mod events;
 mod fenced_members;
+#[cfg(feature = "contract")]
+pub mod member_writes_checks;
 pub mod orders;
 pub mod pets;
 pub mod rebuild;

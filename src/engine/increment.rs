@@ -170,7 +170,7 @@ mod tests {
         assert!(
             matches!(
                 refused,
-                Err(crate::store::StoreError::Command { code: 14, .. })
+                Err(crate::store::StoreError::Command { code: 16554, .. })
             ),
             "{refused:?}"
         );

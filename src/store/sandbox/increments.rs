@@ -35,9 +35,15 @@ fn is_token(item: &Bson, token: &str) -> bool {
     matches!(item, Bson::Document(d) if d.get_str("t") == Ok(token))
 }
 
+/// What MongoDB 6.0.5 answers when a pipeline's `$add` meets a counter that is not a
+/// number (step 2), and when `$inc` does (the fold: TypeMismatch).
+const ADD_NOT_NUMERIC: i32 = 16554;
+const INC_NOT_NUMERIC: i32 = 14;
+
 /// `$add` of a counter and an int64, as the server adds them: an int32 or int64 gives an
 /// int64 (a double once it overflows), a double a double; missing or null count as 0.
-fn added(counter: Option<&Bson>, amount: i64, field: &str) -> StoreResult<Bson> {
+/// Any other counter is refused with `refusal`, the code of the operator that adds.
+fn added(counter: Option<&Bson>, amount: i64, field: &str, refusal: i32) -> StoreResult<Bson> {
     let sum = |base: i64| {
         base.checked_add(amount)
             .map_or(Bson::Double(base as f64 + amount as f64), Bson::Int64)
@@ -48,7 +54,7 @@ fn added(counter: Option<&Bson>, amount: i64, field: &str) -> StoreResult<Bson> 
         Some(Bson::Int64(c)) => Ok(sum(*c)),
         Some(Bson::Double(c)) => Ok(Bson::Double(c + amount as f64)),
         Some(other) => Err(type_error(
-            14,
+            refusal,
             format!("cannot add to the non-numeric counter {field}: {other}"),
         )),
     }
@@ -140,7 +146,12 @@ impl IncrementStore for SandboxStore {
                 })
                 .fold(0_i64, i64::saturating_add);
             let mut document = existing.clone();
-            let total = added(existing.get(counter.field()), amount, counter.field())?;
+            let total = added(
+                existing.get(counter.field()),
+                amount,
+                counter.field(),
+                ADD_NOT_NUMERIC,
+            )?;
             let applied = array_of(existing, counter.applied_field(), 28664)?;
             let kept: Vec<Bson> = pending
                 .iter()
@@ -197,11 +208,11 @@ impl IncrementStore for SandboxStore {
                 // `$inc` refuses what `$add` refuses, and null too.
                 Some(Bson::Null) => {
                     return Err(type_error(
-                        14,
+                        INC_NOT_NUMERIC,
                         format!("cannot apply $inc to the null counter {}", counter.field()),
                     ))
                 }
-                value => added(value, total, counter.field())?,
+                value => added(value, total, counter.field(), INC_NOT_NUMERIC)?,
             };
             let applied = array_of(existing, counter.applied_field(), 2)?;
             let tokens: Vec<&str> = read.pending.iter().map(|p| p.token.as_str()).collect();

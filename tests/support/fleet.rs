@@ -3,6 +3,9 @@
 //! on a real replica set (`fleet_live.rs`): processes, each a fleet membership and a
 //! listener per resource, on 12 resources, judged by what the leases and the handlers
 //! saw.
+//!
+//! Not a module of `support/mod.rs`, so it is compiled only into the two test crates
+//! that include it (`#[path = "support/fleet.rs"] mod fleet;`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;

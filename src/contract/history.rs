@@ -2,14 +2,18 @@
 //! over, a resume point behind its first entry is lost on open and on a later read,
 //! never silently skipped; the first entry itself can always be opened.
 
+use crate::model::ResumeToken;
+use crate::store::{ChangeFeed, ChangeStream, DocumentStore, Namespace, StartPoint};
 use bson::doc;
-use streamward::model::ResumeToken;
-use streamward::store::{ChangeFeed, ChangeStream, DocumentStore, StartPoint};
 
-use super::*;
+use super::support::*;
+use super::RollingHistory;
 
 /// The token of a change to `ns` the store itself issued.
-async fn issued_token<H: Harness>(h: &H, ns: &Namespace) -> ResumeToken {
+async fn issued_token<H: RollingHistory<Store: ChangeFeed + DocumentStore>>(
+    h: &H,
+    ns: &Namespace,
+) -> ResumeToken {
     let store = h.store();
     // Opened before the write, at the present: nothing can have rolled off yet.
     let start = store.cluster_time().await.unwrap();
@@ -21,7 +25,11 @@ async fn issued_token<H: Harness>(h: &H, ns: &Namespace) -> ResumeToken {
     read_through(&mut stream, "e1").await.remove(0).token
 }
 
-pub async fn a_resume_point_that_fell_off_is_lost_on_open<H: Harness>(h: &H) {
+pub async fn a_resume_point_that_fell_off_is_lost_on_open<
+    H: RollingHistory<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let token = issued_token(h, &ns).await;
@@ -37,7 +45,11 @@ pub async fn a_resume_point_that_fell_off_is_lost_on_open<H: Harness>(h: &H) {
     }
 }
 
-pub async fn a_stream_whose_position_fell_off_is_lost_on_its_next_read<H: Harness>(h: &H) {
+pub async fn a_stream_whose_position_fell_off_is_lost_on_its_next_read<
+    H: RollingHistory<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let token = issued_token(h, &ns).await;
@@ -59,7 +71,11 @@ pub async fn a_stream_whose_position_fell_off_is_lost_on_its_next_read<H: Harnes
     );
 }
 
-pub async fn the_first_entry_of_a_rolled_history_can_be_opened<H: Harness>(h: &H) {
+pub async fn the_first_entry_of_a_rolled_history_can_be_opened<
+    H: RollingHistory<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let token = issued_token(h, &ns).await;
@@ -111,7 +127,7 @@ pub async fn the_first_entry_of_a_rolled_history_can_be_opened<H: Harness>(h: &H
 /// Reads up to e2 (the events of the namespace still held), or the first error.
 async fn read_first(
     stream: &mut impl ChangeStream,
-) -> Result<Vec<streamward::store::ChangeEvent>, streamward::store::StoreError> {
+) -> Result<Vec<crate::store::ChangeEvent>, crate::store::StoreError> {
     let deadline = tokio::time::Instant::now() + PATIENCE;
     let mut seen = Vec::new();
     loop {

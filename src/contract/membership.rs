@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
-use streamward::model::{Announcement, MemberListener};
-use streamward::store::{MemberScope, MembershipStore};
+use crate::model::{Announcement, MemberListener};
+use crate::store::{LeaseStore, MemberScope, MembershipStore};
 
-use super::*;
+use super::support::*;
+use super::Harness;
 
 const LONG: Duration = Duration::from_secs(60);
 const SHORT: Duration = Duration::from_millis(400);
@@ -26,7 +27,11 @@ fn announcement(process: &str, resources: &[&str]) -> Announcement {
     }
 }
 
-pub async fn announce_joins_then_renews_on_the_server_clock<H: Harness>(h: &H) {
+pub async fn announce_joins_then_renews_on_the_server_clock<
+    H: Harness<Store: MembershipStore + LeaseStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let before = server_now(store).await;
     // Out of order, and one named like a field path: stored as given, read sorted.
@@ -71,7 +76,11 @@ pub async fn announce_joins_then_renews_on_the_server_clock<H: Harness>(h: &H) {
     assert_eq!(all.items, vec![second]);
 }
 
-pub async fn an_expired_member_is_not_live_and_rejoins_with_a_new_start<H: Harness>(h: &H) {
+pub async fn an_expired_member_is_not_live_and_rejoins_with_a_new_start<
+    H: Harness<Store: MembershipStore + LeaseStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let short = store
         .announce(&announcement("p2", &["a"]), SHORT)
@@ -106,7 +115,11 @@ pub async fn an_expired_member_is_not_live_and_rejoins_with_a_new_start<H: Harne
     );
 }
 
-pub async fn leaving_removes_only_the_own_document_and_twice_is_harmless<H: Harness>(h: &H) {
+pub async fn leaving_removes_only_the_own_document_and_twice_is_harmless<
+    H: Harness<Store: MembershipStore + LeaseStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     for p in ["p1", "p2"] {
         store

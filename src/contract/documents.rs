@@ -1,12 +1,14 @@
 //! The two fenced-write patterns and the plain writes (`src/store/documents.rs`).
 
-use bson::{doc, Bson, Document};
-use streamward::model::Fence;
-use streamward::store::{
-    ChangeFeed, DocumentStore, OperationType, StartPoint, StoreError, WriteFence, WriteOutcome,
+use crate::model::Fence;
+use crate::store::{
+    ChangeFeed, DocumentStore, Namespace, OperationType, StartPoint, StoreError, WriteFence,
+    WriteOutcome,
 };
+use bson::{doc, Bson, Document};
 
-use super::*;
+use super::support::*;
+use super::Harness;
 
 use WriteOutcome::{Applied, Stale};
 
@@ -24,7 +26,11 @@ async fn read(store: &impl DocumentStore, ns: &Namespace, id: &str) -> Option<Do
         .expect("find_one")
 }
 
-pub async fn lease_fenced_writes_admit_the_same_or_a_newer_version<H: Harness>(h: &H) {
+pub async fn lease_fenced_writes_admit_the_same_or_a_newer_version<
+    H: Harness<Store: DocumentStore + ChangeFeed>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("outbox");
     let id = Bson::String("m1".into());
@@ -65,7 +71,11 @@ pub async fn lease_fenced_writes_admit_the_same_or_a_newer_version<H: Harness>(h
     );
 }
 
-pub async fn source_versioned_writes_admit_only_a_newer_version<H: Harness>(h: &H) {
+pub async fn source_versioned_writes_admit_only_a_newer_version<
+    H: Harness<Store: DocumentStore + ChangeFeed>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("projection");
     let id = Bson::String("rex".into());
@@ -92,7 +102,11 @@ pub async fn source_versioned_writes_admit_only_a_newer_version<H: Harness>(h: &
 
 /// Fences written by another client (a shell stores numbers as doubles) compare by
 /// value; a fence that is not a number refuses every write, as MongoDB's query does.
-pub async fn fences_stored_by_other_clients_compare_like_mongodb<H: Harness>(h: &H) {
+pub async fn fences_stored_by_other_clients_compare_like_mongodb<
+    H: Harness<Store: DocumentStore + ChangeFeed>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("foreign");
     // (stored fence, outcome of a lease-fenced write at 3, of a source-versioned write at 3).
@@ -126,84 +140,13 @@ pub async fn fences_stored_by_other_clients_compare_like_mongodb<H: Harness>(h: 
             }
         }
     }
-    // Per member: a missing or null version is below every version; other types refuse.
-    let members = [
-        (Bson::Null, Applied),
-        (Bson::Double(2.0), Applied),
-        (Bson::Double(3.0), Stale),
-        (Bson::String("1".into()), Stale),
-    ];
-    for (i, (stored, expected)) in members.into_iter().enumerate() {
-        let id = format!("tag-{i}");
-        store
-            .put(
-                &ns,
-                doc! {"_id": &id, "members": {"rex": {"v": stored.clone(), "value": "house"}}},
-            )
-            .await
-            .unwrap();
-        let written = store
-            .fenced_member_upsert(&ns, &id, "rex", 3, Some("yard"))
-            .await
-            .unwrap();
-        assert_eq!(written, expected, "member version stored as {stored:?}");
-    }
 }
 
-pub async fn member_upserts_fence_each_member_and_recount<H: Harness>(h: &H) {
-    let store = h.store();
-    let ns = h.ns("aggregates");
-    // (member, its version, its location, outcome), in order.
-    let steps = [
-        ("a.b$c", 1, Some("house"), Applied),
-        ("rex", 1, Some("house"), Applied),
-        ("rex", 1, Some("yard"), Stale),
-        ("rex", 2, Some("backyard"), Applied),
-        ("rex", 2, Some("house"), Stale),
-        ("kiki", 5, Some("backyard"), Applied),
-        ("rex", 1, Some("yard"), Stale),
-    ];
-    for (member, version, value, outcome) in steps {
-        let written = store
-            .fenced_member_upsert(&ns, "cute", member, version, value)
-            .await
-            .unwrap();
-        assert_eq!(written, outcome, "{member} v{version} at {value:?}");
-    }
-    let expected = doc! {
-        "_id": "cute",
-        "members": {
-            "a.b$c": {"v": 1_i64, "value": "house"},
-            "rex": {"v": 2_i64, "value": "backyard"},
-            "kiki": {"v": 5_i64, "value": "backyard"},
-        },
-        "counts": {"house": 1, "backyard": 2},
-    };
-    assert_eq!(
-        read(store, &ns, "cute").await,
-        Some(expected),
-        "members with their versions; counts recomputed in the same write, as int32"
-    );
-    // A member that leaves (no value) is no longer counted.
-    assert_eq!(
-        store
-            .fenced_member_upsert(&ns, "cute", "kiki", 6, None)
-            .await
-            .unwrap(),
-        Applied
-    );
-    let tag = read(store, &ns, "cute").await.unwrap();
-    assert_eq!(
-        tag.get_document("members").unwrap().get_document("kiki"),
-        Ok(&doc! {"v": 6_i64, "value": Bson::Null})
-    );
-    assert_eq!(
-        tag.get_document("counts"),
-        Ok(&doc! {"house": 1, "backyard": 1})
-    );
-}
-
-pub async fn fenced_upsert_refuses_an_id_among_the_fields<H: Harness>(h: &H) {
+pub async fn fenced_upsert_refuses_an_id_among_the_fields<
+    H: Harness<Store: DocumentStore + ChangeFeed>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("outbox");
     let outcome = store
@@ -225,7 +168,11 @@ pub async fn fenced_upsert_refuses_an_id_among_the_fields<H: Harness>(h: &H) {
     );
 }
 
-pub async fn plain_writes_replace_whole_documents_and_read_in_id_order<H: Harness>(h: &H) {
+pub async fn plain_writes_replace_whole_documents_and_read_in_id_order<
+    H: Harness<Store: DocumentStore + ChangeFeed>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("plain");
     assert_eq!(store.find_all(&ns).await.unwrap(), vec![]);
@@ -277,7 +224,11 @@ pub async fn plain_writes_replace_whole_documents_and_read_in_id_order<H: Harnes
     );
 }
 
-pub async fn deletes_remove_by_id_or_by_field_each_a_delete_change<H: Harness>(h: &H) {
+pub async fn deletes_remove_by_id_or_by_field_each_a_delete_change<
+    H: Harness<Store: DocumentStore + ChangeFeed>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("messages");
     for (id, order) in [("m1", "o1"), ("m2", "o2"), ("m3", "o1"), ("m4", "o3")] {

@@ -1,17 +1,24 @@
 //! Change streams, the oplog window, the cluster time and the bounded change count.
 
-use bson::{doc, Bson, Document};
-use streamward::model::{ClusterTime, Fence};
-use streamward::store::OperatorStore;
-use streamward::store::{
-    ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, OperationType, StartPoint, WriteFence,
+use crate::model::{ClusterTime, Fence};
+use crate::store::OperatorStore;
+use crate::store::{
+    ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, Namespace, OperationType, StartPoint,
+    WriteFence,
 };
+use bson::{doc, Bson, Document};
 
-use super::*;
+use super::support::*;
+use super::Harness;
 
 /// Writes `{_id: id, n}` and returns its change event, read from a stream opened at
 /// the cluster time before the write.
-async fn put_and_read<H: Harness>(h: &H, ns: &Namespace, id: &str, n: i32) -> ChangeEvent {
+async fn put_and_read<H: Harness<Store: ChangeFeed + DocumentStore>>(
+    h: &H,
+    ns: &Namespace,
+    id: &str,
+    n: i32,
+) -> ChangeEvent {
     let store = h.store();
     let start = store.cluster_time().await.unwrap();
     store.put(ns, doc! {"_id": id, "n": n}).await.unwrap();
@@ -35,7 +42,11 @@ async fn delete(store: &impl DocumentStore, ns: &Namespace, keep: Vec<Document>)
     store.replace_all(ns, keep).await.unwrap();
 }
 
-pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H) {
+pub async fn events_carry_operation_namespace_key_and_document<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let other = h.ns("elsewhere");
@@ -62,26 +73,10 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
         .await
         .unwrap();
     let update = next_one(&mut stream, "the fenced update").await;
-    store
-        .fenced_member_upsert(&ns, "tag", "rex", 1, Some("house"))
-        .await
-        .unwrap();
-    let member_insert = next_one(&mut stream, "the member upsert inserting").await;
-    store
-        .fenced_member_upsert(&ns, "tag", "kiki", 1, Some("yard"))
-        .await
-        .unwrap();
-    let member_update = next_one(&mut stream, "the member upsert updating").await;
-    let tag = store
-        .find_one(&ns, &Bson::String("tag".into()))
-        .await
-        .unwrap()
-        .unwrap();
-    delete(store, &ns, vec![tag.clone()]).await;
+    delete(store, &ns, Vec::new()).await;
     let deleted = next_one(&mut stream, "the delete").await;
 
     let rex_key = doc! {"_id": "rex"};
-    let tag_key = doc! {"_id": "tag"};
     let fenced_rex = doc! {"_id": "rex", "n": 3, "_fence": 1_i64};
     let expected = [
         (
@@ -97,16 +92,6 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
             Some(doc! {"_id": "rex", "n": 2}),
         ),
         (&update, OperationType::Update, &rex_key, Some(fenced_rex)),
-        (
-            &member_insert,
-            OperationType::Insert,
-            &tag_key,
-            Some(doc! {
-                "_id": "tag",
-                "members": {"rex": {"v": 1_i64, "value": "house"}},
-                "counts": {"house": 1},
-            }),
-        ),
         (&deleted, OperationType::Delete, &rex_key, None),
     ];
     for (i, (event, operation, key, full)) in expected.into_iter().enumerate() {
@@ -135,54 +120,46 @@ pub async fn events_carry_operation_namespace_key_and_document<H: Harness>(h: &H
         doc! {"n": 3, "_fence": 1_i64}
     );
     assert_eq!(description.removed_fields().unwrap(), Vec::<String>::new());
-    for event in [&insert, &replace, &member_insert, &deleted] {
+    for event in [&insert, &replace, &deleted] {
         assert_eq!(event.details.update_description, None, "{event:?}");
     }
-    // Every change says when it was made by the server's wall clock, to the second
-    // of its cluster time.
-    for event in [&insert, &replace, &update, &member_insert, &deleted] {
-        let (Some(wall), Some(time)) = (event.details.wall_time, event.cluster_time) else {
-            panic!("a wall time and a cluster time: {event:?}");
-        };
-        assert!(
-            (wall.timestamp() - i64::from(time.secs)).abs() <= 1,
-            "{wall} against {time}"
-        );
-        assert_eq!(event.details.transaction, None, "not in a transaction");
+    for event in [&insert, &replace, &update, &deleted] {
+        assert_made_at_its_cluster_time(event);
     }
-    // A member upsert is a pipeline update: MongoDB logs it as an update or as a
-    // replacement, as its diff is smaller or not; either carries the document.
-    assert!(
-        matches!(
-            member_update.operation,
-            OperationType::Update | OperationType::Replace
-        ),
-        "{member_update:?}"
-    );
-    assert_eq!(member_update.full_document, Some(tag));
-    let times: Vec<ClusterTime> = [
-        &insert,
-        &replace,
-        &update,
-        &member_insert,
-        &member_update,
-        &deleted,
-    ]
-    .iter()
-    .map(|e| e.cluster_time.unwrap())
-    .collect();
+    let times: Vec<ClusterTime> = [&insert, &replace, &update, &deleted]
+        .iter()
+        .map(|e| e.cluster_time.unwrap())
+        .collect();
     assert!(
         times.windows(2).all(|w| w[0] < w[1]),
         "cluster times strictly increase: {times:?}"
     );
 }
 
+/// Every change says when it was made by the server's wall clock, to the second of
+/// its cluster time, and its token decodes to that cluster time.
+pub(crate) fn assert_made_at_its_cluster_time(event: &ChangeEvent) {
+    let (Some(wall), Some(time)) = (event.details.wall_time, event.cluster_time) else {
+        panic!("a wall time and a cluster time: {event:?}");
+    };
+    assert!(
+        (wall.timestamp() - i64::from(time.secs)).abs() <= 1,
+        "{wall} against {time}"
+    );
+    assert_eq!(event.details.transaction, None, "not in a transaction");
+    assert_eq!(
+        event.token.time(),
+        event.cluster_time,
+        "the token decodes to the event's cluster time"
+    );
+}
+
 /// Inserts rex (n 1), updates it (n 2), replaces it (n 3), then reads those three
 /// changes from a stream opened before them with `options`.
-async fn insert_update_replace<H: Harness>(
+async fn insert_update_replace<H: Harness<Store: ChangeFeed + DocumentStore>>(
     h: &H,
     ns: &Namespace,
-    options: streamward::store::FeedOptions,
+    options: crate::store::FeedOptions,
 ) -> (ClusterTime, Vec<ChangeEvent>) {
     let store = h.store();
     let start = store.cluster_time().await.unwrap();
@@ -211,7 +188,11 @@ fn kinds_and_documents(events: &[ChangeEvent]) -> Vec<(OperationType, Option<Doc
         .collect()
 }
 
-pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: &H) {
+pub async fn update_events_carry_the_document_as_it_is_when_read<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let (start, events) = insert_update_replace(h, &ns, options()).await;
@@ -246,9 +227,13 @@ pub async fn update_events_carry_the_document_as_it_is_when_read<H: Harness>(h: 
 
 /// A stream that asks for no post-image (`PostImage::Off`) gets none for an update,
 /// where inserts and replacements still carry their own document.
-pub async fn a_stream_without_post_images_gets_none_for_an_update<H: Harness>(h: &H) {
-    let no_post_image = streamward::store::FeedOptions {
-        post_image: streamward::store::PostImage::Off,
+pub async fn a_stream_without_post_images_gets_none_for_an_update<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
+    let no_post_image = crate::store::FeedOptions {
+        post_image: crate::store::PostImage::Off,
         ..options()
     };
     let (_, events) = insert_update_replace(h, &h.ns("animals"), no_post_image).await;
@@ -262,7 +247,11 @@ pub async fn a_stream_without_post_images_gets_none_for_an_update<H: Harness>(h:
     );
 }
 
-pub async fn a_write_that_changes_nothing_is_not_a_change<H: Harness>(h: &H) {
+pub async fn a_write_that_changes_nothing_is_not_a_change<
+    H: Harness<Store: OperatorStore + ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let start = store.cluster_time().await.unwrap();
@@ -275,7 +264,7 @@ pub async fn a_write_that_changes_nothing_is_not_a_change<H: Harness>(h: &H) {
     store.put(&ns, doc! {"_id": "rex", "n": 1}).await.unwrap();
     for _ in 0..2 {
         let written = store.fenced_upsert(&ns, &rex, &fence, doc! {"n": 1}).await;
-        assert_eq!(written.unwrap(), streamward::store::WriteOutcome::Applied);
+        assert_eq!(written.unwrap(), crate::store::WriteOutcome::Applied);
     }
     let end = put_and_read(h, &ns, "marker", 0)
         .await
@@ -307,7 +296,11 @@ pub async fn a_write_that_changes_nothing_is_not_a_change<H: Harness>(h: &H) {
     );
 }
 
-pub async fn opening_after_a_token_resumes_after_its_event<H: Harness>(h: &H) {
+pub async fn opening_after_a_token_resumes_after_its_event<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     let start = store.cluster_time().await.unwrap();
@@ -344,7 +337,7 @@ pub async fn opening_after_a_token_resumes_after_its_event<H: Harness>(h: &H) {
     assert_eq!(ids(&read_through(&mut at_end, "e4").await), ["e4"]);
 }
 
-pub async fn opening_at_a_time_includes_it<H: Harness>(h: &H) {
+pub async fn opening_at_a_time_includes_it<H: Harness<Store: ChangeFeed + DocumentStore>>(h: &H) {
     let store = h.store();
     let ns = h.ns("animals");
     let start = store.cluster_time().await.unwrap();
@@ -374,7 +367,11 @@ pub async fn opening_at_a_time_includes_it<H: Harness>(h: &H) {
     assert_eq!(ids(&read_through(&mut after, "e3").await), ["e3"]);
 }
 
-pub async fn opening_at_the_oldest_entry_replays_everything_since<H: Harness>(h: &H) {
+pub async fn opening_at_the_oldest_entry_replays_everything_since<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     for id in ["e1", "e2"] {
@@ -392,7 +389,11 @@ pub async fn opening_at_the_oldest_entry_replays_everything_since<H: Harness>(h:
     );
 }
 
-pub async fn an_idle_stream_still_advances_its_resume_token<H: Harness>(h: &H) {
+pub async fn an_idle_stream_still_advances_its_resume_token<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("quiet");
     let busy = h.ns("busy");
@@ -436,7 +437,11 @@ pub async fn an_idle_stream_still_advances_its_resume_token<H: Harness>(h: &H) {
     assert_eq!(ids(&read_through(&mut resumed, "e2").await), ["e2"]);
 }
 
-pub async fn a_start_before_a_history_that_never_rolled_over_is_not_lost<H: Harness>(h: &H) {
+pub async fn a_start_before_a_history_that_never_rolled_over_is_not_lost<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     store.put(&ns, doc! {"_id": "e1"}).await.unwrap();
@@ -453,7 +458,11 @@ pub async fn a_start_before_a_history_that_never_rolled_over_is_not_lost<H: Harn
     );
 }
 
-pub async fn the_oplog_window_and_cluster_time_follow_writes<H: Harness>(h: &H) {
+pub async fn the_oplog_window_and_cluster_time_follow_writes<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("animals");
     // A real oplog is never empty (initiating the set writes to it).
@@ -481,7 +490,9 @@ pub async fn the_oplog_window_and_cluster_time_follow_writes<H: Harness>(h: &H) 
     );
 }
 
-pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_limit<H: Harness>(
+pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_limit<
+    H: Harness<Store: OperatorStore + ChangeFeed + DocumentStore>,
+>(
     h: &H,
 ) {
     let store = h.store();
@@ -562,7 +573,11 @@ pub async fn count_changes_counts_the_namespace_in_an_inclusive_range_up_to_a_li
 /// stream, nothing between them, each with the transaction's identity and its place
 /// in it; a read that came back short of its batch size says it reached the end, and
 /// never ends inside the transaction.
-pub async fn a_transactions_changes_come_together_with_its_identity<H: Harness>(h: &H) {
+pub async fn a_transactions_changes_come_together_with_its_identity<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("litters");
     let start = store.cluster_time().await.unwrap();
@@ -570,7 +585,7 @@ pub async fn a_transactions_changes_come_together_with_its_identity<H: Harness>(
     let litter: Vec<Document> = (1..=5).map(|n| doc! {"_id": format!("pup{n}")}).collect();
     store.put_together(&ns, litter).await.unwrap();
     store.put(&ns, doc! {"_id": "father"}).await.unwrap();
-    let options = streamward::store::FeedOptions {
+    let options = crate::store::FeedOptions {
         batch_size: 3,
         ..options()
     };
@@ -640,7 +655,7 @@ pub async fn a_transactions_changes_come_together_with_its_identity<H: Harness>(
         .await
         .expect_err("a document without _id is refused");
     assert!(
-        matches!(missing, streamward::store::StoreError::InvalidArgument(_)),
+        matches!(missing, crate::store::StoreError::InvalidArgument(_)),
         "{missing:?}"
     );
 }

@@ -4,26 +4,15 @@
 //! stream that does not ask sees none of it, and no `collectionUUID` on any change.
 
 use bson::{doc, Document};
-use streamward::store::{
+
+use crate::model::ClusterTime;
+use crate::store::{
     ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, InvalidationCause,
-    OperationType, StartPoint,
+    Namespace, OperationType, StartPoint, StoreError,
 };
 
-use super::*;
-
-/// A data definition command on a collection, as an application runs it: the
-/// sandbox's own operations, the official driver's on a real server.
-#[derive(Debug, Clone)]
-pub enum Ddl {
-    /// `create`.
-    Create,
-    /// `createIndexes` of one index: its name and keys.
-    CreateIndex(&'static str, Document),
-    /// `dropIndexes` of one index, by name.
-    DropIndex(&'static str),
-    /// `collMod` with `index: {name, hidden: true}`.
-    HideIndex(&'static str),
-}
+use super::support::*;
+use super::{DataDefinition, Ddl};
 
 fn expanded() -> FeedOptions {
     FeedOptions {
@@ -38,7 +27,7 @@ fn kinds(events: &[ChangeEvent]) -> Vec<&str> {
 }
 
 /// The events of a stream on `ns` from `start` through the insert of `id`.
-async fn read_from<H: Harness>(
+async fn read_from<H: DataDefinition<Store: ChangeFeed + DocumentStore>>(
     h: &H,
     ns: &Namespace,
     start: ClusterTime,
@@ -69,7 +58,11 @@ async fn read_to_end(stream: &mut impl ChangeStream) -> (Vec<ChangeEvent>, Store
     }
 }
 
-pub async fn expanded_events_carry_the_data_definition_of_the_collection<H: Harness>(h: &H) {
+pub async fn expanded_events_carry_the_data_definition_of_the_collection<
+    H: DataDefinition<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let ns = h.ns("kennels");
     let start = store.cluster_time().await.unwrap();
@@ -142,7 +135,11 @@ pub async fn expanded_events_carry_the_data_definition_of_the_collection<H: Harn
     }
 }
 
-pub async fn expanded_events_show_a_collection_created_by_its_first_write<H: Harness>(h: &H) {
+pub async fn expanded_events_show_a_collection_created_by_its_first_write<
+    H: DataDefinition<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let (dens, litters, indexed) = (h.ns("dens"), h.ns("litters"), h.ns("indexed"));
     let start = store.cluster_time().await.unwrap();
@@ -192,7 +189,11 @@ pub async fn expanded_events_show_a_collection_created_by_its_first_write<H: Har
     );
 }
 
-pub async fn expanded_events_still_end_at_a_drop_or_rename_of_the_collection<H: Harness>(h: &H) {
+pub async fn expanded_events_still_end_at_a_drop_or_rename_of_the_collection<
+    H: DataDefinition<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let (kept, moved, gone) = (h.ns("kept"), h.ns("moved"), h.ns("gone"));
     let start = store.cluster_time().await.unwrap();
@@ -237,7 +238,11 @@ pub async fn expanded_events_still_end_at_a_drop_or_rename_of_the_collection<H: 
     }
 }
 
-pub async fn data_definition_fails_with_the_servers_codes_and_logs_nothing<H: Harness>(h: &H) {
+pub async fn data_definition_fails_with_the_servers_codes_and_logs_nothing<
+    H: DataDefinition<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let (ns, missing) = (h.ns("codes"), h.ns("missing"));
     let start = store.cluster_time().await.unwrap();

@@ -1,26 +1,22 @@
-//! A watched collection that goes away, through the store ports: the same scenarios
-//! run on the sandbox and (when `STREAMWARD_TEST_URI` is set) on a real replica set,
-//! and must come out the same. What the real server sends underneath is pinned by
-//! `tests/mongo_live_invalidate.rs`.
-//!
-//! The contract: changes before the drop or rename arrive as usual, in their own
-//! batch; then every read is `Invalidated` with the cause and the drop's cluster time,
-//! at once; no batch ever hands out a token at or past the drop; reopening after a
-//! token from before the drop closes again; opening after the drop's time is a new
-//! stream on the name.
-
-mod support;
+//! A watched collection that goes away. Changes before the drop or rename arrive as
+//! usual, in their own batch; then every read is `Invalidated` with the cause and the
+//! drop's cluster time, at once; no batch ever hands out a token at or past the drop;
+//! reopening after a token from before the drop closes again; opening after the
+//! drop's time is a new stream on the name. (What a real server sends underneath is
+//! pinned by `tests/mongo_live_invalidate.rs`.)
 
 use std::time::Duration;
 
 use bson::{doc, Bson, Document};
-use streamward::model::ClusterTime;
-use streamward::store::sandbox::{Clock, SandboxConfig, SandboxStore};
-use streamward::store::{
+
+use crate::model::{ClusterTime, ResumeToken};
+use crate::store::{
     ChangeEvent, ChangeFeed, ChangeStream, DocumentStore, FeedOptions, InvalidationCause,
     Namespace, PostImage, PreImage, StartPoint, StoreError,
 };
-use support::live::live;
+
+use super::support::PATIENCE;
+use super::Harness;
 
 const OPTIONS: FeedOptions = FeedOptions {
     batch_size: 10,
@@ -32,20 +28,12 @@ const OPTIONS: FeedOptions = FeedOptions {
     // reading task on MongoDB.
     read_ahead: true,
 };
-const PATIENCE: Duration = Duration::from_secs(20);
-
-trait Both: ChangeFeed + DocumentStore {}
-impl<T: ChangeFeed + DocumentStore> Both for T {}
-
-fn sandbox() -> SandboxStore {
-    SandboxStore::new(SandboxConfig::default(), Clock::System)
-}
 
 /// Everything the stream hands out until it ends: the events, the resume token of
 /// every batch, and the error it ended with.
 struct Read {
     events: Vec<ChangeEvent>,
-    tokens: Vec<streamward::model::ResumeToken>,
+    tokens: Vec<ResumeToken>,
     end: StoreError,
 }
 
@@ -91,7 +79,7 @@ fn invalidated(end: &StoreError) -> (InvalidationCause, ClusterTime) {
     }
 }
 
-async fn put(store: &impl Both, ns: &Namespace, id: i32) {
+async fn put(store: &impl DocumentStore, ns: &Namespace, id: i32) {
     store.put(ns, doc! {"_id": id}).await.unwrap();
 }
 
@@ -107,8 +95,13 @@ async fn stays_closed<S: ChangeStream>(stream: &mut S, end: &StoreError) {
     );
 }
 
-async fn drop_scenario(store: &impl Both, db: &str) {
-    let orders = Namespace::new(db, "orders");
+pub async fn drop_ends_the_stream_after_the_changes_before_it<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
+    let store = h.store();
+    let orders = h.ns("orders");
     let start = store.cluster_time().await.unwrap();
     let mut stream = store
         .open(&orders, StartPoint::At(start), OPTIONS)
@@ -155,9 +148,12 @@ async fn drop_scenario(store: &impl Both, db: &str) {
     assert_eq!(ids(&first_events(&mut fresh, 1).await), [Bson::Int32(4)]);
 }
 
-async fn rename_scenarios(store: &impl Both, db: &str) {
-    let orders = Namespace::new(db, "orders");
-    let old = Namespace::new(db, "orders_old");
+pub async fn renames_away_and_onto_end_the_stream<H: Harness<Store: ChangeFeed + DocumentStore>>(
+    h: &H,
+) {
+    let store = h.store();
+    let orders = h.ns("orders");
+    let old = h.ns("orders_old");
     put(store, &orders, 1).await;
     let start = store.cluster_time().await.unwrap();
     let mut stream = store
@@ -215,9 +211,15 @@ async fn rename_scenarios(store: &impl Both, db: &str) {
     );
 }
 
-async fn drop_database_scenario(store: &impl Both, db: &str) {
-    let orders = Namespace::new(db, "orders");
-    let pets = Namespace::new(db, "pets");
+pub async fn drop_database_ends_a_collection_stream_with_its_drop<
+    H: Harness<Store: ChangeFeed + DocumentStore>,
+>(
+    h: &H,
+) {
+    let store = h.store();
+    let orders = h.ns("orders");
+    let pets = h.ns("pets");
+    let db = orders.db.clone();
     put(store, &orders, 1).await;
     put(store, &pets, 1).await;
     let start = store.cluster_time().await.unwrap();
@@ -225,7 +227,7 @@ async fn drop_database_scenario(store: &impl Both, db: &str) {
         .open(&orders, StartPoint::At(next(start)), OPTIONS)
         .await
         .unwrap();
-    store.drop_database(db).await.unwrap();
+    store.drop_database(&db).await.unwrap();
     let read = read_to_the_end(&mut stream).await;
     assert!(read.events.is_empty(), "{:?}", read.events);
     assert_eq!(
@@ -251,43 +253,4 @@ async fn first_events<S: ChangeStream>(stream: &mut S, n: usize) -> Vec<ChangeEv
         events.extend(stream.next_batch().await.unwrap().events);
     }
     events
-}
-
-#[tokio::test]
-async fn sandbox_drop_ends_the_stream_after_the_changes_before_it() {
-    drop_scenario(&sandbox(), "shop").await;
-}
-
-#[tokio::test]
-async fn sandbox_renames_away_and_onto_end_the_stream() {
-    rename_scenarios(&sandbox(), "shop").await;
-}
-
-#[tokio::test]
-async fn sandbox_drop_database_ends_a_collection_stream_with_its_drop() {
-    drop_database_scenario(&sandbox(), "shop").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mongo_drop_ends_the_stream_after_the_changes_before_it() {
-    live("store_invalidate_drop", |live| async move {
-        drop_scenario(&live.store, &live.db).await;
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mongo_renames_away_and_onto_end_the_stream() {
-    live("store_invalidate_rename", |live| async move {
-        rename_scenarios(&live.store, &live.db).await;
-    })
-    .await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mongo_drop_database_ends_a_collection_stream_with_its_drop() {
-    live("store_invalidate_dropdb", |live| async move {
-        drop_database_scenario(&live.store, &live.db).await;
-    })
-    .await;
 }

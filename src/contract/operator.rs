@@ -2,18 +2,18 @@
 
 use std::time::Duration;
 
-use bson::doc;
-use streamward::model::{AuditState, ClusterTime, Lease, LockKind, ResumeToken, TokenKind};
-use streamward::ops::apply_audited;
-use streamward::ops::OperatorOutcome;
-use streamward::store::AuditLog;
-use streamward::store::OperatorStore;
-use streamward::store::{
+use crate::model::{AuditState, ClusterTime, Lease, LockKind, ResumeToken, TokenKind};
+use crate::store::AuditLog;
+use crate::store::OperatorStore;
+use crate::store::{
     AuditContext, AuditFinish, AuditIntent, ChangeFeed, DocumentStore, LeaseStore, OperatorChange,
-    ResumeChange, SkippedChange, SkippedLog, StartPoint, SwapOutcome, Tenure,
+    ResumeChange, SkippedChange, SkippedLog, StartPoint, StoreError, SwapOutcome, Tenure,
 };
+use bson::doc;
 
-use super::*;
+use super::audited::{apply_audited, Audited};
+use super::support::*;
+use super::Harness;
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -52,7 +52,11 @@ fn rewind_to(expected_version: i64, holder: Option<&str>, at: ClusterTime) -> Op
     }
 }
 
-pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: Harness>(h: &H) {
+pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<
+    H: Harness<Store: OperatorStore + LeaseStore + ChangeFeed + SkippedLog + AuditLog + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let lease = held_lease(store).await;
     let at = ClusterTime::new(2_000, 3);
@@ -60,22 +64,20 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
     let audits_before = store.audit_log(100).await.unwrap().items.len();
     let time_before = store.cluster_time().await.unwrap();
     let now_before = server_now(store).await;
-    let outcome = apply_audited(store, &change, Some(&lease), &context("rewind"))
-        .await
-        .unwrap();
+    let Audited { swap, audit_id } =
+        apply_audited(store, &change, Some(&lease), &context("rewind")).await;
     let now_after = server_now(store).await;
     let time_after = store.cluster_time().await.unwrap();
-    let OperatorOutcome::Applied {
+    let SwapOutcome::Applied {
         before,
         after,
         operation_time: Some(operation_time),
-        audit_id,
-        remark: None,
-    } = outcome
+    } = swap
     else {
-        panic!("the compare-and-swap on the current version applies: {outcome:?}");
+        panic!(
+            "the compare-and-swap on the current version applies, with its cluster time: {swap:?}"
+        );
     };
-    let before = before.expect("the swap returns the lease it found");
     assert_eq!(before, lease, "before is the lease as it was");
     let stored = lease_of(store, "res").await;
     assert_eq!(after, stored, "after is the lease as stored");
@@ -151,7 +153,11 @@ pub async fn an_operator_change_applies_with_the_next_version_then_its_audit<H: 
     assert_eq!(log[0], record, "newest first");
 }
 
-pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
+pub async fn operator_swap_applies_without_an_audit_record<
+    H: Harness<Store: OperatorStore + LeaseStore + ChangeFeed + SkippedLog + AuditLog + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let lease = held_lease(store).await;
     let bulk = OperatorChange {
@@ -204,16 +210,24 @@ pub async fn operator_swap_applies_without_an_audit_record<H: Harness>(h: &H) {
     );
 }
 
-pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: &H) {
+pub async fn a_changed_lease_makes_operator_writes_write_nothing<
+    H: Harness<Store: OperatorStore + LeaseStore + ChangeFeed + SkippedLog + AuditLog + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let lease = held_lease(store).await;
     let stale = rewind_to(lease.version - 1, None, ClusterTime::new(3, 0));
-    let outcome = apply_audited(store, &stale, None, &context("rewind"))
-        .await
-        .unwrap();
+    let Audited { swap, audit_id } = apply_audited(store, &stale, None, &context("rewind")).await;
     assert!(
-        matches!(&outcome, OperatorOutcome::Changed { current: Some(current), audit, .. } if *current == lease && audit.ends_with(": not applied")),
-        "a version that moved on since planning: nothing written, the current lease reported: {outcome:?}"
+        matches!(&swap, SwapOutcome::Changed { current: Some(current), .. } if *current == lease),
+        "a version that moved on since planning: nothing written, the current lease reported: {swap:?}"
+    );
+    let record = store.audit_record(&audit_id).await.unwrap();
+    assert_eq!(
+        record.map(|r| r.state),
+        Some(AuditState::NotApplied),
+        "its record is finalized as not applied"
     );
     // Nothing written: the lease as it is, and the time the swap was answered at (the
     // T0 a resend of a lost swap uses), not before the lease's own last write.
@@ -235,8 +249,8 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     assert!(matches!(
         apply_audited(store, &ahead, None, &context("rewind"))
             .await
-            .unwrap(),
-        OperatorOutcome::Changed { .. }
+            .swap,
+        SwapOutcome::Changed { .. }
     ));
     let missing = OperatorChange {
         resource: "nothing".into(),
@@ -245,8 +259,8 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     assert!(matches!(
         apply_audited(store, &missing, None, &context("rewind"))
             .await
-            .unwrap(),
-        OperatorOutcome::Changed { current: None, .. }
+            .swap,
+        SwapOutcome::Changed { current: None, .. }
     ));
     assert_eq!(store.get("nothing").await.unwrap(), None, "never inserted");
     assert_eq!(
@@ -270,15 +284,15 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     assert!(matches!(
         apply_audited(store, &change, None, &context("rewind"))
             .await
-            .unwrap(),
-        OperatorOutcome::Applied { .. }
+            .swap,
+        SwapOutcome::Applied { .. }
     ));
     let applied = lease_of(store, "res").await;
     assert!(matches!(
         apply_audited(store, &change, None, &context("rewind"))
             .await
-            .unwrap(),
-        OperatorOutcome::Changed { current: Some(current), .. } if current == applied
+            .swap,
+        SwapOutcome::Changed { current: Some(current), .. } if current == applied
     ));
     let states: Vec<AuditState> = store
         .audit_log(10)
@@ -295,7 +309,11 @@ pub async fn a_changed_lease_makes_operator_writes_write_nothing<H: Harness>(h: 
     );
 }
 
-pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
+pub async fn the_audit_log_is_newest_first_and_limited<
+    H: Harness<Store: OperatorStore + LeaseStore + ChangeFeed + SkippedLog + AuditLog + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let lease = held_lease(store).await;
     let mut ids = Vec::new();
@@ -332,7 +350,11 @@ pub async fn the_audit_log_is_newest_first_and_limited<H: Harness>(h: &H) {
 /// the change's token: `skip --whole-transaction` keeps several under one id); written
 /// again with the same two, it is the same record. `skipped_changes` reads a
 /// resource's, newest first.
-pub async fn skipped_changes_are_kept_one_per_audit_id_and_token<H: Harness>(h: &H) {
+pub async fn skipped_changes_are_kept_one_per_audit_id_and_token<
+    H: Harness<Store: OperatorStore + LeaseStore + ChangeFeed + SkippedLog + AuditLog + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let now = store.server_now().await.unwrap();
     let record = |audit_id: &str, n: u64, resource: &str| SkippedChange {
@@ -370,7 +392,11 @@ pub async fn skipped_changes_are_kept_one_per_audit_id_and_token<H: Harness>(h: 
     );
 }
 
-pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<H: Harness>(h: &H) {
+pub async fn an_audit_record_is_pending_then_gains_steps_then_is_finalized_once<
+    H: Harness<Store: OperatorStore + LeaseStore + ChangeFeed + SkippedLog + AuditLog + DocumentStore>,
+>(
+    h: &H,
+) {
     let store = h.store();
     let lease = held_lease(store).await;
     let mut intended = lease.clone();
