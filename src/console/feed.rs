@@ -15,7 +15,9 @@ use super::data::{DataEvent, DataSource};
 use crate::engine::ListenerSnapshot;
 use crate::model::{Deployment, Lease, LossTracker, OplogAccess};
 use crate::observe::{ClusterProbe, HistoryReading, WindowSource, WriteRate};
-use crate::store::{read_time_to_loss, AuditLog, LeaseScope, LeaseStore, LeaseWatch, StoreError};
+use crate::store::{
+    read_time_to_loss, AuditLog, CheckpointStore, LeaseScope, LeaseStore, LeaseWatch, StoreError,
+};
 
 /// How often each source is read, and how soon a failed one is retried.
 #[derive(Debug, Clone, Copy)]
@@ -278,49 +280,51 @@ async fn read_cluster<S: ClusterProbe>(
             (true, Some(window)) => WindowSource::Known(window),
             (true, None) => WindowSource::Read,
         };
-        let read = async {
-            let history = HistoryReading::read(&store, &known.all(), source)
+        let history = HistoryReading::read(&store, &known.all(), source).await;
+        // The capped windows first: read whatever became of the oplog's, they are sent
+        // while there are any (and once more when the last one goes, so none is kept).
+        let capped = history.capped;
+        let any = !capped.entries.is_empty() || !capped.unread.is_empty();
+        if any || capped_sent {
+            for why in capped.unread.values() {
+                tracing::debug!(%why, "capped collection window not read");
+            }
+            capped_sent = any;
+            if send(&events, DataEvent::CappedWindows(capped))
                 .await
-                .map_err(|e| e.store_error().clone())?;
-            let ops_per_sec = match history.window {
-                Some(window) => rate.sample(&store, window.last).await?,
-                None => None,
-            };
-            Ok::<_, StoreError>((history, ops_per_sec))
-        };
-        let (history, ops_per_sec) = match read.await {
-            Ok(read) => read,
+                .is_err()
+            {
+                return;
+            }
+        }
+        let clock = match history.clock {
+            Ok((Some(window), server_now)) => {
+                // A failed count costs the rate only, never the window and clock read.
+                let ops_per_sec = rate
+                    .sample(&store, window.last)
+                    .await
+                    .unwrap_or_else(|error| {
+                        tracing::warn!(%error, "oplog write rate not measured");
+                        None
+                    });
+                DataEvent::Window {
+                    window,
+                    server_now,
+                    ops_per_sec,
+                }
+            }
+            Ok((None, server_now)) => DataEvent::ServerClock(server_now),
             Err(error) => {
-                if report(&events, DataSource::Oplog, &error).await.is_err() {
+                if report(&events, DataSource::Oplog, error.store_error())
+                    .await
+                    .is_err()
+                {
                     return;
                 }
                 continue;
             }
         };
-        let clock = match history.window {
-            Some(window) => DataEvent::Window {
-                window,
-                server_now: history.now,
-                ops_per_sec,
-            },
-            None => DataEvent::ServerClock(history.now),
-        };
         if send(&events, clock).await.is_err() {
-            return;
-        }
-        let capped = history.capped;
-        let any = !capped.entries.is_empty() || !capped.unread.is_empty();
-        if !any && !capped_sent {
-            continue;
-        }
-        for why in capped.unread.values() {
-            tracing::debug!(%why, "capped collection window not read");
-        }
-        capped_sent = any;
-        if send(&events, DataEvent::CappedWindows(capped))
-            .await
-            .is_err()
-        {
             return;
         }
     }
@@ -373,10 +377,13 @@ pub fn spawn_checkpoints<S: ClusterProbe>(
         loop {
             let shown = detail.borrow_and_update().clone();
             if let Some(resource) = shown {
-                let read = store
-                    .checkpoints(&resource, CHECKPOINTS_SHOWN)
-                    .await
-                    .map_err(|e| e.to_string());
+                let read = match store.checkpoint_store() {
+                    Some(checkpoints) => checkpoints
+                        .checkpoints(&resource, CHECKPOINTS_SHOWN)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    None => Err(crate::store::NO_CHECKPOINTS.to_string()),
+                };
                 if send(&events, DataEvent::Checkpoints { resource, read })
                     .await
                     .is_err()

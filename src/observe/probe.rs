@@ -8,7 +8,7 @@ use crate::model::{ClusterTime, OplogWindow, Topology};
 use crate::store::mongo::MongoStore;
 #[cfg(feature = "sandbox")]
 use crate::store::sandbox::SandboxStore;
-use crate::store::{CheckpointStore, MembershipStore, OplogFigures, OpsStore, StoreResult};
+use crate::store::{MembershipStore, OplogFigures, OpsStore, StoreResult};
 
 /// Entries counted per oplog read at most; beyond that the rate shows as a lower bound
 /// (a bound on the read's cost: the exporter reads every 15 s by default).
@@ -23,7 +23,7 @@ pub struct MemberRow {
     pub lag: crate::model::MemberLag,
 }
 
-pub trait ClusterProbe: OpsStore + OplogFigures + CheckpointStore + MembershipStore {
+pub trait ClusterProbe: OpsStore + OplogFigures + MembershipStore {
     /// Where the console is connected, safe to print (no password).
     fn describe(&self) -> String;
 

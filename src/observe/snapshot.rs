@@ -65,37 +65,39 @@ pub enum WindowSource {
 /// The histories leases are measured against and the clock they are judged by, as one
 /// read found them: the part of a [`ClusterSnapshot`] that the console reads on its
 /// own timer (its leases come from a change stream instead of a listing).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub struct HistoryReading {
-    /// `None` when the oplog cannot be read.
-    pub window: Option<OplogWindow>,
-    /// The server's clock, read after the window.
-    pub now: DateTime<Utc>,
-    /// The windows of the capped collections `leases` tail.
+    /// The oplog window (`None` when it cannot be read) and the server's clock, read
+    /// after it; or which of the two reads failed.
+    pub clock: Result<(Option<OplogWindow>, DateTime<Utc>), ObserveError>,
+    /// The windows of the capped collections the leases tail: read whatever became of
+    /// the window and the clock, so a failed oplog read never leaves them stale.
     pub capped: CappedReading,
 }
 
 impl HistoryReading {
     /// Reads the window (from `window`), then the server's clock, then the windows of
     /// the capped collections `leases` tail (one that cannot be read is named in
-    /// [`CappedReading::unread`], not an error).
+    /// [`CappedReading::unread`]).
     pub async fn read<S: ClusterProbe>(
         store: &S,
         leases: &[Lease],
         window: WindowSource,
-    ) -> Result<HistoryReading, ObserveError> {
-        let window = match window {
-            WindowSource::Read => Some(store.oplog_window().await.map_err(ObserveError::Cluster)?),
-            WindowSource::Known(window) => Some(window),
-            WindowSource::Unreadable => None,
-        };
-        let now = store.server_now().await.map_err(ObserveError::Clock)?;
+    ) -> HistoryReading {
+        let clock = async {
+            let window = match window {
+                WindowSource::Read => {
+                    Some(store.oplog_window().await.map_err(ObserveError::Cluster)?)
+                }
+                WindowSource::Known(window) => Some(window),
+                WindowSource::Unreadable => None,
+            };
+            let now = store.server_now().await.map_err(ObserveError::Clock)?;
+            Ok((window, now))
+        }
+        .await;
         let capped = read_capped_windows(store, leases).await;
-        Ok(HistoryReading {
-            window,
-            now,
-            capped,
-        })
+        HistoryReading { clock, capped }
     }
 }
 
@@ -112,14 +114,15 @@ impl ClusterSnapshot {
             Some((topology, None)) => (Some(topology), WindowSource::Unreadable),
             None => (None, WindowSource::Read),
         };
-        let history = HistoryReading::read(store, &listing.items, window).await?;
+        let history = HistoryReading::read(store, &listing.items, window).await;
+        let (window, now) = history.clock?;
         Ok(ClusterSnapshot {
             leases: listing.items,
             malformed: listing.malformed,
             topology,
-            window: history.window,
+            window,
             capped: history.capped,
-            now: history.now,
+            now,
         })
     }
 

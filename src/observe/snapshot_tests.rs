@@ -49,7 +49,7 @@ async fn a_snapshot_lists_partitions_under_their_resource_and_reads_the_servers_
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_history_read_takes_the_window_it_is_given_and_reads_the_clock_after() {
+async fn a_history_read_takes_the_window_it_is_given_or_reads_it() {
     let epoch = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
     let store = written_store(epoch).await;
     tokio::time::advance(std::time::Duration::from_secs(7)).await;
@@ -62,15 +62,52 @@ async fn a_history_read_takes_the_window_it_is_given_and_reads_the_clock_after()
 
     let known = HistoryReading::read(&store, &[], WindowSource::Known(given))
         .await
+        .clock
         .expect("reads");
-    assert_eq!(known.window, Some(given), "not read again");
+    assert_eq!(known.0, Some(given), "not read again");
     let unreadable = HistoryReading::read(&store, &[], WindowSource::Unreadable)
         .await
+        .clock
         .expect("reads the clock");
-    assert_eq!(unreadable.window, None);
-    assert_eq!(unreadable.now, epoch + chrono::TimeDelta::seconds(7));
+    assert_eq!(unreadable, (None, epoch + chrono::TimeDelta::seconds(7)));
     let fresh = HistoryReading::read(&store, &[], WindowSource::Read)
         .await
+        .clock
         .expect("reads");
-    assert_eq!(fresh.window, Some(read));
+    assert_eq!(fresh.0, Some(read));
+}
+
+/// A failed oplog read does not leave the capped windows unread: they are what capped
+/// leases are judged by, and a stale one would show more headroom than there is.
+#[tokio::test(start_paused = true)]
+async fn capped_windows_are_read_when_the_oplog_cannot_be() {
+    let epoch = Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap();
+    let config = SandboxConfig {
+        oplog_readable: false,
+        ..SandboxConfig::default()
+    };
+    let store = SandboxStore::new(config, Clock::virtual_from(epoch));
+    let events = Namespace::new("shop", "events");
+    store.create_capped(&events, 4096).expect("create capped");
+    store.append(&events, doc! {"n": 1}).expect("append");
+    let mut lease = Lease::vacant("events");
+    lease.watch = Some(crate::model::WatchTarget {
+        db: "shop".into(),
+        coll: "events".into(),
+        pipeline: String::new(),
+        source: crate::model::SourceKind::Capped,
+    });
+
+    let history = HistoryReading::read(&store, &[lease], WindowSource::Read).await;
+
+    assert!(
+        matches!(history.clock, Err(ObserveError::Cluster(_))),
+        "{:?}",
+        history.clock
+    );
+    assert!(
+        history.capped.entries.contains_key("shop.events"),
+        "{:?}",
+        history.capped
+    );
 }
