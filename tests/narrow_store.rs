@@ -1,8 +1,8 @@
 //! A store written for the listener alone: leases, a change feed, the skipped-change log
 //! and the audit log, and neither optional capability (`NotOffered`). A listener runs
 //! on it; it records no checkpoints where the same settings on a store that keeps them
-//! do; a capped source is refused with why; an operator's plan for a capped lease
-//! says the store has no capped collections.
+//! do; a capped source is refused with why, and so are an operator's plan for a capped
+//! lease and a rewind to a checkpoint (it gets the operator's port too).
 
 mod support;
 
@@ -15,14 +15,14 @@ use streamward::engine::{
 };
 use streamward::model::{
     AuditRecord, ChangeFailure, Checkpoint, ClusterTime, Invalidation, Lease, OplogWindow,
-    Partition, ResumeToken, SourceKind, WatchTarget,
+    Partition, ResumeToken, SourceKind, WatchTarget, WatchedCollection,
 };
 use streamward::store::sandbox::{SandboxLeaseWatch, SandboxStore, SandboxStream};
 use streamward::store::{
     read_capped_windows, AcquireOutcome, AcquireRequest, AuditFinish, AuditIntent, AuditLog,
     Capabilities, ChangeFeed, CheckpointStore, DocumentStore, FeedOptions, LeaseScope, LeaseStore,
-    Listing, Namespace, NotOffered, SkippedChange, SkippedLog, StartPoint, StoreResult, Tenure,
-    TenureWrite,
+    Listing, Namespace, NotOffered, OperatorChange, OperatorStore, SkippedChange, SkippedLog,
+    StartPoint, StoreResult, SwapOutcome, Tenure, TenureWrite,
 };
 
 const RESOURCE: &str = "orders";
@@ -149,6 +149,24 @@ impl AuditLog for ListenerOnly {
     }
 }
 
+impl OperatorStore for ListenerOnly {
+    async fn operator_swap(&self, change: &OperatorChange) -> StoreResult<SwapOutcome> {
+        self.0.operator_swap(change).await
+    }
+    async fn count_changes(
+        &self,
+        on: &WatchedCollection,
+        from: ClusterTime,
+        to: ClusterTime,
+        limit: u64,
+    ) -> StoreResult<u64> {
+        self.0.count_changes(on, from, to, limit).await
+    }
+    async fn token_at(&self, at: ClusterTime) -> StoreResult<ResumeToken> {
+        self.0.token_at(at).await
+    }
+}
+
 impl Capabilities for ListenerOnly {
     type Capped = NotOffered;
     type Checkpoints = NotOffered;
@@ -246,4 +264,41 @@ async fn a_capped_source_on_a_store_without_capped_collections_is_refused_with_w
         .cloned()
         .unwrap_or_default();
     assert!(unread.contains("offers no capped collections"), "{unread}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_operator_is_told_the_store_has_no_capped_collections_or_checkpoints() {
+    use streamward::ops::{self, ActionRequest, CheckpointRef, GatherOptions, RewindTarget};
+    let sandbox = support::sandbox::sandbox(100);
+    let mut capped = Lease::vacant("events");
+    capped.watch = Some(WatchTarget {
+        db: "shop".into(),
+        coll: "events".into(),
+        pipeline: String::new(),
+        source: SourceKind::Capped,
+    });
+    sandbox.put_lease_by_hand(capped);
+    sandbox.put_lease_by_hand(Lease::vacant(RESOURCE));
+    let store = ListenerOnly(sandbox);
+    let options = GatherOptions::new("oncall@test");
+
+    let rewind_capped = ActionRequest::Rewind {
+        resource: "events".into(),
+        to: RewindTarget::Checkpoint(CheckpointRef::Newest(1)),
+    };
+    let why = ops::gather(&store, &rewind_capped, &options)
+        .await
+        .expect_err("a capped lease cannot be measured")
+        .to_string();
+    assert!(why.contains("offers no capped collections"), "{why}");
+
+    let rewind = ActionRequest::Rewind {
+        resource: RESOURCE.into(),
+        to: RewindTarget::Checkpoint(CheckpointRef::Newest(1)),
+    };
+    let why = ops::gather(&store, &rewind, &options)
+        .await
+        .expect_err("no checkpoints to go back to")
+        .to_string();
+    assert!(why.contains("keeps no checkpoints"), "{why}");
 }

@@ -16,7 +16,8 @@ use crate::store::{CappedFeed, CheckpointStore, DocumentStore, MembershipStore, 
 
 /// What the demo needs from a store: the engine's ports for its listeners, documents
 /// (with the tag aggregate's member upsert) for its handlers and workload, and a capped
-/// event store with checkpoints, which the demo always has.
+/// event store with checkpoints, which the demo always has: asked for by type, since
+/// its stores are the two adapters, whose capabilities are themselves.
 pub trait DemoStore:
     Store + DocumentStore + FencedMemberWrites + MembershipStore + CappedFeed + CheckpointStore
 {

@@ -7,7 +7,7 @@ use super::{ActionRequest, OpsError, RewindTarget};
 use crate::model::SourceKind;
 use crate::store::{
     no_capped_feed, skipped_entry, CappedFeed, CheckpointStore, Namespace, OpsStore, StoreError,
-    CHECKPOINTS_KEPT,
+    CHECKPOINTS_KEPT, NO_CHECKPOINTS,
 };
 
 /// Reads the facts `request` needs: the audit record (undo), the lease, the server's
@@ -94,13 +94,14 @@ pub async fn gather<S: OpsStore>(
         Some(_),
     ) = (request, &facts.lease)
     {
-        // A store that keeps no checkpoints has none to go back to.
-        if let Some(checkpoints) = store.checkpoint_store() {
-            facts.checkpoints = checkpoints
-                .checkpoints(resource, CHECKPOINTS_KEPT * 10)
-                .await?
-                .items;
-        }
+        // Said as such: "no such checkpoint" would send the operator looking for one.
+        let Some(checkpoints) = store.checkpoint_store() else {
+            return Err(StoreError::InvalidArgument(NO_CHECKPOINTS.to_string()).into());
+        };
+        facts.checkpoints = checkpoints
+            .checkpoints(resource, CHECKPOINTS_KEPT * 10)
+            .await?
+            .items;
     }
     if let (Some((to_token, whole)), Some(lease)) = (request.skip_target(), &facts.lease) {
         if let Ok(token) = skipped_token(lease, to_token) {

@@ -89,6 +89,10 @@ impl CheckpointStore for NotOffered {
     }
 }
 
+/// Why there are no checkpoints to show or go back to on a store that keeps none.
+pub const NO_CHECKPOINTS: &str =
+    "this store keeps no checkpoints (its Capabilities::checkpoint_store is None)";
+
 /// Why a capped collection cannot be read on a store that offers none.
 pub(crate) fn no_capped_feed(ns: &Namespace) -> String {
     format!(

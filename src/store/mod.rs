@@ -30,7 +30,7 @@ mod time_to_loss;
 
 pub use audit::{AuditContext, AuditFinish, AuditIntent, AuditLog};
 pub(crate) use capabilities::no_capped_feed;
-pub use capabilities::{Capabilities, NotOffered};
+pub use capabilities::{Capabilities, NotOffered, NO_CHECKPOINTS};
 pub use capped::{CappedFeed, CappedStats, CappedWindow, EntryBytes, APPEND_SKEW};
 pub use capped_reading::{capped_namespaces, read_capped_windows, CappedReading};
 pub use checkpoints::{CheckpointStore, CHECKPOINTS_KEPT};
