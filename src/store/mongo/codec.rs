@@ -124,17 +124,15 @@ fn opt_timestamp(
 }
 
 /// An integer field stored as int32, int64 or an integral double.
+/// The rule is `BsonType for i64`'s, which the serde-read documents use.
 pub fn integer(what: &str, value: &Bson, field: &str) -> Result<i64, StoreError> {
-    match value {
-        Bson::Int64(v) => Ok(*v),
-        Bson::Int32(v) => Ok(i64::from(*v)),
-        Bson::Double(v) if v.fract() == 0.0 && v.abs() < 9.0e15 => Ok(*v as i64),
-        other => Err(malformed(
+    <i64 as bson_type::BsonType>::from_bson(value.clone()).map_err(|other| {
+        malformed(
             what,
             field,
-            format!("expected an integer, found {}", type_name(other)),
-        )),
-    }
+            format!("expected an integer, found {}", type_name(&other)),
+        )
+    })
 }
 
 pub fn date(at: DateTime<Utc>) -> Bson {

@@ -220,3 +220,28 @@ fn every_lease_field_round_trips() {
         lease
     );
 }
+
+/// Each of `LeaseProtocol::OWN_FIELDS` alone makes a document streamward's, and none of
+/// them leaves it a seed: a field added to that list and not to `has_value` fails here.
+#[test]
+fn each_own_field_alone_makes_a_lease_streamwards() {
+    let value_of = |field: &str| -> bson::Bson {
+        if field == crate::model::lease_field::WATCH {
+            bson::Bson::Document(doc! {"db": "a", "coll": "b", "pipeline": ""})
+        } else {
+            bson::Bson::DateTime(bson::DateTime::from_millis(1_700_000_000_000))
+        }
+    };
+    for field in crate::model::LeaseProtocol::OWN_FIELDS {
+        let mut document = doc! {"_id": "r"};
+        document.insert(field, value_of(field));
+        let lease = lease_from_document(&document).unwrap_or_else(|e| panic!("{field}: {e}"));
+        assert_eq!(
+            lease.protocol,
+            crate::model::LeaseProtocol::Streamward,
+            "{field}"
+        );
+    }
+    let seed = lease_from_document(&doc! {"_id": "r"}).expect("a bare lease");
+    assert_eq!(seed.protocol, crate::model::LeaseProtocol::Seed);
+}
