@@ -132,7 +132,9 @@ pub mod partitions;
 
 pub use harness::{DataDefinition, Ddl, Harness, RollingHistory};
 // For the demo's own checks of its member writes (`demo::member_writes_checks`).
+#[cfg(feature = "console")]
 pub(crate) use feed::assert_made_at_its_cluster_time;
+#[cfg(feature = "console")]
 pub(crate) use support::{options, read_through};
 
 /// Calls `$run!(group; check, …)` once for each group named, with every check of that
