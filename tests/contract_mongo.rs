@@ -151,11 +151,7 @@ mod checks {
     pub use streamward::demo::member_writes_checks as member_writes;
 }
 
-on_mongo!(member_writes;
-    member_upserts_fence_each_member_and_recount,
-    member_fences_stored_by_other_clients_compare_like_mongodb,
-    member_upserts_reach_the_feed_as_an_insert_then_a_change,
-);
+streamward::demo::member_writes_checks::checks!(on_mongo);
 
 /// Not part of the contract (the sandbox's clock is virtual on purpose): on a real
 /// server, `server_now` is the server's wall clock, which on one machine is ours.

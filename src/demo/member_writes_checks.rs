@@ -166,3 +166,18 @@ pub async fn member_upserts_reach_the_feed_as_an_insert_then_a_change<
         "cluster times strictly increase"
     );
 }
+
+/// Calls `$run!(member_writes; check, …)` with every check of this file, as
+/// [`crate::contract::checks!`] does for the contract's groups: the one list of them.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __member_writes_checks {
+    ($run:ident) => {
+        $run!(member_writes;
+            member_upserts_fence_each_member_and_recount,
+            member_fences_stored_by_other_clients_compare_like_mongodb,
+            member_upserts_reach_the_feed_as_an_insert_then_a_change,
+        );
+    };
+}
+pub use crate::__member_writes_checks as checks;
